@@ -12,7 +12,11 @@ pub enum Error {
     #[error("offset {asked} outside [{log_start}, {log_end}]")]
     OffsetOutOfRange { asked: i64, log_start: i64, log_end: i64 },
     #[error("{op} {}: {source}", .path.display())]
-    Storage { op: &'static str, path: PathBuf, source: std::io::Error },
+    Storage {
+        op: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("corrupt record batch: {0}")]
     CorruptBatch(String),
     #[error("record batch of {size} bytes exceeds max.message.bytes {max}")]
@@ -39,6 +43,10 @@ pub enum Error {
     InvalidConfig { key: String, reason: String },
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+    #[error("leader epoch {asked} is newer than the current {current}")]
+    UnknownLeaderEpoch { asked: i32, current: i32 },
+    #[error("leader epoch {asked} is older than the current {current}")]
+    FencedLeaderEpoch { asked: i32, current: i32 },
     #[error("the broker is shutting down")]
     ShuttingDown,
 }
@@ -64,6 +72,8 @@ impl Error {
             Error::InvalidReplicaAssignment(_) => ResponseError::InvalidReplicaAssignment,
             Error::InvalidConfig { .. } => ResponseError::InvalidConfig,
             Error::InvalidRequest(_) => ResponseError::InvalidRequest,
+            Error::UnknownLeaderEpoch { .. } => ResponseError::UnknownLeaderEpoch,
+            Error::FencedLeaderEpoch { .. } => ResponseError::FencedLeaderEpoch,
             Error::ShuttingDown => ResponseError::NotLeaderOrFollower,
         }
         .code()
@@ -71,7 +81,11 @@ impl Error {
 
     /// An I/O error on `path` during `op`.
     pub fn storage(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Error {
-        Error::Storage { op, path: path.into(), source }
+        Error::Storage {
+            op,
+            path: path.into(),
+            source,
+        }
     }
 }
 
@@ -82,15 +96,37 @@ mod tests {
     #[test]
     fn codes_match_kafka() {
         // Codes from Kafka's org.apache.kafka.common.protocol.Errors.
-        assert_eq!(Error::OffsetOutOfRange { asked: 9, log_start: 0, log_end: 1 }.code(), 1);
+        assert_eq!(
+            Error::OffsetOutOfRange {
+                asked: 9,
+                log_start: 0,
+                log_end: 1
+            }
+            .code(),
+            1
+        );
         assert_eq!(Error::CorruptBatch("x".into()).code(), 2);
         assert_eq!(Error::UnknownTopicOrPartition("t".into()).code(), 3);
         assert_eq!(Error::MessageTooLarge { size: 2, max: 1 }.code(), 10);
-        assert_eq!(Error::InvalidTopic { name: "".into(), reason: "" }.code(), 17);
+        assert_eq!(
+            Error::InvalidTopic {
+                name: "".into(),
+                reason: ""
+            }
+            .code(),
+            17
+        );
         assert_eq!(Error::InvalidPartitions(0).code(), 37);
         assert_eq!(Error::InvalidReplicationFactor { asked: 3, nodes: 1 }.code(), 38);
         assert_eq!(Error::TopicAlreadyExists("t".into()).code(), 36);
-        assert_eq!(Error::InvalidConfig { key: "k".into(), reason: "r".into() }.code(), 40);
+        assert_eq!(
+            Error::InvalidConfig {
+                key: "k".into(),
+                reason: "r".into()
+            }
+            .code(),
+            40
+        );
         assert_eq!(Error::UnknownTopicId(uuid::Uuid::nil()).code(), 100);
         assert_eq!(Error::storage("open", "/x", std::io::Error::other("e")).code(), 56);
     }

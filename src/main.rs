@@ -1,1 +1,120 @@
-fn main() {}
+//! The `sluice` command.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use sluice::Broker;
+use sluice::config::BrokerConfig;
+
+#[derive(Parser)]
+#[command(name = "sluice", version, about = "A message broker that speaks the Apache Kafka protocol")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a broker (embedded defaults unless --config is given).
+    Serve {
+        /// A YAML file of Kafka-named keys (see config.yaml).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Address to listen on, HOST:PORT (`listeners`).
+        #[arg(long)]
+        listen: Option<String>,
+        /// Address clients are told to connect to, HOST:PORT (`advertised.listeners`).
+        #[arg(long)]
+        advertise: Option<String>,
+        /// Data directory (`log.dirs`).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// This broker's id (`node.id`).
+        #[arg(long)]
+        node_id: Option<i32>,
+        /// Override any key: --set num.partitions=3 (repeatable).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+    },
+}
+
+fn build_config(command: &Command) -> Result<BrokerConfig, String> {
+    let Command::Serve { config, listen, advertise, data_dir, node_id, set } = command;
+    let mut c = match config {
+        Some(path) => BrokerConfig::load(path).map_err(|e| e.to_string())?,
+        None => BrokerConfig::default(),
+    };
+    let mut overrides: Vec<(String, String)> = Vec::new();
+    if let Some(v) = listen {
+        overrides.push(("listeners".into(), v.clone()));
+    }
+    if let Some(v) = advertise {
+        overrides.push(("advertised.listeners".into(), v.clone()));
+    }
+    if let Some(v) = data_dir {
+        overrides.push(("log.dirs".into(), v.display().to_string()));
+    }
+    if let Some(v) = node_id {
+        overrides.push(("node.id".into(), v.to_string()));
+    }
+    for kv in set {
+        let (k, v) = kv.split_once('=').ok_or_else(|| format!("--set {kv}: expected KEY=VALUE"))?;
+        overrides.push((k.trim().to_string(), v.to_string()));
+    }
+    for (k, v) in overrides {
+        c.set(&k, &v).map_err(|e| e.to_string())?;
+    }
+    c.check().map_err(|e| e.to_string())?;
+    Ok(c)
+}
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let cli = Cli::parse();
+    let config = match build_config(&cli.command) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("sluice: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("sluice: cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let handle = match Broker::start(config).await {
+            Ok(h) => h,
+            Err(e) => {
+                eprintln!("sluice: {e}");
+                return std::process::ExitCode::FAILURE;
+            }
+        };
+        wait_for_signal().await;
+        tracing::info!("shutting down");
+        handle.shutdown().await;
+        std::process::ExitCode::SUCCESS
+    })
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

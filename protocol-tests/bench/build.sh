@@ -1,0 +1,235 @@
+#!/usr/bin/env bash
+# Build the benchmark's load generator outside the repository.
+#
+#   protocol-tests/bench/build.sh [DIR]     DIR defaults to $SLUICE_BENCH_TOOLS,
+#                                           else /tmp/sluice-bench-tools
+#
+# Produces DIR/bin/rdkafka_performance (librdkafka's own load generator) and
+# DIR/bin/sluice_mktopic (CreateTopics + wait for leaders), both statically
+# linked against librdkafka built from Debian's source package, so the numbers
+# come from the same client code that Debian users run (librdkafka 2.0.2 on
+# bookworm), with exactly one upstream fix applied (see step 3).
+#
+# Idempotent and cheap when already built (each step checks its output).
+# Output goes to DIR/build.log; on failure its tail is printed.
+# Needs root for apt-get, as on the project's machines.
+set -euo pipefail
+
+DIR=${1:-${SLUICE_BENCH_TOOLS:-/tmp/sluice-bench-tools}}
+mkdir -p "$DIR/bin" "$DIR/src"
+DIR=$(cd "$DIR" && pwd)
+LOG=$DIR/build.log
+: >"$LOG"
+JOBS=$(nproc 2>/dev/null || echo 2)
+
+die() {
+    echo "build.sh: FAILED: $*" >&2
+    echo "---- tail of $LOG ----" >&2
+    tail -n 30 "$LOG" >&2 || true
+    exit 1
+}
+say() { echo "build.sh: $*"; echo "### $*" >>"$LOG"; }
+
+export DEBIAN_FRONTEND=noninteractive
+APT_UPDATED=0
+apt_update() { # once per run: apt-get source/install need fresh lists
+    ((APT_UPDATED)) && return 0
+    apt-get update -q >>"$LOG" 2>&1 || die "apt-get update"
+    APT_UPDATED=1
+}
+
+# 1. Build dependencies.  librdkafka's configure probes for these; without the
+#    -dev packages it silently builds without the codec/feature, which would
+#    make the binary differ from Debian's.
+need=()
+for p in gcc make libc6-dev pkg-config python3 dpkg-dev \
+         zlib1g-dev libssl-dev libsasl2-dev libzstd-dev liblz4-dev; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || need+=("$p")
+done
+if ((${#need[@]})); then
+    say "apt-get install ${need[*]}"
+    apt_update
+    apt-get install -y -q --no-install-recommends "${need[@]}" >>"$LOG" 2>&1 ||
+        die "apt-get install ${need[*]}"
+fi
+
+# 2. librdkafka source from Debian.  Stock images ship only "Types: deb"
+#    entries, so add a deb-src twin of Debian's own sources file (same mirrors,
+#    same snapshot, same signing key) when apt-get source cannot find it.
+VER=2.0.2
+SRC=$DIR/src/librdkafka-$VER
+if [[ ! -x $SRC/configure ]]; then
+    say "apt-get source librdkafka=$VER"
+    if ! (cd "$DIR/src" && apt-get source -q "librdkafka=$VER-1" >>"$LOG" 2>&1); then
+        debsrc=/etc/apt/sources.list.d/sluice-deb-src.sources
+        if [[ ! -e $debsrc && -r /etc/apt/sources.list.d/debian.sources ]]; then
+            say "enabling deb-src in $debsrc"
+            sed 's/^Types: deb$/Types: deb-src/' /etc/apt/sources.list.d/debian.sources >"$debsrc"
+        elif [[ ! -e $debsrc && -r /etc/apt/sources.list ]]; then
+            grep '^deb ' /etc/apt/sources.list | sed 's/^deb /deb-src /' >"${debsrc%.sources}.list"
+        fi
+        APT_UPDATED=0
+        apt_update
+        (cd "$DIR/src" && apt-get source -q "librdkafka=$VER-1" >>"$LOG" 2>&1) ||
+            die "apt-get source librdkafka=$VER-1"
+    fi
+    [[ -x $SRC/configure ]] || die "apt-get source did not unpack $SRC"
+fi
+
+# 3. The one fix.  librdkafka < 2.2.0 skips only (len - 1) bytes of each
+#    KIP-482 tagged field it does not know (rd_kafka_buf_skip_tags), so the
+#    first response that carries a tagged field (e.g. ApiVersions v3 with
+#    SupportedFeatures) is misparsed: "ApiVersionRequest failed: Local: Read
+#    underflow" and the client never connects.  Upstream fixed it in 2.2.0
+#    (confluentinc/librdkafka PR 4278); the same two-token change goes here so
+#    the benchmark measures the broker, not this client bug.  NOTE: Debian's own
+#    librdkafka1 (and so Debian's kcat and confluent-kafka built against it) keep
+#    the bug, so Sluice should avoid non-empty tagged fields in responses that
+#    such clients read, and protocol-tests/clients/test_kcat.sh checks that.
+BUF_H=$SRC/src/rdkafka_buf.h
+if grep -q '(size_t)(_taglen - 1)' "$BUF_H"; then
+    say "patching rd_kafka_buf_skip_tags off-by-one (upstream PR 4278)"
+    sed -i -e 's/if (_taglen > 1)/if (_taglen > 0)/' \
+        -e 's/(size_t)(_taglen - 1)/(size_t)(_taglen)/' "$BUF_H"
+fi
+# Verify rather than trust sed: a missed patch gives misleading "broker"
+# failures much later.
+grep -q '(size_t)(_taglen)' "$BUF_H" && ! grep -q '_taglen - 1' "$BUF_H" ||
+    die "tagged-field patch not applied to $BUF_H (source layout changed?)"
+
+# 4. The library: upstream's own mklove configure, no network (--no-download),
+#    installed into DIR/prefix so helpers can link its static archive.
+PREFIX=$DIR/prefix
+if [[ ! -f $SRC/Makefile.config ]]; then
+    say "configure librdkafka"
+    (cd "$SRC" && ./configure --prefix="$PREFIX" --no-download --disable-curl) \
+        >>"$LOG" 2>&1 || die "configure"
+fi
+if [[ ! -f $PREFIX/lib/librdkafka.a || $BUF_H -nt $PREFIX/lib/librdkafka.a ]]; then
+    say "make librdkafka -j$JOBS (a minute or two on 2 cores)"
+    make -C "$SRC/src" -j"$JOBS" >>"$LOG" 2>&1 || die "make librdkafka"
+    make -C "$SRC/src" install >>"$LOG" 2>&1 || die "make install"
+fi
+
+# 5. rdkafka_performance, the upstream example, unmodified.
+if [[ ! -x $DIR/bin/rdkafka_performance || $PREFIX/lib/librdkafka.a -nt $DIR/bin/rdkafka_performance ]]; then
+    say "make rdkafka_performance"
+    rm -f "$SRC/examples/rdkafka_performance"
+    make -C "$SRC/examples" rdkafka_performance >>"$LOG" 2>&1 || die "make rdkafka_performance"
+    install -m 0755 "$SRC/examples/rdkafka_performance" "$DIR/bin/"
+fi
+
+# 6. sluice_mktopic: bench.sh wants every topic created explicitly with one
+#    partition (not auto-created with the broker's num.partitions), and wants
+#    to start producing only once the partition has a leader.
+MK_C=$DIR/src/sluice_mktopic.c
+cat >"$MK_C.new" <<'EOF'
+/* sluice_mktopic -b ADDR -t TOPIC [-p PARTITIONS] [-w WAIT_S]
+ * CreateTopics (replication factor 1), then poll Metadata until every
+ * partition has a leader.  Exit 0 when ready (TOPIC_ALREADY_EXISTS counts as
+ * ready too), 1 otherwise; the reason goes to stderr. */
+#include <librdkafka/rdkafka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+static int ready(rd_kafka_t *rk, const char *topic, int parts) {
+        const struct rd_kafka_metadata *md;
+        rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
+        int ok = 0;
+        if (rd_kafka_metadata(rk, 0, rkt, &md, 2000) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+                const struct rd_kafka_metadata_topic *t = &md->topics[0];
+                ok = md->topic_cnt == 1 && !t->err && t->partition_cnt == parts;
+                for (int i = 0; ok && i < t->partition_cnt; i++)
+                        ok = t->partitions[i].leader >= 0 && !t->partitions[i].err;
+                rd_kafka_metadata_destroy(md);
+        }
+        rd_kafka_topic_destroy(rkt);
+        return ok;
+}
+
+int main(int argc, char **argv) {
+        const char *addr = NULL, *topic = NULL;
+        int parts = 1, wait_s = 20, c;
+        char err[512];
+        while ((c = getopt(argc, argv, "b:t:p:w:")) != -1) {
+                if (c == 'b') addr = optarg;
+                else if (c == 't') topic = optarg;
+                else if (c == 'p') parts = atoi(optarg);
+                else if (c == 'w') wait_s = atoi(optarg);
+                else return 1;
+        }
+        if (!addr || !topic) {
+                fprintf(stderr, "usage: sluice_mktopic -b ADDR -t TOPIC [-p N] [-w S]\n");
+                return 1;
+        }
+        rd_kafka_conf_t *conf = rd_kafka_conf_new();
+        /* Metadata requests for a topic must not auto-create it behind our back. */
+        rd_kafka_conf_set(conf, "allow.auto.create.topics", "false", err, sizeof err);
+        if (rd_kafka_conf_set(conf, "bootstrap.servers", addr, err, sizeof err) != RD_KAFKA_CONF_OK) {
+                fprintf(stderr, "sluice_mktopic: %s\n", err);
+                return 1;
+        }
+        rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
+        if (!rk) {
+                fprintf(stderr, "sluice_mktopic: %s\n", err);
+                return 1;
+        }
+        rd_kafka_NewTopic_t *nt = rd_kafka_NewTopic_new(topic, parts, 1, err, sizeof err);
+        rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
+        rd_kafka_CreateTopics(rk, &nt, 1, NULL, q);
+        rd_kafka_event_t *ev = rd_kafka_queue_poll(q, wait_s * 1000);
+        int rc = 1;
+        if (!ev) {
+                fprintf(stderr, "sluice_mktopic: CreateTopics: no answer in %d s\n", wait_s);
+                goto out;
+        }
+        if (rd_kafka_event_error(ev)) {
+                fprintf(stderr, "sluice_mktopic: CreateTopics: %s\n", rd_kafka_event_error_string(ev));
+                goto out;
+        }
+        size_t n;
+        const rd_kafka_topic_result_t **res =
+            rd_kafka_CreateTopics_result_topics(rd_kafka_event_CreateTopics_result(ev), &n);
+        for (size_t i = 0; i < n; i++) {
+                rd_kafka_resp_err_t e = rd_kafka_topic_result_error(res[i]);
+                if (e && e != RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS) {
+                        fprintf(stderr, "sluice_mktopic: %s: %s\n", rd_kafka_topic_result_name(res[i]),
+                                rd_kafka_err2str(e));
+                        goto out;
+                }
+        }
+        for (time_t end = time(NULL) + wait_s; time(NULL) < end; usleep(100 * 1000))
+                if ((rc = !ready(rk, topic, parts)) == 0)
+                        break;
+        if (rc)
+                fprintf(stderr, "sluice_mktopic: %s: no leader for all %d partitions after %d s\n",
+                        topic, parts, wait_s);
+out:
+        if (ev)
+                rd_kafka_event_destroy(ev);
+        rd_kafka_NewTopic_destroy(nt);
+        rd_kafka_queue_destroy(q);
+        rd_kafka_destroy(rk);
+        return rc;
+}
+EOF
+# Rewrite only on change so the mtime check below stays meaningful.
+cmp -s "$MK_C.new" "$MK_C" && rm -f "$MK_C.new" || mv "$MK_C.new" "$MK_C"
+if [[ ! -x $DIR/bin/sluice_mktopic || $MK_C -nt $DIR/bin/sluice_mktopic ||
+      $PREFIX/lib/librdkafka.a -nt $DIR/bin/sluice_mktopic ]]; then
+    say "cc sluice_mktopic"
+    # The static archive's own link flags (ssl, sasl, zstd, lz4, z) come from
+    # the pkg-config file that make install wrote.
+    # shellcheck disable=SC2046
+    gcc -O2 -Wall -std=gnu99 -I"$PREFIX/include" -o "$DIR/bin/sluice_mktopic" "$MK_C" \
+        "$PREFIX/lib/librdkafka.a" \
+        $(PKG_CONFIG_PATH=$PREFIX/lib/pkgconfig pkg-config --static --libs-only-l --libs-only-L rdkafka-static 2>/dev/null |
+          sed 's/-lrdkafka\b//') \
+        -lpthread -lm -ldl -lrt >>"$LOG" 2>&1 || die "cc sluice_mktopic"
+fi
+
+# (rdkafka_performance prints its version in the usage text and exits 1.)
+v=$({ "$DIR/bin/rdkafka_performance" -h 2>&1 || true; } | sed -n 's/^librdkafka version \([^ ]*\).*/\1/p' | head -n1)
+echo "build.sh: ready: $DIR/bin (rdkafka_performance, librdkafka ${v:-?} + tagged-field fix; sluice_mktopic)"

@@ -1,0 +1,479 @@
+//! Raw protocol frames: misuse a real client never produces, edge cases of each API, and every
+//! advertised version answering with a response that decodes.
+
+mod common;
+
+use bytes::{Bytes, BytesMut};
+use common::*;
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::{Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+use sluice::api::SUPPORTED;
+
+/// One record batch (magic 2) of `count` records, timestamps from `timestamp`.
+fn batch(count: usize, value_len: usize, timestamp: i64) -> Bytes {
+    let records: Vec<Record> = (0..count)
+        .map(|i| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            // The encoder keeps records in one batch while offset - sequence stays constant.
+            sequence: i as i32 - 1,
+            timestamp: timestamp + i as i64,
+            key: Some(Bytes::from(format!("k{i}"))),
+            value: Some(Bytes::from(vec![b'v'; value_len])),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(&mut buf, &records, &RecordEncodeOptions { version: 2, compression: Compression::None }).unwrap();
+    buf.freeze()
+}
+
+fn produce_request(topic_name: &str, partition: i32, records: Bytes, acks: i16) -> ProduceRequest {
+    ProduceRequest::default().with_acks(acks).with_timeout_ms(10_000).with_topic_data(vec![
+        TopicProduceData::default()
+            .with_name(topic(topic_name))
+            .with_partition_data(vec![PartitionProduceData::default().with_index(partition).with_records(Some(records))]),
+    ])
+}
+
+fn fetch_request(topic_name: &str, offset: i64, max_bytes: i32, partition_max_bytes: i32) -> FetchRequest {
+    FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(0)
+        .with_min_bytes(0)
+        .with_max_bytes(max_bytes)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default().with_topic(topic(topic_name)).with_partitions(vec![
+            FetchPartition::default()
+                .with_partition(0)
+                .with_fetch_offset(offset)
+                .with_partition_max_bytes(partition_max_bytes)
+                .with_current_leader_epoch(-1)
+                .with_log_start_offset(-1),
+        ])])
+}
+
+async fn create(raw: &mut Raw, name: &str, partitions: i32, configs: &[(&str, &str)]) -> i16 {
+    let t = CreatableTopic::default()
+        .with_name(topic(name))
+        .with_num_partitions(partitions)
+        .with_replication_factor(1)
+        .with_configs(
+            configs
+                .iter()
+                .map(|(k, v)| {
+                    CreatableTopicConfig::default()
+                        .with_name(StrBytes::from_string(k.to_string()))
+                        .with_value(Some(StrBytes::from_string(v.to_string())))
+                })
+                .collect(),
+        );
+    let resp = raw.call(7, &CreateTopicsRequest::default().with_topics(vec![t]).with_timeout_ms(5000)).await;
+    resp.topics[0].error_code
+}
+
+async fn latest_offset(raw: &mut Raw, name: &str) -> i64 {
+    let req = ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
+        ListOffsetsTopic::default()
+            .with_name(topic(name))
+            .with_partitions(vec![ListOffsetsPartition::default().with_partition_index(0).with_timestamp(-1)]),
+    ]);
+    let resp = raw.call(10, &req).await;
+    assert_eq!(resp.topics[0].partitions[0].error_code, 0);
+    resp.topics[0].partitions[0].offset
+}
+
+/// After each misuse the broker must still answer a fresh connection.
+async fn still_serves(broker: &TestBroker) {
+    let mut raw = Raw::connect(broker.addr).await;
+    let resp = raw.call(3, &ApiVersionsRequest::default()).await;
+    assert_eq!(resp.error_code, 0);
+}
+
+#[tokio::test]
+async fn malformed_frames_close_only_their_connection() {
+    let broker = TestBroker::start(&[("socket.request.max.bytes", "2097152")]).await;
+    // A bystander connection opened before the misuse keeps working after it.
+    let mut bystander = Raw::connect(broker.addr).await;
+
+    // Truncated frame: the length promises more than arrives before the peer closes.
+    let mut raw = Raw::connect(broker.addr).await;
+    raw.send_bytes(&[0, 0, 0, 100, 0, 18, 0, 3]).await;
+    raw.stream.shutdown().await.ok();
+    drop(raw);
+    still_serves(&broker).await;
+
+    // Oversized length prefix: closed before the broker allocates it.
+    let mut raw = Raw::connect(broker.addr).await;
+    raw.send_bytes(&0x7fff_ffffi32.to_be_bytes()).await;
+    assert!(raw.is_closed().await, "oversized frame closes the connection");
+    still_serves(&broker).await;
+
+    // Negative length prefix.
+    let mut raw = Raw::connect(broker.addr).await;
+    raw.send_bytes(&(-5i32).to_be_bytes()).await;
+    assert!(raw.is_closed().await);
+
+    // Unknown API key.
+    let mut raw = Raw::connect(broker.addr).await;
+    raw.send_bytes(&[0, 0, 0, 10, 0x27, 0x0f, 0, 0, 0, 0, 0, 1, 0xff, 0xff]).await;
+    assert!(raw.is_closed().await, "unknown API key closes the connection");
+    still_serves(&broker).await;
+
+    // Unsupported version of a known API (Produce v2: magic 0/1 only, not served).
+    let mut raw = Raw::connect(broker.addr).await;
+    let frame = raw.encode(2, &MetadataRequest::default());
+    let mut bytes = frame.to_vec();
+    bytes[4..6].copy_from_slice(&0i16.to_be_bytes()); // key 0 = Produce
+    raw.send_bytes(&bytes).await;
+    assert!(raw.is_closed().await, "unsupported version closes the connection");
+
+    // A body that does not parse for its version.
+    let mut raw = Raw::connect(broker.addr).await;
+    let frame = raw.encode(9, &MetadataRequest::default());
+    let mut bytes = frame.to_vec();
+    bytes.truncate(bytes.len() - 1);
+    bytes.push(0xff);
+    bytes.extend_from_slice(&[0xff; 3]);
+    let len = (bytes.len() - 4) as i32;
+    bytes[..4].copy_from_slice(&len.to_be_bytes());
+    raw.send_bytes(&bytes).await;
+    assert!(raw.is_closed().await, "a malformed body closes the connection");
+
+    let resp = bystander.call(4, &ApiVersionsRequest::default()).await;
+    assert_eq!(resp.error_code, 0);
+    still_serves(&broker).await;
+    broker.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn api_versions_v99_gets_the_kip511_fallback() {
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    // A v99 request whose body a v4 client would send; the broker answers v0.
+    let mut frame = raw.encode(3, &ApiVersionsRequest::default()).to_vec();
+    frame[6..8].copy_from_slice(&99i16.to_be_bytes());
+    raw.send_bytes(&frame).await;
+    let mut body = raw.read_frame().await.expect("a v0 response, not a close");
+    use kafka_protocol::protocol::Decodable;
+    let header = ResponseHeader::decode(&mut body, 0).unwrap();
+    assert_eq!(header.correlation_id, 1);
+    let resp = ApiVersionsResponse::decode(&mut body, 0).unwrap();
+    assert_eq!(resp.error_code, 35, "UNSUPPORTED_VERSION");
+    let own = resp.api_keys.iter().find(|k| k.api_key == 18).expect("ApiVersions range listed");
+    assert_eq!((own.min_version, own.max_version), (0, 4));
+    // The connection stays usable at a supported version.
+    let resp = raw.call(4, &ApiVersionsRequest::default()).await;
+    assert_eq!(resp.error_code, 0);
+    broker.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn api_versions_lists_exactly_the_supported_table() {
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    for version in 0..=4 {
+        let resp = raw.call(version, &ApiVersionsRequest::default()).await;
+        assert_eq!(resp.error_code, 0);
+        assert_eq!(resp.api_keys.len(), SUPPORTED.len());
+        for v in SUPPORTED {
+            let k = resp.api_keys.iter().find(|k| k.api_key == v.key as i16).unwrap();
+            assert_eq!((k.min_version, k.max_version), (v.min, v.max));
+        }
+    }
+    broker.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn corrupt_and_oversized_batches_are_refused_and_leave_the_log_untouched() {
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    assert_eq!(create(&mut raw, "guarded", 1, &[("max.message.bytes", "10000")]).await, 0);
+
+    let mut bad_crc = batch(3, 10, 1_000).to_vec();
+    let last = bad_crc.len() - 1;
+    bad_crc[last] ^= 0x01;
+    let resp = raw.call(9, &produce_request("guarded", 0, Bytes::from(bad_crc), -1)).await;
+    assert_eq!(resp.responses[0].partition_responses[0].error_code, 2, "CORRUPT_MESSAGE");
+
+    let resp = raw.call(9, &produce_request("guarded", 0, batch(1, 20_000, 1_000), -1)).await;
+    assert_eq!(resp.responses[0].partition_responses[0].error_code, 10, "MESSAGE_TOO_LARGE");
+
+    let mut truncated = batch(3, 10, 1_000).to_vec();
+    truncated.truncate(truncated.len() - 5);
+    let resp = raw.call(9, &produce_request("guarded", 0, Bytes::from(truncated), -1)).await;
+    assert_eq!(resp.responses[0].partition_responses[0].error_code, 2, "CORRUPT_MESSAGE");
+
+    let mut magic1 = batch(1, 10, 1_000).to_vec();
+    magic1[16] = 1;
+    let resp = raw.call(9, &produce_request("guarded", 0, Bytes::from(magic1), -1)).await;
+    assert_ne!(resp.responses[0].partition_responses[0].error_code, 0);
+
+    assert_eq!(latest_offset(&mut raw, "guarded").await, 0, "nothing was appended");
+    let resp = raw.call(9, &produce_request("guarded", 0, batch(3, 10, 1_000), -1)).await;
+    let p = &resp.responses[0].partition_responses[0];
+    assert_eq!((p.error_code, p.base_offset, p.log_start_offset), (0, 0, 0));
+    assert_eq!(latest_offset(&mut raw, "guarded").await, 3);
+
+    let resp = raw.call(9, &produce_request("nope", 0, batch(1, 1, 1), 1)).await;
+    assert_eq!(resp.responses[0].partition_responses[0].error_code, 3, "UNKNOWN_TOPIC_OR_PARTITION");
+    let resp = raw.call(9, &produce_request("guarded", 0, batch(1, 1, 1), 2)).await;
+    assert_eq!(resp.responses[0].partition_responses[0].error_code, 21, "INVALID_REQUIRED_ACKS");
+    broker.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn fetch_returns_whole_batches_and_follows_kip74() {
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    assert_eq!(create(&mut raw, "batches", 1, &[]).await, 0);
+    let first = batch(5, 1000, 1_000); // offsets 0..5, ~5 KB
+    let second = batch(5, 10, 2_000); // offsets 5..10
+    for b in [first.clone(), second.clone()] {
+        let resp = raw.call(9, &produce_request("batches", 0, b, -1)).await;
+        assert_eq!(resp.responses[0].partition_responses[0].error_code, 0);
+    }
+    // From inside the first batch: the whole first batch comes back.
+    let resp = raw.call(12, &fetch_request("batches", 2, 1 << 20, 1 << 20)).await;
+    let p = &resp.responses[0].partitions[0];
+    assert_eq!((p.error_code, p.high_watermark, p.last_stable_offset, p.log_start_offset), (0, 10, 10, 0));
+    let mut records = p.records.clone().unwrap();
+    let sets = RecordBatchDecoder::decode_all(&mut records).unwrap();
+    assert_eq!(sets.len(), 2);
+    assert_eq!(sets[0].records.first().unwrap().offset, 0);
+    assert_eq!(sets[1].records.last().unwrap().offset, 9);
+
+    // KIP-74: limits smaller than the first batch still return that batch whole, and only it.
+    let resp = raw.call(12, &fetch_request("batches", 0, 100, 100)).await;
+    let records = resp.responses[0].partitions[0].records.clone().unwrap();
+    assert_eq!(records.len(), first.len());
+
+    // At the end: empty, no error. Past the end: OFFSET_OUT_OF_RANGE with the offsets.
+    let resp = raw.call(12, &fetch_request("batches", 10, 1 << 20, 1 << 20)).await;
+    let p = &resp.responses[0].partitions[0];
+    assert_eq!((p.error_code, p.records.as_ref().map(|r| r.len())), (0, Some(0)));
+    let resp = raw.call(12, &fetch_request("batches", 11, 1 << 20, 1 << 20)).await;
+    let p = &resp.responses[0].partitions[0];
+    assert_eq!((p.error_code, p.high_watermark, p.log_start_offset), (1, 10, 0));
+    let resp = raw.call(12, &fetch_request("missing", 0, 1 << 20, 1 << 20)).await;
+    assert_eq!(resp.responses[0].partitions[0].error_code, 3);
+    broker.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn list_offsets_by_timestamp_and_max_timestamp() {
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    assert_eq!(create(&mut raw, "times", 1, &[]).await, 0);
+    raw.call(9, &produce_request("times", 0, batch(3, 10, 1_000), -1)).await; // 1000..1002
+    raw.call(9, &produce_request("times", 0, batch(3, 10, 5_000), -1)).await; // 5000..5002
+    let lookup = |ts: i64| {
+        ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
+            ListOffsetsTopic::default()
+                .with_name(topic("times"))
+                .with_partitions(vec![ListOffsetsPartition::default().with_partition_index(0).with_timestamp(ts)]),
+        ])
+    };
+    let cases = [(-2, 0, -1), (-1, 6, -1), (1_001, 1, 1_001), (3_000, 3, 5_000), (5_002, 5, 5_002), (-3, 5, 5_002)];
+    for (spec, offset, timestamp) in cases {
+        let resp = raw.call(8, &lookup(spec)).await;
+        let p = &resp.topics[0].partitions[0];
+        assert_eq!((p.error_code, p.offset, p.timestamp), (0, offset, timestamp), "spec {spec}");
+    }
+    let resp = raw.call(8, &lookup(9_000)).await;
+    assert_eq!(resp.topics[0].partitions[0].offset, -1, "no record at or after the timestamp");
+    broker.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn log_append_time_topics_stamp_the_broker_time() {
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    assert_eq!(create(&mut raw, "stamped", 1, &[("message.timestamp.type", "LogAppendTime")]).await, 0);
+    let resp = raw.call(9, &produce_request("stamped", 0, batch(2, 10, 42), -1)).await;
+    let append_time = resp.responses[0].partition_responses[0].log_append_time_ms;
+    assert!(append_time > 1_600_000_000_000, "log_append_time_ms {append_time}");
+    let resp = raw.call(12, &fetch_request("stamped", 0, 1 << 20, 1 << 20)).await;
+    let records = resp.responses[0].partitions[0].records.clone().unwrap();
+    // The batch's maxTimestamp (bytes 35..43) carries the append time for every record.
+    let max_timestamp = i64::from_be_bytes(records[35..43].try_into().unwrap());
+    assert_eq!(max_timestamp, append_time);
+    let sets = RecordBatchDecoder::decode_all(&mut records.clone()).unwrap(); // checks the rewritten CRC
+    assert!(sets[0].records.iter().all(|r| r.timestamp_type == TimestampType::LogAppend));
+    broker.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn metadata_auto_creates_only_when_enabled() {
+    let broker = TestBroker::start(&[("num.partitions", "4")]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    let ask = |name: &str, allow: bool| {
+        MetadataRequest::default()
+            .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(topic(name)))]))
+            .with_allow_auto_topic_creation(allow)
+    };
+    let resp = raw.call(12, &ask("auto", true)).await;
+    let t = &resp.topics[0];
+    assert_eq!((t.error_code, t.partitions.len()), (0, 4));
+    assert!(!t.topic_id.is_nil());
+    assert_eq!(resp.controller_id.0, 1);
+    assert_eq!(resp.brokers[0].port, broker.addr.port() as i32);
+    let resp = raw.call(12, &ask("not-allowed", false)).await;
+    assert_eq!(resp.topics[0].error_code, 3);
+    let resp = raw.call(12, &ask("bad name!", true)).await;
+    assert_eq!(resp.topics[0].error_code, 17, "INVALID_TOPIC_EXCEPTION");
+    broker.handle.shutdown().await;
+
+    let broker = TestBroker::start(&[("auto.create.topics.enable", "false")]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    let resp = raw.call(12, &ask("auto", true)).await;
+    assert_eq!(resp.topics[0].error_code, 3, "UNKNOWN_TOPIC_OR_PARTITION");
+    broker.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn create_and_delete_topics_validate_like_kafka() {
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    assert_eq!(create(&mut raw, "bad/name", 1, &[]).await, 17);
+    assert_eq!(create(&mut raw, "conf", 1, &[("retention.ms", "soon")]).await, 40, "INVALID_CONFIG");
+    assert_eq!(create(&mut raw, "conf", 1, &[("no.such.key", "1")]).await, 40);
+    assert_eq!(create(&mut raw, "zero", 0, &[]).await, 37, "INVALID_PARTITIONS");
+    let rf2 = CreatableTopic::default().with_name(topic("rf2")).with_num_partitions(1).with_replication_factor(2);
+    let resp = raw.call(7, &CreateTopicsRequest::default().with_topics(vec![rf2])).await;
+    assert_eq!(resp.topics[0].error_code, 38, "INVALID_REPLICATION_FACTOR");
+    let dry = CreatableTopic::default().with_name(topic("dry")).with_num_partitions(2).with_replication_factor(1);
+    let resp = raw.call(7, &CreateTopicsRequest::default().with_topics(vec![dry]).with_validate_only(true)).await;
+    assert_eq!((resp.topics[0].error_code, resp.topics[0].num_partitions), (0, 2));
+    assert!(!broker.dir.path().join("dry-0").exists(), "validate_only creates nothing");
+
+    assert_eq!(create(&mut raw, "doomed", 2, &[]).await, 0);
+    assert_eq!(create(&mut raw, "doomed", 2, &[]).await, 36, "TOPIC_ALREADY_EXISTS");
+    raw.call(9, &produce_request("doomed", 0, batch(2, 10, 1), -1)).await;
+    assert!(broker.dir.path().join("doomed-0").exists());
+    let meta = raw.call(12, &MetadataRequest::default().with_topics(None)).await;
+    let id = meta.topics.iter().find(|t| t.name.as_ref().map(|n| n.0.as_str()) == Some("doomed")).unwrap().topic_id;
+
+    let resp = raw.call(6, &DeleteTopicsRequest::default().with_topics(vec![DeleteTopicState::default().with_topic_id(id)])).await;
+    assert_eq!(resp.responses[0].error_code, 0);
+    assert!(!broker.dir.path().join("doomed-0").exists(), "partition files are removed");
+    assert!(!broker.dir.path().join("doomed-1").exists());
+    let resp = raw.call(6, &DeleteTopicsRequest::default().with_topics(vec![DeleteTopicState::default().with_topic_id(id)])).await;
+    assert_eq!(resp.responses[0].error_code, 100, "UNKNOWN_TOPIC_ID");
+    let resp = raw.call(5, &DeleteTopicsRequest::default().with_topic_names(vec![topic("doomed")])).await;
+    assert_eq!(resp.responses[0].error_code, 3);
+
+    // A re-created topic starts empty.
+    assert_eq!(create(&mut raw, "doomed", 1, &[]).await, 0);
+    assert_eq!(latest_offset(&mut raw, "doomed").await, 0);
+    broker.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn create_partitions_grows_a_topic() {
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    assert_eq!(create(&mut raw, "grow", 1, &[]).await, 0);
+    use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+    let grow = |count| {
+        CreatePartitionsRequest::default()
+            .with_topics(vec![CreatePartitionsTopic::default().with_name(topic("grow")).with_count(count)])
+    };
+    let resp = raw.call(3, &grow(3)).await;
+    assert_eq!(resp.results[0].error_code, 0);
+    let resp = raw.call(3, &grow(2)).await;
+    assert_eq!(resp.results[0].error_code, 37, "INVALID_PARTITIONS");
+    raw.call(9, &produce_request("grow", 0, batch(1, 1, 1), -1)).await;
+    let mut p2 = produce_request("grow", 0, batch(1, 1, 1), -1);
+    p2.topic_data[0].partition_data[0].index = 2;
+    let resp = raw.call(9, &p2).await;
+    assert_eq!(resp.responses[0].partition_responses[0].error_code, 0);
+    broker.handle.shutdown().await;
+}
+
+/// Every advertised version of every API answers with a response that decodes at that version.
+#[tokio::test]
+async fn every_advertised_version_answers() {
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    assert_eq!(create(&mut raw, "all-versions", 1, &[]).await, 0);
+    raw.call(9, &produce_request("all-versions", 0, batch(2, 10, 1), -1)).await;
+    let meta = raw.call(12, &MetadataRequest::default().with_topics(None)).await;
+    let id = meta.topics[0].topic_id;
+    for v in SUPPORTED {
+        for version in v.min..=v.max {
+            match v.key {
+                ApiKey::ApiVersions => assert_eq!(raw.call(version, &ApiVersionsRequest::default()).await.error_code, 0),
+                ApiKey::Metadata => {
+                    let topics = if version >= 1 { None } else { Some(vec![]) };
+                    let resp = raw.call(version, &MetadataRequest::default().with_topics(topics)).await;
+                    assert_eq!(resp.topics.len(), 1, "Metadata v{version}");
+                }
+                ApiKey::Produce => {
+                    let resp = raw.call(version, &produce_request("all-versions", 0, batch(1, 5, 1), -1)).await;
+                    assert_eq!(resp.responses[0].partition_responses[0].error_code, 0, "Produce v{version}");
+                }
+                ApiKey::Fetch => {
+                    let mut req = fetch_request("all-versions", 0, 1 << 20, 1 << 20);
+                    if version >= 13 {
+                        req.topics[0].topic_id = id;
+                    }
+                    let resp = raw.call(version, &req).await;
+                    let p = &resp.responses[0].partitions[0];
+                    assert_eq!(p.error_code, 0, "Fetch v{version}");
+                    assert!(!p.records.as_ref().unwrap().is_empty(), "Fetch v{version}");
+                }
+                ApiKey::ListOffsets => {
+                    let req = ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
+                        ListOffsetsTopic::default()
+                            .with_name(topic("all-versions"))
+                            .with_partitions(vec![ListOffsetsPartition::default().with_timestamp(-1)]),
+                    ]);
+                    let resp = raw.call(version, &req).await;
+                    assert_eq!(resp.topics[0].partitions[0].error_code, 0, "ListOffsets v{version}");
+                }
+                ApiKey::CreateTopics => {
+                    let name = format!("created-v{version}");
+                    let t = CreatableTopic::default().with_name(topic(&name)).with_num_partitions(1).with_replication_factor(1);
+                    let resp = raw.call(version, &CreateTopicsRequest::default().with_topics(vec![t])).await;
+                    assert_eq!(resp.topics[0].error_code, 0, "CreateTopics v{version}");
+                }
+                ApiKey::DeleteTopics => {
+                    let name = format!("created-v{}", 2 + version - 1);
+                    let req = if version >= 6 {
+                        DeleteTopicsRequest::default().with_topics(vec![DeleteTopicState::default().with_name(Some(topic(&name)))])
+                    } else {
+                        DeleteTopicsRequest::default().with_topic_names(vec![topic(&name)])
+                    };
+                    let resp = raw.call(version, &req).await;
+                    assert_eq!(resp.responses[0].error_code, 0, "DeleteTopics v{version}");
+                }
+                ApiKey::CreatePartitions => {
+                    use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+                    let req = CreatePartitionsRequest::default().with_topics(vec![
+                        CreatePartitionsTopic::default().with_name(topic("all-versions")).with_count(2 + version as i32),
+                    ]);
+                    let resp = raw.call(version, &req).await;
+                    assert_eq!(resp.results[0].error_code, 0, "CreatePartitions v{version}");
+                }
+                other => panic!("{other:?} is advertised but has no case here"),
+            }
+        }
+    }
+    broker.handle.shutdown().await;
+}
+
+use tokio::io::AsyncWriteExt;

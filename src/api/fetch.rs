@@ -1,0 +1,168 @@
+//! Fetch (key 1): read record batches from partition leaders, long-polling for new data.
+//! v4 baseline here (isolation level, last stable offset, aborted transactions) · v5 log start
+//! offset · v7 fetch sessions (KIP-227: we never create one, so every answer carries session id
+//! 0 and clients keep sending full fetches) · v9 current leader epoch fencing · v11 rack id and
+//! preferred read replica (always -1) · v12 flexible · v13 topic ids instead of names · v15
+//! replica state · v16-v17 node endpoints and replica directory id (tagged; unused on one node).
+//! Not served: v18 (high watermark in requests, KIP-1166).
+//! Waits are woken by the high watermark moving (never a sleep loop). `max_bytes` and
+//! `partition_max_bytes` follow KIP-74: the first batch of the first non-empty partition is
+//! returned whole even when larger.
+
+use std::time::Duration;
+
+use futures::future::select_all;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::fetch_request::FetchPartition;
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse};
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::{Ctx, Versions};
+use crate::error::Error;
+use crate::replica::Partition;
+use std::sync::Arc;
+
+pub const VERSIONS: Versions = Versions::new(ApiKey::Fetch, 4, 17);
+
+/// The longest a fetch may wait for data; clients ask for far less (librdkafka 500 ms, Java
+/// 500 ms), this only bounds a misbehaving one.
+const FETCH_WAIT_MS_MAX: u64 = 60_000;
+/// `isolation_level` 1 = READ_COMMITTED.
+const READ_COMMITTED: i8 = 1;
+
+/// One requested partition, resolved.
+struct Wanted {
+    topic: usize,
+    request: FetchPartition,
+    partition: Result<Arc<Partition>, i16>,
+}
+
+pub async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchResponse {
+    // KIP-227: epochs 0 (new session) and -1 (sessionless) are full fetches; anything else names
+    // a session we never created.
+    if req.session_epoch != 0 && req.session_epoch != -1 {
+        return FetchResponse::default().with_error_code(ResponseError::FetchSessionIdNotFound.code());
+    }
+    let image = ctx.controller.image();
+    let mut topics = Vec::with_capacity(req.topics.len());
+    let mut wanted = Vec::new();
+    for topic in req.topics {
+        let (name, id) = if version >= 13 {
+            match image.topic_by_id(&topic.topic_id) {
+                Some(t) => (Some(t.name.clone()), topic.topic_id),
+                None => (None, topic.topic_id),
+            }
+        } else {
+            (Some(topic.topic.0.to_string()), Uuid::nil())
+        };
+        let index = topics.len();
+        let mut response = FetchableTopicResponse::default();
+        if version >= 13 {
+            response.topic_id = id;
+        } else {
+            response.topic = topic.topic;
+        }
+        topics.push(response);
+        for p in topic.partitions {
+            let partition = match &name {
+                None => Err(ResponseError::UnknownTopicId.code()),
+                Some(name) => ctx.replicas.get(name, p.partition).ok_or(ResponseError::UnknownTopicOrPartition.code()),
+            };
+            wanted.push(Wanted { topic: index, request: p, partition });
+        }
+    }
+
+    let wait_ms = u64::try_from(req.max_wait_ms).unwrap_or(0).min(FETCH_WAIT_MS_MAX);
+    let deadline = Instant::now() + Duration::from_millis(wait_ms);
+    let min_bytes = usize::try_from(req.min_bytes).unwrap_or(0);
+    let max_bytes = usize::try_from(req.max_bytes).unwrap_or(0);
+    let read_committed = req.isolation_level == READ_COMMITTED;
+    loop {
+        // Subscribe before reading so an append between the read and the wait is not missed.
+        let mut receivers: Vec<_> = wanted.iter().filter_map(|w| w.partition.as_ref().ok().map(|p| p.subscribe())).collect();
+        let (answers, bytes, any_error) = read_all(&wanted, max_bytes, read_committed, version);
+        let done = bytes >= min_bytes || any_error || receivers.is_empty() || Instant::now() >= deadline;
+        if done {
+            let mut topics = topics;
+            for (w, answer) in wanted.iter().zip(answers) {
+                topics[w.topic].partitions.push(answer);
+            }
+            return FetchResponse::default().with_responses(topics);
+        }
+        let changed = select_all(receivers.iter_mut().map(|rx| Box::pin(rx.changed())));
+        if tokio::time::timeout_at(deadline, changed).await.is_err() {
+            // Deadline: one last read answers with whatever is there.
+            continue;
+        }
+    }
+}
+
+/// Reads every partition once under the response and partition byte budgets.
+fn read_all(wanted: &[Wanted], max_bytes: usize, read_committed: bool, version: i16) -> (Vec<PartitionData>, usize, bool) {
+    let mut remaining = max_bytes;
+    let mut total = 0usize;
+    let mut any_error = false;
+    let mut answers = Vec::with_capacity(wanted.len());
+    for w in wanted {
+        let index = w.request.partition;
+        let answer = match &w.partition {
+            Err(code) => {
+                any_error = true;
+                error_data(index, *code, None)
+            }
+            Ok(p) => match read_one(p, &w.request, remaining, total == 0, version) {
+                Ok(mut data) => {
+                    let len = data.records.as_ref().map_or(0, |r| r.len());
+                    total += len;
+                    remaining = remaining.saturating_sub(len);
+                    if read_committed {
+                        data.aborted_transactions = Some(Vec::new());
+                    }
+                    data
+                }
+                Err(e) => {
+                    any_error = true;
+                    error_data(index, e.code(), p.offsets().ok())
+                }
+            },
+        };
+        answers.push(answer);
+    }
+    (answers, total, any_error)
+}
+
+fn read_one(p: &Partition, req: &FetchPartition, remaining: usize, first: bool, version: i16) -> Result<PartitionData, Error> {
+    if version >= 9 && req.current_leader_epoch >= 0 {
+        // Kafka's leader epoch fencing (KIP-320): a newer epoch than ours means our metadata is
+        // behind; an older one means the client's is.
+        if req.current_leader_epoch > p.leader_epoch {
+            return Err(Error::UnknownLeaderEpoch { asked: req.current_leader_epoch, current: p.leader_epoch });
+        }
+        if req.current_leader_epoch < p.leader_epoch {
+            return Err(Error::FencedLeaderEpoch { asked: req.current_leader_epoch, current: p.leader_epoch });
+        }
+    }
+    let limit = usize::try_from(req.partition_max_bytes).unwrap_or(0).min(remaining);
+    let read = p.read(req.fetch_offset, limit, first)?;
+    Ok(PartitionData::default()
+        .with_partition_index(req.partition)
+        .with_high_watermark(read.high_watermark)
+        // No transactions yet: the last stable offset is the high watermark.
+        .with_last_stable_offset(read.high_watermark)
+        .with_log_start_offset(read.log_start_offset)
+        .with_records(Some(read.records)))
+}
+
+/// A partition answer carrying an error, with the partition's offsets when it exists.
+fn error_data(index: i32, code: i16, offsets: Option<crate::replica::PartitionOffsets>) -> PartitionData {
+    let (hw, start) = offsets.map_or((-1, -1), |o| (o.high_watermark, o.log_start_offset));
+    PartitionData::default()
+        .with_partition_index(index)
+        .with_error_code(code)
+        .with_high_watermark(hw)
+        .with_last_stable_offset(hw)
+        .with_log_start_offset(start)
+        .with_records(Some(bytes::Bytes::new()))
+}

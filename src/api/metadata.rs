@@ -1,0 +1,136 @@
+//! Metadata (key 3): brokers, controller, topics and their partitions.
+//! v0 baseline (an empty topic list means all) · v1 controller id, is_internal, rack, null list
+//! = all · v2 cluster id · v3 throttle · v4 allow_auto_topic_creation · v5 offline replicas ·
+//! v7 leader epoch · v8 authorized operations · v9 flexible · v10 topic ids · v11 drops cluster
+//! authorized operations · v12 lookup by topic id · v13 top-level error code.
+//! Unknown topics are created when `auto.create.topics.enable` and the request allows it,
+//! with `num.partitions` partitions.
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::metadata_response::{MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic};
+use kafka_protocol::messages::{ApiKey, BrokerId, MetadataRequest, MetadataResponse};
+use kafka_protocol::protocol::StrBytes;
+use uuid::Uuid;
+
+use super::{Ctx, Versions, topic_name};
+use crate::cluster::TopicInfo;
+
+pub const VERSIONS: Versions = Versions::new(ApiKey::Metadata, 0, 13);
+
+/// Kafka's "not requested" value for authorized operations.
+const OPERATIONS_NOT_REQUESTED: i32 = i32::MIN;
+/// Topic operations (AclOperation codes) a principal may perform: no authorizer runs yet, so
+/// every client may do all of READ(3), WRITE(4), CREATE(5), DELETE(6), ALTER(7), DESCRIBE(8),
+/// DESCRIBE_CONFIGS(10), ALTER_CONFIGS(11).
+const TOPIC_OPERATIONS_ALL: i32 = (1 << 3) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 10) | (1 << 11);
+
+pub async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> MetadataResponse {
+    let node_id = ctx.config.node_id;
+    let (host, port) = split_host_port(ctx.config.advertised());
+    let broker = MetadataResponseBroker::default()
+        .with_node_id(BrokerId(node_id))
+        .with_host(StrBytes::from_string(host))
+        .with_port(port);
+    let operations = if version >= 8 && req.include_topic_authorized_operations { TOPIC_OPERATIONS_ALL } else { OPERATIONS_NOT_REQUESTED };
+    let allow_create = version < 4 || req.allow_auto_topic_creation;
+
+    let mut image = ctx.controller.image();
+    let topics = match req.topics {
+        None => image.topics.values().map(|t| describe(t, operations)).collect(),
+        Some(ref list) if list.is_empty() && version == 0 => {
+            image.topics.values().map(|t| describe(t, operations)).collect()
+        }
+        Some(list) => {
+            let mut out = Vec::with_capacity(list.len());
+            for wanted in list {
+                match wanted.name {
+                    Some(name) => {
+                        let name = name.0.to_string();
+                        if image.topic(&name).is_none() && allow_create && ctx.config.auto_create_topics_enable {
+                            match auto_create(ctx, &name) {
+                                Ok(()) => image = ctx.controller.image(),
+                                Err(code) => {
+                                    out.push(error_topic(Some(&name), Uuid::nil(), code, operations));
+                                    continue;
+                                }
+                            }
+                        }
+                        match image.topic(&name) {
+                            Some(t) => out.push(describe(t, operations)),
+                            None => out.push(error_topic(
+                                Some(&name),
+                                Uuid::nil(),
+                                ResponseError::UnknownTopicOrPartition.code(),
+                                operations,
+                            )),
+                        }
+                    }
+                    None => match image.topic_by_id(&wanted.topic_id) {
+                        Some(t) => out.push(describe(t, operations)),
+                        None => out.push(error_topic(None, wanted.topic_id, ResponseError::UnknownTopicId.code(), operations)),
+                    },
+                }
+            }
+            out
+        }
+    };
+    MetadataResponse::default()
+        .with_brokers(vec![broker])
+        .with_cluster_id(Some(StrBytes::from_string(image.cluster_id.clone())))
+        .with_controller_id(BrokerId(node_id))
+        .with_topics(topics)
+}
+
+/// Auto-creation as Kafka does it on Metadata: default partitions and replication factor.
+fn auto_create(ctx: &Ctx, name: &str) -> Result<(), i16> {
+    match ctx.controller.create_topic(
+        name,
+        ctx.config.num_partitions,
+        ctx.config.default_replication_factor,
+        Default::default(),
+    ) {
+        Ok(_) => {}
+        // Another request created it meanwhile: fine.
+        Err(crate::error::Error::TopicAlreadyExists(_)) => {}
+        Err(e) => return Err(e.code()),
+    }
+    ctx.replicas.apply_image(&ctx.controller.image()).map_err(|e| {
+        tracing::error!(topic = name, error = %e, "opening an auto-created topic");
+        e.code()
+    })
+}
+
+fn describe(topic: &TopicInfo, operations: i32) -> MetadataResponseTopic {
+    let partitions = (0..topic.partitions)
+        .map(|index| {
+            MetadataResponsePartition::default()
+                .with_partition_index(index)
+                .with_leader_id(BrokerId(topic.leader))
+                .with_leader_epoch(topic.leader_epoch)
+                .with_replica_nodes(vec![BrokerId(topic.leader)])
+                .with_isr_nodes(vec![BrokerId(topic.leader)])
+        })
+        .collect();
+    MetadataResponseTopic::default()
+        .with_name(Some(topic_name(&topic.name)))
+        .with_topic_id(topic.id)
+        .with_is_internal(topic.name.starts_with("__"))
+        .with_partitions(partitions)
+        .with_topic_authorized_operations(operations)
+}
+
+fn error_topic(name: Option<&str>, id: Uuid, code: i16, operations: i32) -> MetadataResponseTopic {
+    MetadataResponseTopic::default()
+        .with_error_code(code)
+        .with_name(name.map(topic_name))
+        .with_topic_id(id)
+        .with_topic_authorized_operations(operations)
+}
+
+/// Splits an advertised `HOST:PORT` (validated at start-up).
+pub fn split_host_port(addr: &str) -> (String, i32) {
+    match addr.rsplit_once(':') {
+        Some((host, port)) => (host.trim_start_matches('[').trim_end_matches(']').to_string(), port.parse().unwrap_or(9092)),
+        None => (addr.to_string(), 9092),
+    }
+}

@@ -1,0 +1,243 @@
+//! Request dispatch: the one table of supported API versions (`SUPPORTED`, read by dispatch,
+//! ApiVersions and the compat-matrix check), decoding, the handler call, response framing.
+//!
+//! A handler maps a decoded request to a response. Most answer at once; Produce with acks=all
+//! answers when its records are durable: it appends in request order (so pipelined produces on
+//! one connection keep their order) and hands back a future for the wait, which the connection's
+//! writer awaits in turn, keeping responses in request order.
+
+pub mod api_versions;
+pub mod fetch;
+pub mod list_offsets;
+pub mod metadata;
+pub mod produce;
+pub mod topics;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
+
+use crate::cluster::Controller;
+use crate::config::BrokerConfig;
+use crate::replica::ReplicaManager;
+
+/// What handlers may use.
+pub struct Ctx {
+    pub config: Arc<BrokerConfig>,
+    pub controller: Arc<Controller>,
+    pub replicas: Arc<ReplicaManager>,
+}
+
+/// The versions of one API that Sluice serves, all fields honoured.
+#[derive(Debug, Clone, Copy)]
+pub struct Versions {
+    pub key: ApiKey,
+    pub min: i16,
+    pub max: i16,
+}
+
+impl Versions {
+    pub const fn new(key: ApiKey, min: i16, max: i16) -> Versions {
+        Versions { key, min, max }
+    }
+}
+
+/// Every API served, from each handler's `VERSIONS`.
+pub const SUPPORTED: &[Versions] = &[
+    produce::VERSIONS,
+    fetch::VERSIONS,
+    list_offsets::VERSIONS,
+    metadata::VERSIONS,
+    api_versions::VERSIONS,
+    topics::CREATE_TOPICS_VERSIONS,
+    topics::DELETE_TOPICS_VERSIONS,
+    topics::CREATE_PARTITIONS_VERSIONS,
+];
+
+pub fn supported(key: ApiKey) -> Option<Versions> {
+    SUPPORTED.iter().copied().find(|v| v.key as i16 == key as i16)
+}
+
+/// A response frame (length prefix included), or None when the request gets no response
+/// (Produce with acks=0).
+pub type Frame = Option<Bytes>;
+pub type Pending = Pin<Box<dyn Future<Output = Frame> + Send>>;
+
+/// A handler's answer: ready now, or later (in request order).
+pub enum Reply {
+    Now(Frame),
+    Later(Pending),
+}
+
+/// Why a request cannot be answered and its connection must close (Kafka closes the connection
+/// on a request it cannot parse: `InvalidRequestException` in `RequestContext.parseRequest`).
+#[derive(Debug)]
+pub enum Reject {
+    UnknownApiKey(i16),
+    UnsupportedVersion { key: ApiKey, version: i16 },
+    Malformed { key: ApiKey, version: i16, reason: String },
+    Encode(String),
+}
+
+impl std::fmt::Display for Reject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reject::UnknownApiKey(k) => write!(f, "unknown API key {k}"),
+            Reject::UnsupportedVersion { key, version } => write!(f, "unsupported version {version} of {key:?}"),
+            Reject::Malformed { key, version, reason } => write!(f, "malformed {key:?} v{version}: {reason}"),
+            Reject::Encode(reason) => write!(f, "cannot encode the response: {reason}"),
+        }
+    }
+}
+
+/// Encodes a response with its header into a length-prefixed frame.
+pub fn frame<R: Encodable + HeaderVersion>(correlation_id: i32, version: i16, body: &R) -> Result<Bytes, Reject> {
+    let mut buf = BytesMut::with_capacity(64);
+    buf.put_i32(0);
+    let header = ResponseHeader::default().with_correlation_id(correlation_id);
+    header
+        .encode(&mut buf, R::header_version(version))
+        .and_then(|()| body.encode(&mut buf, version))
+        .map_err(|e| Reject::Encode(e.to_string()))?;
+    let len = i32::try_from(buf.len() - 4).map_err(|_| Reject::Encode("response over 2 GiB".into()))?;
+    buf[..4].copy_from_slice(&len.to_be_bytes());
+    Ok(buf.freeze())
+}
+
+fn decode<T: Decodable>(key: ApiKey, version: i16, body: &mut Bytes) -> Result<T, Reject> {
+    let request = T::decode(body, version).map_err(|e| Reject::Malformed { key, version, reason: e.to_string() })?;
+    Ok(request)
+}
+
+/// Parses the request header: the key and version decide the header's own version.
+pub fn parse_header(body: &mut Bytes) -> Result<(ApiKey, RequestHeader), Reject> {
+    if body.len() < 4 {
+        return Err(Reject::UnknownApiKey(-1));
+    }
+    let raw_key = i16::from_be_bytes([body[0], body[1]]);
+    let version = i16::from_be_bytes([body[2], body[3]]);
+    let key = ApiKey::try_from(raw_key).map_err(|_| Reject::UnknownApiKey(raw_key))?;
+    // ApiVersions must be answered whatever its version (KIP-511), so its header is read as v1
+    // (no tagged fields) when the version is unknown: the fallback response is v0.
+    let header_version = match supported(key) {
+        Some(v) if version >= v.min && version <= v.max => key.request_header_version(version),
+        _ if key == ApiKey::ApiVersions => 1,
+        _ => return Err(Reject::UnsupportedVersion { key, version }),
+    };
+    let header =
+        RequestHeader::decode(body, header_version).map_err(|e| Reject::Malformed { key, version, reason: e.to_string() })?;
+    Ok((key, header))
+}
+
+/// Decodes the body, runs the handler, frames the response.
+pub async fn dispatch(ctx: &Arc<Ctx>, key: ApiKey, header: RequestHeader, mut body: Bytes) -> Result<Reply, Reject> {
+    let version = header.request_api_version;
+    let cid = header.correlation_id;
+    let client = header.client_id.unwrap_or_else(|| StrBytes::from_static_str(""));
+    let _ = client;
+    macro_rules! now {
+        ($module:ident) => {{
+            let req = decode(key, version, &mut body)?;
+            let resp = $module::handle(ctx, req, version).await;
+            Ok(Reply::Now(Some(frame(cid, version, &resp)?)))
+        }};
+    }
+    match key {
+        ApiKey::ApiVersions => {
+            let supported = api_versions::VERSIONS;
+            if version > supported.max || version < supported.min {
+                // KIP-511: a v0 response carrying UNSUPPORTED_VERSION and our range, so the
+                // client can pick a version it shares.
+                return Ok(Reply::Now(Some(frame(cid, 0, &api_versions::unsupported())?)));
+            }
+            now!(api_versions)
+        }
+        ApiKey::Metadata => now!(metadata),
+        ApiKey::ListOffsets => now!(list_offsets),
+        ApiKey::Fetch => now!(fetch),
+        ApiKey::CreateTopics => {
+            let req = decode(key, version, &mut body)?;
+            let resp = topics::create_topics(ctx, req, version).await;
+            Ok(Reply::Now(Some(frame(cid, version, &resp)?)))
+        }
+        ApiKey::DeleteTopics => {
+            let req = decode(key, version, &mut body)?;
+            let resp = topics::delete_topics(ctx, req, version).await;
+            Ok(Reply::Now(Some(frame(cid, version, &resp)?)))
+        }
+        ApiKey::CreatePartitions => {
+            let req = decode(key, version, &mut body)?;
+            let resp = topics::create_partitions(ctx, req, version).await;
+            Ok(Reply::Now(Some(frame(cid, version, &resp)?)))
+        }
+        ApiKey::Produce => {
+            let req = decode(key, version, &mut body)?;
+            Ok(match produce::handle(ctx, req, version) {
+                produce::Outcome::NoResponse => Reply::Now(None),
+                produce::Outcome::Done(resp) => Reply::Now(Some(frame(cid, version, &resp)?)),
+                produce::Outcome::Wait(fut) => Reply::Later(Box::pin(async move {
+                    let resp = fut.await;
+                    match frame(cid, version, &resp) {
+                        Ok(bytes) => Some(bytes),
+                        Err(e) => {
+                            tracing::error!(error = %e, "dropping a produce response");
+                            None
+                        }
+                    }
+                })),
+            })
+        }
+        _ => Err(Reject::UnsupportedVersion { key, version }),
+    }
+}
+
+/// Topic name as the wire wants it.
+pub fn topic_name(name: &str) -> kafka_protocol::messages::TopicName {
+    kafka_protocol::messages::TopicName(StrBytes::from_string(name.to_string()))
+}
+
+/// `Some(message)` for a response's error_message field.
+pub fn message(text: impl std::fmt::Display) -> Option<StrBytes> {
+    Some(StrBytes::from_string(text.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::*;
+    use kafka_protocol::protocol::Message;
+
+    fn codec_range(key: ApiKey) -> (i16, i16) {
+        let r = match key {
+            ApiKey::Produce => ProduceRequest::VERSIONS,
+            ApiKey::Fetch => FetchRequest::VERSIONS,
+            ApiKey::ListOffsets => ListOffsetsRequest::VERSIONS,
+            ApiKey::Metadata => MetadataRequest::VERSIONS,
+            ApiKey::ApiVersions => ApiVersionsRequest::VERSIONS,
+            ApiKey::CreateTopics => CreateTopicsRequest::VERSIONS,
+            ApiKey::DeleteTopics => DeleteTopicsRequest::VERSIONS,
+            ApiKey::CreatePartitions => CreatePartitionsRequest::VERSIONS,
+            other => panic!("no codec range listed for {other:?}"),
+        };
+        (r.min, r.max)
+    }
+
+    #[test]
+    fn supported_versions_are_within_the_codec() {
+        for v in SUPPORTED {
+            let (min, max) = codec_range(v.key);
+            assert!(v.min >= min && v.max <= max && v.min <= v.max, "{:?}", v.key);
+        }
+    }
+
+    #[test]
+    fn supported_has_one_row_per_key() {
+        for (i, v) in SUPPORTED.iter().enumerate() {
+            assert!(SUPPORTED[i + 1..].iter().all(|w| w.key as i16 != v.key as i16), "{:?}", v.key);
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! Produce (key 0): append record batches to partition leaders.
+//! v3 baseline here (record batch v2, transactional id field) · v4 same · v5 log_start_offset in
+//! the answer · v6-v7 same · v8 record errors and error message (KIP-467) · v9 flexible ·
+//! v10-v11 current leader / node endpoints tagged fields (left empty: no leader moves on one
+//! node) · v12 same as v11. Not served: v13 (topic ids), magic 0/1 message sets.
+//! acks 0 (no response), 1 (answered once written), -1 (answered when the records are below the
+//! high watermark, i.e. durable by the flush policy; REQUEST_TIMED_OUT after `timeout_ms`).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
+
+use super::{Ctx, Versions, message};
+use crate::log::validate_batches;
+use crate::replica::Partition;
+
+pub const VERSIONS: Versions = Versions::new(ApiKey::Produce, 3, 12);
+
+pub enum Outcome {
+    /// acks=0: Kafka sends nothing back.
+    NoResponse,
+    Done(ProduceResponse),
+    /// acks=all: the response once the appended records are durable.
+    Wait(Pin<Box<dyn Future<Output = ProduceResponse> + Send>>),
+}
+
+struct Waiting {
+    topic: usize,
+    partition: usize,
+    target: Arc<Partition>,
+    last_offset: i64,
+}
+
+fn error_response(index: i32, code: i16, text: Option<String>, version: i16) -> PartitionProduceResponse {
+    let mut p = PartitionProduceResponse::default().with_index(index).with_error_code(code).with_base_offset(-1);
+    if version >= 8 {
+        p.error_message = text.and_then(message);
+    }
+    p
+}
+
+/// Appends synchronously (in request order) and returns the response or the wait for it.
+pub fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcome {
+    let acks = req.acks;
+    let image = ctx.controller.image();
+    let mut waits = Vec::new();
+    let mut responses = Vec::with_capacity(req.topic_data.len());
+    for (ti, topic) in req.topic_data.into_iter().enumerate() {
+        let name = topic.name.0.to_string();
+        let topic_info = image.topic(&name);
+        let max_message_bytes = topic_info.map(|t| ctx.config.topic_log_config(&t.configs).max_message_bytes);
+        let mut partitions = Vec::with_capacity(topic.partition_data.len());
+        for (pi, data) in topic.partition_data.into_iter().enumerate() {
+            let index = data.index;
+            if !matches!(acks, -1..=1) {
+                partitions.push(error_response(index, ResponseError::InvalidRequiredAcks.code(), None, version));
+                continue;
+            }
+            let (Some(partition), Some(max_bytes)) = (ctx.replicas.get(&name, index), max_message_bytes) else {
+                let text = format!("unknown topic or partition {name}-{index}");
+                partitions.push(error_response(index, ResponseError::UnknownTopicOrPartition.code(), Some(text), version));
+                continue;
+            };
+            let Some(records) = data.records else {
+                let text = "no records".to_string();
+                partitions.push(error_response(index, ResponseError::CorruptMessage.code(), Some(text), version));
+                continue;
+            };
+            let appended = validate_batches(&records, max_bytes).and_then(|batches| partition.append(batches));
+            match appended {
+                Ok(info) => {
+                    let mut p = PartitionProduceResponse::default()
+                        .with_index(index)
+                        .with_base_offset(info.base_offset)
+                        .with_log_append_time_ms(info.log_append_time_ms);
+                    if version >= 5 {
+                        p.log_start_offset = partition.offsets().map(|o| o.log_start_offset).unwrap_or(-1);
+                    }
+                    if acks == -1 {
+                        waits.push(Waiting { topic: ti, partition: pi, target: partition, last_offset: info.last_offset });
+                    }
+                    partitions.push(p);
+                }
+                Err(e) => {
+                    tracing::debug!(partition = %format!("{name}-{index}"), error = %e, "produce refused");
+                    partitions.push(error_response(index, e.code(), Some(e.to_string()), version));
+                }
+            }
+        }
+        responses.push(TopicProduceResponse::default().with_name(topic.name).with_partition_responses(partitions));
+    }
+    let response = ProduceResponse::default().with_responses(responses);
+    if acks == 0 {
+        return Outcome::NoResponse;
+    }
+    if waits.is_empty() {
+        return Outcome::Done(response);
+    }
+    let timeout = Duration::from_millis(u64::try_from(req.timeout_ms).unwrap_or(0));
+    Outcome::Wait(Box::pin(async move {
+        let mut response = response;
+        let deadline = tokio::time::Instant::now() + timeout;
+        for w in waits {
+            let done = tokio::time::timeout_at(deadline, w.target.wait_for_high_watermark(w.last_offset)).await;
+            let code = match done {
+                Ok(Ok(())) => continue,
+                Ok(Err(e)) => e.code(),
+                Err(_) => ResponseError::RequestTimedOut.code(),
+            };
+            if let Some(p) = response.responses.get_mut(w.topic).and_then(|t| t.partition_responses.get_mut(w.partition)) {
+                p.error_code = code;
+                p.base_offset = -1;
+            }
+        }
+        response
+    }))
+}

@@ -1,0 +1,301 @@
+//! Cluster metadata: topics, topic ids, partitions, configs. Every change goes through the
+//! `Controller`, which appends a record to the metadata log (fsynced) and then publishes a new
+//! immutable `MetadataImage`. On a single node the metadata log is a local file; replaying it at
+//! start-up rebuilds the image. In a cluster the same records will go through a raft quorum.
+
+mod metadata_log;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::{Arc, Mutex, RwLock};
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::error::{Error, Result};
+use metadata_log::MetadataLog;
+
+/// One metadata change, as stored in the metadata log.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "type")]
+pub enum MetadataRecord {
+    /// A topic and its partitions, all led by `leader` at `leader_epoch`.
+    CreateTopic {
+        name: String,
+        id: Uuid,
+        partitions: i32,
+        replication_factor: i16,
+        configs: BTreeMap<String, String>,
+        leader: i32,
+        leader_epoch: i32,
+    },
+    DeleteTopic { id: Uuid },
+    /// The topic grows to `partitions` partitions.
+    CreatePartitions { id: Uuid, partitions: i32 },
+}
+
+/// A topic as the metadata image holds it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopicInfo {
+    pub name: String,
+    pub id: Uuid,
+    pub partitions: i32,
+    pub replication_factor: i16,
+    pub configs: BTreeMap<String, String>,
+    pub leader: i32,
+    pub leader_epoch: i32,
+}
+
+/// An immutable snapshot of cluster metadata, read by every handler and swapped on change.
+#[derive(Debug, Clone, Default)]
+pub struct MetadataImage {
+    pub cluster_id: String,
+    pub node_id: i32,
+    pub topics: BTreeMap<String, Arc<TopicInfo>>,
+    pub topic_ids: HashMap<Uuid, String>,
+}
+
+impl MetadataImage {
+    pub fn topic(&self, name: &str) -> Option<&Arc<TopicInfo>> {
+        self.topics.get(name)
+    }
+
+    pub fn topic_by_id(&self, id: &Uuid) -> Option<&Arc<TopicInfo>> {
+        self.topic_ids.get(id).and_then(|name| self.topics.get(name))
+    }
+
+    /// Applies one record; records are validated before they are written, so replay never fails.
+    fn apply(&mut self, record: &MetadataRecord) {
+        match record {
+            MetadataRecord::CreateTopic {
+                name,
+                id,
+                partitions,
+                replication_factor,
+                configs,
+                leader,
+                leader_epoch,
+            } => {
+                self.topic_ids.insert(*id, name.clone());
+                self.topics.insert(
+                    name.clone(),
+                    Arc::new(TopicInfo {
+                        name: name.clone(),
+                        id: *id,
+                        partitions: *partitions,
+                        replication_factor: *replication_factor,
+                        configs: configs.clone(),
+                        leader: *leader,
+                        leader_epoch: *leader_epoch,
+                    }),
+                );
+            }
+            MetadataRecord::DeleteTopic { id } => {
+                if let Some(name) = self.topic_ids.remove(id) {
+                    self.topics.remove(&name);
+                }
+            }
+            MetadataRecord::CreatePartitions { id, partitions } => {
+                if let Some(name) = self.topic_ids.get(id)
+                    && let Some(topic) = self.topics.get_mut(name)
+                {
+                    Arc::make_mut(topic).partitions = *partitions;
+                }
+            }
+        }
+    }
+}
+
+/// Kafka's topic name rules (`org.apache.kafka.common.internals.Topic.validate`).
+pub fn validate_topic_name(name: &str) -> Result<()> {
+    let reason = if name.is_empty() {
+        "the name is empty"
+    } else if name == "." || name == ".." {
+        "the name cannot be . or .."
+    } else if name.len() > 249 {
+        "the name is longer than 249 characters"
+    } else if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-') {
+        "the name contains a character other than ASCII alphanumerics, '.', '_' and '-'"
+    } else {
+        return Ok(());
+    };
+    Err(Error::InvalidTopic { name: name.to_string(), reason })
+}
+
+/// Kafka refuses a topic whose name differs from an existing one only by '.' versus '_',
+/// since both map to the same metric names.
+fn collides(a: &str, b: &str) -> bool {
+    a != b && a.replace('.', "_") == b.replace('.', "_")
+}
+
+/// Owner of all metadata changes.
+pub struct Controller {
+    node_id: i32,
+    log: Mutex<MetadataLog>,
+    image: RwLock<Arc<MetadataImage>>,
+}
+
+impl Controller {
+    /// Opens the metadata log under `data_dir` and replays it.
+    pub fn open(data_dir: &Path, node_id: i32) -> Result<Controller> {
+        let (log, records, cluster_id) = MetadataLog::open(&data_dir.join("__cluster_metadata-0"))?;
+        let mut image = MetadataImage { cluster_id, node_id, ..Default::default() };
+        for record in &records {
+            image.apply(record);
+        }
+        Ok(Controller { node_id, log: Mutex::new(log), image: RwLock::new(Arc::new(image)) })
+    }
+
+    /// The current snapshot.
+    pub fn image(&self) -> Arc<MetadataImage> {
+        match self.image.read() {
+            Ok(guard) => guard.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    pub fn node_count(&self) -> i32 {
+        1
+    }
+
+    /// Appends `record` durably, then publishes the image with it applied. The metadata lock
+    /// serializes changes, so validation against the current image cannot race.
+    fn commit(
+        &self,
+        validate: impl FnOnce(&MetadataImage) -> Result<MetadataRecord>,
+    ) -> Result<Arc<MetadataImage>> {
+        let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        let current = self.image();
+        let record = validate(&current)?;
+        log.append(&record)?;
+        let mut next = (*current).clone();
+        next.apply(&record);
+        let next = Arc::new(next);
+        *self.image.write().unwrap_or_else(|p| p.into_inner()) = next.clone();
+        Ok(next)
+    }
+
+    /// Checks a new topic against the image without creating it (validate_only and the real
+    /// create share it).
+    pub fn check_new_topic(
+        image: &MetadataImage,
+        name: &str,
+        partitions: i32,
+        replication_factor: i16,
+        nodes: i32,
+    ) -> Result<()> {
+        validate_topic_name(name)?;
+        if image.topics.contains_key(name) {
+            return Err(Error::TopicAlreadyExists(name.to_string()));
+        }
+        if let Some(other) = image.topics.keys().find(|t| collides(t, name)) {
+            let _ = other;
+            return Err(Error::InvalidTopic {
+                name: name.to_string(),
+                reason: "it collides with an existing topic ('.' and '_' are equivalent)",
+            });
+        }
+        if partitions < 1 {
+            return Err(Error::InvalidPartitions(partitions));
+        }
+        if replication_factor < 1 || i32::from(replication_factor) > nodes {
+            return Err(Error::InvalidReplicationFactor { asked: replication_factor.into(), nodes });
+        }
+        Ok(())
+    }
+
+    pub fn create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        replication_factor: i16,
+        configs: BTreeMap<String, String>,
+    ) -> Result<Arc<TopicInfo>> {
+        let nodes = self.node_count();
+        let image = self.commit(|image| {
+            Self::check_new_topic(image, name, partitions, replication_factor, nodes)?;
+            Ok(MetadataRecord::CreateTopic {
+                name: name.to_string(),
+                id: Uuid::new_v4(),
+                partitions,
+                replication_factor,
+                configs,
+                leader: self.node_id,
+                leader_epoch: 0,
+            })
+        })?;
+        image.topic(name).cloned().ok_or_else(|| Error::UnknownTopicOrPartition(name.to_string()))
+    }
+
+    pub fn delete_topic(&self, id: Uuid) -> Result<()> {
+        self.commit(|image| {
+            image.topic_by_id(&id).ok_or(Error::UnknownTopicId(id))?;
+            Ok(MetadataRecord::DeleteTopic { id })
+        })
+        .map(|_| ())
+    }
+
+    /// Grows a topic to `partitions`; `validate_only` checks without changing anything.
+    pub fn create_partitions(&self, name: &str, partitions: i32, validate_only: bool) -> Result<Arc<TopicInfo>> {
+        let check = |image: &MetadataImage| -> Result<Arc<TopicInfo>> {
+            let topic = image.topic(name).ok_or_else(|| Error::UnknownTopicOrPartition(name.to_string()))?;
+            if partitions <= topic.partitions {
+                return Err(Error::InvalidPartitions(partitions));
+            }
+            Ok(topic.clone())
+        };
+        if validate_only {
+            return check(&self.image());
+        }
+        let image = self.commit(|image| {
+            let topic = check(image)?;
+            Ok(MetadataRecord::CreatePartitions { id: topic.id, partitions })
+        })?;
+        image.topic(name).cloned().ok_or_else(|| Error::UnknownTopicOrPartition(name.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_names_follow_kafka_rules() {
+        assert!(validate_topic_name("orders.v1_x-2").is_ok());
+        for bad in ["", ".", "..", "a b", "é", &"x".repeat(250)] {
+            assert!(validate_topic_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn metadata_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Controller::open(dir.path(), 1).unwrap();
+        let cluster_id = c.image().cluster_id.clone();
+        let t = c.create_topic("a", 3, 1, BTreeMap::from([("segment.bytes".into(), "1024".into())])).unwrap();
+        c.create_topic("b", 1, 1, BTreeMap::new()).unwrap();
+        c.create_partitions("a", 5, false).unwrap();
+        let b = c.image().topic("b").unwrap().id;
+        c.delete_topic(b).unwrap();
+        drop(c);
+        let c = Controller::open(dir.path(), 1).unwrap();
+        let image = c.image();
+        assert_eq!(image.cluster_id, cluster_id);
+        let a = image.topic("a").unwrap();
+        assert_eq!((a.id, a.partitions), (t.id, 5));
+        assert_eq!(a.configs.get("segment.bytes").map(String::as_str), Some("1024"));
+        assert!(image.topic("b").is_none());
+    }
+
+    #[test]
+    fn invalid_creates_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Controller::open(dir.path(), 1).unwrap();
+        c.create_topic("a.b", 1, 1, BTreeMap::new()).unwrap();
+        assert_eq!(c.create_topic("a.b", 1, 1, BTreeMap::new()).unwrap_err().code(), 36);
+        assert_eq!(c.create_topic("a_b", 1, 1, BTreeMap::new()).unwrap_err().code(), 17);
+        assert_eq!(c.create_topic("c", 0, 1, BTreeMap::new()).unwrap_err().code(), 37);
+        assert_eq!(c.create_topic("c", 1, 2, BTreeMap::new()).unwrap_err().code(), 38);
+        assert_eq!(c.create_partitions("a.b", 1, false).unwrap_err().code(), 37);
+    }
+}

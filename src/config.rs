@@ -1,0 +1,381 @@
+//! Broker configuration: every key has a default, a parser that validates it, and Kafka's name
+//! where Kafka has the same setting. The embedded default is `BrokerConfig::default()`;
+//! `config.yaml` documents the same keys. Unknown or invalid keys fail start-up naming the key.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::log::{LogConfig, TimestampType};
+
+/// An invalid or unknown configuration key.
+#[derive(Debug, thiserror::Error)]
+#[error("config key {key}: {reason}")]
+pub struct ConfigError {
+    pub key: String,
+    pub reason: String,
+}
+
+fn invalid(key: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError { key: key.to_string(), reason: reason.into() }
+}
+
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    /// `node.id`: this broker's id in metadata responses.
+    pub node_id: i32,
+    /// `listeners`: the address the broker binds (`HOST:PORT` or `PLAINTEXT://HOST:PORT`).
+    pub listen: String,
+    /// `advertised.listeners`: the address clients are told to connect to (defaults to `listen`).
+    pub advertise: Option<String>,
+    /// `log.dirs`: where partitions and the metadata log live.
+    pub data_dir: PathBuf,
+    /// `num.partitions`: partitions of an auto-created topic or a CreateTopics asking for -1.
+    pub num_partitions: i32,
+    /// `default.replication.factor`.
+    pub default_replication_factor: i16,
+    /// `auto.create.topics.enable`: Metadata creates unknown topics it is asked about.
+    pub auto_create_topics_enable: bool,
+    /// `socket.request.max.bytes`: a request frame larger than this closes the connection.
+    pub socket_request_max_bytes: usize,
+    /// `max.connections`: further connections are refused (accepted and closed) past this.
+    pub max_connections: usize,
+    /// `queued.max.requests`: requests (pipelined) in flight per connection before the broker
+    /// stops reading from it (back-pressure).
+    pub queued_max_requests: usize,
+    /// `log.flush.interval.messages`: 1 (the default) makes every write durable (fsynced) before
+    /// it is visible to consumers and before acks=all is acknowledged, with fsyncs grouped across
+    /// requests; any larger value acknowledges after the write and fsyncs every
+    /// `log.flush.interval.ms` instead.
+    pub log_flush_interval_messages: i64,
+    /// `log.flush.interval.ms`: the background fsync period when not flushing every message.
+    pub log_flush_interval_ms: i64,
+    /// Topic defaults (`log.segment.bytes`, `log.roll.ms`, `message.max.bytes`, ...).
+    pub log: LogConfig,
+    /// `log.retention.ms`, `log.retention.bytes`: stored for topics; enforced by the retention
+    /// task (not yet built: see compat-matrix.md).
+    pub log_retention_ms: i64,
+    pub log_retention_bytes: i64,
+    /// `shutdown.timeout.ms`: how long a clean shutdown waits for requests in flight.
+    pub shutdown_timeout_ms: u64,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig {
+            node_id: 1,
+            listen: "127.0.0.1:9092".into(),
+            advertise: None,
+            data_dir: PathBuf::from("./data"),
+            num_partitions: 1,
+            default_replication_factor: 1,
+            auto_create_topics_enable: true,
+            socket_request_max_bytes: 104_857_600,
+            max_connections: 10_000,
+            queued_max_requests: 500,
+            log_flush_interval_messages: 1,
+            log_flush_interval_ms: 1000,
+            log: LogConfig::default(),
+            log_retention_ms: 7 * 24 * 3600 * 1000,
+            log_retention_bytes: -1,
+            shutdown_timeout_ms: 10_000,
+        }
+    }
+}
+
+fn parse_int<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, ConfigError> {
+    value.trim().parse::<T>().map_err(|_| invalid(key, format!("{value:?} is not a valid integer")))
+}
+
+fn parse_bool(key: &str, value: &str) -> Result<bool, ConfigError> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(invalid(key, format!("{value:?} is not true or false"))),
+    }
+}
+
+fn at_least<T: PartialOrd + std::fmt::Display>(key: &str, v: T, min: T) -> Result<T, ConfigError> {
+    if v < min { Err(invalid(key, format!("{v} is below the minimum {min}"))) } else { Ok(v) }
+}
+
+/// Strips Kafka's `PLAINTEXT://` listener prefix; only plaintext listeners exist so far.
+fn parse_listener(key: &str, value: &str) -> Result<String, ConfigError> {
+    let addr = value.trim();
+    let addr = match addr.split_once("://") {
+        Some(("PLAINTEXT", rest)) => rest,
+        Some((proto, _)) => return Err(invalid(key, format!("listener protocol {proto} is not supported"))),
+        None => addr,
+    };
+    match addr.rsplit_once(':') {
+        Some((host, port)) if port.parse::<u16>().is_ok() => Ok(format!("{host}:{port}")),
+        _ => Err(invalid(key, format!("{value:?} is not HOST:PORT"))),
+    }
+}
+
+pub fn parse_timestamp_type(key: &str, value: &str) -> Result<TimestampType, ConfigError> {
+    match value.trim() {
+        "CreateTime" => Ok(TimestampType::CreateTime),
+        "LogAppendTime" => Ok(TimestampType::LogAppendTime),
+        _ => Err(invalid(key, format!("{value:?} is not CreateTime or LogAppendTime"))),
+    }
+}
+
+impl BrokerConfig {
+    /// Every key `set` accepts, for error messages and the config.yaml check.
+    pub const KEYS: &'static [&'static str] = &[
+        "node.id",
+        "listeners",
+        "advertised.listeners",
+        "log.dirs",
+        "num.partitions",
+        "default.replication.factor",
+        "auto.create.topics.enable",
+        "socket.request.max.bytes",
+        "max.connections",
+        "queued.max.requests",
+        "log.flush.interval.messages",
+        "log.flush.interval.ms",
+        "log.segment.bytes",
+        "log.roll.ms",
+        "log.index.interval.bytes",
+        "log.index.size.max.bytes",
+        "message.max.bytes",
+        "log.message.timestamp.type",
+        "log.retention.ms",
+        "log.retention.bytes",
+        "shutdown.timeout.ms",
+    ];
+
+    /// Sets one key from its textual value, validating it.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
+        match key {
+            "node.id" => self.node_id = at_least(key, parse_int(key, value)?, 0)?,
+            "listeners" => self.listen = parse_listener(key, value)?,
+            "advertised.listeners" => self.advertise = Some(parse_listener(key, value)?),
+            "log.dirs" | "log.dir" => {
+                if value.trim().is_empty() || value.contains(',') {
+                    return Err(invalid(key, "exactly one data directory is supported"));
+                }
+                self.data_dir = PathBuf::from(value.trim());
+            }
+            "num.partitions" => self.num_partitions = at_least(key, parse_int(key, value)?, 1)?,
+            "default.replication.factor" => {
+                self.default_replication_factor = at_least(key, parse_int(key, value)?, 1)?
+            }
+            "auto.create.topics.enable" => self.auto_create_topics_enable = parse_bool(key, value)?,
+            "socket.request.max.bytes" => {
+                self.socket_request_max_bytes = at_least(key, parse_int(key, value)?, 1024)?
+            }
+            "max.connections" => self.max_connections = at_least(key, parse_int(key, value)?, 1)?,
+            "queued.max.requests" => {
+                self.queued_max_requests = at_least(key, parse_int(key, value)?, 1)?
+            }
+            "log.flush.interval.messages" => {
+                self.log_flush_interval_messages = at_least(key, parse_int(key, value)?, 1)?
+            }
+            "log.flush.interval.ms" => {
+                self.log_flush_interval_ms = at_least(key, parse_int(key, value)?, 1)?
+            }
+            "log.segment.bytes" => self.log.segment_bytes = at_least(key, parse_int(key, value)?, 14)?,
+            "log.roll.ms" => self.log.segment_ms = at_least(key, parse_int(key, value)?, 1)?,
+            "log.index.interval.bytes" => {
+                self.log.index_interval_bytes = at_least(key, parse_int(key, value)?, 0)?
+            }
+            "log.index.size.max.bytes" => {
+                self.log.segment_index_bytes = at_least(key, parse_int(key, value)?, 8)?
+            }
+            "message.max.bytes" => self.log.max_message_bytes = at_least(key, parse_int(key, value)?, 0)?,
+            "log.message.timestamp.type" => self.log.timestamp_type = parse_timestamp_type(key, value)?,
+            "log.retention.ms" => self.log_retention_ms = at_least(key, parse_int(key, value)?, -1)?,
+            "log.retention.bytes" => self.log_retention_bytes = at_least(key, parse_int(key, value)?, -1)?,
+            "shutdown.timeout.ms" => self.shutdown_timeout_ms = parse_int(key, value)?,
+            _ => return Err(invalid(key, "unknown key")),
+        }
+        Ok(())
+    }
+
+    /// Reads a YAML file holding a flat map of keys to scalar values.
+    pub fn load(path: &Path) -> Result<BrokerConfig, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| invalid("--config", format!("cannot read {}: {e}", path.display())))?;
+        let map: BTreeMap<String, serde_yaml::Value> = serde_yaml::from_str(&text)
+            .map_err(|e| invalid("--config", format!("{} is not a YAML map: {e}", path.display())))?;
+        let mut config = BrokerConfig::default();
+        for (key, value) in map {
+            let text = match value {
+                serde_yaml::Value::String(s) => s,
+                serde_yaml::Value::Number(n) => n.to_string(),
+                serde_yaml::Value::Bool(b) => b.to_string(),
+                _ => return Err(invalid(&key, "value must be a string, number or boolean")),
+            };
+            config.set(&key, &text)?;
+        }
+        Ok(config)
+    }
+
+    /// The address clients are told to use.
+    pub fn advertised(&self) -> &str {
+        self.advertise.as_deref().unwrap_or(&self.listen)
+    }
+
+    /// Checks relations between keys, naming them.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        if self.log.max_message_bytes > self.socket_request_max_bytes {
+            return Err(invalid(
+                "message.max.bytes",
+                "must not exceed socket.request.max.bytes (a batch must fit in a request)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Topic-level keys (Kafka's names) accepted by CreateTopics, with the broker key that gives their
+/// default. `honoured` keys change the log now; the others are validated and stored so that the
+/// retention and compaction work (issue 5) and replication find them, and are listed as such in
+/// compat-matrix.md.
+pub const TOPIC_KEYS: &[(&str, &str, bool)] = &[
+    ("segment.bytes", "log.segment.bytes", true),
+    ("segment.ms", "log.roll.ms", true),
+    ("index.interval.bytes", "log.index.interval.bytes", true),
+    ("segment.index.bytes", "log.index.size.max.bytes", true),
+    ("max.message.bytes", "message.max.bytes", true),
+    ("message.timestamp.type", "log.message.timestamp.type", true),
+    ("retention.ms", "log.retention.ms", false),
+    ("retention.bytes", "log.retention.bytes", false),
+    ("cleanup.policy", "log.cleanup.policy", false),
+    ("min.insync.replicas", "min.insync.replicas", false),
+    ("unclean.leader.election.enable", "unclean.leader.election.enable", false),
+    ("compression.type", "compression.type", false),
+    ("delete.retention.ms", "log.cleaner.delete.retention.ms", false),
+    ("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms", false),
+    ("max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms", false),
+    ("min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio", false),
+    ("file.delete.delay.ms", "log.segment.delete.delay.ms", false),
+    ("message.timestamp.before.max.ms", "log.message.timestamp.before.max.ms", false),
+    ("message.timestamp.after.max.ms", "log.message.timestamp.after.max.ms", false),
+    ("flush.messages", "log.flush.interval.messages", false),
+    ("flush.ms", "log.flush.interval.ms", false),
+];
+
+/// Validates one topic key and value as Kafka would (`InvalidConfigurationException` names it).
+pub fn validate_topic_config(key: &str, value: &str) -> Result<(), ConfigError> {
+    let int = |min: i64| -> Result<(), ConfigError> { at_least(key, parse_int::<i64>(key, value)?, min).map(|_| ()) };
+    match key {
+        "segment.bytes" => int(14),
+        "segment.ms" | "flush.ms" | "flush.messages" => int(1),
+        "index.interval.bytes" | "delete.retention.ms" | "min.compaction.lag.ms" | "file.delete.delay.ms" => int(0),
+        "segment.index.bytes" => int(8),
+        "max.message.bytes" => int(0),
+        "max.compaction.lag.ms" => int(1),
+        "message.timestamp.before.max.ms" | "message.timestamp.after.max.ms" => int(0),
+        "retention.ms" | "retention.bytes" => int(-1),
+        "min.insync.replicas" => int(1),
+        "message.timestamp.type" => parse_timestamp_type(key, value).map(|_| ()),
+        "unclean.leader.election.enable" => parse_bool(key, value).map(|_| ()),
+        "cleanup.policy" => {
+            let ok = value.split(',').map(str::trim).all(|p| p == "delete" || p == "compact");
+            if ok && !value.trim().is_empty() { Ok(()) } else { Err(invalid(key, format!("{value:?} is not a list of delete, compact"))) }
+        }
+        "compression.type" => match value.trim() {
+            "producer" | "uncompressed" | "gzip" | "snappy" | "lz4" | "zstd" => Ok(()),
+            _ => Err(invalid(key, format!("{value:?} is not a compression type"))),
+        },
+        "min.cleanable.dirty.ratio" => match value.trim().parse::<f64>() {
+            Ok(r) if (0.0..=1.0).contains(&r) => Ok(()),
+            _ => Err(invalid(key, format!("{value:?} is not a number in [0, 1]"))),
+        },
+        _ => Err(invalid(key, "unknown topic config")),
+    }
+}
+
+impl BrokerConfig {
+    /// The broker default of a topic key, as text, when Sluice has one.
+    pub fn topic_default(&self, key: &str) -> Option<String> {
+        Some(match key {
+            "segment.bytes" => self.log.segment_bytes.to_string(),
+            "segment.ms" => self.log.segment_ms.to_string(),
+            "index.interval.bytes" => self.log.index_interval_bytes.to_string(),
+            "segment.index.bytes" => self.log.segment_index_bytes.to_string(),
+            "max.message.bytes" => self.log.max_message_bytes.to_string(),
+            "message.timestamp.type" => match self.log.timestamp_type {
+                TimestampType::CreateTime => "CreateTime".into(),
+                TimestampType::LogAppendTime => "LogAppendTime".into(),
+            },
+            "retention.ms" => self.log_retention_ms.to_string(),
+            "retention.bytes" => self.log_retention_bytes.to_string(),
+            "cleanup.policy" => "delete".into(),
+            "min.insync.replicas" => "1".into(),
+            "unclean.leader.election.enable" => "false".into(),
+            "compression.type" => "producer".into(),
+            "delete.retention.ms" => "86400000".into(),
+            "min.compaction.lag.ms" => "0".into(),
+            "max.compaction.lag.ms" => i64::MAX.to_string(),
+            "min.cleanable.dirty.ratio" => "0.5".into(),
+            "file.delete.delay.ms" => "60000".into(),
+            "message.timestamp.before.max.ms" | "message.timestamp.after.max.ms" => i64::MAX.to_string(),
+            "flush.messages" => self.log_flush_interval_messages.to_string(),
+            "flush.ms" => self.log_flush_interval_ms.to_string(),
+            _ => return None,
+        })
+    }
+
+    /// The log settings of a topic: its overrides over the broker defaults. The overrides were
+    /// validated when stored; a value that no longer parses falls back to the default.
+    pub fn topic_log_config(&self, overrides: &BTreeMap<String, String>) -> LogConfig {
+        let mut log = self.log.clone();
+        let get = |k: &str| overrides.get(k).map(|v| v.trim());
+        if let Some(v) = get("segment.bytes").and_then(|v| v.parse().ok()) { log.segment_bytes = v; }
+        if let Some(v) = get("segment.ms").and_then(|v| v.parse().ok()) { log.segment_ms = v; }
+        if let Some(v) = get("index.interval.bytes").and_then(|v| v.parse().ok()) { log.index_interval_bytes = v; }
+        if let Some(v) = get("segment.index.bytes").and_then(|v| v.parse().ok()) { log.segment_index_bytes = v; }
+        if let Some(v) = get("max.message.bytes").and_then(|v| v.parse().ok()) { log.max_message_bytes = v; }
+        if let Some(v) = get("message.timestamp.type").and_then(|v| parse_timestamp_type("", v).ok()) { log.timestamp_type = v; }
+        log
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_key_is_named() {
+        let err = BrokerConfig::default().set("no.such.key", "1").unwrap_err();
+        assert_eq!(err.key, "no.such.key");
+    }
+
+    #[test]
+    fn invalid_values_are_rejected_with_the_key() {
+        let mut c = BrokerConfig::default();
+        assert_eq!(c.set("num.partitions", "zero").unwrap_err().key, "num.partitions");
+        assert_eq!(c.set("num.partitions", "0").unwrap_err().key, "num.partitions");
+        assert!(c.set("auto.create.topics.enable", "yes").is_err());
+        assert!(c.set("listeners", "SSL://h:1").is_err());
+        c.set("listeners", "PLAINTEXT://0.0.0.0:19092").unwrap();
+        assert_eq!(c.listen, "0.0.0.0:19092");
+    }
+
+    #[test]
+    fn every_listed_key_is_settable() {
+        // The list feeds docs and error messages; it must agree with `set`.
+        let samples = [("listeners", "h:1"), ("advertised.listeners", "h:1"), ("log.dirs", "/tmp/x")];
+        for key in BrokerConfig::KEYS {
+            let value = samples.iter().find(|(k, _)| k == key).map(|(_, v)| *v);
+            let value = value.unwrap_or(match *key {
+                "auto.create.topics.enable" => "true",
+                "log.message.timestamp.type" => "LogAppendTime",
+                _ => "2048",
+            });
+            BrokerConfig::default().set(key, value).unwrap();
+        }
+    }
+
+    #[test]
+    fn the_documented_config_file_loads() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config.yaml");
+        let c = BrokerConfig::load(&path).unwrap();
+        assert_eq!(c.listen, BrokerConfig::default().listen);
+        assert_eq!(c.num_partitions, BrokerConfig::default().num_partitions);
+    }
+}

@@ -1,0 +1,191 @@
+//! Small files beside the segments: the leader-epoch checkpoint (Kafka's
+//! `LeaderEpochCheckpointFile` text format: a version line `0`, a count line, then one
+//! `epoch startOffset` line per epoch), the recovery point (same framing, one offset line), and
+//! the clean-shutdown marker. All are replaced atomically (temp file + rename).
+
+use std::fs::{File, OpenOptions};
+use std::io::{ErrorKind, Write};
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+pub(crate) const LEADER_EPOCH_FILE: &str = "leader-epoch-checkpoint";
+pub(crate) const RECOVERY_POINT_FILE: &str = "recovery-point-offset-checkpoint";
+/// Written by `close` after everything is fsynced; present at open means no recovery is needed.
+pub(crate) const CLEAN_SHUTDOWN_FILE: &str = ".clean-shutdown";
+pub(crate) const TEMP_SUFFIX: &str = ".tmp";
+const VERSION: &str = "0";
+
+/// Replaces `path` with `contents` so that a reader sees the old or the new file, never a mix.
+/// With `durable`, the new content and the rename survive a power loss once this returns.
+pub(crate) fn write_atomically(path: &Path, contents: &[u8], durable: bool) -> Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(TEMP_SUFFIX);
+    let tmp = PathBuf::from(tmp);
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)
+        .map_err(|e| Error::storage("create", &tmp, e))?;
+    file.write_all(contents).map_err(|e| Error::storage("write", &tmp, e))?;
+    if durable {
+        file.sync_all().map_err(|e| Error::storage("fsync", &tmp, e))?;
+    }
+    drop(file);
+    std::fs::rename(&tmp, path).map_err(|e| Error::storage("rename", &tmp, e))?;
+    if let Some(dir) = path.parent()
+        && durable
+    {
+        sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// fsyncs a directory so that the names created, renamed or removed in it are durable.
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
+    open_dir(dir)?
+        .sync_all()
+        .map_err(|e| Error::storage("fsync directory", dir, e))
+}
+
+pub(crate) fn open_dir(dir: &Path) -> Result<File> {
+    File::open(dir).map_err(|e| Error::storage("open directory", dir, e))
+}
+
+/// Reads a checkpoint's lines after checking its version and count, or None when absent.
+fn read_lines(path: &Path) -> Result<Option<Vec<String>>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::storage("read", path, e)),
+    };
+    let malformed = |why: &str| {
+        Error::storage(
+            "parse",
+            path,
+            std::io::Error::new(ErrorKind::InvalidData, why.to_owned()),
+        )
+    };
+    let mut lines = text.lines();
+    if lines.next().map(str::trim) != Some(VERSION) {
+        return Err(malformed("unknown checkpoint version"));
+    }
+    let count: usize = lines
+        .next()
+        .and_then(|l| l.trim().parse().ok())
+        .ok_or_else(|| malformed("bad entry count"))?;
+    let entries: Vec<String> = lines
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.trim().to_owned())
+        .collect();
+    if entries.len() != count {
+        return Err(malformed("entry count does not match the entries"));
+    }
+    Ok(Some(entries))
+}
+
+fn parse_error(path: &Path, line: &str) -> Error {
+    Error::storage(
+        "parse",
+        path,
+        std::io::Error::new(ErrorKind::InvalidData, format!("bad checkpoint line {line:?}")),
+    )
+}
+
+/// The recovery point saved by the last `mark_flushed`, or None when never saved.
+pub(crate) fn read_recovery_point(dir: &Path) -> Result<Option<i64>> {
+    let path = dir.join(RECOVERY_POINT_FILE);
+    let Some(lines) = read_lines(&path)? else {
+        return Ok(None);
+    };
+    match lines.as_slice() {
+        [line] => line.parse().map(Some).map_err(|_| parse_error(&path, line)),
+        _ => Err(parse_error(&path, "")),
+    }
+}
+
+/// Saves the recovery point. Not fsynced: losing it only makes the next recovery start from an
+/// older point, which is slower but still correct.
+pub(crate) fn write_recovery_point(dir: &Path, offset: i64, durable: bool) -> Result<()> {
+    let text = format!("{VERSION}\n1\n{offset}\n");
+    write_atomically(&dir.join(RECOVERY_POINT_FILE), text.as_bytes(), durable)
+}
+
+/// One leader epoch and the first offset written in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EpochEntry {
+    pub epoch: i32,
+    pub start_offset: i64,
+}
+
+/// Kafka's `LeaderEpochFileCache`: epochs in increasing order with increasing start offsets,
+/// saved (fsynced; it changes only on leader changes) on every change.
+pub(crate) struct LeaderEpochCache {
+    path: PathBuf,
+    entries: Vec<EpochEntry>,
+}
+
+impl LeaderEpochCache {
+    pub fn load(dir: &Path) -> Result<LeaderEpochCache> {
+        let path = dir.join(LEADER_EPOCH_FILE);
+        let mut entries = Vec::new();
+        for line in read_lines(&path)?.unwrap_or_default() {
+            let mut fields = line.split_whitespace();
+            let epoch = fields.next().and_then(|f| f.parse().ok());
+            let start_offset = fields.next().and_then(|f| f.parse().ok());
+            match (epoch, start_offset, fields.next()) {
+                (Some(epoch), Some(start_offset), None) => entries.push(EpochEntry { epoch, start_offset }),
+                _ => return Err(parse_error(&path, &line)),
+            }
+        }
+        Ok(LeaderEpochCache { path, entries })
+    }
+
+    pub fn entries(&self) -> &[EpochEntry] {
+        &self.entries
+    }
+
+    pub fn latest_epoch(&self) -> i32 {
+        self.entries.last().map_or(-1, |e| e.epoch)
+    }
+
+    /// Records that `epoch` starts at `start_offset`, as Kafka's `LeaderEpochFileCache.assign`:
+    /// nothing when it is already the latest epoch; otherwise entries that conflict with it
+    /// (an epoch not below it, or a start offset not below its start) are replaced.
+    pub fn assign(&mut self, epoch: i32, start_offset: i64) -> Result<()> {
+        if epoch < 0 {
+            return Ok(());
+        }
+        if let Some(last) = self.entries.last()
+            && last.epoch == epoch
+            && last.start_offset <= start_offset
+        {
+            return Ok(());
+        }
+        self.entries
+            .retain(|e| e.epoch < epoch && e.start_offset < start_offset);
+        self.entries.push(EpochEntry { epoch, start_offset });
+        self.save()
+    }
+
+    /// Drops the epochs that start at or after `end_offset` (Kafka's `truncateFromEnd`), after
+    /// the log was cut there.
+    pub fn truncate_from_end(&mut self, end_offset: i64) -> Result<()> {
+        let before = self.entries.len();
+        self.entries.retain(|e| e.start_offset < end_offset);
+        if self.entries.len() != before {
+            self.save()
+        } else {
+            Ok(())
+        }
+    }
+
+    fn save(&self) -> Result<()> {
+        let mut text = format!("{VERSION}\n{}\n", self.entries.len());
+        for e in &self.entries {
+            text.push_str(&format!("{} {}\n", e.epoch, e.start_offset));
+        }
+        write_atomically(&self.path, text.as_bytes(), true)
+    }
+}

@@ -1,0 +1,510 @@
+//! One segment: a `.log` file of concatenated batches starting at `base_offset`, with its
+//! offset and time indexes (Kafka's `LogSegment`). The segment keeps the append-side state
+//! (size, next offset, max timestamp) in memory; the log decides when to roll.
+
+use std::fs::{File, OpenOptions};
+use std::io::{ErrorKind, IoSlice, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::LogConfig;
+use super::batch::{self, BatchHeader, HEADER_LEN};
+use super::index::{Index, OffsetEntry, OffsetIndex, TimeEntry, TimeIndex};
+use crate::error::{Error, Result};
+
+/// Bytes read at a time when scanning headers from an index position (about one index
+/// interval, so a lookup costs one or two reads).
+const SCAN_CHUNK_BYTES: usize = 4096;
+/// Bytes read at a time when recovery validates whole batches.
+const RECOVERY_CHUNK_BYTES: usize = 1 << 20;
+
+pub(crate) fn file_name(base_offset: i64, extension: &str) -> String {
+    format!("{base_offset:020}.{extension}")
+}
+
+pub(crate) struct Segment {
+    pub base_offset: i64,
+    log: Arc<File>,
+    log_path: PathBuf,
+    /// Bytes of valid batches; reads never look past it.
+    pub size: u64,
+    /// The offset after the last batch (the base offset when empty).
+    pub next_offset: i64,
+    offset_index: OffsetIndex,
+    time_index: TimeIndex,
+    /// Largest batch maxTimestamp, -1 when none.
+    pub max_timestamp: i64,
+    /// Last offset of the first batch carrying `max_timestamp` (Kafka's
+    /// `shallowOffsetOfMaxTimestamp`); the record itself is found by decoding that batch.
+    pub offset_of_max_timestamp: i64,
+    bytes_since_last_index_entry: u64,
+    /// When the first batch was appended in this process (open time for a reopened segment):
+    /// `segment.ms` counts from it.
+    first_append_ms: Option<i64>,
+    /// Created by a roll in this process: its directory entry is not yet known to be durable.
+    pub created_by_roll: bool,
+}
+
+/// The append-side state before an append, to undo it when the write fails.
+#[derive(Clone, Copy)]
+pub(crate) struct Tail {
+    size: u64,
+    next_offset: i64,
+    max_timestamp: i64,
+    offset_of_max_timestamp: i64,
+    bytes_since_last_index_entry: u64,
+    first_append_ms: Option<i64>,
+    offset_entries: usize,
+    time_entries: usize,
+}
+
+impl Tail {
+    /// The segment size when the tail was taken.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+}
+
+/// What `Segment::open` found of the indexes on disk.
+pub(crate) struct LoadedIndexes {
+    offsets: Option<Vec<OffsetEntry>>,
+    times: Option<Vec<TimeEntry>>,
+}
+
+/// Reads a file through a reusable buffer so that consecutive small lookups (batch headers)
+/// cost one read per chunk, not one per batch.
+struct ChunkReader<'a> {
+    file: &'a File,
+    path: &'a Path,
+    /// Reads never go past this position.
+    end: u64,
+    chunk: usize,
+    buf: Vec<u8>,
+    buf_start: u64,
+}
+
+impl<'a> ChunkReader<'a> {
+    fn new(file: &'a File, path: &'a Path, end: u64, chunk: usize) -> Self {
+        ChunkReader {
+            file,
+            path,
+            end,
+            chunk,
+            buf: Vec::new(),
+            buf_start: 0,
+        }
+    }
+
+    /// The `len` bytes at `pos`, or None when they extend past the end.
+    fn get(&mut self, pos: u64, len: usize) -> Result<Option<&[u8]>> {
+        let Some(end) = pos.checked_add(len as u64).filter(|&e| e <= self.end) else {
+            return Ok(None);
+        };
+        let buffered_end = self.buf_start + self.buf.len() as u64;
+        if pos < self.buf_start || end > buffered_end {
+            let want = (len.max(self.chunk) as u64).min(self.end - pos);
+            self.buf.resize(want as usize, 0);
+            self.file
+                .read_exact_at(&mut self.buf, pos)
+                .map_err(|e| Error::storage("read", self.path, e))?;
+            self.buf_start = pos;
+        }
+        let from = (pos - self.buf_start) as usize;
+        Ok(Some(&self.buf[from..from + len]))
+    }
+
+    /// Up to `len` bytes at `pos` (fewer at the end).
+    fn get_prefix(&mut self, pos: u64, len: usize) -> Result<&[u8]> {
+        let len = (len as u64).min(self.end.saturating_sub(pos)) as usize;
+        Ok(self.get(pos, len)?.unwrap_or_default())
+    }
+}
+
+impl Segment {
+    /// Creates a new empty segment (a roll, or the first segment of a new log).
+    pub fn create(dir: &Path, base_offset: i64, created_by_roll: bool) -> Result<Segment> {
+        let log_path = dir.join(file_name(base_offset, "log"));
+        let log = open_log(&log_path)?;
+        let len = log.metadata().map_err(|e| Error::storage("stat", &log_path, e))?.len();
+        if len != 0 {
+            // A leftover file with this base offset and data means the log is not what we think.
+            return Err(Error::storage(
+                "create segment",
+                &log_path,
+                std::io::Error::new(ErrorKind::AlreadyExists, "segment exists with data"),
+            ));
+        }
+        let (offset_index, _) = Index::open(dir.join(file_name(base_offset, "index")), true)?;
+        let (time_index, _) = Index::open(dir.join(file_name(base_offset, "timeindex")), true)?;
+        Ok(Segment {
+            base_offset,
+            log: Arc::new(log),
+            log_path,
+            size: 0,
+            next_offset: base_offset,
+            offset_index,
+            time_index,
+            max_timestamp: -1,
+            offset_of_max_timestamp: -1,
+            bytes_since_last_index_entry: 0,
+            first_append_ms: None,
+            created_by_roll,
+        })
+    }
+
+    /// Opens an existing segment. Its state is unknown until `trust` or `recover`.
+    pub fn open(dir: &Path, base_offset: i64) -> Result<(Segment, LoadedIndexes)> {
+        let log_path = dir.join(file_name(base_offset, "log"));
+        let log = open_log(&log_path)?;
+        let (offset_index, offsets) = Index::open(dir.join(file_name(base_offset, "index")), false)?;
+        let (time_index, times) = Index::open(dir.join(file_name(base_offset, "timeindex")), false)?;
+        let segment = Segment {
+            base_offset,
+            log: Arc::new(log),
+            log_path,
+            size: 0,
+            next_offset: base_offset,
+            offset_index,
+            time_index,
+            max_timestamp: -1,
+            offset_of_max_timestamp: -1,
+            bytes_since_last_index_entry: 0,
+            first_append_ms: None,
+            created_by_roll: false,
+        };
+        Ok((segment, LoadedIndexes { offsets, times }))
+    }
+
+    pub fn log_file(&self) -> (Arc<File>, PathBuf) {
+        (Arc::clone(&self.log), self.log_path.clone())
+    }
+
+    fn file_len(&self) -> Result<u64> {
+        Ok(self
+            .log
+            .metadata()
+            .map_err(|e| Error::storage("stat", &self.log_path, e))?
+            .len())
+    }
+
+    /// Adopts the files as they are (after a clean shutdown, or before the recovery point):
+    /// the indexes from disk, the size from the file, the next offset from `next_base` or,
+    /// for the last segment, a header scan after the last index entry. Returns false when
+    /// something does not add up; the caller then recovers the segment.
+    pub fn trust(&mut self, loaded: LoadedIndexes, next_base: Option<i64>) -> Result<bool> {
+        let size = self.file_len()?;
+        let (Some(offsets), Some(times)) = (loaded.offsets, loaded.times) else {
+            return Ok(false);
+        };
+        if !OffsetIndex::is_consistent(&offsets, size) || !TimeIndex::is_consistent(&times) {
+            return Ok(false);
+        }
+        let start = offsets.last().map_or(0, |e| u64::from(e.position));
+        let next_offset = match next_base {
+            Some(next) => next,
+            None => {
+                let mut reader = ChunkReader::new(&self.log, &self.log_path, size, SCAN_CHUNK_BYTES);
+                let mut pos = start;
+                let mut next = self.base_offset;
+                while pos < size {
+                    let Some(header) = reader.get(pos, HEADER_LEN)? else {
+                        return Ok(false);
+                    };
+                    let Ok(h) = BatchHeader::parse(header) else {
+                        return Ok(false);
+                    };
+                    if pos + h.size as u64 > size || (pos == 0 && h.base_offset != self.base_offset) {
+                        return Ok(false);
+                    }
+                    pos += h.size as u64;
+                    next = h.last_offset() + 1;
+                }
+                if let Some(e) = offsets.last()
+                    && self.base_offset + i64::from(e.relative_offset) >= next
+                {
+                    return Ok(false);
+                }
+                next
+            }
+        };
+        if let Some(t) = times.last() {
+            if self.base_offset + i64::from(t.relative_offset) >= next_offset {
+                return Ok(false);
+            }
+            self.max_timestamp = t.timestamp;
+            self.offset_of_max_timestamp = self.base_offset + i64::from(t.relative_offset);
+        }
+        self.size = size;
+        self.next_offset = next_offset;
+        self.bytes_since_last_index_entry = size - start;
+        self.offset_index.load(offsets);
+        self.time_index.load(times);
+        Ok(true)
+    }
+
+    /// Validates every batch (framing, magic, CRC32C, record count, offsets contiguous from the
+    /// base offset), truncates the file at the first bad byte and rebuilds both indexes.
+    /// Returns whether anything was truncated.
+    pub fn recover(&mut self, config: &LogConfig) -> Result<bool> {
+        let file_len = self.file_len()?;
+        self.offset_index.clear()?;
+        self.time_index.clear()?;
+        self.size = 0;
+        self.next_offset = self.base_offset;
+        self.max_timestamp = -1;
+        self.offset_of_max_timestamp = -1;
+        self.bytes_since_last_index_entry = 0;
+        let log = Arc::clone(&self.log);
+        let log_path = self.log_path.clone();
+        let mut reader = ChunkReader::new(&log, &log_path, file_len, RECOVERY_CHUNK_BYTES);
+        let mut pos = 0u64;
+        let mut bad = None;
+        while pos < file_len {
+            let available = usize::try_from(file_len - pos).unwrap_or(usize::MAX);
+            let framed = batch::frame(reader.get_prefix(pos, HEADER_LEN)?, available);
+            let checked = match framed {
+                Ok(size) => match reader.get(pos, size)? {
+                    Some(bytes) => batch::check(bytes),
+                    None => Err(Error::CorruptBatch("batch past the end of the file".into())),
+                },
+                Err(e) => Err(e),
+            };
+            let header = match checked {
+                Ok(h) if h.base_offset == self.next_offset => h,
+                Ok(h) => {
+                    bad = Some(format!(
+                        "batch at offset {} where {} was expected",
+                        h.base_offset, self.next_offset
+                    ));
+                    break;
+                }
+                Err(e) => {
+                    bad = Some(e.to_string());
+                    break;
+                }
+            };
+            self.account(&header, config);
+            pos += header.size as u64;
+        }
+        if let Some(why) = &bad {
+            tracing::warn!(
+                segment = %self.log_path.display(),
+                position = pos,
+                dropped_bytes = file_len - pos,
+                "recovery truncates the segment: {why}"
+            );
+            self.log
+                .set_len(pos)
+                .map_err(|e| Error::storage("truncate", &self.log_path, e))?;
+        }
+        self.bytes_since_last_index_entry = pos - self.offset_index.last().map_or(0, |e| u64::from(e.position));
+        self.persist_indexes()?;
+        Ok(bad.is_some())
+    }
+
+    pub fn tail(&self) -> Tail {
+        Tail {
+            size: self.size,
+            next_offset: self.next_offset,
+            max_timestamp: self.max_timestamp,
+            offset_of_max_timestamp: self.offset_of_max_timestamp,
+            bytes_since_last_index_entry: self.bytes_since_last_index_entry,
+            first_append_ms: self.first_append_ms,
+            offset_entries: self.offset_index.len(),
+            time_entries: self.time_index.len(),
+        }
+    }
+
+    /// Undoes the accounting done since `tail` was taken (the write failed).
+    pub fn restore(&mut self, tail: Tail) {
+        self.size = tail.size;
+        self.next_offset = tail.next_offset;
+        self.max_timestamp = tail.max_timestamp;
+        self.offset_of_max_timestamp = tail.offset_of_max_timestamp;
+        self.bytes_since_last_index_entry = tail.bytes_since_last_index_entry;
+        self.first_append_ms = tail.first_append_ms;
+        self.offset_index.truncate_pending(tail.offset_entries);
+        self.time_index.truncate_pending(tail.time_entries);
+    }
+
+    /// Whether a batch of `batch_size` bytes ending at `last_offset` must go to a new segment
+    /// (Kafka's `LogSegment.shouldRoll`). An empty segment always takes the batch.
+    pub fn should_roll(&self, batch_size: usize, last_offset: i64, now_ms: i64, config: &LogConfig) -> bool {
+        if self.size == 0 {
+            return false;
+        }
+        self.size + batch_size as u64 > config.segment_bytes
+            || self.first_append_ms.is_some_and(|t| now_ms.saturating_sub(t) > config.segment_ms)
+            || self.offset_index.len() as u64 >= config.segment_index_bytes / super::index::OFFSET_ENTRY_LEN as u64
+            || self.time_index.len() as u64 >= config.segment_index_bytes / super::index::TIME_ENTRY_LEN as u64
+            // Relative offsets in the indexes are 32-bit; Kafka keeps them within i32.
+            || last_offset - self.base_offset > i64::from(i32::MAX)
+            || self.size + batch_size as u64 > u64::from(u32::MAX)
+    }
+
+    /// Accounts for a batch placed at the current end: indexes, max timestamp, size, next offset.
+    /// Mirrors Kafka's `LogSegment.append`: an index entry for the batch's last offset at the
+    /// batch's position once more than `index.interval.bytes` were written since the last one.
+    pub fn account(&mut self, header: &BatchHeader, config: &LogConfig) {
+        debug_assert_eq!(header.base_offset, self.next_offset, "offsets must be contiguous");
+        let last_offset = header.last_offset();
+        if header.max_timestamp > self.max_timestamp {
+            self.max_timestamp = header.max_timestamp;
+            self.offset_of_max_timestamp = last_offset;
+        }
+        if self.bytes_since_last_index_entry > config.index_interval_bytes {
+            self.offset_index.push(OffsetEntry {
+                relative_offset: self.relative(last_offset),
+                // should_roll keeps segments below 4 GiB.
+                position: u32::try_from(self.size).unwrap_or(u32::MAX),
+            });
+            let relative_max = self.relative(self.offset_of_max_timestamp);
+            self.time_index.maybe_push(self.max_timestamp, relative_max);
+            self.bytes_since_last_index_entry = 0;
+        }
+        self.size += header.size as u64;
+        self.bytes_since_last_index_entry += header.size as u64;
+        self.next_offset = last_offset + 1;
+    }
+
+    pub fn note_append_time(&mut self, now_ms: i64) {
+        self.first_append_ms.get_or_insert(now_ms);
+    }
+
+    /// Starts the `segment.ms` clock of a reopened, non-empty active segment.
+    pub fn start_roll_clock(&mut self, now_ms: i64) {
+        if self.size > 0 {
+            self.first_append_ms = Some(now_ms);
+        }
+    }
+
+    fn relative(&self, offset: i64) -> u32 {
+        // should_roll keeps every offset of the segment within i32 of its base.
+        u32::try_from(offset - self.base_offset).unwrap_or(u32::MAX)
+    }
+
+    /// Writes `slices` at the end of the log file, all or nothing as far as the log can tell:
+    /// on failure the file is cut back to `cut_to` (its size before the write) so that the next
+    /// append does not land after a torn batch.
+    pub fn write_all(&self, slices: &mut [IoSlice<'_>], cut_to: u64) -> Result<()> {
+        let mut slices = slices;
+        IoSlice::advance_slices(&mut slices, 0);
+        while !slices.is_empty() {
+            // The file is opened in append mode: each writev lands at the end of the file.
+            match (&*self.log).write_vectored(slices) {
+                Ok(0) => {
+                    let e = std::io::Error::from(ErrorKind::WriteZero);
+                    return Err(self.undo_write(e, cut_to));
+                }
+                Ok(n) => IoSlice::advance_slices(&mut slices, n),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.undo_write(e, cut_to)),
+            }
+        }
+        Ok(())
+    }
+
+    fn undo_write(&self, e: std::io::Error, cut_to: u64) -> Error {
+        if let Err(cut) = self.log.set_len(cut_to) {
+            tracing::error!(segment = %self.log_path.display(), "cannot cut a failed write: {cut}");
+        }
+        Error::storage("append", &self.log_path, e)
+    }
+
+    /// Seals the segment when it stops being active: a final time index entry for its max
+    /// timestamp (Kafka's `onBecomeInactiveSegment`), so a later open reads the max from the
+    /// index, and all entries written out.
+    pub fn seal(&mut self) -> Result<()> {
+        if self.max_timestamp >= 0 {
+            let relative_max = self.relative(self.offset_of_max_timestamp);
+            self.time_index.maybe_push(self.max_timestamp, relative_max);
+        }
+        self.persist_indexes()
+    }
+
+    pub fn persist_indexes(&mut self) -> Result<()> {
+        self.offset_index.persist()?;
+        self.time_index.persist()
+    }
+
+    pub fn pending_index_entries(&self) -> usize {
+        self.offset_index.pending() + self.time_index.pending()
+    }
+
+    pub fn sync_indexes(&mut self) -> Result<()> {
+        self.offset_index.sync()?;
+        self.time_index.sync()
+    }
+
+    /// The header of the first batch whose last offset is at least `offset`, found from the
+    /// offset index and a header scan, or None when the segment ends before.
+    pub fn find_batch(&self, offset: i64) -> Result<Option<(u64, BatchHeader)>> {
+        let relative = u32::try_from(offset.saturating_sub(self.base_offset)).unwrap_or(u32::MAX);
+        let from = u64::from(self.offset_index.lookup(relative));
+        self.scan(from, |h| h.last_offset() >= offset)
+    }
+
+    /// Scans batch headers from position `from` and returns the first one `found` accepts,
+    /// with its position.
+    pub fn scan(&self, from: u64, mut found: impl FnMut(&BatchHeader) -> bool) -> Result<Option<(u64, BatchHeader)>> {
+        let mut reader = ChunkReader::new(&self.log, &self.log_path, self.size, SCAN_CHUNK_BYTES);
+        let mut pos = from;
+        while pos < self.size {
+            let Some(bytes) = reader.get(pos, HEADER_LEN)? else {
+                return Err(self.corrupt(pos, "partial batch header"));
+            };
+            let header = BatchHeader::parse(bytes).map_err(|e| self.corrupt(pos, &e.to_string()))?;
+            if found(&header) {
+                return Ok(Some((pos, header)));
+            }
+            pos += header.size as u64;
+        }
+        Ok(None)
+    }
+
+    fn corrupt(&self, pos: u64, why: &str) -> Error {
+        Error::CorruptBatch(format!("{} at position {pos}: {why}", self.log_path.display()))
+    }
+
+    /// Reads `len` bytes at `pos` into one buffer.
+    pub fn read_at(&self, pos: u64, len: usize) -> Result<Vec<u8>> {
+        let mut buf = vec![0; len];
+        self.log
+            .read_exact_at(&mut buf, pos)
+            .map_err(|e| Error::storage("read", &self.log_path, e))?;
+        Ok(buf)
+    }
+
+    /// Where to start scanning for the first record at or after `timestamp`: the batch of the
+    /// last time index entry below it, else the segment start.
+    pub fn timestamp_scan_start(&self, timestamp: i64) -> u64 {
+        self.time_index
+            .lookup_below(timestamp)
+            .map_or(0, |relative| u64::from(self.offset_index.lookup(relative)))
+    }
+
+    /// Deletes the files of the segment with `base_offset` in `dir` (recovery dropping
+    /// segments after a truncation).
+    pub fn delete_files(dir: &Path, base_offset: i64) -> Result<()> {
+        for ext in ["log", "index", "timeindex"] {
+            let path = dir.join(file_name(base_offset, ext));
+            match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != ErrorKind::NotFound => {
+                    return Err(Error::storage("delete", &path, e));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+fn open_log(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .open(path)
+        .map_err(|e| Error::storage("open segment", path, e))
+}

@@ -1,0 +1,350 @@
+//! The partitions this node hosts. A `Partition` serializes appends to its log, owns the high
+//! watermark (what consumers may read) and the durability wait of acks=all produces.
+//!
+//! On a single node the in-sync replica set is this node alone, so the high watermark is the log
+//! end offset once the flush policy says the write is durable: with `log.flush.interval.messages
+//! = 1` (the default) a background flusher fsyncs everything appended since its last fsync, in
+//! one call for all the requests that arrived meanwhile (group commit), then raises the high
+//! watermark, which wakes waiting fetches and acks=all produces.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::{Notify, watch};
+use uuid::Uuid;
+
+use crate::cluster::MetadataImage;
+use crate::config::BrokerConfig;
+use crate::error::{Error, Result};
+use crate::log::{AppendInfo, Log, ValidBatch};
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// A partition key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TopicPartition {
+    pub topic: String,
+    pub partition: i32,
+}
+
+impl std::fmt::Display for TopicPartition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.topic, self.partition)
+    }
+}
+
+/// What a read found.
+pub struct PartitionRead {
+    pub records: Bytes,
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+}
+
+/// The offsets a client sees for a partition.
+#[derive(Debug, Clone, Copy)]
+pub struct PartitionOffsets {
+    pub log_start_offset: i64,
+    pub high_watermark: i64,
+    pub log_end_offset: i64,
+}
+
+pub struct Partition {
+    pub tp: TopicPartition,
+    pub topic_id: Uuid,
+    pub leader_epoch: i32,
+    dir: PathBuf,
+    /// None once closed (topic deleted or broker stopping).
+    log: Mutex<Option<Log>>,
+    high_watermark: watch::Sender<i64>,
+    /// Set by appends, taken by the flusher.
+    flush_needed: Notify,
+    /// True when every write is fsynced before it becomes visible (flush policy).
+    sync_flush: bool,
+    closing: AtomicBool,
+    /// Set when an fsync failed: the partition stops acknowledging (Kafka takes the log dir
+    /// offline: KAFKA_STORAGE_ERROR).
+    failed: AtomicBool,
+}
+
+impl Partition {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Log>> {
+        self.log.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn with_log<T>(&self, f: impl FnOnce(&mut Log) -> Result<T>) -> Result<T> {
+        if self.failed.load(Ordering::Acquire) {
+            return Err(Error::storage("use", &self.dir, std::io::Error::other("an earlier fsync failed")));
+        }
+        match self.lock().as_mut() {
+            Some(log) => f(log),
+            None => Err(Error::UnknownTopicOrPartition(self.tp.to_string())),
+        }
+    }
+
+    /// Appends batches; the data becomes visible (and acks=all may complete) when the high
+    /// watermark passes `last_offset`.
+    pub fn append(&self, batches: Vec<ValidBatch>) -> Result<AppendInfo> {
+        let info = self.with_log(|log| {
+            let info = log.append(batches, self.leader_epoch, now_ms())?;
+            if !self.sync_flush {
+                self.high_watermark.send_replace(log.log_end_offset());
+            }
+            Ok(info)
+        })?;
+        if self.sync_flush {
+            self.flush_needed.notify_one();
+        }
+        Ok(info)
+    }
+
+    /// Waits until `offset` is below the high watermark (acks=all).
+    pub async fn wait_for_high_watermark(&self, offset: i64) -> Result<()> {
+        let mut rx = self.high_watermark.subscribe();
+        let wait = rx.wait_for(|hw| *hw > offset || self.failed.load(Ordering::Acquire));
+        match wait.await {
+            Ok(_) if !self.failed.load(Ordering::Acquire) => Ok(()),
+            _ => Err(Error::storage("flush", &self.dir, std::io::Error::other("the log could not be made durable"))),
+        }
+    }
+
+    pub fn high_watermark(&self) -> i64 {
+        *self.high_watermark.borrow()
+    }
+
+    /// A receiver that wakes when the high watermark moves (long-poll fetch).
+    pub fn subscribe(&self) -> watch::Receiver<i64> {
+        self.high_watermark.subscribe()
+    }
+
+    pub fn offsets(&self) -> Result<PartitionOffsets> {
+        let hw = self.high_watermark();
+        self.with_log(|log| {
+            Ok(PartitionOffsets {
+                log_start_offset: log.log_start_offset(),
+                high_watermark: hw,
+                log_end_offset: log.log_end_offset(),
+            })
+        })
+    }
+
+    /// Reads committed data (below the high watermark) from `offset`.
+    pub fn read(&self, offset: i64, max_bytes: usize, min_one_batch: bool) -> Result<PartitionRead> {
+        let hw = self.high_watermark();
+        self.with_log(|log| {
+            let log_start_offset = log.log_start_offset();
+            let log_end_offset = log.log_end_offset();
+            // Between the high watermark and the log end the offset exists but is not yet
+            // committed: Kafka answers with no records and no error.
+            let records = if offset >= hw && offset <= log_end_offset && offset >= log_start_offset {
+                Bytes::new()
+            } else {
+                log.read(offset, hw, max_bytes, min_one_batch)?
+            };
+            Ok(PartitionRead { records, high_watermark: hw, log_start_offset })
+        })
+    }
+
+    pub fn offset_for_timestamp(&self, timestamp_ms: i64) -> Result<Option<(i64, i64)>> {
+        let hw = self.high_watermark();
+        self.with_log(|log| Ok(log.offset_for_timestamp(timestamp_ms)?.filter(|(o, _)| *o < hw)))
+    }
+
+    pub fn max_timestamp(&self) -> Result<Option<(i64, i64)>> {
+        let hw = self.high_watermark();
+        self.with_log(|log| Ok(log.max_timestamp()?.filter(|(_, o)| *o < hw)))
+    }
+
+    /// Flushes and closes the log; later calls get UNKNOWN_TOPIC_OR_PARTITION.
+    pub fn close(&self) -> Result<()> {
+        self.closing.store(true, Ordering::Release);
+        self.flush_needed.notify_one();
+        let log = self.lock().take();
+        match log {
+            Some(log) => {
+                let end = log.log_end_offset();
+                let result = log.close();
+                if result.is_ok() {
+                    self.high_watermark.send_if_modified(|hw| {
+                        let moved = *hw < end;
+                        *hw = (*hw).max(end);
+                        moved
+                    });
+                }
+                result
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// One fsync round: everything appended before it started becomes durable and visible.
+    fn flush_once(&self) -> Result<()> {
+        let handle = match self.lock().as_ref() {
+            Some(log) => log.flush_handle(),
+            None => return Ok(()),
+        };
+        handle.sync()?;
+        let flushed = handle.flushed_offset;
+        if let Some(log) = self.lock().as_mut() {
+            log.mark_flushed(flushed)?;
+        }
+        self.high_watermark.send_if_modified(|hw| {
+            let moved = *hw < flushed;
+            *hw = (*hw).max(flushed);
+            moved
+        });
+        Ok(())
+    }
+
+    /// The flusher: one per partition, fsyncing on a blocking thread so appends continue
+    /// meanwhile; appends made during an fsync are covered by the next one.
+    async fn run_flusher(self: Arc<Self>, interval: Duration) {
+        loop {
+            if self.sync_flush {
+                self.flush_needed.notified().await;
+            } else {
+                tokio::select! {
+                    _ = self.flush_needed.notified() => {}
+                    _ = tokio::time::sleep(interval) => {}
+                }
+            }
+            if self.closing.load(Ordering::Acquire) {
+                return;
+            }
+            let me = self.clone();
+            let result = tokio::task::spawn_blocking(move || me.flush_once()).await;
+            let failure = match result {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(e.to_string()),
+                Err(e) => Some(e.to_string()),
+            };
+            if let Some(reason) = failure {
+                tracing::error!(partition = %self.tp, %reason, "fsync failed; the partition stops accepting writes");
+                self.failed.store(true, Ordering::Release);
+                self.high_watermark.send_modify(|_| {});
+                return;
+            }
+        }
+    }
+}
+
+/// All partitions hosted here, kept in step with the metadata image.
+pub struct ReplicaManager {
+    config: Arc<BrokerConfig>,
+    partitions: RwLock<HashMap<TopicPartition, Arc<Partition>>>,
+}
+
+impl ReplicaManager {
+    pub fn new(config: Arc<BrokerConfig>) -> ReplicaManager {
+        ReplicaManager { config, partitions: RwLock::new(HashMap::new()) }
+    }
+
+    pub fn get(&self, topic: &str, partition: i32) -> Option<Arc<Partition>> {
+        let key = TopicPartition { topic: topic.to_string(), partition };
+        self.partitions.read().unwrap_or_else(|p| p.into_inner()).get(&key).cloned()
+    }
+
+    fn partition_dir(&self, tp: &TopicPartition) -> PathBuf {
+        self.config.data_dir.join(tp.to_string())
+    }
+
+    /// Opens the partitions the image has and this node lacks, and closes and deletes those it
+    /// no longer has. Runs at start-up and after every metadata change.
+    pub fn apply_image(&self, image: &MetadataImage) -> Result<()> {
+        let mut wanted = Vec::new();
+        for topic in image.topics.values() {
+            for partition in 0..topic.partitions {
+                wanted.push((TopicPartition { topic: topic.name.clone(), partition }, topic.clone()));
+            }
+        }
+        // Remove what is gone (deleted topics, or a topic re-created with a new id).
+        let gone: Vec<Arc<Partition>> = {
+            let map = self.partitions.read().unwrap_or_else(|p| p.into_inner());
+            map.values()
+                .filter(|p| image.topic(&p.tp.topic).is_none_or(|t| t.id != p.topic_id))
+                .cloned()
+                .collect()
+        };
+        for p in gone {
+            self.partitions.write().unwrap_or_else(|p| p.into_inner()).remove(&p.tp);
+            if let Err(e) = p.close() {
+                tracing::warn!(partition = %p.tp, error = %e, "closing a deleted partition");
+            }
+            remove_partition_dir(&p.dir);
+        }
+        for (tp, topic) in wanted {
+            if self.get(&tp.topic, tp.partition).is_some() {
+                continue;
+            }
+            let dir = self.partition_dir(&tp);
+            let log = Log::open(&dir, self.config.topic_log_config(&topic.configs), now_ms())?;
+            let end = log.log_end_offset();
+            let partition = Arc::new(Partition {
+                tp: tp.clone(),
+                topic_id: topic.id,
+                leader_epoch: topic.leader_epoch,
+                dir,
+                log: Mutex::new(Some(log)),
+                // Everything recovered from disk is durable.
+                high_watermark: watch::Sender::new(end),
+                flush_needed: Notify::new(),
+                sync_flush: self.config.log_flush_interval_messages <= 1,
+                closing: AtomicBool::new(false),
+                failed: AtomicBool::new(false),
+            });
+            let interval = Duration::from_millis(self.config.log_flush_interval_ms.max(1) as u64);
+            tokio::spawn(partition.clone().run_flusher(interval));
+            self.partitions.write().unwrap_or_else(|p| p.into_inner()).insert(tp, partition);
+        }
+        Ok(())
+    }
+
+    /// Removes directories left by a deletion that a crash interrupted.
+    pub fn remove_stray_dirs(&self) {
+        let Ok(entries) = std::fs::read_dir(&self.config.data_dir) else { return };
+        for entry in entries.flatten() {
+            if entry.file_name().to_string_lossy().ends_with("-delete") {
+                remove_partition_dir(&entry.path());
+            }
+        }
+    }
+
+    /// Closes every partition (flush, index and checkpoint writes) for a clean shutdown.
+    pub fn close_all(&self) {
+        let all: Vec<Arc<Partition>> =
+            self.partitions.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
+        for p in all {
+            if let Err(e) = p.close() {
+                tracing::error!(partition = %p.tp, error = %e, "closing partition");
+            }
+        }
+    }
+}
+
+/// Deletes a partition directory the way Kafka does: rename it aside first (so a crash never
+/// leaves a half-deleted log under the live name), then remove it.
+fn remove_partition_dir(dir: &Path) {
+    let aside = if dir.to_string_lossy().ends_with("-delete") {
+        dir.to_path_buf()
+    } else {
+        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        dir.with_file_name(format!("{name}.{}-delete", Uuid::new_v4().simple()))
+    };
+    if aside != dir
+        && let Err(e) = std::fs::rename(dir, &aside)
+    {
+        tracing::warn!(dir = %dir.display(), error = %e, "renaming a deleted partition aside");
+        return;
+    }
+    if let Err(e) = std::fs::remove_dir_all(&aside) {
+        tracing::warn!(dir = %aside.display(), error = %e, "removing a deleted partition");
+    }
+}
