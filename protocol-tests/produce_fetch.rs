@@ -24,8 +24,11 @@ async fn create_topic(bootstrap: &str, name: &str, partitions: i32) {
     assert!(results[0].is_ok(), "{results:?}");
 }
 
-/// Reads until `count` messages arrived (or 60 s passed), returning (partition, offset, key, value).
-fn consume_n(consumer: &rdkafka::consumer::BaseConsumer, count: usize) -> Vec<(i32, i64, Option<Vec<u8>>, Option<Vec<u8>>)> {
+/// (partition, offset, key, value) of a consumed record.
+type Consumed = (i32, i64, Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// Reads until `count` messages arrived (or 60 s passed).
+fn consume_n(consumer: &rdkafka::consumer::BaseConsumer, count: usize) -> Vec<Consumed> {
     let mut out = Vec::with_capacity(count);
     let deadline = Instant::now() + Duration::from_secs(60);
     while out.len() < count && Instant::now() < deadline {

@@ -6,6 +6,9 @@
 //! one connection keep their order) and hands back a future for the wait, which the connection's
 //! writer awaits in turn, keeping responses in request order.
 
+// Input from the network or disk becomes an `Error`, never a panic.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
 pub mod api_versions;
 pub mod fetch;
 pub mod list_offsets;
@@ -232,6 +235,28 @@ mod tests {
             let (min, max) = codec_range(v.key);
             assert!(v.min >= min && v.max <= max && v.min <= v.max, "{:?}", v.key);
         }
+    }
+
+    #[test]
+    fn compat_matrix_lists_exactly_the_supported_versions() {
+        // Rows look like `| Produce (0) | 3–12 | ...`.
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("compat-matrix.md");
+        let text = std::fs::read_to_string(path).unwrap();
+        let mut listed = Vec::new();
+        for line in text.lines() {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            if cells.len() < 3 {
+                continue;
+            }
+            let (Some(open), Some(close)) = (cells[1].rfind('('), cells[1].rfind(')')) else { continue };
+            let Ok(key) = cells[1][open + 1..close].parse::<i16>() else { continue };
+            let Some((min, max)) = cells[2].split_once('–') else { continue };
+            listed.push((key, min.parse::<i16>().unwrap(), max.parse::<i16>().unwrap()));
+        }
+        let mut expected: Vec<(i16, i16, i16)> = SUPPORTED.iter().map(|v| (v.key as i16, v.min, v.max)).collect();
+        expected.sort();
+        listed.sort();
+        assert_eq!(listed, expected, "compat-matrix.md and api::SUPPORTED disagree");
     }
 
     #[test]

@@ -3,6 +3,9 @@
 //! immutable `MetadataImage`. On a single node the metadata log is a local file; replaying it at
 //! start-up rebuilds the image. In a cluster the same records will go through a raft quorum.
 
+// Input from the network or disk becomes an `Error`, never a panic.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
 mod metadata_log;
 
 use std::collections::{BTreeMap, HashMap};

@@ -7,6 +7,9 @@
 //! one call for all the requests that arrived meanwhile (group commit), then raises the high
 //! watermark, which wakes waiting fetches and acks=all produces.
 
+// Input from the network or disk becomes an `Error`, never a panic.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};

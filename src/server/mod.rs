@@ -6,6 +6,9 @@
 //! Broken framing (oversized or negative length, an unknown API key, an unsupported version, a
 //! body that does not parse) closes the connection with one log line, as Kafka does.
 
+// Input from the network or disk becomes an `Error`, never a panic.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

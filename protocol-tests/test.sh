@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The project's whole test command (README, .ci/run): formatting, lints, unit and protocol tests
+# through librdkafka and raw frames, then the other real clients (kcat, Python) against the
+# broker binary. Prints the wall time of each stage.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+stage() {
+    local name=$1
+    shift
+    local start=$SECONDS
+    echo "=== $name"
+    "$@"
+    echo "=== $name: $((SECONDS - start)) s"
+}
+
+stage "cargo fmt --check" cargo fmt --all -- --check
+stage "cargo clippy" cargo clippy --all-targets -- -D warnings
+# Two test threads: the protocol tests each start brokers and clients of their own.
+stage "cargo test" cargo test -- --test-threads=2
+stage "other clients (kcat, Python)" env SLUICE_BIN=target/debug/sluice protocol-tests/clients/run.sh
+echo "all tests passed"
