@@ -7,7 +7,11 @@ use sluice::Broker;
 use sluice::config::BrokerConfig;
 
 #[derive(Parser)]
-#[command(name = "sluice", version, about = "A message broker that speaks the Apache Kafka protocol")]
+#[command(
+    name = "sluice",
+    version,
+    about = "A message broker that speaks the Apache Kafka protocol"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -36,10 +40,51 @@ enum Command {
         #[arg(long = "set", value_name = "KEY=VALUE")]
         set: Vec<String>,
     },
+    /// Exit 0 when a broker at ADDRESS answers ApiVersions (for container health checks, where
+    /// the image has no shell or client tools).
+    Healthcheck {
+        #[arg(default_value = "127.0.0.1:9092")]
+        address: String,
+    },
+}
+
+/// Sends ApiVersions v0 and checks the answer carries no error.
+fn healthcheck(address: &str) -> Result<(), String> {
+    use std::io::{Read, Write};
+    use std::net::ToSocketAddrs;
+    use std::time::Duration;
+    let addr = address
+        .to_socket_addrs()
+        .map_err(|e| format!("{address}: {e}"))?
+        .next()
+        .ok_or("no address")?;
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).map_err(|e| e.to_string())?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(|e| e.to_string())?;
+    // length 10: api key 18, version 0, correlation id 1, client id "" (length 0)
+    let request = [0, 0, 0, 10, 0, 18, 0, 0, 0, 0, 0, 1, 0, 0];
+    stream.write_all(&request).map_err(|e| e.to_string())?;
+    let mut head = [0u8; 10]; // length, correlation id, error code
+    stream.read_exact(&mut head).map_err(|e| e.to_string())?;
+    match i16::from_be_bytes([head[8], head[9]]) {
+        0 => Ok(()),
+        code => Err(format!("ApiVersions answered error {code}")),
+    }
 }
 
 fn build_config(command: &Command) -> Result<BrokerConfig, String> {
-    let Command::Serve { config, listen, advertise, data_dir, node_id, set } = command;
+    let Command::Serve {
+        config,
+        listen,
+        advertise,
+        data_dir,
+        node_id,
+        set,
+    } = command
+    else {
+        return Err("not a serve command".into());
+    };
     let mut c = match config {
         Some(path) => BrokerConfig::load(path).map_err(|e| e.to_string())?,
         None => BrokerConfig::default(),
@@ -58,7 +103,9 @@ fn build_config(command: &Command) -> Result<BrokerConfig, String> {
         overrides.push(("node.id".into(), v.to_string()));
     }
     for kv in set {
-        let (k, v) = kv.split_once('=').ok_or_else(|| format!("--set {kv}: expected KEY=VALUE"))?;
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| format!("--set {kv}: expected KEY=VALUE"))?;
         overrides.push((k.trim().to_string(), v.to_string()));
     }
     for (k, v) in overrides {
@@ -71,10 +118,20 @@ fn build_config(command: &Command) -> Result<BrokerConfig, String> {
 fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
     let cli = Cli::parse();
+    if let Command::Healthcheck { address } = &cli.command {
+        return match healthcheck(address) {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("sluice healthcheck: {e}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
     let config = match build_config(&cli.command) {
         Ok(c) => c,
         Err(e) => {
