@@ -40,7 +40,10 @@ async fn acknowledged_records_survive_kill_9() {
     let broker = BrokerProcess::spawn(dir.path(), port, &[]);
     let bootstrap = broker.addr.to_string();
     let topic = "survivor";
-    let producer = producer(&bootstrap, &[("linger.ms", "1"), ("message.timeout.ms", "5000"), ("retries", "0")]);
+    let producer = producer(
+        &bootstrap,
+        &[("linger.ms", "1"), ("message.timeout.ms", "5000"), ("retries", "0")],
+    );
     let acked: Arc<Mutex<BTreeMap<i64, String>>> = Arc::default();
 
     // Produce continuously; stop the broker with SIGKILL once a few thousand are acknowledged.
@@ -85,12 +88,19 @@ async fn acknowledged_records_survive_kill_9() {
     assert_eq!(offsets.first(), Some(&0));
     let by_offset: BTreeMap<i64, Vec<u8>> = got.into_iter().collect();
     for (offset, value) in &acked {
-        assert_eq!(by_offset.get(offset).map(Vec::as_slice), Some(value.as_bytes()), "acknowledged offset {offset}");
+        assert_eq!(
+            by_offset.get(offset).map(Vec::as_slice),
+            Some(value.as_bytes()),
+            "acknowledged offset {offset}"
+        );
     }
     // Production resumes after the recovered end.
     let producer = common::producer(&broker.addr.to_string(), &[]);
     let d = producer
-        .send(FutureRecord::<(), _>::to(topic).payload("after").partition(0), Duration::from_secs(10))
+        .send(
+            FutureRecord::<(), _>::to(topic).payload("after").partition(0),
+            Duration::from_secs(10),
+        )
         .await
         .unwrap();
     assert!(d.offset >= acked.len() as i64);
@@ -106,7 +116,10 @@ async fn a_segment_cut_mid_batch_is_truncated_at_restart() {
         let producer = producer(&bootstrap, &[("linger.ms", "0")]);
         for i in 0..10 {
             producer
-                .send(FutureRecord::<(), _>::to("torn").payload(&format!("v{i}")).partition(0), Duration::from_secs(10))
+                .send(
+                    FutureRecord::<(), _>::to("torn").payload(&format!("v{i}")).partition(0),
+                    Duration::from_secs(10),
+                )
                 .await
                 .unwrap();
         }
@@ -127,10 +140,17 @@ async fn a_segment_cut_mid_batch_is_truncated_at_restart() {
         let bootstrap = broker.addr.to_string();
         let got = read_all(&bootstrap, "torn", 9);
         let values: Vec<String> = got.iter().map(|(_, v)| String::from_utf8(v.clone()).unwrap()).collect();
-        assert_eq!(values, (0..9).map(|i| format!("v{i}")).collect::<Vec<_>>(), "clean_stop={clean_stop}");
+        assert_eq!(
+            values,
+            (0..9).map(|i| format!("v{i}")).collect::<Vec<_>>(),
+            "clean_stop={clean_stop}"
+        );
         let producer = common::producer(&bootstrap, &[]);
         let d = producer
-            .send(FutureRecord::<(), _>::to("torn").payload("again").partition(0), Duration::from_secs(10))
+            .send(
+                FutureRecord::<(), _>::to("torn").payload("again").partition(0),
+                Duration::from_secs(10),
+            )
             .await
             .unwrap();
         assert_eq!(d.offset, 9, "the torn batch's offset is reused");
@@ -145,7 +165,10 @@ async fn topics_and_data_survive_a_clean_restart() {
     let producer = producer(&broker.bootstrap(), &[]);
     for p in 0..2 {
         producer
-            .send(FutureRecord::to("kept").key("k").payload(&format!("p{p}")).partition(p), Duration::from_secs(10))
+            .send(
+                FutureRecord::to("kept").key("k").payload(&format!("p{p}")).partition(p),
+                Duration::from_secs(10),
+            )
             .await
             .unwrap();
     }

@@ -15,10 +15,15 @@ use rdkafka::producer::FutureRecord;
 use rdkafka::util::Timeout;
 
 async fn create_topic(bootstrap: &str, name: &str, partitions: i32) {
-    let admin: AdminClient<DefaultClientContext> =
-        rdkafka::ClientConfig::new().set("bootstrap.servers", bootstrap).create().unwrap();
+    let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .unwrap();
     let results = admin
-        .create_topics(&[NewTopic::new(name, partitions, TopicReplication::Fixed(1))], &AdminOptions::new())
+        .create_topics(
+            &[NewTopic::new(name, partitions, TopicReplication::Fixed(1))],
+            &AdminOptions::new(),
+        )
         .await
         .unwrap();
     assert!(results[0].is_ok(), "{results:?}");
@@ -34,7 +39,12 @@ fn consume_n(consumer: &rdkafka::consumer::BaseConsumer, count: usize) -> Vec<Co
     while out.len() < count && Instant::now() < deadline {
         if let Some(m) = consumer.poll(Duration::from_millis(100)) {
             let m = m.expect("consume without error");
-            out.push((m.partition(), m.offset(), m.key().map(<[u8]>::to_vec), m.payload().map(<[u8]>::to_vec)));
+            out.push((
+                m.partition(),
+                m.offset(),
+                m.key().map(<[u8]>::to_vec),
+                m.payload().map(<[u8]>::to_vec),
+            ));
         }
     }
     out
@@ -100,11 +110,20 @@ async fn every_compression_codec_round_trips() {
     for codec in ["gzip", "snappy", "lz4", "zstd"] {
         let topic = unique(codec);
         create_topic(&broker.bootstrap(), &topic, 1).await;
-        let producer = producer(&broker.bootstrap(), &[("compression.codec", codec), ("linger.ms", "20")]);
-        let values: Vec<String> = (0..500).map(|i| format!("{codec} value {i} {}", "x".repeat(i % 50))).collect();
+        let producer = producer(
+            &broker.bootstrap(),
+            &[("compression.codec", codec), ("linger.ms", "20")],
+        );
+        let values: Vec<String> = (0..500)
+            .map(|i| format!("{codec} value {i} {}", "x".repeat(i % 50)))
+            .collect();
         let sends: Vec<_> = values
             .iter()
-            .map(|v| producer.send_result(FutureRecord::<(), _>::to(&topic).payload(v).partition(0)).unwrap())
+            .map(|v| {
+                producer
+                    .send_result(FutureRecord::<(), _>::to(&topic).payload(v).partition(0))
+                    .unwrap()
+            })
             .collect();
         for s in sends {
             s.await.unwrap().expect("delivered");
@@ -112,7 +131,10 @@ async fn every_compression_codec_round_trips() {
         let consumer = consumer(&broker.bootstrap(), &[]);
         assign(&consumer, &topic, &[0], rdkafka::Offset::Beginning);
         let got = consume_n(&consumer, values.len());
-        let got: Vec<String> = got.into_iter().map(|(_, _, _, v)| String::from_utf8(v.unwrap()).unwrap()).collect();
+        let got: Vec<String> = got
+            .into_iter()
+            .map(|(_, _, _, v)| String::from_utf8(v.unwrap()).unwrap())
+            .collect();
         assert_eq!(got, values, "{codec}");
     }
     broker.handle.shutdown().await;
@@ -125,17 +147,39 @@ async fn headers_null_key_and_value_and_a_one_megabyte_record() {
     create_topic(&broker.bootstrap(), &topic, 1).await;
     let producer = producer(&broker.bootstrap(), &[("message.max.bytes", "2000000")]);
     let headers = OwnedHeaders::new()
-        .insert(Header { key: "h1", value: Some("v1") })
-        .insert(Header { key: "h2", value: None::<&str> });
+        .insert(Header {
+            key: "h1",
+            value: Some("v1"),
+        })
+        .insert(Header {
+            key: "h2",
+            value: None::<&str>,
+        });
     let big = vec![7u8; 1_000_000];
     let to = Timeout::After(Duration::from_secs(30));
     producer
-        .send(FutureRecord::to(&topic).key("k").payload("with headers").headers(headers).partition(0), to)
+        .send(
+            FutureRecord::to(&topic)
+                .key("k")
+                .payload("with headers")
+                .headers(headers)
+                .partition(0),
+            to,
+        )
         .await
         .unwrap();
-    producer.send(FutureRecord::<(), _>::to(&topic).payload("null key").partition(0), to).await.unwrap();
-    producer.send(FutureRecord::<_, ()>::to(&topic).key("null value").partition(0), to).await.unwrap();
-    producer.send(FutureRecord::to(&topic).key("big").payload(&big).partition(0), to).await.unwrap();
+    producer
+        .send(FutureRecord::<(), _>::to(&topic).payload("null key").partition(0), to)
+        .await
+        .unwrap();
+    producer
+        .send(FutureRecord::<_, ()>::to(&topic).key("null value").partition(0), to)
+        .await
+        .unwrap();
+    producer
+        .send(FutureRecord::to(&topic).key("big").payload(&big).partition(0), to)
+        .await
+        .unwrap();
 
     let consumer = consumer(&broker.bootstrap(), &[("fetch.message.max.bytes", "1048576")]);
     assign(&consumer, &topic, &[0], rdkafka::Offset::Beginning);
@@ -168,11 +212,21 @@ async fn producing_to_a_missing_partition_fails_cleanly() {
     create_topic(&broker.bootstrap(), &topic, 2).await;
     let producer = producer(&broker.bootstrap(), &[("message.timeout.ms", "3000")]);
     let to = Timeout::After(Duration::from_secs(10));
-    let err = producer.send(FutureRecord::to(&topic).key("k").payload("v").partition(7), to).await.unwrap_err();
+    let err = producer
+        .send(FutureRecord::to(&topic).key("k").payload("v").partition(7), to)
+        .await
+        .unwrap_err();
     // librdkafka knows the partition count from metadata and fails the record locally.
-    assert_eq!(err.0.rdkafka_error_code(), Some(rdkafka::types::RDKafkaErrorCode::UnknownPartition), "{err:?}");
+    assert_eq!(
+        err.0.rdkafka_error_code(),
+        Some(rdkafka::types::RDKafkaErrorCode::UnknownPartition),
+        "{err:?}"
+    );
     // The broker keeps serving: the valid partition still works.
-    let ok = producer.send(FutureRecord::to(&topic).key("k").payload("v").partition(1), to).await.unwrap();
+    let ok = producer
+        .send(FutureRecord::to(&topic).key("k").payload("v").partition(1), to)
+        .await
+        .unwrap();
     assert_eq!((ok.partition, ok.offset), (1, 0));
     broker.handle.shutdown().await;
 }
@@ -184,7 +238,10 @@ async fn a_waiting_consumer_is_woken_by_the_append_not_the_timeout() {
     create_topic(&broker.bootstrap(), &topic, 1).await;
     // The fetch waits up to 10 s for data: a record that arrives much sooner proves the
     // long-poll is woken by the append.
-    let consumer = consumer(&broker.bootstrap(), &[("fetch.wait.max.ms", "10000"), ("fetch.min.bytes", "1")]);
+    let consumer = consumer(
+        &broker.bootstrap(),
+        &[("fetch.wait.max.ms", "10000"), ("fetch.min.bytes", "1")],
+    );
     assign(&consumer, &topic, &[0], rdkafka::Offset::Beginning);
     // Let the consumer reach its long-poll.
     for _ in 0..20 {
@@ -192,7 +249,13 @@ async fn a_waiting_consumer_is_woken_by_the_append_not_the_timeout() {
     }
     let producer = producer(&broker.bootstrap(), &[("linger.ms", "0")]);
     let sent = Instant::now();
-    producer.send(FutureRecord::to(&topic).key("k").payload("now").partition(0), Duration::from_secs(10)).await.unwrap();
+    producer
+        .send(
+            FutureRecord::to(&topic).key("k").payload("now").partition(0),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
     let mut latency = None;
     let deadline = Instant::now() + Duration::from_secs(20);
     while latency.is_none() && Instant::now() < deadline {
@@ -203,6 +266,9 @@ async fn a_waiting_consumer_is_woken_by_the_append_not_the_timeout() {
     }
     let latency = latency.expect("the record arrived");
     eprintln!("produce->consume latency with a waiting fetch: {latency:?}");
-    assert!(latency < Duration::from_secs(5), "the fetch was not woken by the append ({latency:?})");
+    assert!(
+        latency < Duration::from_secs(5),
+        "the fetch was not woken by the append ({latency:?})"
+    );
     broker.handle.shutdown().await;
 }

@@ -19,4 +19,6 @@ stage "cargo clippy" cargo clippy --all-targets -- -D warnings
 # Two test threads: the protocol tests each start brokers and clients of their own.
 stage "cargo test" cargo test -- --test-threads=2
 stage "other clients (kcat, Python)" env SLUICE_BIN=target/debug/sluice protocol-tests/clients/run.sh
+# Skips itself (with a message) where no Docker engine answers.
+stage "docker image and compose" protocol-tests/docker/test.sh
 echo "all tests passed"

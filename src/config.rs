@@ -16,7 +16,10 @@ pub struct ConfigError {
 }
 
 fn invalid(key: &str, reason: impl Into<String>) -> ConfigError {
-    ConfigError { key: key.to_string(), reason: reason.into() }
+    ConfigError {
+        key: key.to_string(),
+        reason: reason.into(),
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -57,6 +60,23 @@ pub struct BrokerConfig {
     pub log_retention_bytes: i64,
     /// `shutdown.timeout.ms`: how long a clean shutdown waits for requests in flight.
     pub shutdown_timeout_ms: u64,
+    /// `group.min.session.timeout.ms`, `group.max.session.timeout.ms`: the session timeouts a
+    /// JoinGroup may ask for (INVALID_SESSION_TIMEOUT outside).
+    pub group_min_session_timeout_ms: u64,
+    pub group_max_session_timeout_ms: u64,
+    /// `group.initial.rebalance.delay.ms`: how long a group forming from empty waits for more
+    /// members before its first generation.
+    pub group_initial_rebalance_delay_ms: u64,
+    /// `group.max.size`: members per group (GROUP_MAX_SIZE_REACHED beyond).
+    pub group_max_size: usize,
+    /// `offsets.topic.num.partitions`: partitions of `__consumer_offsets` when it is created.
+    pub offsets_topic_num_partitions: i32,
+    /// `offset.metadata.max.bytes`: the largest commit metadata string.
+    pub offset_metadata_max_bytes: usize,
+    /// `offsets.retention.minutes`: how long an empty group's offsets are kept.
+    pub offsets_retention_minutes: u64,
+    /// `offsets.retention.check.interval.ms`: how often expired offsets are looked for.
+    pub offsets_retention_check_interval_ms: u64,
 }
 
 impl Default for BrokerConfig {
@@ -78,12 +98,23 @@ impl Default for BrokerConfig {
             log_retention_ms: 7 * 24 * 3600 * 1000,
             log_retention_bytes: -1,
             shutdown_timeout_ms: 10_000,
+            group_min_session_timeout_ms: 6_000,
+            group_max_session_timeout_ms: 1_800_000,
+            group_initial_rebalance_delay_ms: 3_000,
+            group_max_size: 1_000_000,
+            offsets_topic_num_partitions: 50,
+            offset_metadata_max_bytes: 4096,
+            offsets_retention_minutes: 10_080,
+            offsets_retention_check_interval_ms: 600_000,
         }
     }
 }
 
 fn parse_int<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, ConfigError> {
-    value.trim().parse::<T>().map_err(|_| invalid(key, format!("{value:?} is not a valid integer")))
+    value
+        .trim()
+        .parse::<T>()
+        .map_err(|_| invalid(key, format!("{value:?} is not a valid integer")))
 }
 
 fn parse_bool(key: &str, value: &str) -> Result<bool, ConfigError> {
@@ -95,7 +126,11 @@ fn parse_bool(key: &str, value: &str) -> Result<bool, ConfigError> {
 }
 
 fn at_least<T: PartialOrd + std::fmt::Display>(key: &str, v: T, min: T) -> Result<T, ConfigError> {
-    if v < min { Err(invalid(key, format!("{v} is below the minimum {min}"))) } else { Ok(v) }
+    if v < min {
+        Err(invalid(key, format!("{v} is below the minimum {min}")))
+    } else {
+        Ok(v)
+    }
 }
 
 /// Strips Kafka's `PLAINTEXT://` listener prefix; only plaintext listeners exist so far.
@@ -144,6 +179,14 @@ impl BrokerConfig {
         "log.retention.ms",
         "log.retention.bytes",
         "shutdown.timeout.ms",
+        "group.min.session.timeout.ms",
+        "group.max.session.timeout.ms",
+        "group.initial.rebalance.delay.ms",
+        "group.max.size",
+        "offsets.topic.num.partitions",
+        "offset.metadata.max.bytes",
+        "offsets.retention.minutes",
+        "offsets.retention.check.interval.ms",
     ];
 
     /// Sets one key from its textual value, validating it.
@@ -159,36 +202,36 @@ impl BrokerConfig {
                 self.data_dir = PathBuf::from(value.trim());
             }
             "num.partitions" => self.num_partitions = at_least(key, parse_int(key, value)?, 1)?,
-            "default.replication.factor" => {
-                self.default_replication_factor = at_least(key, parse_int(key, value)?, 1)?
-            }
+            "default.replication.factor" => self.default_replication_factor = at_least(key, parse_int(key, value)?, 1)?,
             "auto.create.topics.enable" => self.auto_create_topics_enable = parse_bool(key, value)?,
-            "socket.request.max.bytes" => {
-                self.socket_request_max_bytes = at_least(key, parse_int(key, value)?, 1024)?
-            }
+            "socket.request.max.bytes" => self.socket_request_max_bytes = at_least(key, parse_int(key, value)?, 1024)?,
             "max.connections" => self.max_connections = at_least(key, parse_int(key, value)?, 1)?,
-            "queued.max.requests" => {
-                self.queued_max_requests = at_least(key, parse_int(key, value)?, 1)?
-            }
+            "queued.max.requests" => self.queued_max_requests = at_least(key, parse_int(key, value)?, 1)?,
             "log.flush.interval.messages" => {
                 self.log_flush_interval_messages = at_least(key, parse_int(key, value)?, 1)?
             }
-            "log.flush.interval.ms" => {
-                self.log_flush_interval_ms = at_least(key, parse_int(key, value)?, 1)?
-            }
+            "log.flush.interval.ms" => self.log_flush_interval_ms = at_least(key, parse_int(key, value)?, 1)?,
             "log.segment.bytes" => self.log.segment_bytes = at_least(key, parse_int(key, value)?, 14)?,
             "log.roll.ms" => self.log.segment_ms = at_least(key, parse_int(key, value)?, 1)?,
-            "log.index.interval.bytes" => {
-                self.log.index_interval_bytes = at_least(key, parse_int(key, value)?, 0)?
-            }
-            "log.index.size.max.bytes" => {
-                self.log.segment_index_bytes = at_least(key, parse_int(key, value)?, 8)?
-            }
+            "log.index.interval.bytes" => self.log.index_interval_bytes = at_least(key, parse_int(key, value)?, 0)?,
+            "log.index.size.max.bytes" => self.log.segment_index_bytes = at_least(key, parse_int(key, value)?, 8)?,
             "message.max.bytes" => self.log.max_message_bytes = at_least(key, parse_int(key, value)?, 0)?,
             "log.message.timestamp.type" => self.log.timestamp_type = parse_timestamp_type(key, value)?,
             "log.retention.ms" => self.log_retention_ms = at_least(key, parse_int(key, value)?, -1)?,
             "log.retention.bytes" => self.log_retention_bytes = at_least(key, parse_int(key, value)?, -1)?,
             "shutdown.timeout.ms" => self.shutdown_timeout_ms = parse_int(key, value)?,
+            "group.min.session.timeout.ms" => self.group_min_session_timeout_ms = parse_int(key, value)?,
+            "group.max.session.timeout.ms" => self.group_max_session_timeout_ms = parse_int(key, value)?,
+            "group.initial.rebalance.delay.ms" => self.group_initial_rebalance_delay_ms = parse_int(key, value)?,
+            "group.max.size" => self.group_max_size = at_least(key, parse_int(key, value)?, 1)?,
+            "offsets.topic.num.partitions" => {
+                self.offsets_topic_num_partitions = at_least(key, parse_int(key, value)?, 1)?
+            }
+            "offset.metadata.max.bytes" => self.offset_metadata_max_bytes = parse_int(key, value)?,
+            "offsets.retention.minutes" => self.offsets_retention_minutes = at_least(key, parse_int(key, value)?, 1)?,
+            "offsets.retention.check.interval.ms" => {
+                self.offsets_retention_check_interval_ms = at_least(key, parse_int(key, value)?, 1)?
+            }
             _ => return Err(invalid(key, "unknown key")),
         }
         Ok(())
@@ -220,6 +263,12 @@ impl BrokerConfig {
 
     /// Checks relations between keys, naming them.
     pub fn check(&self) -> Result<(), ConfigError> {
+        if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms {
+            return Err(invalid(
+                "group.min.session.timeout.ms",
+                "must not exceed group.max.session.timeout.ms",
+            ));
+        }
         if self.log.max_message_bytes > self.socket_request_max_bytes {
             return Err(invalid(
                 "message.max.bytes",
@@ -245,15 +294,27 @@ pub const TOPIC_KEYS: &[(&str, &str, bool)] = &[
     ("retention.bytes", "log.retention.bytes", false),
     ("cleanup.policy", "log.cleanup.policy", false),
     ("min.insync.replicas", "min.insync.replicas", false),
-    ("unclean.leader.election.enable", "unclean.leader.election.enable", false),
+    (
+        "unclean.leader.election.enable",
+        "unclean.leader.election.enable",
+        false,
+    ),
     ("compression.type", "compression.type", false),
     ("delete.retention.ms", "log.cleaner.delete.retention.ms", false),
     ("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms", false),
     ("max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms", false),
     ("min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio", false),
     ("file.delete.delay.ms", "log.segment.delete.delay.ms", false),
-    ("message.timestamp.before.max.ms", "log.message.timestamp.before.max.ms", false),
-    ("message.timestamp.after.max.ms", "log.message.timestamp.after.max.ms", false),
+    (
+        "message.timestamp.before.max.ms",
+        "log.message.timestamp.before.max.ms",
+        false,
+    ),
+    (
+        "message.timestamp.after.max.ms",
+        "log.message.timestamp.after.max.ms",
+        false,
+    ),
     ("flush.messages", "log.flush.interval.messages", false),
     ("flush.ms", "log.flush.interval.ms", false),
 ];
@@ -275,7 +336,11 @@ pub fn validate_topic_config(key: &str, value: &str) -> Result<(), ConfigError> 
         "unclean.leader.election.enable" => parse_bool(key, value).map(|_| ()),
         "cleanup.policy" => {
             let ok = value.split(',').map(str::trim).all(|p| p == "delete" || p == "compact");
-            if ok && !value.trim().is_empty() { Ok(()) } else { Err(invalid(key, format!("{value:?} is not a list of delete, compact"))) }
+            if ok && !value.trim().is_empty() {
+                Ok(())
+            } else {
+                Err(invalid(key, format!("{value:?} is not a list of delete, compact")))
+            }
         }
         "compression.type" => match value.trim() {
             "producer" | "uncompressed" | "gzip" | "snappy" | "lz4" | "zstd" => Ok(()),
@@ -325,12 +390,24 @@ impl BrokerConfig {
     pub fn topic_log_config(&self, overrides: &BTreeMap<String, String>) -> LogConfig {
         let mut log = self.log.clone();
         let get = |k: &str| overrides.get(k).map(|v| v.trim());
-        if let Some(v) = get("segment.bytes").and_then(|v| v.parse().ok()) { log.segment_bytes = v; }
-        if let Some(v) = get("segment.ms").and_then(|v| v.parse().ok()) { log.segment_ms = v; }
-        if let Some(v) = get("index.interval.bytes").and_then(|v| v.parse().ok()) { log.index_interval_bytes = v; }
-        if let Some(v) = get("segment.index.bytes").and_then(|v| v.parse().ok()) { log.segment_index_bytes = v; }
-        if let Some(v) = get("max.message.bytes").and_then(|v| v.parse().ok()) { log.max_message_bytes = v; }
-        if let Some(v) = get("message.timestamp.type").and_then(|v| parse_timestamp_type("", v).ok()) { log.timestamp_type = v; }
+        if let Some(v) = get("segment.bytes").and_then(|v| v.parse().ok()) {
+            log.segment_bytes = v;
+        }
+        if let Some(v) = get("segment.ms").and_then(|v| v.parse().ok()) {
+            log.segment_ms = v;
+        }
+        if let Some(v) = get("index.interval.bytes").and_then(|v| v.parse().ok()) {
+            log.index_interval_bytes = v;
+        }
+        if let Some(v) = get("segment.index.bytes").and_then(|v| v.parse().ok()) {
+            log.segment_index_bytes = v;
+        }
+        if let Some(v) = get("max.message.bytes").and_then(|v| v.parse().ok()) {
+            log.max_message_bytes = v;
+        }
+        if let Some(v) = get("message.timestamp.type").and_then(|v| parse_timestamp_type("", v).ok()) {
+            log.timestamp_type = v;
+        }
         log
     }
 }
@@ -359,7 +436,11 @@ mod tests {
     #[test]
     fn every_listed_key_is_settable() {
         // The list feeds docs and error messages; it must agree with `set`.
-        let samples = [("listeners", "h:1"), ("advertised.listeners", "h:1"), ("log.dirs", "/tmp/x")];
+        let samples = [
+            ("listeners", "h:1"),
+            ("advertised.listeners", "h:1"),
+            ("log.dirs", "/tmp/x"),
+        ];
         for key in BrokerConfig::KEYS {
             let value = samples.iter().find(|(k, _)| k == key).map(|(_, v)| *v);
             let value = value.unwrap_or(match *key {

@@ -6,6 +6,7 @@
 pub mod api;
 pub mod cluster;
 pub mod config;
+pub mod coordinator;
 pub mod error;
 pub mod log;
 pub mod replica;
@@ -22,6 +23,7 @@ use tokio_util::task::TaskTracker;
 use crate::api::Ctx;
 use crate::cluster::Controller;
 use crate::config::BrokerConfig;
+use crate::coordinator::GroupCoordinator;
 use crate::replica::ReplicaManager;
 
 /// Why the broker could not start.
@@ -51,6 +53,15 @@ impl BrokerHandle {
     }
 }
 
+/// This machine's host name (what Kafka advertises for a wildcard listener).
+fn local_hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
 pub struct Broker;
 
 impl Broker {
@@ -61,11 +72,23 @@ impl Broker {
             .map_err(|e| error::Error::storage("create directory", &config.data_dir, e))?;
         let listener = TcpListener::bind(&config.listen)
             .await
-            .map_err(|source| StartError::Listen { addr: config.listen.clone(), source })?;
-        let addr = listener.local_addr().map_err(|source| StartError::Listen { addr: config.listen.clone(), source })?;
-        if config.advertise.is_none() && (addr.port() != 0 || config.listen.ends_with(":0")) {
-            // With an ephemeral port, clients must be told the real one.
-            config.advertise = Some(addr.to_string());
+            .map_err(|source| StartError::Listen {
+                addr: config.listen.clone(),
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| StartError::Listen {
+            addr: config.listen.clone(),
+            source,
+        })?;
+        if config.advertise.is_none() {
+            // Clients cannot connect to 0.0.0.0: like Kafka, advertise this host's name instead
+            // (and with an ephemeral port, the real one).
+            let host = if addr.ip().is_unspecified() {
+                local_hostname()
+            } else {
+                addr.ip().to_string()
+            };
+            config.advertise = Some(format!("{host}:{}", addr.port()));
         }
         let config = Arc::new(config);
         let controller = Arc::new(Controller::open(&config.data_dir, config.node_id)?);
@@ -73,9 +96,33 @@ impl Broker {
         replicas.remove_stray_dirs();
         replicas.apply_image(&controller.image())?;
         tracing::info!(%addr, advertised = config.advertised(), data_dir = %config.data_dir.display(), "sluice broker started");
-        let ctx = Arc::new(Ctx { config: config.clone(), controller, replicas: replicas.clone() });
+        let coordinator = Arc::new(GroupCoordinator::new(
+            config.clone(),
+            controller.clone(),
+            replicas.clone(),
+        ));
+        coordinator.load()?;
+        coordinator.start_timers();
+        let ctx = Arc::new(Ctx {
+            config: config.clone(),
+            controller,
+            replicas: replicas.clone(),
+            coordinator: coordinator.clone(),
+        });
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
+        tokio::spawn({
+            let shutdown = shutdown.clone();
+            let interval = Duration::from_millis(config.offsets_retention_check_interval_ms);
+            async move {
+                loop {
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        _ = tokio::time::sleep(interval) => coordinator.expire_offsets().await,
+                    }
+                }
+            }
+        });
         let stopped = tokio::spawn({
             let shutdown = shutdown.clone();
             async move {
@@ -89,6 +136,10 @@ impl Broker {
                 tracing::info!("sluice broker stopped cleanly");
             }
         });
-        Ok(BrokerHandle { addr, shutdown, stopped })
+        Ok(BrokerHandle {
+            addr,
+            shutdown,
+            stopped,
+        })
     }
 }

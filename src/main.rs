@@ -117,6 +117,8 @@ fn build_config(command: &Command) -> Result<BrokerConfig, String> {
 
 fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
+        // Colour only on a terminal: redirected logs (files, docker logs) stay plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()) && std::env::var_os("NO_COLOR").is_none())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),

@@ -207,7 +207,7 @@ latency() { # run acks(1|all) with_consumer(0|1)
     read -r p50 p99 max < <(percentiles "$pus")
     # Achieved rate (rdkafka_performance's -r limiter can fall short when the
     # CPU is busy): samples over the producer's wall time.
-    row "$run" "$name" "$n" "$pwall" "$(awk -v n="$n" -v w="$pwall" 'BEGIN { printf (w > 0 ? "%.0f" : "-"), n / w }')" - \
+    row "$run" "$name" "$n" "$(printf '%.2f' "$pwall")" "$(awk -v n="$n" -v w="$pwall" 'BEGIN { printf (w > 0 ? "%.0f" : "-"), n / w }')" - \
         "$p50" "$p99" "$max" "$(cpu_pct "$t0" "$t1" "$pwall")" "$pcli" "${note# }"
     if ((e2e)); then
         note=$(rc_note $crc)
@@ -243,11 +243,11 @@ done
 
 # Medians over runs, per scenario and column ("-" values ignored); notes are
 # joined so a flaky run stays visible.
-awk -F'\t' -v OFS='\t' '
+awk -F'\t' -v OFS='\t' -v runs="$RUNS" '
     NR == 1 { next }
     !($2 in seen) { seen[$2] = 1; order[++k] = $2 }
     { for (c = 3; c <= 11; c++) if ($c != "-" && $c != "") vals[$2, c] = vals[$2, c] " " $c
-      if ($12 != "") notes[$2] = notes[$2] (notes[$2] == "" ? "" : "; ") "run" $1 ": " $12 }
+      if ($12 != "") notes[$2] = notes[$2] (notes[$2] == "" ? "" : "; ") (runs > 1 ? "run" $1 ": " : "") $12 }
     function median(s,   a, n, i, j, t) {
         n = split(s, a, " "); if (n == 0) return "-"
         for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] + 0 > a[j] + 0; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }

@@ -29,7 +29,11 @@ impl TestBroker {
     pub async fn start(settings: &[(&str, &str)]) -> TestBroker {
         let dir = tempfile::tempdir().expect("temp dir");
         let handle = start_in(dir.path(), settings).await;
-        TestBroker { addr: handle.addr, handle, dir }
+        TestBroker {
+            addr: handle.addr,
+            handle,
+            dir,
+        }
     }
 
     pub fn bootstrap(&self) -> String {
@@ -41,7 +45,11 @@ impl TestBroker {
         let TestBroker { handle, dir, .. } = self;
         handle.shutdown().await;
         let handle = start_in(dir.path(), settings).await;
-        TestBroker { addr: handle.addr, handle, dir }
+        TestBroker {
+            addr: handle.addr,
+            handle,
+            dir,
+        }
     }
 }
 
@@ -62,7 +70,11 @@ pub struct BrokerProcess {
 }
 
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 impl BrokerProcess {
@@ -147,7 +159,10 @@ pub struct Raw {
 
 impl Raw {
     pub async fn connect(addr: SocketAddr) -> Raw {
-        Raw { stream: TcpStream::connect(addr).await.expect("connect"), correlation_id: 0 }
+        Raw {
+            stream: TcpStream::connect(addr).await.expect("connect"),
+            correlation_id: 0,
+        }
     }
 
     /// Encodes a request at `version` with a proper header.
@@ -204,7 +219,10 @@ impl Raw {
     /// True when the broker has closed this connection.
     pub async fn is_closed(&mut self) -> bool {
         let mut buf = [0u8; 1];
-        matches!(tokio::time::timeout(Duration::from_secs(10), self.stream.read(&mut buf)).await, Ok(Ok(0)) | Ok(Err(_)))
+        matches!(
+            tokio::time::timeout(Duration::from_secs(10), self.stream.read(&mut buf)).await,
+            Ok(Ok(0)) | Ok(Err(_))
+        )
     }
 }
 

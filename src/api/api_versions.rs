@@ -15,7 +15,12 @@ pub const VERSIONS: Versions = Versions::new(ApiKey::ApiVersions, 0, 4);
 fn api_keys() -> Vec<ApiVersion> {
     SUPPORTED
         .iter()
-        .map(|v| ApiVersion::default().with_api_key(v.key as i16).with_min_version(v.min).with_max_version(v.max))
+        .map(|v| {
+            ApiVersion::default()
+                .with_api_key(v.key as i16)
+                .with_min_version(v.min)
+                .with_max_version(v.max)
+        })
         .collect()
 }
 
@@ -30,5 +35,7 @@ pub fn unsupported() -> ApiVersionsResponse {
         .with_api_key(VERSIONS.key as i16)
         .with_min_version(VERSIONS.min)
         .with_max_version(VERSIONS.max);
-    ApiVersionsResponse::default().with_error_code(ResponseError::UnsupportedVersion.code()).with_api_keys(vec![own])
+    ApiVersionsResponse::default()
+        .with_error_code(ResponseError::UnsupportedVersion.code())
+        .with_api_keys(vec![own])
 }

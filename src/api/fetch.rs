@@ -68,9 +68,16 @@ pub async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchResponse
         for p in topic.partitions {
             let partition = match &name {
                 None => Err(ResponseError::UnknownTopicId.code()),
-                Some(name) => ctx.replicas.get(name, p.partition).ok_or(ResponseError::UnknownTopicOrPartition.code()),
+                Some(name) => ctx
+                    .replicas
+                    .get(name, p.partition)
+                    .ok_or(ResponseError::UnknownTopicOrPartition.code()),
             };
-            wanted.push(Wanted { topic: index, request: p, partition });
+            wanted.push(Wanted {
+                topic: index,
+                request: p,
+                partition,
+            });
         }
     }
 
@@ -81,7 +88,10 @@ pub async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchResponse
     let read_committed = req.isolation_level == READ_COMMITTED;
     loop {
         // Subscribe before reading so an append between the read and the wait is not missed.
-        let mut receivers: Vec<_> = wanted.iter().filter_map(|w| w.partition.as_ref().ok().map(|p| p.subscribe())).collect();
+        let mut receivers: Vec<_> = wanted
+            .iter()
+            .filter_map(|w| w.partition.as_ref().ok().map(|p| p.subscribe()))
+            .collect();
         let (answers, bytes, any_error) = read_all(&wanted, max_bytes, read_committed, version);
         let done = bytes >= min_bytes || any_error || receivers.is_empty() || Instant::now() >= deadline;
         if done {
@@ -100,7 +110,12 @@ pub async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchResponse
 }
 
 /// Reads every partition once under the response and partition byte budgets.
-fn read_all(wanted: &[Wanted], max_bytes: usize, read_committed: bool, version: i16) -> (Vec<PartitionData>, usize, bool) {
+fn read_all(
+    wanted: &[Wanted],
+    max_bytes: usize,
+    read_committed: bool,
+    version: i16,
+) -> (Vec<PartitionData>, usize, bool) {
     let mut remaining = max_bytes;
     let mut total = 0usize;
     let mut any_error = false;
@@ -133,15 +148,27 @@ fn read_all(wanted: &[Wanted], max_bytes: usize, read_committed: bool, version: 
     (answers, total, any_error)
 }
 
-fn read_one(p: &Partition, req: &FetchPartition, remaining: usize, first: bool, version: i16) -> Result<PartitionData, Error> {
+fn read_one(
+    p: &Partition,
+    req: &FetchPartition,
+    remaining: usize,
+    first: bool,
+    version: i16,
+) -> Result<PartitionData, Error> {
     if version >= 9 && req.current_leader_epoch >= 0 {
         // Kafka's leader epoch fencing (KIP-320): a newer epoch than ours means our metadata is
         // behind; an older one means the client's is.
         if req.current_leader_epoch > p.leader_epoch {
-            return Err(Error::UnknownLeaderEpoch { asked: req.current_leader_epoch, current: p.leader_epoch });
+            return Err(Error::UnknownLeaderEpoch {
+                asked: req.current_leader_epoch,
+                current: p.leader_epoch,
+            });
         }
         if req.current_leader_epoch < p.leader_epoch {
-            return Err(Error::FencedLeaderEpoch { asked: req.current_leader_epoch, current: p.leader_epoch });
+            return Err(Error::FencedLeaderEpoch {
+                asked: req.current_leader_epoch,
+                current: p.leader_epoch,
+            });
         }
     }
     let limit = usize::try_from(req.partition_max_bytes).unwrap_or(0).min(remaining);

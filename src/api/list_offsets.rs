@@ -46,7 +46,11 @@ pub async fn handle(ctx: &Ctx, req: ListOffsetsRequest, version: i16) -> ListOff
             }
             partitions.push(out);
         }
-        topics.push(ListOffsetsTopicResponse::default().with_name(topic.name).with_partitions(partitions));
+        topics.push(
+            ListOffsetsTopicResponse::default()
+                .with_name(topic.name)
+                .with_partitions(partitions),
+        );
     }
     ListOffsetsResponse::default().with_topics(topics)
 }
@@ -55,10 +59,16 @@ pub async fn handle(ctx: &Ctx, req: ListOffsetsRequest, version: i16) -> ListOff
 fn lookup(p: &Partition, spec: i64, current_leader_epoch: i32, version: i16) -> Result<(i64, i64, i32), Error> {
     if version >= 4 && current_leader_epoch >= 0 {
         if current_leader_epoch > p.leader_epoch {
-            return Err(Error::UnknownLeaderEpoch { asked: current_leader_epoch, current: p.leader_epoch });
+            return Err(Error::UnknownLeaderEpoch {
+                asked: current_leader_epoch,
+                current: p.leader_epoch,
+            });
         }
         if current_leader_epoch < p.leader_epoch {
-            return Err(Error::FencedLeaderEpoch { asked: current_leader_epoch, current: p.leader_epoch });
+            return Err(Error::FencedLeaderEpoch {
+                asked: current_leader_epoch,
+                current: p.leader_epoch,
+            });
         }
     }
     let offsets = p.offsets()?;
@@ -78,6 +88,10 @@ fn lookup(p: &Partition, spec: i64, current_leader_epoch: i32, version: i16) -> 
             None => none,
         },
         // A negative spec this version does not define: Kafka rejects it as a bad request.
-        _ => return Err(Error::InvalidRequest(format!("timestamp spec {spec} is not defined in v{version}"))),
+        _ => {
+            return Err(Error::InvalidRequest(format!(
+                "timestamp spec {spec} is not defined in v{version}"
+            )));
+        }
     })
 }

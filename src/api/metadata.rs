@@ -7,7 +7,9 @@
 //! with `num.partitions` partitions.
 
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::metadata_response::{MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic};
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
 use kafka_protocol::messages::{ApiKey, BrokerId, MetadataRequest, MetadataResponse};
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
@@ -22,7 +24,8 @@ const OPERATIONS_NOT_REQUESTED: i32 = i32::MIN;
 /// Topic operations (AclOperation codes) a principal may perform: no authorizer runs yet, so
 /// every client may do all of READ(3), WRITE(4), CREATE(5), DELETE(6), ALTER(7), DESCRIBE(8),
 /// DESCRIBE_CONFIGS(10), ALTER_CONFIGS(11).
-const TOPIC_OPERATIONS_ALL: i32 = (1 << 3) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 10) | (1 << 11);
+const TOPIC_OPERATIONS_ALL: i32 =
+    (1 << 3) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 10) | (1 << 11);
 
 pub async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> MetadataResponse {
     let node_id = ctx.config.node_id;
@@ -31,7 +34,11 @@ pub async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> MetadataRe
         .with_node_id(BrokerId(node_id))
         .with_host(StrBytes::from_string(host))
         .with_port(port);
-    let operations = if version >= 8 && req.include_topic_authorized_operations { TOPIC_OPERATIONS_ALL } else { OPERATIONS_NOT_REQUESTED };
+    let operations = if version >= 8 && req.include_topic_authorized_operations {
+        TOPIC_OPERATIONS_ALL
+    } else {
+        OPERATIONS_NOT_REQUESTED
+    };
     let allow_create = version < 4 || req.allow_auto_topic_creation;
 
     let mut image = ctx.controller.image();
@@ -67,7 +74,12 @@ pub async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> MetadataRe
                     }
                     None => match image.topic_by_id(&wanted.topic_id) {
                         Some(t) => out.push(describe(t, operations)),
-                        None => out.push(error_topic(None, wanted.topic_id, ResponseError::UnknownTopicId.code(), operations)),
+                        None => out.push(error_topic(
+                            None,
+                            wanted.topic_id,
+                            ResponseError::UnknownTopicId.code(),
+                            operations,
+                        )),
                     },
                 }
             }
@@ -130,7 +142,10 @@ fn error_topic(name: Option<&str>, id: Uuid, code: i16, operations: i32) -> Meta
 /// Splits an advertised `HOST:PORT` (validated at start-up).
 pub fn split_host_port(addr: &str) -> (String, i32) {
     match addr.rsplit_once(':') {
-        Some((host, port)) => (host.trim_start_matches('[').trim_end_matches(']').to_string(), port.parse().unwrap_or(9092)),
+        Some((host, port)) => (
+            host.trim_start_matches('[').trim_end_matches(']').to_string(),
+            port.parse().unwrap_or(9092),
+        ),
         None => (addr.to_string(), 9092),
     }
 }

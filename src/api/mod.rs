@@ -11,8 +11,10 @@
 
 pub mod api_versions;
 pub mod fetch;
+pub mod groups;
 pub mod list_offsets;
 pub mod metadata;
+pub mod offsets;
 pub mod produce;
 pub mod topics;
 
@@ -26,6 +28,7 @@ use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 
 use crate::cluster::Controller;
 use crate::config::BrokerConfig;
+use crate::coordinator::GroupCoordinator;
 use crate::replica::ReplicaManager;
 
 /// What handlers may use.
@@ -33,6 +36,7 @@ pub struct Ctx {
     pub config: Arc<BrokerConfig>,
     pub controller: Arc<Controller>,
     pub replicas: Arc<ReplicaManager>,
+    pub coordinator: Arc<GroupCoordinator>,
 }
 
 /// The versions of one API that Sluice serves, all fields honoured.
@@ -59,6 +63,17 @@ pub const SUPPORTED: &[Versions] = &[
     topics::CREATE_TOPICS_VERSIONS,
     topics::DELETE_TOPICS_VERSIONS,
     topics::CREATE_PARTITIONS_VERSIONS,
+    groups::FIND_COORDINATOR_VERSIONS,
+    groups::JOIN_GROUP_VERSIONS,
+    groups::SYNC_GROUP_VERSIONS,
+    groups::HEARTBEAT_VERSIONS,
+    groups::LEAVE_GROUP_VERSIONS,
+    groups::LIST_GROUPS_VERSIONS,
+    groups::DESCRIBE_GROUPS_VERSIONS,
+    groups::DELETE_GROUPS_VERSIONS,
+    offsets::OFFSET_COMMIT_VERSIONS,
+    offsets::OFFSET_FETCH_VERSIONS,
+    offsets::OFFSET_DELETE_VERSIONS,
 ];
 
 pub fn supported(key: ApiKey) -> Option<Versions> {
@@ -112,7 +127,11 @@ pub fn frame<R: Encodable + HeaderVersion>(correlation_id: i32, version: i16, bo
 }
 
 fn decode<T: Decodable>(key: ApiKey, version: i16, body: &mut Bytes) -> Result<T, Reject> {
-    let request = T::decode(body, version).map_err(|e| Reject::Malformed { key, version, reason: e.to_string() })?;
+    let request = T::decode(body, version).map_err(|e| Reject::Malformed {
+        key,
+        version,
+        reason: e.to_string(),
+    })?;
     Ok(request)
 }
 
@@ -131,21 +150,32 @@ pub fn parse_header(body: &mut Bytes) -> Result<(ApiKey, RequestHeader), Reject>
         _ if key == ApiKey::ApiVersions => 1,
         _ => return Err(Reject::UnsupportedVersion { key, version }),
     };
-    let header =
-        RequestHeader::decode(body, header_version).map_err(|e| Reject::Malformed { key, version, reason: e.to_string() })?;
+    let header = RequestHeader::decode(body, header_version).map_err(|e| Reject::Malformed {
+        key,
+        version,
+        reason: e.to_string(),
+    })?;
     Ok((key, header))
 }
 
 /// Decodes the body, runs the handler, frames the response.
-pub async fn dispatch(ctx: &Arc<Ctx>, key: ApiKey, header: RequestHeader, mut body: Bytes) -> Result<Reply, Reject> {
+pub async fn dispatch(
+    ctx: &Arc<Ctx>,
+    key: ApiKey,
+    header: RequestHeader,
+    mut body: Bytes,
+    peer: std::net::SocketAddr,
+) -> Result<Reply, Reject> {
     let version = header.request_api_version;
     let cid = header.correlation_id;
-    let client = header.client_id.unwrap_or_else(|| StrBytes::from_static_str(""));
-    let _ = client;
+    let client_id = header.client_id.map(|c| c.to_string()).unwrap_or_default();
     macro_rules! now {
-        ($module:ident) => {{
+        ($module:ident) => {
+            now!($module::handle)
+        };
+        ($module:ident :: $handler:ident) => {{
             let req = decode(key, version, &mut body)?;
-            let resp = $module::handle(ctx, req, version).await;
+            let resp = $module::$handler(ctx, req, version).await;
             Ok(Reply::Now(Some(frame(cid, version, &resp)?)))
         }};
     }
@@ -162,21 +192,25 @@ pub async fn dispatch(ctx: &Arc<Ctx>, key: ApiKey, header: RequestHeader, mut bo
         ApiKey::Metadata => now!(metadata),
         ApiKey::ListOffsets => now!(list_offsets),
         ApiKey::Fetch => now!(fetch),
-        ApiKey::CreateTopics => {
+        ApiKey::CreateTopics => now!(topics::create_topics),
+        ApiKey::DeleteTopics => now!(topics::delete_topics),
+        ApiKey::CreatePartitions => now!(topics::create_partitions),
+        ApiKey::FindCoordinator => now!(groups::find_coordinator),
+        ApiKey::JoinGroup => {
             let req = decode(key, version, &mut body)?;
-            let resp = topics::create_topics(ctx, req, version).await;
+            let caller = groups::Caller { client_id, peer };
+            let resp = groups::join_group(ctx, &caller, req, version).await;
             Ok(Reply::Now(Some(frame(cid, version, &resp)?)))
         }
-        ApiKey::DeleteTopics => {
-            let req = decode(key, version, &mut body)?;
-            let resp = topics::delete_topics(ctx, req, version).await;
-            Ok(Reply::Now(Some(frame(cid, version, &resp)?)))
-        }
-        ApiKey::CreatePartitions => {
-            let req = decode(key, version, &mut body)?;
-            let resp = topics::create_partitions(ctx, req, version).await;
-            Ok(Reply::Now(Some(frame(cid, version, &resp)?)))
-        }
+        ApiKey::SyncGroup => now!(groups::sync_group),
+        ApiKey::Heartbeat => now!(groups::heartbeat),
+        ApiKey::LeaveGroup => now!(groups::leave_group),
+        ApiKey::ListGroups => now!(groups::list_groups),
+        ApiKey::DescribeGroups => now!(groups::describe_groups),
+        ApiKey::DeleteGroups => now!(groups::delete_groups),
+        ApiKey::OffsetCommit => now!(offsets::offset_commit),
+        ApiKey::OffsetFetch => now!(offsets::offset_fetch),
+        ApiKey::OffsetDelete => now!(offsets::offset_delete),
         ApiKey::Produce => {
             let req = decode(key, version, &mut body)?;
             Ok(match produce::handle(ctx, req, version) {
@@ -224,6 +258,17 @@ mod tests {
             ApiKey::CreateTopics => CreateTopicsRequest::VERSIONS,
             ApiKey::DeleteTopics => DeleteTopicsRequest::VERSIONS,
             ApiKey::CreatePartitions => CreatePartitionsRequest::VERSIONS,
+            ApiKey::FindCoordinator => FindCoordinatorRequest::VERSIONS,
+            ApiKey::JoinGroup => JoinGroupRequest::VERSIONS,
+            ApiKey::SyncGroup => SyncGroupRequest::VERSIONS,
+            ApiKey::Heartbeat => HeartbeatRequest::VERSIONS,
+            ApiKey::LeaveGroup => LeaveGroupRequest::VERSIONS,
+            ApiKey::ListGroups => ListGroupsRequest::VERSIONS,
+            ApiKey::DescribeGroups => DescribeGroupsRequest::VERSIONS,
+            ApiKey::DeleteGroups => DeleteGroupsRequest::VERSIONS,
+            ApiKey::OffsetCommit => OffsetCommitRequest::VERSIONS,
+            ApiKey::OffsetFetch => OffsetFetchRequest::VERSIONS,
+            ApiKey::OffsetDelete => OffsetDeleteRequest::VERSIONS,
             other => panic!("no codec range listed for {other:?}"),
         };
         (r.min, r.max)
@@ -248,10 +293,18 @@ mod tests {
             if cells.len() < 3 {
                 continue;
             }
-            let (Some(open), Some(close)) = (cells[1].rfind('('), cells[1].rfind(')')) else { continue };
-            let Ok(key) = cells[1][open + 1..close].parse::<i16>() else { continue };
-            let Some((min, max)) = cells[2].split_once('–') else { continue };
-            listed.push((key, min.parse::<i16>().unwrap(), max.parse::<i16>().unwrap()));
+            let (Some(open), Some(close)) = (cells[1].rfind('('), cells[1].rfind(')')) else {
+                continue;
+            };
+            let Ok(key) = cells[1][open + 1..close].parse::<i16>() else {
+                continue;
+            };
+            // `3–12`, or `0` for a single version.
+            let (min, max) = cells[2].split_once('–').unwrap_or((cells[2], cells[2]));
+            let (Ok(min), Ok(max)) = (min.parse::<i16>(), max.parse::<i16>()) else {
+                continue;
+            };
+            listed.push((key, min, max));
         }
         let mut expected: Vec<(i16, i16, i16)> = SUPPORTED.iter().map(|v| (v.key as i16, v.min, v.max)).collect();
         expected.sort();
@@ -262,7 +315,11 @@ mod tests {
     #[test]
     fn supported_has_one_row_per_key() {
         for (i, v) in SUPPORTED.iter().enumerate() {
-            assert!(SUPPORTED[i + 1..].iter().all(|w| w.key as i16 != v.key as i16), "{:?}", v.key);
+            assert!(
+                SUPPORTED[i + 1..].iter().all(|w| w.key as i16 != v.key as i16),
+                "{:?}",
+                v.key
+            );
         }
     }
 }

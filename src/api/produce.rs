@@ -37,7 +37,10 @@ struct Waiting {
 }
 
 fn error_response(index: i32, code: i16, text: Option<String>, version: i16) -> PartitionProduceResponse {
-    let mut p = PartitionProduceResponse::default().with_index(index).with_error_code(code).with_base_offset(-1);
+    let mut p = PartitionProduceResponse::default()
+        .with_index(index)
+        .with_error_code(code)
+        .with_base_offset(-1);
     if version >= 8 {
         p.error_message = text.and_then(message);
     }
@@ -58,17 +61,32 @@ pub fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcome {
         for (pi, data) in topic.partition_data.into_iter().enumerate() {
             let index = data.index;
             if !matches!(acks, -1..=1) {
-                partitions.push(error_response(index, ResponseError::InvalidRequiredAcks.code(), None, version));
+                partitions.push(error_response(
+                    index,
+                    ResponseError::InvalidRequiredAcks.code(),
+                    None,
+                    version,
+                ));
                 continue;
             }
             let (Some(partition), Some(max_bytes)) = (ctx.replicas.get(&name, index), max_message_bytes) else {
                 let text = format!("unknown topic or partition {name}-{index}");
-                partitions.push(error_response(index, ResponseError::UnknownTopicOrPartition.code(), Some(text), version));
+                partitions.push(error_response(
+                    index,
+                    ResponseError::UnknownTopicOrPartition.code(),
+                    Some(text),
+                    version,
+                ));
                 continue;
             };
             let Some(records) = data.records else {
                 let text = "no records".to_string();
-                partitions.push(error_response(index, ResponseError::CorruptMessage.code(), Some(text), version));
+                partitions.push(error_response(
+                    index,
+                    ResponseError::CorruptMessage.code(),
+                    Some(text),
+                    version,
+                ));
                 continue;
             };
             let appended = validate_batches(&records, max_bytes).and_then(|batches| partition.append(batches));
@@ -82,7 +100,12 @@ pub fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcome {
                         p.log_start_offset = partition.offsets().map(|o| o.log_start_offset).unwrap_or(-1);
                     }
                     if acks == -1 {
-                        waits.push(Waiting { topic: ti, partition: pi, target: partition, last_offset: info.last_offset });
+                        waits.push(Waiting {
+                            topic: ti,
+                            partition: pi,
+                            target: partition,
+                            last_offset: info.last_offset,
+                        });
                     }
                     partitions.push(p);
                 }
@@ -92,7 +115,11 @@ pub fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcome {
                 }
             }
         }
-        responses.push(TopicProduceResponse::default().with_name(topic.name).with_partition_responses(partitions));
+        responses.push(
+            TopicProduceResponse::default()
+                .with_name(topic.name)
+                .with_partition_responses(partitions),
+        );
     }
     let response = ProduceResponse::default().with_responses(responses);
     if acks == 0 {
@@ -112,7 +139,11 @@ pub fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcome {
                 Ok(Err(e)) => e.code(),
                 Err(_) => ResponseError::RequestTimedOut.code(),
             };
-            if let Some(p) = response.responses.get_mut(w.topic).and_then(|t| t.partition_responses.get_mut(w.partition)) {
+            if let Some(p) = response
+                .responses
+                .get_mut(w.topic)
+                .and_then(|t| t.partition_responses.get_mut(w.partition))
+            {
                 p.error_code = code;
                 p.base_offset = -1;
             }

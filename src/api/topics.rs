@@ -87,14 +87,28 @@ fn create_one(
     for c in &topic.configs {
         let key = c.name.to_string();
         let Some(value) = c.value.as_ref().map(|v| v.to_string()) else {
-            return Err(Error::InvalidConfig { key, reason: "null value".into() });
+            return Err(Error::InvalidConfig {
+                key,
+                reason: "null value".into(),
+            });
         };
-        validate_topic_config(&key, &value).map_err(|e| Error::InvalidConfig { key: e.key, reason: e.reason })?;
+        validate_topic_config(&key, &value).map_err(|e| Error::InvalidConfig {
+            key: e.key,
+            reason: e.reason,
+        })?;
         configs.insert(key, value);
     }
     let (partitions, replication_factor) = if topic.assignments.is_empty() {
-        let partitions = if topic.num_partitions == -1 { ctx.config.num_partitions } else { topic.num_partitions };
-        let rf = if topic.replication_factor == -1 { ctx.config.default_replication_factor } else { topic.replication_factor };
+        let partitions = if topic.num_partitions == -1 {
+            ctx.config.num_partitions
+        } else {
+            topic.num_partitions
+        };
+        let rf = if topic.replication_factor == -1 {
+            ctx.config.default_replication_factor
+        } else {
+            topic.replication_factor
+        };
         (partitions, rf)
     } else {
         // A manual assignment: partitions 0..n each on existing nodes, and the counts unset.
@@ -107,7 +121,9 @@ fn create_one(
         sorted.sort_by_key(|a| a.partition_index);
         for (i, a) in sorted.iter().enumerate() {
             if a.partition_index != i as i32 {
-                return Err(Error::InvalidReplicaAssignment("partitions must be numbered 0..n without gaps".into()));
+                return Err(Error::InvalidReplicaAssignment(
+                    "partitions must be numbered 0..n without gaps".into(),
+                ));
             }
             if a.broker_ids.is_empty() || a.broker_ids.iter().any(|b| b.0 != node) {
                 return Err(Error::InvalidReplicaAssignment(format!(
@@ -116,16 +132,27 @@ fn create_one(
                 )));
             }
             if a.broker_ids.len() > 1 {
-                return Err(Error::InvalidReplicaAssignment(format!("partition {} lists a node twice", a.partition_index)));
+                return Err(Error::InvalidReplicaAssignment(format!(
+                    "partition {} lists a node twice",
+                    a.partition_index
+                )));
             }
         }
         (sorted.len() as i32, 1)
     };
     if validate_only {
-        Controller::check_new_topic(&ctx.controller.image(), name, partitions, replication_factor, ctx.controller.node_count())?;
+        Controller::check_new_topic(
+            &ctx.controller.image(),
+            name,
+            partitions,
+            replication_factor,
+            ctx.controller.node_count(),
+        )?;
         return Ok((partitions, replication_factor, Uuid::nil(), configs));
     }
-    let info: std::sync::Arc<TopicInfo> = ctx.controller.create_topic(name, partitions, replication_factor, configs)?;
+    let info: std::sync::Arc<TopicInfo> = ctx
+        .controller
+        .create_topic(name, partitions, replication_factor, configs)?;
     reopen(ctx)?;
     Ok((info.partitions, info.replication_factor, info.id, info.configs.clone()))
 }
@@ -152,17 +179,28 @@ fn describe_configs(ctx: &Ctx, overrides: &BTreeMap<String, String>) -> Vec<Crea
 pub async fn delete_topics(ctx: &Ctx, req: DeleteTopicsRequest, version: i16) -> DeleteTopicsResponse {
     // v6 names topics by name or id in `topics`; older versions list names.
     let wanted: Vec<(Option<String>, Uuid)> = if version >= 6 {
-        req.topics.into_iter().map(|t| (t.name.map(|n| n.0.to_string()), t.topic_id)).collect()
+        req.topics
+            .into_iter()
+            .map(|t| (t.name.map(|n| n.0.to_string()), t.topic_id))
+            .collect()
     } else {
-        req.topic_names.into_iter().map(|n| (Some(n.0.to_string()), Uuid::nil())).collect()
+        req.topic_names
+            .into_iter()
+            .map(|n| (Some(n.0.to_string()), Uuid::nil()))
+            .collect()
     };
     let mut results = Vec::with_capacity(wanted.len());
     for (name, id) in wanted {
         let image = ctx.controller.image();
         let found = match (&name, id.is_nil()) {
-            (Some(n), true) => image.topic(n).cloned().ok_or_else(|| Error::UnknownTopicOrPartition(n.clone())),
+            (Some(n), true) => image
+                .topic(n)
+                .cloned()
+                .ok_or_else(|| Error::UnknownTopicOrPartition(n.clone())),
             (None, false) => image.topic_by_id(&id).cloned().ok_or(Error::UnknownTopicId(id)),
-            _ => Err(Error::InvalidRequest("give a topic name or a topic id, not both".into())),
+            _ => Err(Error::InvalidRequest(
+                "give a topic name or a topic id, not both".into(),
+            )),
         };
         let outcome = found.and_then(|topic| {
             ctx.controller.delete_topic(topic.id)?;
@@ -208,11 +246,15 @@ pub async fn create_partitions(ctx: &Ctx, req: CreatePartitionsRequest, _version
                         assignments.len()
                     )));
                 }
-                if assignments.iter().any(|a| a.broker_ids.len() != 1 || a.broker_ids[0].0 != node) {
+                if assignments
+                    .iter()
+                    .any(|a| a.broker_ids.len() != 1 || a.broker_ids[0].0 != node)
+                {
                     return Err(Error::InvalidReplicaAssignment(format!("only node {node} exists")));
                 }
             }
-            ctx.controller.create_partitions(&name, topic.count, req.validate_only)?;
+            ctx.controller
+                .create_partitions(&name, topic.count, req.validate_only)?;
             if !req.validate_only {
                 reopen(ctx)?;
             }

@@ -32,11 +32,13 @@ impl MetadataLog {
             .open(&path)
             .map_err(|e| Error::storage("open", &path, e))?;
         let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes).map_err(|e| Error::storage("read", &path, e))?;
+        file.read_to_end(&mut bytes)
+            .map_err(|e| Error::storage("read", &path, e))?;
         let (records, valid_len) = parse(&bytes);
         if valid_len < bytes.len() {
             tracing::warn!(path = %path.display(), valid_len, len = bytes.len(), "truncating torn metadata log tail");
-            file.set_len(valid_len as u64).map_err(|e| Error::storage("truncate", &path, e))?;
+            file.set_len(valid_len as u64)
+                .map_err(|e| Error::storage("truncate", &path, e))?;
             file.sync_all().map_err(|e| Error::storage("fsync", &path, e))?;
         }
         Ok((MetadataLog { file, path }, records, cluster_id))
@@ -50,8 +52,12 @@ impl MetadataLog {
         frame.extend_from_slice(&len.to_be_bytes());
         frame.extend_from_slice(&crc32c::crc32c(&json).to_be_bytes());
         frame.extend_from_slice(&json);
-        self.file.write_all(&frame).map_err(|e| Error::storage("write", &self.path, e))?;
-        self.file.sync_data().map_err(|e| Error::storage("fsync", &self.path, e))
+        self.file
+            .write_all(&frame)
+            .map_err(|e| Error::storage("write", &self.path, e))?;
+        self.file
+            .sync_data()
+            .map_err(|e| Error::storage("fsync", &self.path, e))
     }
 }
 
@@ -71,7 +77,9 @@ fn parse(bytes: &[u8]) -> (Vec<MetadataRecord>, usize) {
         if crc32c::crc32c(body) != crc {
             break;
         }
-        let Ok(record) = serde_json::from_slice(body) else { break };
+        let Ok(record) = serde_json::from_slice(body) else {
+            break;
+        };
         records.push(record);
         pos = start + len;
     }
@@ -88,7 +96,11 @@ fn cluster_id(dir: &Path) -> Result<String> {
                     return Ok(id.trim().to_string());
                 }
             }
-            Err(Error::storage("read cluster.id from", &path, std::io::Error::other("no cluster.id line")))
+            Err(Error::storage(
+                "read cluster.id from",
+                &path,
+                std::io::Error::other("no cluster.id line"),
+            ))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             // Kafka's cluster ids are base64url-encoded UUIDs (22 characters); ours are plain
@@ -115,8 +127,13 @@ mod tests {
     fn a_torn_tail_is_truncated_wherever_it_was_cut() {
         let dir = tempfile::tempdir().unwrap();
         let (mut log, _, _) = MetadataLog::open(dir.path()).unwrap();
-        let a = MetadataRecord::DeleteTopic { id: uuid::Uuid::new_v4() };
-        let b = MetadataRecord::CreatePartitions { id: uuid::Uuid::new_v4(), partitions: 7 };
+        let a = MetadataRecord::DeleteTopic {
+            id: uuid::Uuid::new_v4(),
+        };
+        let b = MetadataRecord::CreatePartitions {
+            id: uuid::Uuid::new_v4(),
+            partitions: 7,
+        };
         log.append(&a).unwrap();
         let first_len = std::fs::metadata(dir.path().join("metadata.log")).unwrap().len();
         log.append(&b).unwrap();

@@ -32,9 +32,14 @@ pub enum MetadataRecord {
         leader: i32,
         leader_epoch: i32,
     },
-    DeleteTopic { id: Uuid },
+    DeleteTopic {
+        id: Uuid,
+    },
     /// The topic grows to `partitions` partitions.
-    CreatePartitions { id: Uuid, partitions: i32 },
+    CreatePartitions {
+        id: Uuid,
+        partitions: i32,
+    },
 }
 
 /// A topic as the metadata image holds it.
@@ -117,12 +122,18 @@ pub fn validate_topic_name(name: &str) -> Result<()> {
         "the name cannot be . or .."
     } else if name.len() > 249 {
         "the name is longer than 249 characters"
-    } else if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-') {
+    } else if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+    {
         "the name contains a character other than ASCII alphanumerics, '.', '_' and '-'"
     } else {
         return Ok(());
     };
-    Err(Error::InvalidTopic { name: name.to_string(), reason })
+    Err(Error::InvalidTopic {
+        name: name.to_string(),
+        reason,
+    })
 }
 
 /// Kafka refuses a topic whose name differs from an existing one only by '.' versus '_',
@@ -142,11 +153,19 @@ impl Controller {
     /// Opens the metadata log under `data_dir` and replays it.
     pub fn open(data_dir: &Path, node_id: i32) -> Result<Controller> {
         let (log, records, cluster_id) = MetadataLog::open(&data_dir.join("__cluster_metadata-0"))?;
-        let mut image = MetadataImage { cluster_id, node_id, ..Default::default() };
+        let mut image = MetadataImage {
+            cluster_id,
+            node_id,
+            ..Default::default()
+        };
         for record in &records {
             image.apply(record);
         }
-        Ok(Controller { node_id, log: Mutex::new(log), image: RwLock::new(Arc::new(image)) })
+        Ok(Controller {
+            node_id,
+            log: Mutex::new(log),
+            image: RwLock::new(Arc::new(image)),
+        })
     }
 
     /// The current snapshot.
@@ -163,10 +182,7 @@ impl Controller {
 
     /// Appends `record` durably, then publishes the image with it applied. The metadata lock
     /// serializes changes, so validation against the current image cannot race.
-    fn commit(
-        &self,
-        validate: impl FnOnce(&MetadataImage) -> Result<MetadataRecord>,
-    ) -> Result<Arc<MetadataImage>> {
+    fn commit(&self, validate: impl FnOnce(&MetadataImage) -> Result<MetadataRecord>) -> Result<Arc<MetadataImage>> {
         let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
         let current = self.image();
         let record = validate(&current)?;
@@ -202,7 +218,10 @@ impl Controller {
             return Err(Error::InvalidPartitions(partitions));
         }
         if replication_factor < 1 || i32::from(replication_factor) > nodes {
-            return Err(Error::InvalidReplicationFactor { asked: replication_factor.into(), nodes });
+            return Err(Error::InvalidReplicationFactor {
+                asked: replication_factor.into(),
+                nodes,
+            });
         }
         Ok(())
     }
@@ -227,7 +246,10 @@ impl Controller {
                 leader_epoch: 0,
             })
         })?;
-        image.topic(name).cloned().ok_or_else(|| Error::UnknownTopicOrPartition(name.to_string()))
+        image
+            .topic(name)
+            .cloned()
+            .ok_or_else(|| Error::UnknownTopicOrPartition(name.to_string()))
     }
 
     pub fn delete_topic(&self, id: Uuid) -> Result<()> {
@@ -241,7 +263,9 @@ impl Controller {
     /// Grows a topic to `partitions`; `validate_only` checks without changing anything.
     pub fn create_partitions(&self, name: &str, partitions: i32, validate_only: bool) -> Result<Arc<TopicInfo>> {
         let check = |image: &MetadataImage| -> Result<Arc<TopicInfo>> {
-            let topic = image.topic(name).ok_or_else(|| Error::UnknownTopicOrPartition(name.to_string()))?;
+            let topic = image
+                .topic(name)
+                .ok_or_else(|| Error::UnknownTopicOrPartition(name.to_string()))?;
             if partitions <= topic.partitions {
                 return Err(Error::InvalidPartitions(partitions));
             }
@@ -252,9 +276,15 @@ impl Controller {
         }
         let image = self.commit(|image| {
             let topic = check(image)?;
-            Ok(MetadataRecord::CreatePartitions { id: topic.id, partitions })
+            Ok(MetadataRecord::CreatePartitions {
+                id: topic.id,
+                partitions,
+            })
         })?;
-        image.topic(name).cloned().ok_or_else(|| Error::UnknownTopicOrPartition(name.to_string()))
+        image
+            .topic(name)
+            .cloned()
+            .ok_or_else(|| Error::UnknownTopicOrPartition(name.to_string()))
     }
 }
 
@@ -275,7 +305,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let c = Controller::open(dir.path(), 1).unwrap();
         let cluster_id = c.image().cluster_id.clone();
-        let t = c.create_topic("a", 3, 1, BTreeMap::from([("segment.bytes".into(), "1024".into())])).unwrap();
+        let t = c
+            .create_topic("a", 3, 1, BTreeMap::from([("segment.bytes".into(), "1024".into())]))
+            .unwrap();
         c.create_topic("b", 1, 1, BTreeMap::new()).unwrap();
         c.create_partitions("a", 5, false).unwrap();
         let b = c.image().topic("b").unwrap().id;

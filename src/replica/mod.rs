@@ -85,7 +85,11 @@ impl Partition {
 
     fn with_log<T>(&self, f: impl FnOnce(&mut Log) -> Result<T>) -> Result<T> {
         if self.failed.load(Ordering::Acquire) {
-            return Err(Error::storage("use", &self.dir, std::io::Error::other("an earlier fsync failed")));
+            return Err(Error::storage(
+                "use",
+                &self.dir,
+                std::io::Error::other("an earlier fsync failed"),
+            ));
         }
         match self.lock().as_mut() {
             Some(log) => f(log),
@@ -115,7 +119,11 @@ impl Partition {
         let wait = rx.wait_for(|hw| *hw > offset || self.failed.load(Ordering::Acquire));
         match wait.await {
             Ok(_) if !self.failed.load(Ordering::Acquire) => Ok(()),
-            _ => Err(Error::storage("flush", &self.dir, std::io::Error::other("the log could not be made durable"))),
+            _ => Err(Error::storage(
+                "flush",
+                &self.dir,
+                std::io::Error::other("the log could not be made durable"),
+            )),
         }
     }
 
@@ -152,7 +160,11 @@ impl Partition {
             } else {
                 log.read(offset, hw, max_bytes, min_one_batch)?
             };
-            Ok(PartitionRead { records, high_watermark: hw, log_start_offset })
+            Ok(PartitionRead {
+                records,
+                high_watermark: hw,
+                log_start_offset,
+            })
         })
     }
 
@@ -247,12 +259,22 @@ pub struct ReplicaManager {
 
 impl ReplicaManager {
     pub fn new(config: Arc<BrokerConfig>) -> ReplicaManager {
-        ReplicaManager { config, partitions: RwLock::new(HashMap::new()) }
+        ReplicaManager {
+            config,
+            partitions: RwLock::new(HashMap::new()),
+        }
     }
 
     pub fn get(&self, topic: &str, partition: i32) -> Option<Arc<Partition>> {
-        let key = TopicPartition { topic: topic.to_string(), partition };
-        self.partitions.read().unwrap_or_else(|p| p.into_inner()).get(&key).cloned()
+        let key = TopicPartition {
+            topic: topic.to_string(),
+            partition,
+        };
+        self.partitions
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+            .cloned()
     }
 
     fn partition_dir(&self, tp: &TopicPartition) -> PathBuf {
@@ -265,7 +287,13 @@ impl ReplicaManager {
         let mut wanted = Vec::new();
         for topic in image.topics.values() {
             for partition in 0..topic.partitions {
-                wanted.push((TopicPartition { topic: topic.name.clone(), partition }, topic.clone()));
+                wanted.push((
+                    TopicPartition {
+                        topic: topic.name.clone(),
+                        partition,
+                    },
+                    topic.clone(),
+                ));
             }
         }
         // Remove what is gone (deleted topics, or a topic re-created with a new id).
@@ -288,8 +316,14 @@ impl ReplicaManager {
                 continue;
             }
             let dir = self.partition_dir(&tp);
-            let log = Log::open(&dir, self.config.topic_log_config(&topic.configs), now_ms())?;
+            let mut log = Log::open(&dir, self.config.topic_log_config(&topic.configs), now_ms())?;
             let end = log.log_end_offset();
+            if log.recovery_point() < end {
+                // Recovered data after a crash may still be only in the page cache: make it
+                // durable before consumers can see it (the high watermark starts at the end).
+                log.flush_handle().sync()?;
+                log.mark_flushed(end)?;
+            }
             let partition = Arc::new(Partition {
                 tp: tp.clone(),
                 topic_id: topic.id,
@@ -305,14 +339,19 @@ impl ReplicaManager {
             });
             let interval = Duration::from_millis(self.config.log_flush_interval_ms.max(1) as u64);
             tokio::spawn(partition.clone().run_flusher(interval));
-            self.partitions.write().unwrap_or_else(|p| p.into_inner()).insert(tp, partition);
+            self.partitions
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(tp, partition);
         }
         Ok(())
     }
 
     /// Removes directories left by a deletion that a crash interrupted.
     pub fn remove_stray_dirs(&self) {
-        let Ok(entries) = std::fs::read_dir(&self.config.data_dir) else { return };
+        let Ok(entries) = std::fs::read_dir(&self.config.data_dir) else {
+            return;
+        };
         for entry in entries.flatten() {
             if entry.file_name().to_string_lossy().ends_with("-delete") {
                 remove_partition_dir(&entry.path());
@@ -322,8 +361,13 @@ impl ReplicaManager {
 
     /// Closes every partition (flush, index and checkpoint writes) for a clean shutdown.
     pub fn close_all(&self) {
-        let all: Vec<Arc<Partition>> =
-            self.partitions.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
+        let all: Vec<Arc<Partition>> = self
+            .partitions
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
         for p in all {
             if let Err(e) = p.close() {
                 tracing::error!(partition = %p.tp, error = %e, "closing partition");
@@ -338,7 +382,10 @@ fn remove_partition_dir(dir: &Path) {
     let aside = if dir.to_string_lossy().ends_with("-delete") {
         dir.to_path_buf()
     } else {
-        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         dir.with_file_name(format!("{name}.{}-delete", Uuid::new_v4().simple()))
     };
     if aside != dir

@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::api::{self, Ctx, Reply, Reject};
+use crate::api::{self, Ctx, Reject, Reply};
 
 /// Socket buffer sizes for reads and writes; big enough for a produce batch in one syscall.
 const SOCKET_BUFFER_BYTES: usize = 256 * 1024;
@@ -88,10 +88,18 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, shutdown: CancellationT
 
 fn is_disconnect(e: &std::io::Error) -> bool {
     use std::io::ErrorKind::*;
-    matches!(e.kind(), UnexpectedEof | ConnectionReset | BrokenPipe | ConnectionAborted)
+    matches!(
+        e.kind(),
+        UnexpectedEof | ConnectionReset | BrokenPipe | ConnectionAborted
+    )
 }
 
-async fn connection(stream: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>, shutdown: CancellationToken) -> Result<(), Close> {
+async fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    ctx: Arc<Ctx>,
+    shutdown: CancellationToken,
+) -> Result<(), Close> {
     let (read_half, write_half) = stream.into_split();
     let mut reader = BufReader::with_capacity(SOCKET_BUFFER_BYTES, read_half);
     let (tx, mut rx) = mpsc::channel::<Reply>(ctx.config.queued_max_requests);
@@ -128,7 +136,7 @@ async fn connection(stream: TcpStream, peer: SocketAddr, ctx: Arc<Ctx>, shutdown
             Err(reject) => break Err(Close::Rejected(reject)),
         };
         tracing::trace!(%peer, ?key, version = header.request_api_version, "request");
-        match api::dispatch(&ctx, key, header, body).await {
+        match api::dispatch(&ctx, key, header, body, peer).await {
             Ok(reply) => {
                 if tx.send(reply).await.is_err() {
                     break Ok(()); // the writer failed: the peer is gone

@@ -1,0 +1,339 @@
+//! Classic consumer group APIs, served by `coordinator::GroupCoordinator`.
+//! FindCoordinator (key 10): v0 baseline · v1 key type, error message · v2 same · v3 flexible ·
+//! v4 batched keys (KIP-699) · v5 same · v6 share-group key type (answered INVALID_REQUEST: no
+//! share groups). Group (0) and transaction (1) keys both name this node.
+//! JoinGroup (key 11): v0 baseline (rebalance timeout = session timeout) · v1 rebalance timeout
+//! · v2-v3 same · v4 MEMBER_ID_REQUIRED round trip (KIP-394) · v5 group.instance.id (KIP-345) ·
+//! v6 flexible · v7 protocol type and name in answers · v8 reason · v9 skip_assignment (KIP-814).
+//! SyncGroup (key 14): v0 baseline · v3 instance id · v4 flexible · v5 protocol type and name.
+//! Heartbeat (key 12): v0 baseline · v3 instance id · v4 flexible.
+//! LeaveGroup (key 13): v0 baseline · v3 batched members with instance ids · v4 flexible ·
+//! v5 reason.
+//! ListGroups (key 16): v0 baseline · v3 flexible · v4 state filter · v5 type filter.
+//! DescribeGroups (key 15): v0 baseline · v3 authorized operations · v4 instance ids ·
+//! v5 flexible · v6 error message, GROUP_ID_NOT_FOUND for unknown groups (KIP-1043).
+//! DeleteGroups (key 42): v0 baseline · v2 flexible.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::find_coordinator_response::Coordinator;
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+
+use super::metadata::split_host_port;
+use super::{Ctx, Versions, message};
+use crate::coordinator::group::{GroupState, JoinRequest};
+
+pub const FIND_COORDINATOR_VERSIONS: Versions = Versions::new(ApiKey::FindCoordinator, 0, 6);
+pub const JOIN_GROUP_VERSIONS: Versions = Versions::new(ApiKey::JoinGroup, 0, 9);
+pub const SYNC_GROUP_VERSIONS: Versions = Versions::new(ApiKey::SyncGroup, 0, 5);
+pub const HEARTBEAT_VERSIONS: Versions = Versions::new(ApiKey::Heartbeat, 0, 4);
+pub const LEAVE_GROUP_VERSIONS: Versions = Versions::new(ApiKey::LeaveGroup, 0, 5);
+pub const LIST_GROUPS_VERSIONS: Versions = Versions::new(ApiKey::ListGroups, 0, 5);
+pub const DESCRIBE_GROUPS_VERSIONS: Versions = Versions::new(ApiKey::DescribeGroups, 0, 6);
+pub const DELETE_GROUPS_VERSIONS: Versions = Versions::new(ApiKey::DeleteGroups, 0, 2);
+
+/// Who sent a request: JoinGroup records the client id and host of each member.
+pub struct Caller {
+    pub client_id: String,
+    pub peer: SocketAddr,
+}
+
+fn s(text: &str) -> StrBytes {
+    StrBytes::from_string(text.to_string())
+}
+
+fn opt(text: Option<&StrBytes>) -> Option<String> {
+    text.map(|t| t.to_string())
+}
+
+const KEY_TYPE_GROUP: i8 = 0;
+const KEY_TYPE_TRANSACTION: i8 = 1;
+
+pub async fn find_coordinator(ctx: &Ctx, req: FindCoordinatorRequest, version: i16) -> FindCoordinatorResponse {
+    let (host, port) = split_host_port(ctx.config.advertised());
+    let node = BrokerId(ctx.config.node_id);
+    let key_type_ok = req.key_type == KEY_TYPE_GROUP || req.key_type == KEY_TYPE_TRANSACTION;
+    // Kafka creates the offsets topic when a group coordinator is first looked up.
+    let ready = if req.key_type == KEY_TYPE_GROUP {
+        ctx.coordinator.ensure_offsets_topic().is_ok()
+    } else {
+        true
+    };
+    let error = if !key_type_ok {
+        ResponseError::InvalidRequest.code()
+    } else if !ready {
+        ResponseError::CoordinatorNotAvailable.code()
+    } else {
+        0
+    };
+    if version >= 4 {
+        let coordinators = req
+            .coordinator_keys
+            .iter()
+            .map(|key| {
+                let c = Coordinator::default().with_key(key.clone()).with_error_code(error);
+                if error == 0 {
+                    c.with_node_id(node).with_host(s(&host)).with_port(port)
+                } else {
+                    c.with_node_id(BrokerId(-1))
+                        .with_host(s(""))
+                        .with_port(-1)
+                        .with_error_message(message("unsupported key type"))
+                }
+            })
+            .collect();
+        return FindCoordinatorResponse::default().with_coordinators(coordinators);
+    }
+    let mut resp = FindCoordinatorResponse::default().with_error_code(error);
+    if error == 0 {
+        resp = resp.with_node_id(node).with_host(s(&host)).with_port(port);
+    } else {
+        resp = resp.with_node_id(BrokerId(-1)).with_host(s("")).with_port(-1);
+        if version >= 1 {
+            resp.error_message = message("the coordinator is not available");
+        }
+    }
+    resp
+}
+
+pub async fn join_group(ctx: &Ctx, caller: &Caller, req: JoinGroupRequest, version: i16) -> JoinGroupResponse {
+    let session_timeout = Duration::from_millis(u64::try_from(req.session_timeout_ms).unwrap_or(0));
+    let rebalance_timeout = if version == 0 {
+        session_timeout
+    } else {
+        Duration::from_millis(u64::try_from(req.rebalance_timeout_ms).unwrap_or(0))
+    };
+    let instance_id = if version >= 5 {
+        opt(req.group_instance_id.as_ref())
+    } else {
+        None
+    };
+    let join = JoinRequest {
+        member_id: req.member_id.to_string(),
+        require_known_member_id: version >= 4 && instance_id.is_none(),
+        instance_id,
+        client_id: caller.client_id.clone(),
+        client_host: format!("/{}", caller.peer.ip()),
+        session_timeout,
+        rebalance_timeout,
+        protocol_type: req.protocol_type.to_string(),
+        protocols: req
+            .protocols
+            .iter()
+            .map(|p| (p.name.to_string(), p.metadata.clone()))
+            .collect(),
+    };
+    let result = ctx.coordinator.join(&req.group_id.0, join).await;
+    let members = result
+        .members
+        .into_iter()
+        .map(|(id, instance, metadata)| {
+            let mut m = JoinGroupResponseMember::default()
+                .with_member_id(s(&id))
+                .with_metadata(metadata);
+            if version >= 5 {
+                m.group_instance_id = instance.as_deref().map(s);
+            }
+            m
+        })
+        .collect();
+    let mut resp = JoinGroupResponse::default()
+        .with_error_code(result.error)
+        .with_generation_id(result.generation)
+        .with_leader(s(&result.leader))
+        .with_member_id(s(&result.member_id))
+        .with_members(members);
+    if version >= 7 {
+        resp.protocol_type = result.protocol_type.as_deref().map(s);
+        resp.protocol_name = result.protocol.as_deref().map(s);
+    } else {
+        // Not nullable before v7.
+        resp.protocol_name = Some(s(result.protocol.as_deref().unwrap_or("")));
+    }
+    if version >= 9 {
+        resp.skip_assignment = result.skip_assignment;
+    }
+    resp
+}
+
+pub async fn sync_group(ctx: &Ctx, req: SyncGroupRequest, version: i16) -> SyncGroupResponse {
+    let instance_id = if version >= 3 {
+        opt(req.group_instance_id.as_ref())
+    } else {
+        None
+    };
+    let assignments: Vec<(String, Bytes)> = req
+        .assignments
+        .iter()
+        .map(|a| (a.member_id.to_string(), a.assignment.clone()))
+        .collect();
+    let result = ctx
+        .coordinator
+        .sync(
+            &req.group_id.0,
+            &req.member_id,
+            instance_id.as_deref(),
+            req.generation_id,
+            opt(req.protocol_type.as_ref()).as_deref(),
+            opt(req.protocol_name.as_ref()).as_deref(),
+            assignments,
+        )
+        .await;
+    let mut resp = SyncGroupResponse::default()
+        .with_error_code(result.error)
+        .with_assignment(result.assignment);
+    if version >= 5 {
+        resp.protocol_type = result.protocol_type.as_deref().map(s);
+        resp.protocol_name = result.protocol.as_deref().map(s);
+    }
+    resp
+}
+
+pub async fn heartbeat(ctx: &Ctx, req: HeartbeatRequest, version: i16) -> HeartbeatResponse {
+    let instance_id = if version >= 3 {
+        opt(req.group_instance_id.as_ref())
+    } else {
+        None
+    };
+    let code = ctx.coordinator.heartbeat(
+        &req.group_id.0,
+        &req.member_id,
+        instance_id.as_deref(),
+        req.generation_id,
+    );
+    HeartbeatResponse::default().with_error_code(code)
+}
+
+pub async fn leave_group(ctx: &Ctx, req: LeaveGroupRequest, version: i16) -> LeaveGroupResponse {
+    let members: Vec<(String, Option<String>)> = if version >= 3 {
+        req.members
+            .iter()
+            .map(|m| (m.member_id.to_string(), opt(m.group_instance_id.as_ref())))
+            .collect()
+    } else {
+        vec![(req.member_id.to_string(), None)]
+    };
+    match ctx.coordinator.leave(&req.group_id.0, &members).await {
+        Err(code) => LeaveGroupResponse::default().with_error_code(code),
+        Ok(codes) if version < 3 => LeaveGroupResponse::default().with_error_code(codes.first().copied().unwrap_or(0)),
+        Ok(codes) => {
+            let members = members
+                .iter()
+                .zip(codes)
+                .map(|((m, i), code)| {
+                    MemberResponse::default()
+                        .with_member_id(s(m))
+                        .with_group_instance_id(i.as_deref().map(s))
+                        .with_error_code(code)
+                })
+                .collect();
+            LeaveGroupResponse::default().with_members(members)
+        }
+    }
+}
+
+pub async fn list_groups(ctx: &Ctx, req: ListGroupsRequest, version: i16) -> ListGroupsResponse {
+    let states: Vec<String> = req.states_filter.iter().map(|s| s.to_lowercase()).collect();
+    let types: Vec<String> = req.types_filter.iter().map(|s| s.to_lowercase()).collect();
+    let groups = ctx
+        .coordinator
+        .list()
+        .into_iter()
+        .filter(|(_, _, state)| states.is_empty() || states.contains(&state.name().to_lowercase()))
+        // Every group here is a classic group.
+        .filter(|_| types.is_empty() || types.iter().any(|t| t == "classic"))
+        .map(|(id, protocol_type, state)| {
+            let mut g = ListedGroup::default()
+                .with_group_id(GroupId(s(&id)))
+                .with_protocol_type(s(&protocol_type));
+            if version >= 4 {
+                g.group_state = s(state.name());
+            }
+            if version >= 5 {
+                g.group_type = s("classic");
+            }
+            g
+        })
+        .collect();
+    ListGroupsResponse::default().with_groups(groups)
+}
+
+pub async fn describe_groups(ctx: &Ctx, req: DescribeGroupsRequest, version: i16) -> DescribeGroupsResponse {
+    let groups = req
+        .groups
+        .iter()
+        .map(|id| {
+            let described = ctx.coordinator.with_group(&id.0, |e| {
+                let g = &e.group;
+                let stable = g.state == GroupState::Stable;
+                let protocol = g.protocol.clone().unwrap_or_default();
+                let members = g
+                    .members
+                    .values()
+                    .map(|m| {
+                        let mut d = DescribedGroupMember::default()
+                            .with_member_id(s(&m.id))
+                            .with_client_id(s(&m.client_id))
+                            .with_client_host(s(&m.client_host));
+                        if version >= 4 {
+                            d.group_instance_id = m.instance_id.as_deref().map(s);
+                        }
+                        // Kafka includes metadata and assignment once the group is stable.
+                        if stable {
+                            d.member_metadata = m
+                                .protocols
+                                .iter()
+                                .find(|(n, _)| *n == protocol)
+                                .map(|(_, b)| b.clone())
+                                .unwrap_or_default();
+                            d.member_assignment = m.assignment.clone();
+                        }
+                        d
+                    })
+                    .collect();
+                DescribedGroup::default()
+                    .with_group_id(id.clone())
+                    .with_group_state(s(g.state.name()))
+                    .with_protocol_type(s(g.protocol_type.as_deref().unwrap_or("")))
+                    .with_protocol_data(s(&protocol))
+                    .with_members(members)
+            });
+            let mut d = described.unwrap_or_else(|| {
+                if version >= 6 {
+                    DescribedGroup::default()
+                        .with_group_id(id.clone())
+                        .with_error_code(ResponseError::GroupIdNotFound.code())
+                        .with_error_message(message(format!("group {} not found", id.0)))
+                } else {
+                    DescribedGroup::default()
+                        .with_group_id(id.clone())
+                        .with_group_state(s("Dead"))
+                }
+            });
+            if version >= 3 && req.include_authorized_operations {
+                // No authorizer yet: READ(3), DELETE(6), DESCRIBE(8) are allowed to everyone.
+                d.authorized_operations = (1 << 3) | (1 << 6) | (1 << 8);
+            }
+            d
+        })
+        .collect();
+    DescribeGroupsResponse::default().with_groups(groups)
+}
+
+pub async fn delete_groups(ctx: &Ctx, req: DeleteGroupsRequest, _version: i16) -> DeleteGroupsResponse {
+    let mut results = Vec::with_capacity(req.groups_names.len());
+    for id in req.groups_names {
+        let code = ctx.coordinator.delete_group(&id.0).await;
+        results.push(DeletableGroupResult::default().with_group_id(id).with_error_code(code));
+    }
+    DeleteGroupsResponse::default().with_results(results)
+}

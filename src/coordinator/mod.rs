@@ -1,0 +1,644 @@
+//! The group coordinator: classic consumer groups and committed offsets, with their state kept
+//! in the internal compacted topic `__consumer_offsets` (created on first use, Kafka's record
+//! formats, group → partition by Kafka's hash) and rebuilt from it at start-up.
+//!
+//! Each group sits behind its own lock; the map of groups behind another, held only to find or
+//! insert a group. Waits (JoinGroup until the join phase completes, SyncGroup until the leader's
+//! assignment) are oneshot channels completed by other requests or by the group's timer task.
+//! A timer task exists only while a group has a deadline (live members, a pending rebalance):
+//! idle groups cost their memory and nothing else.
+
+// Input from the network or disk becomes an `Error`, never a panic.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
+pub mod group;
+pub mod records;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use tokio::sync::{Notify, oneshot};
+use tokio::time::Instant;
+
+use crate::cluster::Controller;
+use crate::config::BrokerConfig;
+use crate::error::Error;
+use crate::log::validate_batches;
+use crate::replica::{ReplicaManager, now_ms};
+use group::{Group, GroupLimits, GroupState, JoinRequest, JoinResult, SyncResult};
+use records::{CommittedOffset, OffsetsRecord, partition_for};
+
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+
+/// A group and its committed offsets.
+pub struct GroupEntry {
+    pub group: Group,
+    pub offsets: BTreeMap<(String, i32), CommittedOffset>,
+}
+
+struct Slot {
+    entry: Mutex<GroupEntry>,
+    /// Wakes the timer task when a deadline may have moved earlier.
+    wake: Notify,
+    timer_running: AtomicBool,
+}
+
+impl Slot {
+    fn lock(&self) -> MutexGuard<'_, GroupEntry> {
+        self.entry.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// One partition's commit to make: (topic, partition, offset, leader epoch, metadata).
+pub type CommitRequest = (String, i32, i64, i32, Option<String>);
+
+pub struct GroupCoordinator {
+    config: Arc<BrokerConfig>,
+    controller: Arc<Controller>,
+    replicas: Arc<ReplicaManager>,
+    groups: Mutex<HashMap<String, Arc<Slot>>>,
+    limits: GroupLimits,
+}
+
+impl GroupCoordinator {
+    pub fn new(
+        config: Arc<BrokerConfig>,
+        controller: Arc<Controller>,
+        replicas: Arc<ReplicaManager>,
+    ) -> GroupCoordinator {
+        let limits = GroupLimits {
+            min_session_timeout: Duration::from_millis(config.group_min_session_timeout_ms),
+            max_session_timeout: Duration::from_millis(config.group_max_session_timeout_ms),
+            initial_rebalance_delay: Duration::from_millis(config.group_initial_rebalance_delay_ms),
+            max_size: config.group_max_size,
+        };
+        GroupCoordinator {
+            config,
+            controller,
+            replicas,
+            groups: Mutex::new(HashMap::new()),
+            limits,
+        }
+    }
+
+    fn map(&self) -> MutexGuard<'_, HashMap<String, Arc<Slot>>> {
+        self.groups.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn slot(&self, group_id: &str) -> Option<Arc<Slot>> {
+        self.map().get(group_id).cloned()
+    }
+
+    fn slot_or_create(&self, group_id: &str) -> Arc<Slot> {
+        self.map()
+            .entry(group_id.to_string())
+            .or_insert_with(|| {
+                Arc::new(Slot {
+                    entry: Mutex::new(GroupEntry {
+                        group: Group::new(group_id, Instant::now()),
+                        offsets: BTreeMap::new(),
+                    }),
+                    wake: Notify::new(),
+                    timer_running: AtomicBool::new(false),
+                })
+            })
+            .clone()
+    }
+
+    /// Creates `__consumer_offsets` on first use, as Kafka does.
+    pub fn ensure_offsets_topic(&self) -> Result<(), Error> {
+        if self.controller.image().topic(OFFSETS_TOPIC).is_some() {
+            return Ok(());
+        }
+        let configs = BTreeMap::from([("cleanup.policy".to_string(), "compact".to_string())]);
+        match self
+            .controller
+            .create_topic(OFFSETS_TOPIC, self.config.offsets_topic_num_partitions, 1, configs)
+        {
+            Ok(_) | Err(Error::TopicAlreadyExists(_)) => {}
+            Err(e) => return Err(e),
+        }
+        self.replicas.apply_image(&self.controller.image())
+    }
+
+    /// Rebuilds groups and offsets from `__consumer_offsets` (start-up).
+    pub fn load(&self) -> Result<(), Error> {
+        let Some(topic) = self.controller.image().topic(OFFSETS_TOPIC).cloned() else {
+            return Ok(());
+        };
+        let mut applied = 0usize;
+        for p in 0..topic.partitions {
+            let Some(partition) = self.replicas.get(OFFSETS_TOPIC, p) else {
+                continue;
+            };
+            let offsets = partition.offsets()?;
+            let mut next = offsets.log_start_offset;
+            while next < offsets.high_watermark {
+                let read = partition.read(next, 1 << 20, true)?;
+                if read.records.is_empty() {
+                    break;
+                }
+                let mut bytes = read.records;
+                let sets = RecordBatchDecoder::decode_all(&mut bytes)
+                    .map_err(|e| Error::CorruptBatch(format!("{OFFSETS_TOPIC}-{p} at {next}: {e}")))?;
+                for set in sets {
+                    for r in set.records {
+                        next = next.max(r.offset + 1);
+                        let Some(key) = r.key.as_ref() else { continue };
+                        match OffsetsRecord::decode(key, r.value.as_ref()) {
+                            Some(record) => {
+                                self.apply(record);
+                                applied += 1;
+                            }
+                            None => tracing::warn!(partition = p, offset = r.offset, "skipping an unreadable record"),
+                        }
+                    }
+                }
+            }
+        }
+        if applied > 0 {
+            tracing::info!(records = applied, groups = self.map().len(), "loaded consumer groups");
+        }
+        Ok(())
+    }
+
+    fn apply(&self, record: OffsetsRecord) {
+        match record {
+            OffsetsRecord::Offset {
+                group,
+                topic,
+                partition,
+                value,
+            } => {
+                let slot = self.slot_or_create(&group);
+                let mut e = slot.lock();
+                match value {
+                    Some(v) => e.offsets.insert((topic, partition), v),
+                    None => e.offsets.remove(&(topic, partition)),
+                };
+            }
+            OffsetsRecord::Group {
+                group,
+                value: Some(snapshot),
+            } => {
+                let slot = self.slot_or_create(&group);
+                slot.lock().group = Group::restore(&group, snapshot, Instant::now());
+            }
+            OffsetsRecord::Group { group, value: None } => {
+                self.map().remove(&group);
+            }
+        }
+    }
+
+    /// Restarts timers of groups restored with members (their sessions must be checked).
+    pub fn start_timers(self: &Arc<Self>) {
+        let slots: Vec<Arc<Slot>> = self.map().values().cloned().collect();
+        for slot in slots {
+            self.ensure_timer(&slot);
+        }
+    }
+
+    /// Appends records to the group's `__consumer_offsets` partition and waits until durable.
+    async fn persist(&self, group_id: &str, records: &[OffsetsRecord]) -> Result<(), Error> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        self.ensure_offsets_topic()?;
+        let index = partition_for(group_id, self.config.offsets_topic_num_partitions);
+        let partition = self
+            .replicas
+            .get(OFFSETS_TOPIC, index)
+            .ok_or_else(|| Error::UnknownTopicOrPartition(format!("{OFFSETS_TOPIC}-{index}")))?;
+        let now = now_ms();
+        let records: Vec<Record> = records
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let (key, value) = r.encode();
+                Record {
+                    transactional: false,
+                    control: false,
+                    delete_horizon: false,
+                    partition_leader_epoch: -1,
+                    producer_id: -1,
+                    producer_epoch: -1,
+                    timestamp_type: TimestampType::Creation,
+                    offset: i as i64,
+                    // The encoder keeps records in one batch while offset - sequence is constant.
+                    sequence: i as i32 - 1,
+                    timestamp: now,
+                    key: Some(key),
+                    value,
+                    headers: Default::default(),
+                }
+            })
+            .collect();
+        let mut buf = BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut buf,
+            &records,
+            &RecordEncodeOptions {
+                version: 2,
+                compression: Compression::None,
+            },
+        )
+        .map_err(|e| Error::InvalidRequest(format!("encoding group records: {e}")))?;
+        let batches = validate_batches(&buf.freeze(), usize::MAX)?;
+        let info = partition.append(batches)?;
+        partition.wait_for_high_watermark(info.last_offset).await
+    }
+
+    async fn persist_group(&self, group_id: &str, slot: &Slot) {
+        let snapshot = {
+            let e = slot.lock();
+            match e.group.state {
+                GroupState::Stable | GroupState::Empty => e.group.snapshot(),
+                _ => return,
+            }
+        };
+        let record = OffsetsRecord::Group {
+            group: group_id.to_string(),
+            value: Some(snapshot),
+        };
+        if let Err(e) = self.persist(group_id, &[record]).await {
+            tracing::warn!(group = group_id, error = %e, "persisting group metadata");
+        }
+    }
+
+    /// Keeps one timer task per group with deadlines; it ends when the group has none.
+    fn ensure_timer(self: &Arc<Self>, slot: &Arc<Slot>) {
+        if slot.timer_running.swap(true, Ordering::AcqRel) {
+            slot.wake.notify_one();
+            return;
+        }
+        let me = self.clone();
+        let slot = slot.clone();
+        tokio::spawn(async move {
+            loop {
+                let deadline = slot.lock().group.next_deadline();
+                let Some(deadline) = deadline else {
+                    slot.timer_running.store(false, Ordering::Release);
+                    // A deadline set between our check and the store would have found the
+                    // flag still up and only notified: check once more.
+                    if slot.lock().group.next_deadline().is_some() && !slot.timer_running.swap(true, Ordering::AcqRel) {
+                        continue;
+                    }
+                    return;
+                };
+                tokio::select! {
+                    _ = tokio::time::sleep_until(deadline) => {}
+                    _ = slot.wake.notified() => continue,
+                }
+                let (changed, id) = {
+                    let mut e = slot.lock();
+                    (e.group.expire(&me.limits, Instant::now()), e.group.id.clone())
+                };
+                if changed {
+                    me.persist_group(&id, &slot).await;
+                }
+            }
+        });
+    }
+
+    pub async fn join(self: &Arc<Self>, group_id: &str, req: JoinRequest) -> JoinResult {
+        if group_id.is_empty() {
+            return JoinResult {
+                error: ResponseError::InvalidGroupId.code(),
+                generation: -1,
+                ..Default::default()
+            };
+        }
+        if let Err(e) = self.ensure_offsets_topic() {
+            tracing::warn!(error = %e, "creating {OFFSETS_TOPIC}");
+            return JoinResult {
+                error: ResponseError::CoordinatorNotAvailable.code(),
+                generation: -1,
+                ..Default::default()
+            };
+        }
+        // Kafka refuses a member id it never handed out for a group it does not know.
+        if !req.member_id.is_empty() && self.slot(group_id).is_none() {
+            return JoinResult {
+                error: ResponseError::UnknownMemberId.code(),
+                generation: -1,
+                member_id: req.member_id,
+                ..Default::default()
+            };
+        }
+        let slot = self.slot_or_create(group_id);
+        let (tx, rx) = oneshot::channel();
+        slot.lock().group.join(req, &self.limits, Instant::now(), tx);
+        self.ensure_timer(&slot);
+        rx.await.unwrap_or(JoinResult {
+            error: ResponseError::CoordinatorNotAvailable.code(),
+            generation: -1,
+            ..Default::default()
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub async fn sync(
+        self: &Arc<Self>,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+        protocol_type: Option<&str>,
+        protocol: Option<&str>,
+        assignments: Vec<(String, Bytes)>,
+    ) -> SyncResult {
+        let Some(slot) = self.slot(group_id) else {
+            return SyncResult {
+                error: ResponseError::UnknownMemberId.code(),
+                ..Default::default()
+            };
+        };
+        let (tx, rx) = oneshot::channel();
+        // The assignment is stored in one `__consumer_offsets` record, which must fit in a
+        // batch; Kafka answers an assignment that does not fit with UNKNOWN_SERVER_ERROR.
+        let assignment_bytes: usize = assignments.iter().map(|(m, a)| m.len() + a.len()).sum();
+        if assignment_bytes > self.config.log.max_message_bytes {
+            tracing::warn!(
+                group = group_id,
+                assignment_bytes,
+                "group assignment too large to store"
+            );
+            slot.lock().group.abort_sync(
+                member_id,
+                ResponseError::UnknownServerError,
+                &self.limits,
+                Instant::now(),
+                tx,
+            );
+            self.ensure_timer(&slot);
+            return rx.await.unwrap_or_default();
+        }
+        let completed = slot.lock().group.sync(
+            member_id,
+            instance_id,
+            generation,
+            protocol_type,
+            protocol,
+            assignments,
+            Instant::now(),
+            tx,
+        );
+        if completed {
+            self.persist_group(group_id, &slot).await;
+        }
+        self.ensure_timer(&slot);
+        rx.await.unwrap_or(SyncResult {
+            error: ResponseError::CoordinatorNotAvailable.code(),
+            ..Default::default()
+        })
+    }
+
+    pub fn heartbeat(&self, group_id: &str, member_id: &str, instance_id: Option<&str>, generation: i32) -> i16 {
+        match self.slot(group_id) {
+            None => ResponseError::UnknownMemberId.code(),
+            Some(slot) => slot
+                .lock()
+                .group
+                .heartbeat(member_id, instance_id, generation, Instant::now()),
+        }
+    }
+
+    /// LeaveGroup for each (member id, instance id); the group-level error when it is unknown.
+    pub async fn leave(
+        self: &Arc<Self>,
+        group_id: &str,
+        members: &[(String, Option<String>)],
+    ) -> Result<Vec<i16>, i16> {
+        let Some(slot) = self.slot(group_id) else {
+            return Err(ResponseError::UnknownMemberId.code());
+        };
+        let codes: Vec<i16> = {
+            let mut e = slot.lock();
+            members
+                .iter()
+                .map(|(m, i)| e.group.leave(m, i.as_deref(), &self.limits, Instant::now()))
+                .collect()
+        };
+        self.ensure_timer(&slot);
+        self.persist_group(group_id, &slot).await;
+        Ok(codes)
+    }
+
+    /// OffsetCommit: checks the member, then makes the offsets durable before answering.
+    /// Returns one code per requested partition, in order.
+    pub async fn commit(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+        offsets: Vec<CommitRequest>,
+    ) -> Vec<i16> {
+        let all = |code: i16| vec![code; offsets.len()];
+        if group_id.is_empty() {
+            return all(ResponseError::InvalidGroupId.code());
+        }
+        let slot = match self.slot(group_id) {
+            Some(slot) => slot,
+            // Standalone consumers (generation -1) create the group by committing.
+            None if generation < 0 => self.slot_or_create(group_id),
+            None => return all(ResponseError::IllegalGeneration.code()),
+        };
+        if let Err(e) = slot.lock().group.validate_commit(member_id, instance_id, generation) {
+            return all(e.code());
+        }
+        let image = self.controller.image();
+        let mut codes = Vec::with_capacity(offsets.len());
+        let mut records = Vec::new();
+        let mut accepted = Vec::new();
+        let now = now_ms();
+        for (topic, partition, offset, leader_epoch, metadata) in offsets {
+            let metadata = metadata.unwrap_or_default();
+            let code = if image
+                .topic(&topic)
+                .is_none_or(|t| partition < 0 || partition >= t.partitions)
+            {
+                ResponseError::UnknownTopicOrPartition.code()
+            } else if metadata.len() > self.config.offset_metadata_max_bytes {
+                ResponseError::OffsetMetadataTooLarge.code()
+            } else {
+                let value = CommittedOffset {
+                    offset,
+                    leader_epoch,
+                    metadata,
+                    commit_timestamp: now,
+                };
+                records.push(OffsetsRecord::Offset {
+                    group: group_id.to_string(),
+                    topic: topic.clone(),
+                    partition,
+                    value: Some(value.clone()),
+                });
+                accepted.push((codes.len(), (topic, partition), value));
+                0
+            };
+            codes.push(code);
+        }
+        match self.persist(group_id, &records).await {
+            Ok(()) => {
+                let mut e = slot.lock();
+                for (_, key, value) in accepted {
+                    e.offsets.insert(key, value);
+                }
+            }
+            Err(err) => {
+                tracing::warn!(group = group_id, error = %err, "offset commit not durable");
+                let code = match err {
+                    Error::Storage { .. } => ResponseError::CoordinatorNotAvailable.code(),
+                    other => other.code(),
+                };
+                for (i, _, _) in accepted {
+                    codes[i] = code;
+                }
+            }
+        }
+        codes
+    }
+
+    /// Committed offsets of a group: all, or those of the requested topics and partitions.
+    pub fn fetch_offsets(&self, group_id: &str) -> BTreeMap<(String, i32), CommittedOffset> {
+        self.slot(group_id)
+            .map(|slot| slot.lock().offsets.clone())
+            .unwrap_or_default()
+    }
+
+    /// (group id, protocol type, state) of every group.
+    pub fn list(&self) -> Vec<(String, String, GroupState)> {
+        let slots: Vec<Arc<Slot>> = self.map().values().cloned().collect();
+        let mut out: Vec<_> = slots
+            .iter()
+            .map(|s| {
+                let e = s.lock();
+                (
+                    e.group.id.clone(),
+                    e.group.protocol_type.clone().unwrap_or_default(),
+                    e.group.state,
+                )
+            })
+            .filter(|(_, _, state)| *state != GroupState::Dead)
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Runs `f` on a group's entry, if the group exists.
+    pub fn with_group<T>(&self, group_id: &str, f: impl FnOnce(&GroupEntry) -> T) -> Option<T> {
+        self.slot(group_id).map(|slot| f(&slot.lock()))
+    }
+
+    /// DeleteGroups for one group: only an empty group may go (NON_EMPTY_GROUP otherwise).
+    pub async fn delete_group(&self, group_id: &str) -> i16 {
+        let Some(slot) = self.slot(group_id) else {
+            return ResponseError::GroupIdNotFound.code();
+        };
+        let records: Vec<OffsetsRecord> = {
+            let mut e = slot.lock();
+            if !e.group.is_empty() || e.group.state != GroupState::Empty {
+                return ResponseError::NonEmptyGroup.code();
+            }
+            e.group.kill();
+            let mut records: Vec<OffsetsRecord> = e
+                .offsets
+                .keys()
+                .map(|(t, p)| OffsetsRecord::Offset {
+                    group: group_id.to_string(),
+                    topic: t.clone(),
+                    partition: *p,
+                    value: None,
+                })
+                .collect();
+            records.push(OffsetsRecord::Group {
+                group: group_id.to_string(),
+                value: None,
+            });
+            e.offsets.clear();
+            records
+        };
+        self.map().remove(group_id);
+        match self.persist(group_id, &records).await {
+            Ok(()) => 0,
+            Err(e) => e.code(),
+        }
+    }
+
+    /// OffsetDelete: removes committed offsets of partitions whose topic no member subscribes to.
+    pub async fn delete_offsets(&self, group_id: &str, partitions: &[(String, i32)]) -> Result<Vec<i16>, i16> {
+        let Some(slot) = self.slot(group_id) else {
+            return Err(ResponseError::GroupIdNotFound.code());
+        };
+        let (codes, records) = {
+            let mut e = slot.lock();
+            if e.group.state != GroupState::Empty && e.group.protocol_type.as_deref() != Some("consumer") {
+                return Err(ResponseError::NonEmptyGroup.code());
+            }
+            let subscribed = e.group.subscribed_topics().unwrap_or_default();
+            let mut codes = Vec::new();
+            let mut records = Vec::new();
+            for (topic, partition) in partitions {
+                if subscribed.contains(topic) {
+                    codes.push(ResponseError::GroupSubscribedToTopic.code());
+                    continue;
+                }
+                if e.offsets.remove(&(topic.clone(), *partition)).is_some() {
+                    records.push(OffsetsRecord::Offset {
+                        group: group_id.to_string(),
+                        topic: topic.clone(),
+                        partition: *partition,
+                        value: None,
+                    });
+                }
+                codes.push(0);
+            }
+            (codes, records)
+        };
+        self.persist(group_id, &records).await.map_err(|e| e.code())?;
+        Ok(codes)
+    }
+
+    /// Offsets retention (`offsets.retention.minutes`): an empty group's offsets expire once
+    /// the group has been empty that long (KIP-211). Runs from a periodic task.
+    pub async fn expire_offsets(&self) {
+        let retention = Duration::from_secs(self.config.offsets_retention_minutes.saturating_mul(60));
+        let now = Instant::now();
+        let slots: Vec<Arc<Slot>> = self.map().values().cloned().collect();
+        for slot in slots {
+            let (id, records) = {
+                let mut e = slot.lock();
+                let expired = e.group.state == GroupState::Empty
+                    && e.group
+                        .empty_since
+                        .is_some_and(|since| now.duration_since(since) >= retention);
+                if !expired || e.offsets.is_empty() {
+                    continue;
+                }
+                let id = e.group.id.clone();
+                let records: Vec<OffsetsRecord> = std::mem::take(&mut e.offsets)
+                    .into_keys()
+                    .map(|(t, p)| OffsetsRecord::Offset {
+                        group: id.clone(),
+                        topic: t,
+                        partition: p,
+                        value: None,
+                    })
+                    .collect();
+                (id, records)
+            };
+            tracing::info!(group = %id, partitions = records.len(), "offsets expired (offsets.retention.minutes)");
+            if let Err(e) = self.persist(&id, &records).await {
+                tracing::warn!(group = %id, error = %e, "writing offset expiry");
+            }
+        }
+    }
+}

@@ -1,0 +1,304 @@
+//! The record formats of `__consumer_offsets`, as Kafka writes them (`OffsetCommitKey` v1,
+//! `OffsetCommitValue` v3, `GroupMetadataKey` v2, `GroupMetadataValue` v3), so the topic reads
+//! like Kafka's to anyone who knows it. A null value is a tombstone (compaction removes the key).
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+use super::group::{GroupSnapshot, MemberSnapshot};
+
+/// One decoded `__consumer_offsets` record.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OffsetsRecord {
+    Offset {
+        group: String,
+        topic: String,
+        partition: i32,
+        value: Option<CommittedOffset>,
+    },
+    Group {
+        group: String,
+        value: Option<GroupSnapshot>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommittedOffset {
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: String,
+    pub commit_timestamp: i64,
+}
+
+fn put_string(buf: &mut BytesMut, s: &str) {
+    let len = i16::try_from(s.len()).unwrap_or(i16::MAX);
+    buf.put_i16(len);
+    buf.put_slice(&s.as_bytes()[..len as usize]);
+}
+
+fn put_nullable_string(buf: &mut BytesMut, s: Option<&str>) {
+    match s {
+        Some(s) => put_string(buf, s),
+        None => buf.put_i16(-1),
+    }
+}
+
+fn put_bytes(buf: &mut BytesMut, b: &[u8]) {
+    buf.put_i32(i32::try_from(b.len()).unwrap_or(i32::MAX));
+    buf.put_slice(b);
+}
+
+impl OffsetsRecord {
+    /// The record key and value (None for a tombstone).
+    pub fn encode(&self) -> (Bytes, Option<Bytes>) {
+        let mut key = BytesMut::new();
+        match self {
+            OffsetsRecord::Offset {
+                group,
+                topic,
+                partition,
+                value,
+            } => {
+                key.put_i16(1);
+                put_string(&mut key, group);
+                put_string(&mut key, topic);
+                key.put_i32(*partition);
+                let value = value.as_ref().map(|v| {
+                    let mut b = BytesMut::new();
+                    b.put_i16(3);
+                    b.put_i64(v.offset);
+                    b.put_i32(v.leader_epoch);
+                    put_string(&mut b, &v.metadata);
+                    b.put_i64(v.commit_timestamp);
+                    b.freeze()
+                });
+                (key.freeze(), value)
+            }
+            OffsetsRecord::Group { group, value } => {
+                key.put_i16(2);
+                put_string(&mut key, group);
+                let value = value.as_ref().map(|g| {
+                    let mut b = BytesMut::new();
+                    b.put_i16(3);
+                    put_string(&mut b, &g.protocol_type);
+                    b.put_i32(g.generation);
+                    put_nullable_string(&mut b, g.protocol.as_deref());
+                    put_nullable_string(&mut b, g.leader.as_deref());
+                    b.put_i64(crate::replica::now_ms());
+                    b.put_i32(i32::try_from(g.members.len()).unwrap_or(i32::MAX));
+                    for m in &g.members {
+                        put_string(&mut b, &m.member_id);
+                        put_nullable_string(&mut b, m.instance_id.as_deref());
+                        put_string(&mut b, &m.client_id);
+                        put_string(&mut b, &m.client_host);
+                        b.put_i32(m.rebalance_timeout_ms);
+                        b.put_i32(m.session_timeout_ms);
+                        put_bytes(&mut b, &m.subscription);
+                        put_bytes(&mut b, &m.assignment);
+                    }
+                    b.freeze()
+                });
+                (key.freeze(), value)
+            }
+        }
+    }
+
+    /// Decodes a record; None for keys of other kinds or malformed bytes (skipped at load, with
+    /// a log line by the caller).
+    pub fn decode(key: &Bytes, value: Option<&Bytes>) -> Option<OffsetsRecord> {
+        let mut k = Reader(key.clone());
+        match k.i16()? {
+            0 | 1 => {
+                let group = k.string()?;
+                let topic = k.string()?;
+                let partition = k.i32()?;
+                let value = match value {
+                    None => None,
+                    Some(v) => {
+                        let mut r = Reader(v.clone());
+                        let version = r.i16()?;
+                        let offset = r.i64()?;
+                        let leader_epoch = if version >= 3 { r.i32()? } else { -1 };
+                        let metadata = r.string()?;
+                        let commit_timestamp = r.i64()?;
+                        Some(CommittedOffset {
+                            offset,
+                            leader_epoch,
+                            metadata,
+                            commit_timestamp,
+                        })
+                    }
+                };
+                Some(OffsetsRecord::Offset {
+                    group,
+                    topic,
+                    partition,
+                    value,
+                })
+            }
+            2 => {
+                let group = k.string()?;
+                let value = match value {
+                    None => None,
+                    Some(v) => {
+                        let mut r = Reader(v.clone());
+                        let version = r.i16()?;
+                        let protocol_type = r.string()?;
+                        let generation = r.i32()?;
+                        let protocol = r.nullable_string()?;
+                        let leader = r.nullable_string()?;
+                        if version >= 2 {
+                            r.i64()?; // current state timestamp
+                        }
+                        let count = r.i32()?;
+                        let mut members = Vec::new();
+                        for _ in 0..count.max(0) {
+                            let member_id = r.string()?;
+                            let instance_id = if version >= 3 { r.nullable_string()? } else { None };
+                            let client_id = r.string()?;
+                            let client_host = r.string()?;
+                            let rebalance_timeout_ms = if version >= 1 { r.i32()? } else { 0 };
+                            let session_timeout_ms = r.i32()?;
+                            let subscription = r.bytes()?;
+                            let assignment = r.bytes()?;
+                            members.push(MemberSnapshot {
+                                member_id,
+                                instance_id,
+                                client_id,
+                                client_host,
+                                rebalance_timeout_ms,
+                                session_timeout_ms,
+                                subscription,
+                                assignment,
+                            });
+                        }
+                        Some(GroupSnapshot {
+                            protocol_type,
+                            generation,
+                            protocol,
+                            leader,
+                            members,
+                        })
+                    }
+                };
+                Some(OffsetsRecord::Group { group, value })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A bounds-checked reader: every getter is None past the end.
+struct Reader(Bytes);
+
+impl Reader {
+    fn i16(&mut self) -> Option<i16> {
+        (self.0.remaining() >= 2).then(|| self.0.get_i16())
+    }
+    fn i32(&mut self) -> Option<i32> {
+        (self.0.remaining() >= 4).then(|| self.0.get_i32())
+    }
+    fn i64(&mut self) -> Option<i64> {
+        (self.0.remaining() >= 8).then(|| self.0.get_i64())
+    }
+    fn nullable_string(&mut self) -> Option<Option<String>> {
+        let len = self.i16()?;
+        if len < 0 {
+            return Some(None);
+        }
+        let len = usize::try_from(len).ok()?;
+        if self.0.remaining() < len {
+            return None;
+        }
+        let bytes = self.0.split_to(len);
+        String::from_utf8(bytes.to_vec()).ok().map(Some)
+    }
+    fn string(&mut self) -> Option<String> {
+        self.nullable_string()?
+    }
+    fn bytes(&mut self) -> Option<Bytes> {
+        let len = self.i32()?;
+        if len < 0 {
+            return Some(Bytes::new());
+        }
+        let len = usize::try_from(len).ok()?;
+        (self.0.remaining() >= len).then(|| self.0.split_to(len))
+    }
+}
+
+/// Java's `String.hashCode` over UTF-16 code units, which Kafka uses to place a group.
+pub fn java_string_hash(s: &str) -> i32 {
+    s.encode_utf16()
+        .fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(i32::from(c)))
+}
+
+/// The `__consumer_offsets` partition of a group (Kafka's `Utils.abs(hashCode) % count`).
+pub fn partition_for(group: &str, partitions: i32) -> i32 {
+    let h = java_string_hash(group);
+    let abs = if h == i32::MIN { 0 } else { h.abs() };
+    abs % partitions.max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn group_placement_matches_kafka() {
+        // Values printed by Java: s.hashCode() and Math.abs(s.hashCode()) % 50.
+        assert_eq!(java_string_hash("my-group"), -1906497762);
+        assert_eq!(partition_for("my-group", 50), 12);
+        assert_eq!(java_string_hash("test-group-éx"), -559018600);
+        assert_eq!(partition_for("test-group-éx", 50), 0);
+        assert_eq!(partition_for("console-consumer-12345", 50), 6);
+    }
+
+    #[test]
+    fn records_round_trip_and_truncation_is_rejected() {
+        let offset = OffsetsRecord::Offset {
+            group: "g".into(),
+            topic: "t".into(),
+            partition: 3,
+            value: Some(CommittedOffset {
+                offset: 42,
+                leader_epoch: 0,
+                metadata: "m".into(),
+                commit_timestamp: 7,
+            }),
+        };
+        let group = OffsetsRecord::Group {
+            group: "g".into(),
+            value: Some(GroupSnapshot {
+                protocol_type: "consumer".into(),
+                generation: 4,
+                protocol: Some("range".into()),
+                leader: Some("a".into()),
+                members: vec![MemberSnapshot {
+                    member_id: "a".into(),
+                    instance_id: Some("i".into()),
+                    client_id: "c".into(),
+                    client_host: "/h".into(),
+                    rebalance_timeout_ms: 1,
+                    session_timeout_ms: 2,
+                    subscription: Bytes::from_static(b"sub"),
+                    assignment: Bytes::from_static(b"asg"),
+                }],
+            }),
+        };
+        for record in [
+            offset,
+            group,
+            OffsetsRecord::Group {
+                group: "g".into(),
+                value: None,
+            },
+        ] {
+            let (k, v) = record.encode();
+            assert_eq!(OffsetsRecord::decode(&k, v.as_ref()), Some(record.clone()));
+            if let Some(v) = v {
+                for cut in 0..v.len() {
+                    assert_eq!(OffsetsRecord::decode(&k, Some(&v.slice(..cut))), None, "cut {cut}");
+                }
+            }
+        }
+    }
+}
