@@ -45,10 +45,9 @@ pub struct BrokerConfig {
     /// `queued.max.requests`: requests (pipelined) in flight per connection before the broker
     /// stops reading from it (back-pressure).
     pub queued_max_requests: usize,
-    /// `log.flush.interval.messages`: 1 (the default) makes every write durable (fsynced) before
-    /// it is visible to consumers and before acks=all is acknowledged, with fsyncs grouped across
-    /// requests; any larger value acknowledges after the write and fsyncs every
-    /// `log.flush.interval.ms` instead.
+    /// `log.flush.interval.messages`: 1 (the default) makes acks=all wait until its records are
+    /// fsynced, with fsyncs grouped across requests; any larger value acknowledges acks=all once
+    /// written. Every partition is also fsynced every `log.flush.interval.ms`.
     pub log_flush_interval_messages: i64,
     /// `log.flush.interval.ms`: the background fsync period when not flushing every message.
     pub log_flush_interval_ms: i64,

@@ -3,8 +3,8 @@
 //! the answer · v6-v7 same · v8 record errors and error message (KIP-467) · v9 flexible ·
 //! v10-v11 current leader / node endpoints tagged fields (left empty: no leader moves on one
 //! node) · v12 same as v11. Not served: v13 (topic ids), magic 0/1 message sets.
-//! acks 0 (no response), 1 (answered once written), -1 (answered when the records are below the
-//! high watermark, i.e. durable by the flush policy; REQUEST_TIMED_OUT after `timeout_ms`).
+//! acks 0 (no response), 1 (answered once written), -1 (answered when the records are durable
+//! by the flush policy, fsynced by default; REQUEST_TIMED_OUT after `timeout_ms`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -89,7 +89,8 @@ pub fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcome {
                 ));
                 continue;
             };
-            let appended = validate_batches(&records, max_bytes).and_then(|batches| partition.append(batches));
+            let appended =
+                validate_batches(&records, max_bytes).and_then(|batches| partition.append(batches, acks == -1));
             match appended {
                 Ok(info) => {
                     let mut p = PartitionProduceResponse::default()
@@ -133,7 +134,7 @@ pub fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcome {
         let mut response = response;
         let deadline = tokio::time::Instant::now() + timeout;
         for w in waits {
-            let done = tokio::time::timeout_at(deadline, w.target.wait_for_high_watermark(w.last_offset)).await;
+            let done = tokio::time::timeout_at(deadline, w.target.wait_durable(w.last_offset)).await;
             let code = match done {
                 Ok(Ok(())) => continue,
                 Ok(Err(e)) => e.code(),

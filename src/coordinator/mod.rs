@@ -251,8 +251,8 @@ impl GroupCoordinator {
         )
         .map_err(|e| Error::InvalidRequest(format!("encoding group records: {e}")))?;
         let batches = validate_batches(&buf.freeze(), usize::MAX)?;
-        let info = partition.append(batches)?;
-        partition.wait_for_high_watermark(info.last_offset).await
+        let info = partition.append(batches, true)?;
+        partition.wait_durable(info.last_offset).await
     }
 
     async fn persist_group(&self, group_id: &str, slot: &Slot) {

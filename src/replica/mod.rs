@@ -2,10 +2,13 @@
 //! watermark (what consumers may read) and the durability wait of acks=all produces.
 //!
 //! On a single node the in-sync replica set is this node alone, so the high watermark is the log
-//! end offset once the flush policy says the write is durable: with `log.flush.interval.messages
-//! = 1` (the default) a background flusher fsyncs everything appended since its last fsync, in
-//! one call for all the requests that arrived meanwhile (group commit), then raises the high
-//! watermark, which wakes waiting fetches and acks=all produces.
+//! end offset as soon as a batch is written (as in Kafka, visibility is about replication, not
+//! fsync). Durability is separate: the durable offset says what has been fsynced. With
+//! `log.flush.interval.messages = 1` (the default) an acks=all produce waits until its records
+//! are below the durable offset; a background flusher fsyncs everything appended since its last
+//! fsync in one call for all the requests that arrived meanwhile (group commit). Every
+//! `log.flush.interval.ms` it also fsyncs whatever acks=0/1 writes left, bounding what a power
+//! loss can take (a killed process loses nothing: the page cache survives it).
 
 // Input from the network or disk becomes an `Error`, never a panic.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
@@ -68,10 +71,12 @@ pub struct Partition {
     /// None once closed (topic deleted or broker stopping).
     log: Mutex<Option<Log>>,
     high_watermark: watch::Sender<i64>,
-    /// Set by appends, taken by the flusher.
+    /// Everything below this offset is fsynced.
+    durable_offset: watch::Sender<i64>,
+    /// Set by acks=all appends, taken by the flusher.
     flush_needed: Notify,
-    /// True when every write is fsynced before it becomes visible (flush policy).
-    sync_flush: bool,
+    /// True when acks=all waits for fsync (`log.flush.interval.messages = 1`).
+    flush_before_ack: bool,
     closing: AtomicBool,
     /// Set when an fsync failed: the partition stops acknowledging (Kafka takes the log dir
     /// offline: KAFKA_STORAGE_ERROR).
@@ -97,26 +102,27 @@ impl Partition {
         }
     }
 
-    /// Appends batches; the data becomes visible (and acks=all may complete) when the high
-    /// watermark passes `last_offset`.
-    pub fn append(&self, batches: Vec<ValidBatch>) -> Result<AppendInfo> {
+    /// Appends batches, visible to consumers at once; `durable` asks the flusher for an fsync
+    /// soon (an acks=all produce will wait for it with `wait_durable`).
+    pub fn append(&self, batches: Vec<ValidBatch>, durable: bool) -> Result<AppendInfo> {
         let info = self.with_log(|log| {
             let info = log.append(batches, self.leader_epoch, now_ms())?;
-            if !self.sync_flush {
-                self.high_watermark.send_replace(log.log_end_offset());
-            }
+            self.high_watermark.send_replace(log.log_end_offset());
             Ok(info)
         })?;
-        if self.sync_flush {
+        if durable && self.flush_before_ack {
             self.flush_needed.notify_one();
         }
         Ok(info)
     }
 
-    /// Waits until `offset` is below the high watermark (acks=all).
-    pub async fn wait_for_high_watermark(&self, offset: i64) -> Result<()> {
-        let mut rx = self.high_watermark.subscribe();
-        let wait = rx.wait_for(|hw| *hw > offset || self.failed.load(Ordering::Acquire));
+    /// Waits until `offset` is durable by the flush policy (acks=all).
+    pub async fn wait_durable(&self, offset: i64) -> Result<()> {
+        if !self.flush_before_ack {
+            return Ok(());
+        }
+        let mut rx = self.durable_offset.subscribe();
+        let wait = rx.wait_for(|durable| *durable > offset || self.failed.load(Ordering::Acquire));
         match wait.await {
             Ok(_) if !self.failed.load(Ordering::Acquire) => Ok(()),
             _ => Err(Error::storage(
@@ -211,9 +217,9 @@ impl Partition {
         if let Some(log) = self.lock().as_mut() {
             log.mark_flushed(flushed)?;
         }
-        self.high_watermark.send_if_modified(|hw| {
-            let moved = *hw < flushed;
-            *hw = (*hw).max(flushed);
+        self.durable_offset.send_if_modified(|durable| {
+            let moved = *durable < flushed;
+            *durable = (*durable).max(flushed);
             moved
         });
         Ok(())
@@ -223,16 +229,15 @@ impl Partition {
     /// meanwhile; appends made during an fsync are covered by the next one.
     async fn run_flusher(self: Arc<Self>, interval: Duration) {
         loop {
-            if self.sync_flush {
-                self.flush_needed.notified().await;
-            } else {
-                tokio::select! {
-                    _ = self.flush_needed.notified() => {}
-                    _ = tokio::time::sleep(interval) => {}
-                }
+            tokio::select! {
+                _ = self.flush_needed.notified() => {}
+                _ = tokio::time::sleep(interval) => {}
             }
             if self.closing.load(Ordering::Acquire) {
                 return;
+            }
+            if *self.durable_offset.borrow() >= self.high_watermark() {
+                continue; // nothing new since the last fsync
             }
             let me = self.clone();
             let result = tokio::task::spawn_blocking(move || me.flush_once()).await;
@@ -244,7 +249,7 @@ impl Partition {
             if let Some(reason) = failure {
                 tracing::error!(partition = %self.tp, %reason, "fsync failed; the partition stops accepting writes");
                 self.failed.store(true, Ordering::Release);
-                self.high_watermark.send_modify(|_| {});
+                self.durable_offset.send_modify(|_| {});
                 return;
             }
         }
@@ -332,8 +337,9 @@ impl ReplicaManager {
                 log: Mutex::new(Some(log)),
                 // Everything recovered from disk is durable.
                 high_watermark: watch::Sender::new(end),
+                durable_offset: watch::Sender::new(end),
                 flush_needed: Notify::new(),
-                sync_flush: self.config.log_flush_interval_messages <= 1,
+                flush_before_ack: self.config.log_flush_interval_messages <= 1,
                 closing: AtomicBool::new(false),
                 failed: AtomicBool::new(false),
             });
