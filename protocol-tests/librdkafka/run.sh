@@ -1,0 +1,249 @@
+#!/usr/bin/env bash
+# Run librdkafka 2.0.2's own regression tests (Debian's source package, built by build.sh)
+# against a Sluice broker that this script starts and stops.
+#
+#   protocol-tests/librdkafka/run.sh TEST...
+#
+# TEST: a number (12 or 0012), a range (30-41), a group from expected.txt (basic, offsets,
+# groups, compression, admin, idempotence, transactions, security, multibroker, kafka-cli),
+# `expected` (every test expected.txt expects to pass) or `all` (every test in expected.txt).
+#
+# Prints `PASS|FAIL|SKIP NNNN name` per test (with the time, and for FAIL/SKIP the reason and,
+# when expected.txt says the test is pending, why), then `N passed, M failed, K skipped`.
+# Exit status: 1 if a test that expected.txt expects to pass did not pass, 2 on a usage or
+# start-up error, else 0 (pending tests may fail).
+#
+# Environment (all optional):
+#   SLUICE_BIN=target/release/sluice  broker binary (relative to the repository root)
+#   SLUICE_SET="k=v ..."              extra broker settings, each passed as --set k=v
+#   SLUICE_LOG=info                   the broker's RUST_LOG (e.g. debug); its log is split per
+#                                     test into NNNN.broker.log next to the test's NNNN.log
+#   RDK_BUILD_DIR=/tmp/sluice-rdk     build.sh's directory
+#   RDK_OUT=DIR                       where test.conf, the logs and results.tsv go (default:
+#                                     RDK_BUILD_DIR/runs/<time>); RDK_BUILD_DIR/last-run
+#                                     points at the newest one (matrix.sh reads it)
+#   RDK_TIMEOUT=300                   seconds one test may take before it is killed
+#   RDK_QUICK=auto                    auto: quick mode (test-runner -Q: fewer messages) except
+#                                     for the tests whose quick mode drops scenarios, not just
+#                                     messages (QUICK_DROPS_CASES below); 1: -Q always; 0: never
+#   TEST_KAFKA_VERSION=3.9.0          Kafka version the tests take the broker to be (see below)
+#   TEST_SCENARIO=default             `noautocreate` runs 0107, 0111 and two 0045 cases; start
+#                                     the broker with SLUICE_SET=auto.create.topics.enable=false
+#   RDK_CONF="k=v\n..."               extra test.conf lines (client properties, test.* keys)
+#   RDK_ARGS="..."                    extra test-runner arguments (e.g. -E: no sockem tests)
+#   TEST_DEBUG=broker,protocol        librdkafka debug contexts into the per-test logs
+#
+# TEST_KAFKA_VERSION: the suite never uses it to choose protocol versions (librdkafka reads
+# ApiVersions); it only skips tests above/below a version and picks expectations. The
+# newest version 2.0.2's suite distinguishes is 3.1 (0126); anything >= 3.1 gives identical
+# behaviour. Sluice targets Kafka 4.x semantics, so we claim the last 3.x release, 3.9.0:
+# every version-gated case runs (0081's group-offset admin tests from 2.4, 0103's KIP-360
+# expectations from 2.5, kafka-topics.sh --bootstrap-server from 3.0).
+set -uo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+EXPECTED=$HERE/expected.txt
+BUILD_DIR=${RDK_BUILD_DIR:-/tmp/sluice-rdk}
+BIN=${SLUICE_BIN:-target/release/sluice}
+[[ $BIN == /* ]] || BIN=$ROOT/$BIN
+TIMEOUT=${RDK_TIMEOUT:-300}
+QUICK=${RDK_QUICK:-auto}
+KVER=${TEST_KAFKA_VERSION:-3.9.0}
+SCENARIO=${TEST_SCENARIO:-default}
+# Tests whose quick mode skips whole sub-tests (SUB_TEST() rather than SUB_TEST_QUICK(), or
+# an early return), not only message counts: they always run in full mode.
+QUICK_DROPS_CASES=" 0018 0019 0022 0026 0030 0045 0055 0061 0081 0082 0098 0102 0103 0113 0122 0132 0137 "
+
+usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
+die() { echo "run.sh: $*" >&2; exit 2; }
+(($#)) || usage
+[[ $1 == -h || $1 == --help ]] && usage
+[[ -f $EXPECTED ]] || die "missing $EXPECTED"
+
+TESTS_DIR=$(ls -d "$BUILD_DIR"/librdkafka-*/tests 2>/dev/null | sort -V | tail -n1)
+[[ -n $TESTS_DIR && -x $TESTS_DIR/test-runner ]] ||
+    die "no test-runner under $BUILD_DIR: run protocol-tests/librdkafka/build.sh first"
+SRC_DIR=$(dirname "$TESTS_DIR")
+[[ -x $BIN ]] || die "no broker binary at $BIN (cargo build --release)"
+
+# --- which tests ------------------------------------------------------------------------
+# expected.txt rows: NNNN name group expectation [reason...]; '#' starts a comment.
+rows() { sed 's/#.*//' "$EXPECTED" | awk 'NF >= 4'; }
+field() { rows | awk -v t="$1" -v f="$2" '$1 == t { print $f; exit }'; }
+expectation_of() { field "$1" 4; }
+reason_of() { rows | awk -v t="$1" '$1 == t { $1 = $2 = $3 = $4 = ""; sub(/^ +/, ""); print; exit }'; }
+expand() {
+    local a=$1 lo hi
+    case $a in
+        expected) rows | awk '$4 == "pass" { print $1 }' ;;
+        all) rows | awk '{ print $1 }' ;;
+        *[!0-9-]*) rows | awk -v g="$a" '$3 == g { print $1 }' | grep . || die "unknown group: $a" ;;
+        *-*)
+            lo=$((10#${a%-*})) hi=$((10#${a#*-}))
+            ls "$TESTS_DIR" | sed -n 's/^\([0-9]\{4\}\)-.*\.cp\{0,2\}$/\1/p' | sort -u |
+                while read -r t; do ((10#$t >= lo && 10#$t <= hi)) && echo "$t"; done ;;
+        *) printf '%04d\n' "$((10#$a))" ;;
+    esac
+}
+LIST=()
+for a in "$@"; do
+    out=$(expand "$a") || exit 2
+    for t in $out; do
+        [[ " ${LIST[*]} " == *" $t "* ]] || LIST+=("$t")
+    done
+done
+((${#LIST[@]})) || die "no tests selected"
+
+# --- output directory, broker -------------------------------------------------------------
+OUT=${RDK_OUT:-$BUILD_DIR/runs/$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+ln -sfn "$OUT" "$BUILD_DIR/last-run"
+DATA=$(mktemp -d "${TMPDIR:-/tmp}/sluice-rdk-data.XXXXXX")
+BLOG=$OUT/broker.log
+BROKER_PID=
+stop_broker() {
+    if [[ -n $BROKER_PID ]] && kill -0 "$BROKER_PID" 2>/dev/null; then
+        kill "$BROKER_PID" 2>/dev/null
+        for _ in $(seq 50); do kill -0 "$BROKER_PID" 2>/dev/null || break; sleep 0.2; done
+        kill -9 "$BROKER_PID" 2>/dev/null
+        wait "$BROKER_PID" 2>/dev/null
+    fi
+    BROKER_PID=
+}
+trap 'stop_broker; rm -rf "$DATA"' EXIT
+trap 'exit 130' INT TERM
+
+PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+BROKERS=127.0.0.1:$PORT
+SETS=(--set num.partitions=4 --set auto.create.topics.enable=true)
+for kv in ${SLUICE_SET:-}; do SETS+=(--set "$kv"); done
+start_broker() {
+    echo "== $(date -u +%FT%TZ) starting $BIN on $BROKERS ${SETS[*]}" >>"$BLOG"
+    RUST_LOG=${SLUICE_LOG:-${RUST_LOG:-info}} \
+        "$BIN" serve --listen "$BROKERS" --data-dir "$DATA" "${SETS[@]}" >>"$BLOG" 2>&1 &
+    BROKER_PID=$!
+    for _ in $(seq 100); do
+        kill -0 "$BROKER_PID" 2>/dev/null || break
+        (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && return 0
+        sleep 0.1
+    done
+    echo "run.sh: the broker did not start; end of $BLOG:" >&2
+    tail -n 20 "$BLOG" >&2
+    exit 2
+}
+start_broker
+
+# What trivup (upstream's harness) writes, plus RDK_CONF.
+{
+    echo "bootstrap.servers=$BROKERS"
+    echo "security.protocol=PLAINTEXT"
+    [[ -z ${RDK_CONF:-} ]] || printf '%b\n' "$RDK_CONF"
+} >"$OUT/test.conf"
+
+{
+    echo "date=$(date -u +%FT%TZ)"
+    echo "sluice=$(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)"
+    echo "librdkafka=$(basename "$SRC_DIR" | sed 's/^librdkafka-//')"
+    echo "kafka_version=$KVER"
+    echo "scenario=$SCENARIO"
+    echo "quick=$QUICK"
+    echo "args=$*"
+} >"$OUT/run.info"
+echo "# librdkafka $(basename "$SRC_DIR" | sed 's/^librdkafka-//') tests against $BIN at $BROKERS;" \
+     "TEST_KAFKA_VERSION=$KVER, scenario $SCENARIO, quick mode $QUICK; logs: $OUT"
+
+# --- one test-runner per test -------------------------------------------------------------
+strip_colors() { sed 's/\x1b\[[0-9;]*[A-Za-z]//g; s/\x1b(B//g'; }
+RES=$OUT/results.tsv
+printf 'test\tname\tresult\texpected\tseconds\treason\n' >"$RES"
+passed=0 failed=0 skipped=0
+declare -a BAD=() NEWPASS=()
+for t in "${LIST[@]}"; do
+    src=$(ls "$TESTS_DIR/$t"-*.c "$TESTS_DIR/$t"-*.cpp 2>/dev/null | head -n1)
+    name=${src##*/}; name=${name#*-}; name=${name%.c*}
+    exp=$(expectation_of "$t"); exp=${exp:-unlisted}
+    log=$OUT/$t.log
+    if [[ -z $src ]]; then
+        echo "FAIL $t (no such test)"; failed=$((failed + 1)); BAD+=("$t")
+        printf '%s\t\tFAIL\t%s\t0\tno such test\n' "$t" "$exp" >>"$RES"; continue
+    fi
+    kill -0 "$BROKER_PID" 2>/dev/null || start_broker
+    args=(-p1 -L)
+    case $QUICK in
+        1) args+=(-Q) ;;
+        auto) [[ $QUICK_DROPS_CASES == *" $t "* ]] || args+=(-Q) ;;
+    esac
+    # shellcheck disable=SC2206
+    [[ -z ${RDK_ARGS:-} ]] || args+=($RDK_ARGS)
+    blog_from=$(stat -c %s "$BLOG")
+    echo "== $(date -u +%FT%TZ) test $t" >>"$BLOG"
+    t0=$(date +%s.%N)
+    { (
+        cd "$TESTS_DIR" || exit 99
+        exec env -u CI -u KAFKA_VERSION -u KAFKA_PATH \
+            TESTS="$t" RDKAFKA_TEST_CONF="$OUT/test.conf" TEST_KAFKA_VERSION="$KVER" \
+            TEST_SCENARIO="$SCENARIO" BROKERS="$BROKERS" TEST_REPORT="$OUT/$t.json" \
+            LD_LIBRARY_PATH="$SRC_DIR/src:$SRC_DIR/src-cpp" \
+            timeout -k 10 "$TIMEOUT" ./test-runner "${args[@]}"
+    ) </dev/null >"$log" 2>&1; } 2>/dev/null    # 2>/dev/null: no "Aborted" job notices
+    rc=$?
+    secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+    tail -c +"$((blog_from + 1))" "$BLOG" | strip_colors >"$OUT/$t.broker.log"
+
+    # test-runner's summary rows: "| 0012_produce_consume | PASSED | 2.0s | reason"
+    summary=$(strip_colors <"$log" | awk -F'|' -v t="$t" '
+        $2 ~ "^ *" t "_" && NF >= 5 {
+            n = $2; s = $3; r = $5; gsub(/ /, "", n); gsub(/ /, "", s); sub(/^ +/, "", r)
+            print n "\t" s "\t" r }')
+    firstfail=$(strip_colors <"$log" | awk '/^### Test ".*" failed at /{ getline m; print m; exit }')
+    reason=
+    if grep -qP '\t(FAILED|RUNNING)\t' <<<"$summary"; then
+        res=FAIL
+        reason=$(awk -F'\t' '$2 == "FAILED" || $2 == "RUNNING" { print $1 ": " ($3 != "" ? $3 : "did not finish"); exit }' <<<"$summary")
+    elif awk -v s="$secs" -v t="$TIMEOUT" 'BEGIN { exit !(s >= t) }'; then
+        res=FAIL reason="killed after ${TIMEOUT}s (RDK_TIMEOUT)${firstfail:+; first failure: $firstfail}"
+    elif ((rc != 0)); then
+        res=FAIL reason=${firstfail:-"test-runner exited with status $rc"}
+        ((rc > 128)) && reason="$reason (test-runner killed by signal $((rc - 128)))"
+    elif grep -qP '\tPASSED\t' <<<"$summary"; then
+        res=PASS
+    elif [[ -n $summary ]]; then
+        res=SKIP reason=$(awk -F'\t' '$3 != "" { print $3; exit }' <<<"$summary")
+        [[ -n $reason ]] || reason="test-runner skipped it silently (another TEST_SCENARIO, or local only)"
+        [[ $reason == *"negative test flags"* ]] &&
+            reason="flagged by test.c as a known issue, local or sockem test: $reason"
+    else
+        res=SKIP reason="not run in scenario $SCENARIO, or a local-only test"
+    fi
+    kill -0 "$BROKER_PID" 2>/dev/null || {
+        res=FAIL reason="the broker exited during the test (see $OUT/$t.broker.log)${reason:+; $reason}"
+    }
+    case $res in
+        PASS) passed=$((passed + 1)) ;;
+        FAIL) failed=$((failed + 1)) ;;
+        SKIP) skipped=$((skipped + 1)) ;;
+    esac
+    note=
+    case $exp in
+        pass) [[ $res == PASS ]] || { BAD+=("$t"); note=" [expected to pass; log: $log]"; } ;;
+        pending) if [[ $res == PASS ]]; then NEWPASS+=("$t"); note=" [pending in expected.txt: now passes]"
+                 else note=" [pending: $(reason_of "$t")]"; fi ;;
+        skip) [[ $res == SKIP ]] || note=" [expected.txt: skip]" ;;
+        unlisted) note=" [not in expected.txt]" ;;
+    esac
+    if [[ $res == PASS ]]; then
+        echo "PASS $t $name (${secs}s)$note"
+    else
+        echo "$res $t $name (${secs}s): $reason$note"
+    fi
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$name" "$res" "$exp" "$secs" "$(tr '\t\n' '  ' <<<"$reason")" >>"$RES"
+done
+
+echo "$passed passed, $failed failed, $skipped skipped"
+((${#NEWPASS[@]} == 0)) || echo "pending in expected.txt but passed (update it): ${NEWPASS[*]}"
+if ((${#BAD[@]})); then
+    echo "expected to pass but did not: ${BAD[*]}"
+    exit 1
+fi
+exit 0
