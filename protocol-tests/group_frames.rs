@@ -418,3 +418,98 @@ async fn join_and_sync_misuse_gets_kafkas_error_codes() {
     assert_eq!(raw.call(4, &hb(&member, generation)).await.error_code, 0);
     broker.handle.shutdown().await;
 }
+
+#[tokio::test]
+async fn consumer_group_heartbeat_versions_and_protocol_mixing() {
+    // KIP-848 on the wire: join (epoch 0), fencing, leave (epoch -1); a group is either
+    // classic or consumer, and Kafka's errors when a member of the other protocol knocks.
+    use kafka_protocol::messages::ConsumerGroupHeartbeatRequest;
+    let broker = TestBroker::start(BROKER).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    raw.call(
+        12,
+        &MetadataRequest::default().with_topics(Some(vec![
+            kafka_protocol::messages::metadata_request::MetadataRequestTopic::default().with_name(Some(topic("t"))),
+        ])),
+    )
+    .await;
+    let beat = |group: &str, member: &str, epoch: i32, subscribe: bool| {
+        let mut req = ConsumerGroupHeartbeatRequest::default()
+            .with_group_id(gid(group))
+            .with_member_id(s(member))
+            .with_member_epoch(epoch)
+            .with_rebalance_timeout_ms(30_000);
+        if subscribe {
+            req.subscribed_topic_names = Some(vec![topic("t")]);
+            req.topic_partitions = Some(vec![]);
+        }
+        req
+    };
+    // v0: the broker names the member.
+    let joined = raw.call(0, &beat("cg0", "", 0, true)).await;
+    assert_eq!((joined.error_code, joined.member_epoch), (0, 1));
+    let member = joined.member_id.clone().unwrap().to_string();
+    let assigned: usize = joined
+        .assignment
+        .unwrap()
+        .topic_partitions
+        .iter()
+        .map(|t| t.partitions.len())
+        .sum();
+    assert_eq!(assigned, 2, "the only member gets both partitions");
+    // v1: the member names itself (KIP-1082); an empty id is refused.
+    assert_eq!(
+        raw.call(1, &beat("cg1", "", 0, true)).await.error_code,
+        42,
+        "INVALID_REQUEST"
+    );
+    let joined1 = raw.call(1, &beat("cg1", "my-own-id", 0, true)).await;
+    assert_eq!(
+        (joined1.error_code, joined1.member_id.as_deref()),
+        (0, Some("my-own-id"))
+    );
+    // Joining without a subscription, a stale epoch, an unknown member, an unknown assignor.
+    assert_eq!(raw.call(1, &beat("cg1", "x", 0, false)).await.error_code, 42);
+    assert_eq!(
+        raw.call(1, &beat("cg0", &member, 9, false)).await.error_code,
+        110,
+        "FENCED_MEMBER_EPOCH"
+    );
+    assert_eq!(
+        raw.call(1, &beat("cg0", "ghost", 1, false)).await.error_code,
+        25,
+        "UNKNOWN_MEMBER_ID"
+    );
+    let mut odd = beat("cg2", "m", 0, true);
+    odd.server_assignor = Some(s("nope"));
+    assert_eq!(raw.call(1, &odd).await.error_code, 112, "UNSUPPORTED_ASSIGNOR");
+    // The steady heartbeat, and commits checked against the member epoch.
+    let steady = raw.call(1, &beat("cg0", &member, 1, false)).await;
+    assert_eq!((steady.error_code, steady.member_epoch), (0, 1));
+    let resp = raw.call(9, &commit("cg0", &member, 0, "t", 0, 3, "")).await;
+    assert_eq!(resp.topics[0].partitions[0].error_code, 113, "STALE_MEMBER_EPOCH");
+    let resp = raw.call(9, &commit("cg0", &member, 1, "t", 0, 3, "")).await;
+    assert_eq!(resp.topics[0].partitions[0].error_code, 0);
+    // Mixing: a classic member cannot join a consumer group with members...
+    let resp = raw.call(9, &join_request("cg0", "", &["range"], &["t"])).await;
+    assert_eq!(resp.error_code, 23, "INCONSISTENT_GROUP_PROTOCOL");
+    // ...and a consumer member cannot take over a classic group with members.
+    join_alone(&mut raw, "classic", 9, &["t"]).await;
+    assert_eq!(
+        raw.call(1, &beat("classic", "m", 0, true)).await.error_code,
+        69,
+        "GROUP_ID_NOT_FOUND"
+    );
+    // ListGroups tells the two kinds apart.
+    let listed = raw
+        .call(5, &ListGroupsRequest::default().with_types_filter(vec![s("consumer")]))
+        .await;
+    let names: Vec<&str> = listed.groups.iter().map(|g| g.group_id.0.as_str()).collect();
+    assert!(names.contains(&"cg0") && !names.contains(&"classic"), "{names:?}");
+    // Leaving (epoch -1) empties the group, which a classic member may then take over.
+    let left = raw.call(1, &beat("cg0", &member, -1, false)).await;
+    assert_eq!((left.error_code, left.member_epoch), (0, -1));
+    let resp = raw.call(3, &join_request("cg0", "", &["range"], &["t"])).await;
+    assert_eq!(resp.error_code, 0, "an empty consumer group converts to classic");
+    broker.handle.shutdown().await;
+}

@@ -50,9 +50,11 @@ fn group_consumer(bootstrap: &str, group: &str, extra: &[(&str, &str)], observed
     c.set("bootstrap.servers", bootstrap)
         .set("group.id", group)
         .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("session.timeout.ms", "6000")
-        .set("heartbeat.interval.ms", "500");
+        .set("auto.offset.reset", "earliest");
+    // KIP-848 members take their timeouts from the broker and refuse the classic settings.
+    if !extra.contains(&("group.protocol", "consumer")) {
+        c.set("session.timeout.ms", "6000").set("heartbeat.interval.ms", "500");
+    }
     for (k, v) in extra {
         c.set(*k, *v);
     }
@@ -386,6 +388,70 @@ async fn list_describe_and_delete_groups_through_librdkafka() {
     );
     let all = probe.fetch_group_list(None, Duration::from_secs(10)).unwrap();
     assert!(all.groups().iter().all(|g| g.name() != "described"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kip848_members_share_partitions_through_consumer_group_heartbeat() {
+    // KIP-848: librdkafka's group.protocol=consumer; the broker assigns (uniform by default).
+    let settings = [
+        ("group.consumer.heartbeat.interval.ms", "300"),
+        ("group.consumer.session.timeout.ms", "6000"),
+        ("group.min.session.timeout.ms", "1000"),
+    ];
+    let broker = TestBroker::start(&settings).await;
+    let bootstrap = broker.bootstrap();
+    let topic = unique("kip848");
+    create_topic(&bootstrap, &topic, 4).await;
+    produce(&bootstrap, &topic, 4, 25, "first").await;
+    let next_gen = [("group.protocol", "consumer")];
+    let a = Member::start(&bootstrap, "next-gen", &topic, &next_gen);
+    wait_until(Duration::from_secs(30), "a owns all 4", || a.assignment().len() == 4);
+    let b = Member::start(&bootstrap, "next-gen", &topic, &next_gen);
+    let settled = wait_until(Duration::from_secs(30), "a and b split 4 partitions", || {
+        let (x, y) = (a.assignment(), b.assignment());
+        x.len() == 2 && y.len() == 2 && partitions_exactly_once(&[x, y], 4)
+    });
+    eprintln!("KIP-848 second member settled in {settled:?}");
+    wait_until(Duration::from_secs(30), "the first 100 records consumed", || {
+        let mut all: BTreeSet<String> = a.seen.lock().unwrap().iter().map(|(_, _, v)| v.clone()).collect();
+        all.extend(b.seen.lock().unwrap().iter().map(|(_, _, v)| v.clone()));
+        all.len() == 100
+    });
+
+    // The broker's view through ConsumerGroupDescribe.
+    let mut raw = Raw::connect(broker.addr).await;
+    let described = raw
+        .call(
+            1,
+            &kafka_protocol::messages::ConsumerGroupDescribeRequest::default()
+                .with_group_ids(vec![kafka_protocol::messages::GroupId("next-gen".to_string().into())]),
+        )
+        .await;
+    let g = &described.groups[0];
+    assert_eq!(
+        (g.error_code, g.group_state.as_str(), g.assignor_name.as_str()),
+        (0, "Stable", "uniform")
+    );
+    assert_eq!(g.members.len(), 2);
+    assert!(
+        g.members
+            .iter()
+            .all(|m| m.assignment.topic_partitions[0].partitions.len() == 2)
+    );
+
+    // A member that leaves hands its partitions back; committed offsets carry over.
+    let b_seen = b.seen.clone();
+    b.close();
+    wait_until(Duration::from_secs(30), "a owns all 4 again", || {
+        a.assignment().len() == 4
+    });
+    produce(&bootstrap, &topic, 4, 25, "second").await;
+    wait_until(Duration::from_secs(30), "every record consumed", || {
+        let mut all: BTreeSet<String> = a.seen.lock().unwrap().iter().map(|(_, _, v)| v.clone()).collect();
+        all.extend(b_seen.lock().unwrap().iter().map(|(_, _, v)| v.clone()));
+        all.len() == 200
+    });
+    a.close();
 }
 
 // ---- a consumer in a separate process, so it can be killed without leaving its group ----

@@ -76,6 +76,12 @@ pub struct BrokerConfig {
     pub offsets_retention_minutes: u64,
     /// `offsets.retention.check.interval.ms`: how often expired offsets are looked for.
     pub offsets_retention_check_interval_ms: u64,
+    /// `group.consumer.session.timeout.ms`: a KIP-848 member silent this long leaves.
+    pub group_consumer_session_timeout_ms: u64,
+    /// `group.consumer.heartbeat.interval.ms`: how often KIP-848 members are told to heartbeat.
+    pub group_consumer_heartbeat_interval_ms: u64,
+    /// `group.consumer.max.size`: members per KIP-848 group.
+    pub group_consumer_max_size: usize,
 }
 
 impl Default for BrokerConfig {
@@ -105,6 +111,9 @@ impl Default for BrokerConfig {
             offset_metadata_max_bytes: 4096,
             offsets_retention_minutes: 10_080,
             offsets_retention_check_interval_ms: 600_000,
+            group_consumer_session_timeout_ms: 45_000,
+            group_consumer_heartbeat_interval_ms: 5_000,
+            group_consumer_max_size: 1_000_000,
         }
     }
 }
@@ -186,6 +195,9 @@ impl BrokerConfig {
         "offset.metadata.max.bytes",
         "offsets.retention.minutes",
         "offsets.retention.check.interval.ms",
+        "group.consumer.session.timeout.ms",
+        "group.consumer.heartbeat.interval.ms",
+        "group.consumer.max.size",
     ];
 
     /// Sets one key from its textual value, validating it.
@@ -231,6 +243,13 @@ impl BrokerConfig {
             "offsets.retention.check.interval.ms" => {
                 self.offsets_retention_check_interval_ms = at_least(key, parse_int(key, value)?, 1)?
             }
+            "group.consumer.session.timeout.ms" => {
+                self.group_consumer_session_timeout_ms = at_least(key, parse_int(key, value)?, 1)?
+            }
+            "group.consumer.heartbeat.interval.ms" => {
+                self.group_consumer_heartbeat_interval_ms = at_least(key, parse_int(key, value)?, 1)?
+            }
+            "group.consumer.max.size" => self.group_consumer_max_size = at_least(key, parse_int(key, value)?, 1)?,
             _ => return Err(invalid(key, "unknown key")),
         }
         Ok(())
@@ -266,6 +285,12 @@ impl BrokerConfig {
             return Err(invalid(
                 "group.min.session.timeout.ms",
                 "must not exceed group.max.session.timeout.ms",
+            ));
+        }
+        if self.group_consumer_heartbeat_interval_ms >= self.group_consumer_session_timeout_ms {
+            return Err(invalid(
+                "group.consumer.heartbeat.interval.ms",
+                "must be below group.consumer.session.timeout.ms",
             ));
         }
         if self.log.max_message_bytes > self.socket_request_max_bytes {

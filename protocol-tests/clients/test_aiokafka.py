@@ -7,7 +7,10 @@ Same scenario as test_confluent.py: AIOKafkaAdminClient create/delete topics
 (incl. error codes: aiokafka's admin returns the raw response, so the codes
 are read from it), keyed produce with acks=all, consumption by explicit
 assignment (group_id=None), ListOffsets via beginning_offsets / end_offsets /
-offsets_for_times. enable_idempotence stays off (no InitProducerId yet).
+offsets_for_times; then consumer groups: a subscribed member consuming and
+committing, a second member splitting the partitions, the admin group
+listing/description/offsets, and a new member resuming from the committed
+offsets. enable_idempotence stays off (no InitProducerId yet).
 """
 import asyncio
 import sys
@@ -23,6 +26,10 @@ N = 1000
 PARTS = 3
 TOPIC = f"aio-{uuid.uuid4().hex[:8]}"
 TS0 = int(time.time() * 1000) - 3_600_000  # explicit, increasing CreateTimes
+# Consumer-group scenario: its own 4-partition topic and group.
+GTOPIC = f"aio-grp-{uuid.uuid4().hex[:8]}"
+GROUP = f"aio-group-{uuid.uuid4().hex[:8]}"
+GPARTS = 4
 
 # Kafka error codes the checks expect.
 NONE, UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC, TOPIC_ALREADY_EXISTS = 0, 3, 17, 36
@@ -181,6 +188,206 @@ async def delete(admin):
     ok("DeleteTopics on a missing topic gives UNKNOWN_TOPIC_OR_PARTITION")
 
 
+# --- consumer groups -----------------------------------------------------------
+
+def group_consumer(name):
+    # Commits are explicit; short heartbeats so a rebalance is noticed quickly
+    # (6000 ms is the broker's and Kafka's group.min.session.timeout.ms).
+    return AIOKafkaConsumer(bootstrap_servers=ADDR, group_id=GROUP, client_id=name,
+                            session_timeout_ms=6000, heartbeat_interval_ms=500,
+                            enable_auto_commit=False, auto_offset_reset="earliest")
+
+
+class Member:
+    """A started, subscribed AIOKafkaConsumer consumed by a task that records
+    (partition, offset, value, assignment at the time) and commits after each
+    non-empty batch."""
+
+    def __init__(self, name):
+        self.name = name
+        self.c = group_consumer(name)
+        self.records = []
+        self.task = None
+
+    async def start(self):
+        await self.c.start()
+        self.c.subscribe([GTOPIC])
+        self.task = asyncio.create_task(self._run())
+
+    async def _run(self):
+        while True:
+            batch = await self.c.getmany(timeout_ms=200)
+            assigned = self.assigned()
+            for tp, recs in batch.items():
+                self.records.extend((r.partition, r.offset, r.value, assigned) for r in recs)
+            if batch:
+                await self.c.commit()  # OffsetCommit of the consumed positions
+
+    def assigned(self):
+        return sorted(tp.partition for tp in self.c.assignment() if tp.topic == GTOPIC)
+
+    def check(self):
+        if self.task.done():
+            raise AssertionError(f"{self.name}: consume task ended: {self.task.exception()!r}")
+
+    async def stop(self):
+        self.check()
+        self.task.cancel()
+        try:
+            await self.task
+        except asyncio.CancelledError:
+            pass
+        await self.c.stop()  # LeaveGroup
+
+
+async def wait_for(cond, what, members=(), timeout=30):
+    deadline = time.time() + timeout
+    while not cond():
+        for m in members:
+            m.check()
+        expect(time.time() < deadline, f"{what} (waited {timeout} s)")
+        await asyncio.sleep(0.1)
+
+
+async def produce_group(n, tag):
+    """n records to GTOPIC over every partition; {(partition, offset): value}."""
+    p = AIOKafkaProducer(bootstrap_servers=ADDR, acks="all", enable_idempotence=False, linger_ms=5)
+    await p.start()
+    try:
+        vals = [f"{tag}-{i}".encode() for i in range(n)]
+        futs = [await p.send(GTOPIC, key=f"gk-{i % 40}".encode(), value=v) for i, v in enumerate(vals)]
+        mds = await asyncio.wait_for(asyncio.gather(*futs), 30)
+    finally:
+        await p.stop()
+    acked = {(md.partition, md.offset): v for md, v in zip(mds, vals)}
+    expect({part for part, _ in acked} == set(range(GPARTS)),
+           f"group records landed on only {sorted({part for part, _ in acked})}")
+    return acked
+
+
+async def committed(c):
+    return {p: await c.committed(TopicPartition(GTOPIC, p)) for p in range(GPARTS)}
+
+
+async def end_offsets(c):
+    res = await c.end_offsets([TopicPartition(GTOPIC, p) for p in range(GPARTS)])
+    return {tp.partition: o for tp, o in res.items()}
+
+
+async def test_group_subscribe_consume_commit(admin):
+    """One member subscribes with a group_id, is assigned all 4 partitions,
+    consumes every record once and commits: committed() = end offsets."""
+    resp = await admin.create_topics([NewTopic(GTOPIC, num_partitions=GPARTS, replication_factor=1)],
+                                     timeout_ms=10000)
+    expect(codes(resp, "topic_errors") == {GTOPIC: NONE}, f"CreateTopics {GTOPIC}: {resp}")
+    acked = await produce_group(200, "first")
+    m1 = Member("aio-m1")
+    await m1.start()
+    await wait_for(lambda: len(m1.records) >= len(acked), f"m1 consumed {len(m1.records)} of {len(acked)}",
+                   [m1])
+    await asyncio.sleep(1)  # catch redeliveries
+    expect(m1.assigned() == list(range(GPARTS)), f"sole member should own all partitions: {m1.assigned()}")
+    keys = [(p, o) for p, o, _, _ in m1.records]
+    expect(len(keys) == len(set(keys)) == len(acked), f"m1 consumed {len(keys)} ({len(set(keys))} distinct)")
+    expect({(p, o): v for p, o, v, _ in m1.records} == acked, "m1's records differ from those produced")
+    end = await end_offsets(m1.c)
+    got = await committed(m1.c)
+    expect(got == end, f"committed() {got} != end offsets {end}")
+    ok(f"AIOKafkaConsumer(group_id) subscribe: sole member owns {m1.assigned()}, consumed "
+       f"{len(acked)} exactly once, committed() = end offsets {end}")
+    return m1, acked
+
+
+async def test_group_second_member_splits(m1, first):
+    """A second member joins: the partitions are split (each owned by exactly
+    one), new records are consumed exactly once across both, and nothing
+    committed before the rebalance is consumed again."""
+    m2 = Member("aio-m2")
+    await m2.start()
+
+    def split():
+        a1, a2 = m1.assigned(), m2.assigned()
+        return a1 and a2 and sorted(a1 + a2) == list(range(GPARTS))
+    await wait_for(split, f"partitions not split: m1 {m1.assigned()}, m2 {m2.assigned()}", [m1, m2])
+    a1, a2 = m1.assigned(), m2.assigned()
+    ok(f"second member joined: partitions split m1 {a1}, m2 {a2}")
+
+    n1 = len(m1.records)
+    acked = await produce_group(100, "second")
+    await wait_for(lambda: len(m1.records) - n1 + len(m2.records) >= len(acked),
+                   f"new records consumed: m1 {len(m1.records) - n1}, m2 {len(m2.records)} of {len(acked)}",
+                   [m1, m2])
+    await asyncio.sleep(1)
+    new = [(m, r) for m, rs in (("m1", m1.records[n1:]), ("m2", m2.records)) for r in rs]
+    again = [(m, p, o) for m, (p, o, _, _) in new if (p, o) in first]
+    expect(not again, f"committed records consumed again after the rebalance: {again[:5]}")
+    keys = [(p, o) for _, (p, o, _, _) in new]
+    expect(len(keys) == len(set(keys)), f"{len(keys) - len(set(keys))} records consumed twice")
+    expect({(p, o): v for _, (p, o, v, _) in new} == acked, "consumed records differ from those produced")
+    outside = [(m, p, asg) for m, (p, _, _, asg) in new if p not in asg]
+    expect(not outside, f"records from partitions outside the member's assignment: {outside[:3]}")
+    expect((m1.assigned(), m2.assigned()) == (a1, a2), f"assignment changed: {m1.assigned()}, {m2.assigned()}")
+    end = await end_offsets(m1.c)
+    for m in (m1, m2):
+        got = await committed(m.c)
+        expect(got == end, f"{m.name}.committed() {got} != end offsets {end}")
+    by = {m: sum(1 for x, _ in new if x == m) for m in ("m1", "m2")}
+    ok(f"{len(acked)} new records consumed exactly once across both (m1 {by['m1']}, m2 {by['m2']}), "
+       f"none of the committed ones again; committed() = {end} from both")
+    return m2, acked
+
+
+async def test_group_admin(admin, members):
+    """AIOKafkaAdminClient: list_consumer_groups, describe_consumer_groups
+    (raw DescribeGroups response), list_consumer_group_offsets."""
+    groups = dict(await admin.list_consumer_groups())
+    expect(groups.get(GROUP) == "consumer", f"list_consumer_groups: {GROUP} -> {groups.get(GROUP)!r}")
+    (resp,) = await admin.describe_consumer_groups([GROUP])
+    (g,) = resp.groups
+    err, gid, state, ptype, proto, gmembers = g[:6]
+    expect((err, gid, state, ptype) == (NONE, GROUP, "Stable", "consumer") and proto,
+           f"describe_consumer_groups: {g[:5]}")
+    expect(sorted(m[1] for m in gmembers) == sorted(m.name for m in members),
+           f"described member client ids {[m[1] for m in gmembers]}")
+    offs = await admin.list_consumer_group_offsets(GROUP)
+    end = await end_offsets(members[0].c)
+    got = {tp.partition: om.offset for tp, om in offs.items() if tp.topic == GTOPIC}
+    expect(got == end, f"list_consumer_group_offsets {got} != end offsets {end}")
+    ok(f"admin: group listed (consumer), described Stable/{proto} with members "
+       f"{sorted(m.name for m in members)}, offsets {got}")
+
+
+async def test_group_resume_from_committed(members, first_two):
+    """Every member leaves; more records are produced; a new member of the
+    same group starts at the committed offsets and sees only the new records."""
+    for m in members:
+        await m.stop()
+    acked = await produce_group(60, "third")
+    m3 = Member("aio-m3")
+    await m3.c.start()
+    before = await committed(m3.c)
+    end_before = {p: max(o for q, o in first_two if q == p) + 1 for p in range(GPARTS)}
+    expect(before == end_before, f"committed() before resuming {before} != {end_before}")
+    m3.c.subscribe([GTOPIC])
+    m3.task = asyncio.create_task(m3._run())
+    await wait_for(lambda: len(m3.records) >= len(acked), f"m3 consumed {len(m3.records)} of {len(acked)}",
+                   [m3])
+    await asyncio.sleep(1)
+    again = [(p, o) for p, o, _, _ in m3.records if (p, o) in first_two]
+    expect(not again, f"new member re-consumed committed records: {again[:5]}")
+    expect({(p, o): v for p, o, v, _ in m3.records} == acked and len(m3.records) == len(acked),
+           f"new member consumed {len(m3.records)} records, not exactly the {len(acked)} new ones")
+    for p in range(GPARTS):
+        offs = sorted(o for q, o, _, _ in m3.records if q == p)
+        expect(offs and offs[0] == before[p], f"p{p}: resumed at {offs[:1]}, committed {before[p]}")
+    end = await end_offsets(m3.c)
+    got = await committed(m3.c)
+    expect(got == end, f"after consuming: committed() {got} != end offsets {end}")
+    await m3.stop()
+    ok(f"new member resumes at the committed offsets {before}: exactly the {len(acked)} new records, "
+       f"commits move committed() to {end}")
+
+
 async def main():
     admin = AIOKafkaAdminClient(bootstrap_servers=ADDR)
     await admin.start()
@@ -195,6 +402,14 @@ async def main():
         await list_offsets(c, got)
         await c.stop()
         await delete(admin)
+
+        # Consumer groups.
+        m1, first = await test_group_subscribe_consume_commit(admin)
+        m2, second = await test_group_second_member_splits(m1, first)
+        await test_group_admin(admin, [m1, m2])
+        await test_group_resume_from_committed([m1, m2], {**first, **second})
+        resp = await admin.delete_topics([GTOPIC], timeout_ms=10000)
+        expect(codes(resp, "topic_error_codes") == {GTOPIC: NONE}, f"DeleteTopics {GTOPIC}: {resp}")
     finally:
         await c.stop()
         await admin.close()

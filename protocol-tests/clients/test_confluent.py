@@ -5,25 +5,33 @@ usage: test_confluent.py HOST:PORT
 
 Admin (CreateTopics incl. error codes, DeleteTopics), keyed produce with
 acks=all, non-group consumption by explicit assignment, ListOffsets through
-watermarks / offsets_for_times / AdminClient.list_offsets. Every step checks
-what the broker sent back; the first mismatch raises and exits non-zero.
+watermarks / offsets_for_times / AdminClient.list_offsets; then consumer
+groups: two members splitting a 4-partition topic with synchronous commits and
+failover when one leaves, a new member resuming from the committed offsets,
+and the group admin APIs (list/describe/delete groups, list/alter group
+offsets). Every step checks what the broker sent back; the first mismatch
+raises and exits non-zero.
 
-The broker has no consumer groups or InitProducerId yet, so: no group-based
-subscribe, no commits, enable.idempotence=false.
+The broker does not serve InitProducerId yet, so enable.idempotence=false.
 """
 import sys
 import time
 import uuid
 from collections import defaultdict
 
-from confluent_kafka import (Consumer, KafkaError, KafkaException, Producer,
-                             TopicPartition, TIMESTAMP_CREATE_TIME)
+from confluent_kafka import (Consumer, ConsumerGroupState, ConsumerGroupTopicPartitions,
+                             KafkaError, KafkaException, Producer, TopicPartition,
+                             TIMESTAMP_CREATE_TIME)
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 ADDR = sys.argv[1]
 N = 1000
 PARTS = 3
 TOPIC = f"cfk-{uuid.uuid4().hex[:8]}"
+# Consumer-group scenario: its own topic with 4 partitions, split by two members.
+GTOPIC = f"cfk-grp-{uuid.uuid4().hex[:8]}"
+GROUP = f"cfk-group-{uuid.uuid4().hex[:8]}"
+GPARTS = 4
 # Explicit CreateTime timestamps, strictly increasing in produce order, so
 # offsets_for_times has exactly one right answer per message.
 TS0 = int(time.time() * 1000) - 3_600_000
@@ -138,8 +146,8 @@ def produce(msgs):
 
 def consume(msgs, reports, per):
     # The Python binding insists on a group.id, but with assign() at explicit
-    # offsets and no commits librdkafka never needs the group coordinator
-    # (which the broker does not serve yet): fetching works without it.
+    # offsets and no commits this consumer never joins the group: plain
+    # fetching, no coordinator involved (the group tests below cover that).
     c = Consumer({"bootstrap.servers": ADDR, "group.id": f"unused-{TOPIC}",
                   "enable.auto.commit": False, "enable.auto.offset.store": False,
                   "enable.partition.eof": True, "allow.auto.create.topics": False})
@@ -228,6 +236,295 @@ def delete(admin):
     ok("DeleteTopics on a missing topic gives UNKNOWN_TOPIC_OR_PARTITION")
 
 
+# --- consumer groups -----------------------------------------------------------
+
+def group_consumer(client_id):
+    # Short heartbeats so members notice a rebalance quickly; 6000 ms is the
+    # broker's (and Kafka's) group.min.session.timeout.ms. No auto commit:
+    # every commit below is explicit and synchronous.
+    return Consumer({"bootstrap.servers": ADDR, "group.id": GROUP, "client.id": client_id,
+                     "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
+                     "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                     "allow.auto.create.topics": False})
+
+
+def parts_of(c):
+    return sorted(tp.partition for tp in c.assignment() if tp.topic == GTOPIC)
+
+
+def group_topic(admin):
+    admin.create_topics([NewTopic(GTOPIC, num_partitions=GPARTS, replication_factor=1)],
+                        operation_timeout=10)[GTOPIC].result(timeout=15)
+    deadline = time.time() + 10
+    while True:
+        t = admin.list_topics(timeout=10).topics.get(GTOPIC)
+        if t is not None and t.error is None and len(t.partitions) == GPARTS:
+            break
+        expect(time.time() < deadline, f"group topic not ready in metadata: {t and t.partitions}")
+        time.sleep(0.2)
+    ok(f"CreateTopics {GTOPIC} ({GPARTS} partitions) for the group tests")
+
+
+def produce_group(n, tag):
+    """n records to GTOPIC, spread over every partition; {(partition, offset): value}."""
+    p = Producer({"bootstrap.servers": ADDR, "acks": "all", "enable.idempotence": False,
+                  "linger.ms": 5, "allow.auto.create.topics": False})
+    acked, errors = {}, []
+
+    def cb(err, m):
+        if err is not None:
+            errors.append(err)
+        else:
+            acked[(m.partition(), m.offset())] = m.value()
+
+    for i in range(n):
+        p.produce(GTOPIC, key=f"gk-{i % 40}".encode(), value=f"{tag}-{i}".encode(), on_delivery=cb)
+        p.poll(0)
+    expect(p.flush(30) == 0, "group records still queued after flush(30)")
+    expect(not errors and len(acked) == n, f"group produce: {len(acked)} acked, errors {errors[:3]}")
+    expect({part for part, _ in acked} == set(range(GPARTS)),
+           f"group records landed on only {sorted({part for part, _ in acked})}")
+    return acked
+
+
+def high_watermarks(c):
+    return {p: c.get_watermark_offsets(TopicPartition(GTOPIC, p), timeout=10, cached=False)[1]
+            for p in range(GPARTS)}
+
+
+def committed_of(c):
+    res = c.committed([TopicPartition(GTOPIC, p) for p in range(GPARTS)], timeout=10)
+    for tp in res:
+        expect(tp.error is None, f"committed() p{tp.partition}: {tp.error}")
+    return {tp.partition: tp.offset for tp in res}
+
+
+def test_group_two_members_split_and_failover():
+    """Two members subscribe to one 4-partition topic: the partitions are split
+    between them (each owned by exactly one), every record is consumed exactly
+    once across both with synchronous commits, and when one member leaves the
+    other takes over all partitions, resuming at the committed offsets."""
+    c1, c2 = group_consumer("cfk-c1"), group_consumer("cfk-c2")
+    c1.subscribe([GTOPIC])
+    c2.subscribe([GTOPIC])
+    # The topic is empty, so polling here only drives JoinGroup/SyncGroup.
+    deadline = time.time() + 30
+    while True:
+        for c in (c1, c2):
+            m = c.poll(0.2)
+            expect(m is None or m.error() is None, f"poll while joining: {m and m.error()}")
+            expect(m is None, "a record arrived from an empty topic")
+        a1, a2 = parts_of(c1), parts_of(c2)
+        if a1 and a2 and len(a1) + len(a2) == GPARTS:
+            break
+        expect(time.time() < deadline, f"group did not settle in 30 s: c1 {a1}, c2 {a2}")
+    expect(not set(a1) & set(a2) and sorted(a1 + a2) == list(range(GPARTS)),
+           f"partitions not split exactly once: c1 {a1}, c2 {a2}")
+    ok(f"JoinGroup/SyncGroup: two members split {GPARTS} partitions: c1 {a1}, c2 {a2}")
+
+    acked = produce_group(200, "first")
+    seen = {}  # (partition, offset) -> consumer name
+    dups = []
+    deadline = time.time() + 30
+    quiet_until = None
+    while time.time() < deadline:
+        for name, c in (("c1", c1), ("c2", c2)):
+            m = c.poll(0.1)
+            if m is None:
+                continue
+            expect(m.error() is None, f"{name}: consume error {m.error()}")
+            expect(m.partition() in parts_of(c), f"{name} got p{m.partition()} outside its assignment")
+            key = (m.partition(), m.offset())
+            expect(acked.get(key) == m.value(), f"{name} p{key[0]}@{key[1]}: {m.value()!r} != {acked.get(key)!r}")
+            if key in seen:
+                dups.append((key, seen[key], name))
+            seen[key] = name
+            c.commit(asynchronous=False)  # OffsetCommit of this member's positions
+        if len(seen) == len(acked):
+            # Everything is in; keep polling a little to catch redeliveries.
+            quiet_until = quiet_until or time.time() + 1.5
+            if time.time() > quiet_until:
+                break
+    expect(len(seen) == len(acked), f"consumed {len(seen)} of {len(acked)} records in 30 s")
+    expect(not dups, f"records consumed twice: {dups[:5]}")
+    expect(parts_of(c1) == a1 and parts_of(c2) == a2,
+           f"assignment changed while consuming: c1 {parts_of(c1)}, c2 {parts_of(c2)}")
+    ok(f"{len(acked)} records consumed exactly once across both members "
+       f"(c1 {sum(v == 'c1' for v in seen.values())}, c2 {sum(v == 'c2' for v in seen.values())}), "
+       f"commit(asynchronous=False) after each")
+
+    hw = high_watermarks(c1)
+    for name, c in (("c1", c1), ("c2", c2)):
+        got = committed_of(c)
+        expect(got == hw, f"{name}.committed() {got} != end offsets {hw}")
+    ok(f"OffsetFetch: committed() from either member = end offsets {hw}")
+
+    c2.close()  # LeaveGroup: c1 must take over all partitions
+    deadline = time.time() + 30
+    while parts_of(c1) != list(range(GPARTS)):
+        m = c1.poll(0.2)
+        expect(m is None or m.error() is None, f"c1 poll during failover: {m and m.error()}")
+        expect(m is None, f"c1 re-consumed p{m and m.partition()}@{m and m.offset()} after the failover "
+               "(should resume at the committed offset)")
+        expect(time.time() < deadline, f"after c2 left, c1 has {parts_of(c1)} after 30 s")
+    end = time.time() + 2
+    while time.time() < end:
+        m = c1.poll(0.2)
+        expect(m is None, f"c1 re-consumed p{m and m.partition()}@{m and m.offset()} after the failover")
+    ok(f"LeaveGroup: after c2 closed, c1 owns all {GPARTS} partitions and resumes at the "
+       "committed offsets (no redelivery)")
+    return c1, acked
+
+
+def test_group_resume_from_committed(c1, first):
+    """A new member of the same group (after the old ones left) sees
+    committed() = the old end offsets and consumes only what was produced
+    after them."""
+    before = committed_of(c1)
+    c1.close()
+    acked = produce_group(100, "second")
+    c3 = group_consumer("cfk-c3")
+    got = committed_of(c3)
+    expect(got == before, f"new member: committed() {got} != {before} committed by the old members")
+    c3.subscribe([GTOPIC])
+    seen = {}
+    deadline = time.time() + 30
+    quiet_until = None
+    while time.time() < deadline:
+        m = c3.poll(0.2)
+        if m is not None:
+            expect(m.error() is None, f"c3: consume error {m.error()}")
+            key = (m.partition(), m.offset())
+            expect(key not in first, f"c3 re-consumed p{key[0]}@{key[1]} ({m.value()!r}), committed "
+                   f"offset there is {before[key[0]]}")
+            expect(key not in seen, f"c3 consumed p{key[0]}@{key[1]} twice")
+            expect(acked.get(key) == m.value(), f"c3 p{key[0]}@{key[1]}: {m.value()!r} != {acked.get(key)!r}")
+            seen[key] = m.value()
+        if len(seen) == len(acked):
+            quiet_until = quiet_until or time.time() + 1
+            if time.time() > quiet_until:
+                break
+    expect(len(seen) == len(acked), f"c3 consumed {len(seen)} of the {len(acked)} new records in 30 s")
+    expect(parts_of(c3) == list(range(GPARTS)), f"c3 alone should own all partitions: {parts_of(c3)}")
+    for p in range(GPARTS):
+        offs = sorted(o for part, o in seen if part == p)
+        expect(not offs or offs[0] == before[p], f"p{p}: c3 started at {offs[0]}, committed {before[p]}")
+    c3.commit(asynchronous=False)
+    hw = high_watermarks(c3)
+    expect(committed_of(c3) == hw, f"after commit: committed() {committed_of(c3)} != end offsets {hw}")
+    ok(f"new member resumes after the committed offsets {before}: only the {len(acked)} new records; "
+       f"its commit moves committed() to {hw}")
+    return c3
+
+
+def group_listing(admin, **kw):
+    res = admin.list_consumer_groups(request_timeout=10, **kw).result(timeout=15)
+    expect(not res.errors, f"list_consumer_groups({kw}): errors {res.errors}")
+    return {g.group_id: g for g in res.valid}
+
+
+def fetch_offsets(admin, partitions=None):
+    req = ConsumerGroupTopicPartitions(GROUP, partitions)
+    res = admin.list_consumer_group_offsets([req], request_timeout=10)[GROUP].result(timeout=15)
+    expect(res.group_id == GROUP, f"list_consumer_group_offsets answered for {res.group_id}")
+    for tp in res.topic_partitions:
+        expect(tp.error is None, f"list_consumer_group_offsets {tp.topic}[{tp.partition}]: {tp.error}")
+    return {tp.partition: tp.offset for tp in res.topic_partitions if tp.topic == GTOPIC}
+
+
+def test_group_admin(admin, c3):
+    """AdminClient group APIs against a live group (one member, c3) and then
+    the same group empty: ListGroups with state filters, DescribeGroups,
+    OffsetFetch, DeleteGroups (NON_EMPTY_GROUP while live), OffsetCommit by
+    the admin (alter offsets) on the empty group, deletion."""
+    hw = high_watermarks(c3)
+    broker_id = next(iter(admin.list_topics(timeout=10).brokers))
+
+    groups = group_listing(admin)
+    expect(GROUP in groups, f"list_consumer_groups: {GROUP} missing from {sorted(groups)}")
+    g = groups[GROUP]
+    expect(g.state == ConsumerGroupState.STABLE and g.is_simple_consumer_group is False,
+           f"listing of {GROUP}: state {g.state}, simple {g.is_simple_consumer_group}")
+    expect(GROUP in group_listing(admin, states={ConsumerGroupState.STABLE}),
+           "list_consumer_groups(states={STABLE}) misses the live group")
+    expect(GROUP not in group_listing(admin, states={ConsumerGroupState.EMPTY}),
+           "list_consumer_groups(states={EMPTY}) lists the live group")
+    ok("ListGroups: live group listed as Stable, consumer protocol; state filter Stable/Empty honoured")
+
+    d = admin.describe_consumer_groups([GROUP], request_timeout=10)[GROUP].result(timeout=15)
+    expect(d.group_id == GROUP and d.state == ConsumerGroupState.STABLE and not d.is_simple_consumer_group,
+           f"describe: group {d.group_id} state {d.state} simple {d.is_simple_consumer_group}")
+    expect(d.partition_assignor in ("range", "roundrobin"), f"describe: assignor {d.partition_assignor!r}")
+    expect(d.coordinator is not None and d.coordinator.id == broker_id,
+           f"describe: coordinator {d.coordinator} (broker is {broker_id})")
+    expect(len(d.members) == 1, f"describe: {len(d.members)} members, expected 1: "
+           f"{[m.client_id for m in d.members]}")
+    m = d.members[0]
+    expect(m.client_id == "cfk-c3" and m.member_id.startswith("cfk-c3") and m.host,
+           f"describe member: client {m.client_id!r} member {m.member_id!r} host {m.host!r}")
+    assigned = sorted((tp.topic, tp.partition) for tp in m.assignment.topic_partitions)
+    expect(assigned == [(GTOPIC, p) for p in range(GPARTS)], f"describe member assignment {assigned}")
+    ok(f"DescribeGroups: Stable, assignor {d.partition_assignor}, coordinator {broker_id}, "
+       f"one member {m.client_id} at {m.host} owning all {GPARTS} partitions")
+
+    got = fetch_offsets(admin)
+    expect(got == hw, f"list_consumer_group_offsets (all) {got} != {hw}")
+    got = fetch_offsets(admin, [TopicPartition(GTOPIC, 1), TopicPartition(GTOPIC, 3)])
+    expect(got == {1: hw[1], 3: hw[3]}, f"list_consumer_group_offsets (p1, p3) {got}")
+    ok(f"OffsetFetch via admin: all partitions {hw}, and a chosen subset")
+
+    try:
+        admin.delete_consumer_groups([GROUP], request_timeout=10)[GROUP].result(timeout=15)
+        raise AssertionError("delete_consumer_groups on a group with a live member succeeded")
+    except KafkaException as e:
+        expect(e.args[0].code() == KafkaError.NON_EMPTY_GROUP, f"expected NON_EMPTY_GROUP, got {e}")
+    ok("DeleteGroups on a group with a member gives NON_EMPTY_GROUP")
+
+    # An admin commit (generation -1, no member id) into a group with members
+    # is refused per partition, like Kafka: UNKNOWN_MEMBER_ID.
+    req = ConsumerGroupTopicPartitions(GROUP, [TopicPartition(GTOPIC, 0, 1)])
+    res = admin.alter_consumer_group_offsets([req], request_timeout=10)[GROUP].result(timeout=15)
+    errs = [(tp.partition, tp.error and tp.error.code()) for tp in res.topic_partitions]
+    expect(errs == [(0, KafkaError.UNKNOWN_MEMBER_ID)],
+           f"alter_consumer_group_offsets on a live group: expected UNKNOWN_MEMBER_ID for p0, got {errs}")
+    expect(fetch_offsets(admin) == hw, "a refused alter_consumer_group_offsets changed the offsets")
+    ok("alter_consumer_group_offsets on a group with a member: UNKNOWN_MEMBER_ID, offsets unchanged")
+
+    c3.close()
+    d = admin.describe_consumer_groups([GROUP], request_timeout=10)[GROUP].result(timeout=15)
+    expect(d.state == ConsumerGroupState.EMPTY and not d.members,
+           f"after the last member left: state {d.state}, members {[x.client_id for x in d.members]}")
+    expect(GROUP in group_listing(admin, states={ConsumerGroupState.EMPTY}),
+           "list_consumer_groups(states={EMPTY}) misses the now empty group")
+    expect(GROUP not in group_listing(admin, states={ConsumerGroupState.STABLE}),
+           "list_consumer_groups(states={STABLE}) still lists the empty group")
+    expect(fetch_offsets(admin) == hw, "committed offsets lost when the group became empty")
+    ok("empty group: described Empty with no members, listed under the Empty filter, offsets kept")
+
+    req = ConsumerGroupTopicPartitions(GROUP, [TopicPartition(GTOPIC, 0, 1), TopicPartition(GTOPIC, 2, 0)])
+    res = admin.alter_consumer_group_offsets([req], request_timeout=10)[GROUP].result(timeout=15)
+    expect(all(tp.error is None for tp in res.topic_partitions),
+           f"alter_consumer_group_offsets: {[(tp.partition, tp.error) for tp in res.topic_partitions]}")
+    want = {**hw, 0: 1, 2: 0}
+    got = fetch_offsets(admin)
+    expect(got == want, f"after alter_consumer_group_offsets: {got} != {want}")
+    ok(f"alter_consumer_group_offsets (admin OffsetCommit on an empty group): offsets now {got}")
+
+    admin.delete_consumer_groups([GROUP], request_timeout=10)[GROUP].result(timeout=15)
+    expect(GROUP not in group_listing(admin), "deleted group still listed")
+    got = fetch_offsets(admin, [TopicPartition(GTOPIC, p) for p in range(GPARTS)])
+    expect(all(o < 0 for o in got.values()), f"deleted group still has committed offsets {got}")
+    try:
+        admin.delete_consumer_groups([GROUP], request_timeout=10)[GROUP].result(timeout=15)
+        raise AssertionError("deleting an already deleted group succeeded")
+    except KafkaException as e:
+        expect(e.args[0].code() == KafkaError.GROUP_ID_NOT_FOUND, f"expected GROUP_ID_NOT_FOUND, got {e}")
+    ok("DeleteGroups on the empty group: gone from the listing, no committed offsets; "
+       "deleting it again gives GROUP_ID_NOT_FOUND")
+
+    admin.delete_topics([GTOPIC], operation_timeout=10)[GTOPIC].result(timeout=15)
+
+
 def main():
     admin = AdminClient({"bootstrap.servers": ADDR})
     admin_checks(admin)
@@ -237,6 +534,12 @@ def main():
     list_offsets(c, admin, got)
     c.close()
     delete(admin)
+
+    # Consumer groups.
+    group_topic(admin)
+    survivor, first = test_group_two_members_split_and_failover()
+    c3 = test_group_resume_from_committed(survivor, first)
+    test_group_admin(admin, c3)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,10 @@ usage: test_kafka_python.py HOST:PORT
 Same scenario as test_confluent.py through kafka-python's own protocol code:
 KafkaAdminClient create/delete topics (incl. error codes), keyed produce with
 acks=all, consumption by explicit assignment (group_id=None), ListOffsets via
-beginning_offsets / end_offsets / offsets_for_times.
+beginning_offsets / end_offsets / offsets_for_times; then consumer groups:
+a subscribed member consuming and committing, a second member splitting the
+partitions, and the KafkaAdminClient group APIs (list/describe/delete groups,
+list and delete group offsets).
 
 api_version is left to auto-detection (from ApiVersions): kafka-python then
 picks each request's version from what the broker advertises, which is the
@@ -14,18 +17,24 @@ behaviour we want to exercise. enable_idempotence is off because the broker
 does not serve InitProducerId yet (kafka-python 3 turns it on by default).
 """
 import sys
+import threading
 import time
 import uuid
 from collections import defaultdict
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.errors import InvalidTopicError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from kafka.errors import (GroupSubscribedToTopicError, InvalidTopicError, NoError,
+                          TopicAlreadyExistsError, UnknownTopicOrPartitionError)
 
 ADDR = sys.argv[1]
 N = 1000
 PARTS = 3
 TOPIC = f"kpy-{uuid.uuid4().hex[:8]}"
 TS0 = int(time.time() * 1000) - 3_600_000  # explicit, increasing CreateTimes
+# Consumer-group scenario: its own 4-partition topic and group.
+GTOPIC = f"kpy-grp-{uuid.uuid4().hex[:8]}"
+GROUP = f"kpy-group-{uuid.uuid4().hex[:8]}"
+GPARTS = 4
 
 
 def ok(what):
@@ -181,6 +190,222 @@ def delete(admin):
     ok("DeleteTopics on a missing topic gives UnknownTopicOrPartitionError")
 
 
+# --- consumer groups -----------------------------------------------------------
+
+class Member(threading.Thread):
+    """One group member: a KafkaConsumer subscribed to GTOPIC, polled on its
+    own thread (a KafkaConsumer must not be shared between threads, and two
+    members polled in turn from one thread would each block in JoinGroup
+    waiting for the other). Commits synchronously after every non-empty poll.
+    Records and the current assignment are published under a lock."""
+
+    def __init__(self, name):
+        super().__init__(name=name, daemon=True)
+        self.records = []          # (partition, offset, value, assignment at the time)
+        self.assigned = []
+        self.error = None
+        self.lock = threading.Lock()
+        self.stop_evt = threading.Event()
+        self.c = KafkaConsumer(bootstrap_servers=ADDR, group_id=GROUP, client_id=name,
+                               session_timeout_ms=6000, heartbeat_interval_ms=500,
+                               enable_auto_commit=False, auto_offset_reset="earliest")
+
+    def run(self):
+        try:
+            self.c.subscribe([GTOPIC])
+            while not self.stop_evt.is_set():
+                batch = self.c.poll(timeout_ms=200)
+                assigned = sorted(tp.partition for tp in self.c.assignment())
+                with self.lock:
+                    self.assigned = assigned
+                    for tp, recs in batch.items():
+                        self.records.extend((r.partition, r.offset, r.value, assigned) for r in recs)
+                if batch:
+                    self.c.commit()  # OffsetCommit of the positions, synchronous
+        except Exception as e:  # reported by the main thread
+            self.error = e
+        finally:
+            self.c.close()  # LeaveGroup
+
+    def snapshot(self):
+        expect(self.error is None, f"{self.name}: {self.error!r}")
+        with self.lock:
+            return list(self.assigned), list(self.records)
+
+    def stop(self):
+        self.stop_evt.set()
+        self.join(15)
+        expect(not self.is_alive(), f"{self.name} did not stop")
+        expect(self.error is None, f"{self.name}: {self.error!r}")
+
+
+def produce_group(n, tag):
+    """n records to GTOPIC over every partition; {(partition, offset): value}."""
+    p = KafkaProducer(bootstrap_servers=ADDR, acks="all", enable_idempotence=False, linger_ms=5)
+    futs = [(f"{tag}-{i}".encode(), p.send(GTOPIC, key=f"gk-{i % 40}".encode(), value=f"{tag}-{i}".encode()))
+            for i in range(n)]
+    p.flush(30)
+    acked = {}
+    for v, f in futs:
+        md = f.get(timeout=30)
+        acked[(md.partition, md.offset)] = v
+    p.close()
+    expect({part for part, _ in acked} == set(range(GPARTS)),
+           f"group records landed on only {sorted({part for part, _ in acked})}")
+    return acked
+
+
+def wait_for(cond, what, timeout=30):
+    deadline = time.time() + timeout
+    while not cond():
+        expect(time.time() < deadline, f"{what} (waited {timeout} s)")
+        time.sleep(0.1)
+
+
+def committed(probe):
+    """Committed offsets of GROUP per partition, by OffsetFetch from a consumer
+    that has the group id but never joins (committed() needs no membership)."""
+    return {p: probe.committed(TopicPartition(GTOPIC, p)) for p in range(GPARTS)}
+
+
+def end_offsets(probe):
+    return {tp.partition: o for tp, o in
+            probe.end_offsets([TopicPartition(GTOPIC, p) for p in range(GPARTS)]).items()}
+
+
+def test_group_subscribe_consume_commit(admin, probe):
+    """One member subscribes (group_id, JoinGroup/SyncGroup), gets all 4
+    partitions, consumes every record once and commits; committed() then
+    equals the end offsets."""
+    admin.create_topics({GTOPIC: {"num_partitions": GPARTS, "replication_factor": 1}}, timeout_ms=10000)
+    wait_for(lambda: len(probe.partitions_for_topic(GTOPIC) or ()) == GPARTS,
+             f"{GTOPIC} not in metadata with {GPARTS} partitions")
+    acked = produce_group(200, "first")
+    m1 = Member("kpy-m1")
+    m1.start()
+    wait_for(lambda: len(m1.snapshot()[1]) >= len(acked),
+             f"m1 consumed {len(m1.snapshot()[1])} of {len(acked)}")
+    time.sleep(1)  # catch redeliveries
+    assigned, recs = m1.snapshot()
+    expect(assigned == list(range(GPARTS)), f"sole member should own all partitions: {assigned}")
+    keys = [(p, o) for p, o, _, _ in recs]
+    expect(len(keys) == len(set(keys)) == len(acked), f"m1 consumed {len(keys)} ({len(set(keys))} distinct)")
+    expect({(p, o): v for p, o, v, _ in recs} == acked, "m1 consumed records differ from those produced")
+    end = end_offsets(probe)
+    wait_for(lambda: committed(probe) == end, f"committed {committed(probe)} != end offsets {end}", 10)
+    ok(f"KafkaConsumer(group_id) subscribe: sole member owns {assigned}, consumed {len(acked)} "
+       f"exactly once, committed = end offsets {end}")
+    return m1, acked
+
+
+def test_group_second_member_splits(probe, m1, first):
+    """A second member joins: the 4 partitions are split between the two (each
+    owned by exactly one), new records are consumed exactly once across both,
+    and nothing committed before the rebalance is consumed again."""
+    m2 = Member("kpy-m2")
+    m2.start()
+
+    def split():
+        a1, a2 = m1.snapshot()[0], m2.snapshot()[0]
+        return a1 and a2 and sorted(a1 + a2) == list(range(GPARTS))
+    wait_for(split, f"partitions not split: m1 {m1.snapshot()[0]}, m2 {m2.snapshot()[0]}")
+    a1, a2 = m1.snapshot()[0], m2.snapshot()[0]
+    ok(f"second member joined: partitions split m1 {a1}, m2 {a2}")
+
+    n1 = len(m1.snapshot()[1])
+    acked = produce_group(100, "second")
+    wait_for(lambda: len(m1.snapshot()[1]) - n1 + len(m2.snapshot()[1]) >= len(acked),
+             f"new records consumed: m1 {len(m1.snapshot()[1]) - n1}, m2 {len(m2.snapshot()[1])} "
+             f"of {len(acked)}")
+    time.sleep(1)
+    new = [(m, r) for m, rs in (("m1", m1.snapshot()[1][n1:]), ("m2", m2.snapshot()[1])) for r in rs]
+    again = [(m, p, o) for m, (p, o, _, _) in new if (p, o) in first]
+    expect(not again, f"committed records consumed again after the rebalance: {again[:5]}")
+    keys = [(p, o) for _, (p, o, _, _) in new]
+    expect(len(keys) == len(set(keys)), f"records consumed twice across the members: {len(keys) - len(set(keys))}")
+    expect({(p, o): v for _, (p, o, v, _) in new} == acked, "consumed records differ from those produced")
+    outside = [(m, p, asg) for m, (p, _, _, asg) in new if p not in asg]
+    expect(not outside, f"records from partitions outside the member's assignment: {outside[:3]}")
+    expect((m1.snapshot()[0], m2.snapshot()[0]) == (a1, a2),
+           f"assignment changed: m1 {m1.snapshot()[0]}, m2 {m2.snapshot()[0]}")
+    end = end_offsets(probe)
+    wait_for(lambda: committed(probe) == end, f"committed {committed(probe)} != end offsets {end}", 10)
+    by = {m: sum(1 for x, _ in new if x == m) for m in ("m1", "m2")}
+    ok(f"{len(acked)} new records consumed exactly once across both (m1 {by['m1']}, m2 {by['m2']}), "
+       f"none of the committed ones again; committed = end offsets {end}")
+    return m2
+
+
+def test_group_admin(admin, probe, members):
+    """KafkaAdminClient group APIs: list_groups (+ state filter), describe_groups,
+    list_group_offsets, delete_group_offsets (OffsetDelete: refused while a
+    member subscribes to the topic, then allowed), delete_groups
+    (NonEmptyGroupError while live, OK when empty, then gone)."""
+    end = end_offsets(probe)
+    listed = {g["group_id"]: g for g in admin.list_groups()}
+    expect(GROUP in listed, f"list_groups: {GROUP} missing from {sorted(listed)}")
+    g = listed[GROUP]
+    expect(g.get("protocol_type") == "consumer" and g.get("group_state", "Stable") == "Stable",
+           f"list_groups entry {g}")
+    stable = [x["group_id"] for x in admin.list_groups(states_filter=["Stable"])]
+    empty = [x["group_id"] for x in admin.list_groups(states_filter=["Empty"])]
+    expect(GROUP in stable and GROUP not in empty, f"state filter: Stable {stable}, Empty {empty}")
+    ok("ListGroups: live group listed (consumer protocol, Stable); states_filter honoured")
+
+    d = admin.describe_groups([GROUP])[GROUP]
+    expect(d["error"] is None and d["group_state"] == "Stable" and d["protocol_type"] == "consumer"
+           and d["protocol_data"] in ("range", "roundrobin", "sticky"), f"describe_groups: {d}")
+    ms = {m["client_id"]: m for m in d["members"]}
+    expect(sorted(ms) == sorted(x.name for x in members), f"describe_groups members {sorted(ms)}")
+    owned = []
+    for x in members:
+        m = ms[x.name]
+        expect(m["member_id"].startswith(x.name) and m["client_host"], f"member {m}")
+        expect(m["member_metadata"]["topics"] == [GTOPIC], f"member subscription {m['member_metadata']}")
+        parts = [p for a in m["member_assignment"]["assigned_partitions"] if a["topic"] == GTOPIC
+                 for p in a["partitions"]]
+        expect(sorted(parts) == x.snapshot()[0], f"{x.name}: described assignment {parts}, "
+               f"consumer has {x.snapshot()[0]}")
+        owned += parts
+    expect(sorted(owned) == list(range(GPARTS)), f"described assignments overlap or miss: {owned}")
+    ok(f"DescribeGroups: Stable, {d['protocol_data']}, members {sorted(ms)} with their "
+       "subscriptions and disjoint assignments")
+
+    offs = admin.list_group_offsets({GROUP: None})[GROUP]
+    expect({tp.partition: om.offset for tp, om in offs.items() if tp.topic == GTOPIC} == end,
+           f"list_group_offsets {offs} != end offsets {end}")
+    ok(f"list_group_offsets (OffsetFetch, all partitions) = {end}")
+
+    res = admin.delete_groups([GROUP])
+    expect(res == {GROUP: "NonEmptyGroupError"}, f"delete_groups on a live group: {res}")
+    tp0 = TopicPartition(GTOPIC, 0)
+    res = admin.delete_group_offsets(GROUP, [tp0])
+    expect(res == {tp0: GroupSubscribedToTopicError}, f"delete_group_offsets on a subscribed topic: {res}")
+    ok("live group: delete_groups gives NonEmptyGroupError, delete_group_offsets gives "
+       "GroupSubscribedToTopicError")
+
+    for x in members:
+        x.stop()
+    d = admin.describe_groups([GROUP])[GROUP]
+    expect(d["group_state"] == "Empty" and not d["members"], f"after both left: {d}")
+    expect(GROUP in [x["group_id"] for x in admin.list_groups(states_filter=["Empty"])],
+           "list_groups(states_filter=Empty) misses the now empty group")
+    res = admin.delete_group_offsets(GROUP, [tp0])
+    expect(res == {tp0: NoError}, f"delete_group_offsets on the empty group: {res}")
+    offs = admin.list_group_offsets({GROUP: None})[GROUP]
+    left = {tp.partition: om.offset for tp, om in offs.items() if tp.topic == GTOPIC}
+    expect(left == {p: o for p, o in end.items() if p != 0}, f"after OffsetDelete of p0: {left}")
+    ok(f"empty group: described Empty; delete_group_offsets (OffsetDelete) removed p0, left {left}")
+
+    res = admin.delete_groups([GROUP])
+    expect(res == {GROUP: "OK"}, f"delete_groups on the empty group: {res}")
+    expect(GROUP not in [x["group_id"] for x in admin.list_groups()], "deleted group still listed")
+    res = admin.delete_groups([GROUP])
+    expect(res == {GROUP: "GroupIdNotFoundError"}, f"deleting a deleted group: {res}")
+    ok("delete_groups on the empty group: OK, gone from list_groups; again: GroupIdNotFoundError")
+    admin.delete_topics([GTOPIC], timeout_ms=10000)
+
+
 def main():
     admin = KafkaAdminClient(bootstrap_servers=ADDR)
     print(f"  info: kafka-python detected broker version {admin._manager.broker_version}", flush=True)
@@ -191,6 +416,13 @@ def main():
     list_offsets(c, got)
     c.close()
     delete(admin)
+
+    # Consumer groups.
+    probe = KafkaConsumer(bootstrap_servers=ADDR, group_id=GROUP, enable_auto_commit=False)
+    m1, first = test_group_subscribe_consume_commit(admin, probe)
+    m2 = test_group_second_member_splits(probe, m1, first)
+    test_group_admin(admin, probe, [m1, m2])
+    probe.close()
     admin.close()
 
 

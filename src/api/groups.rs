@@ -248,18 +248,17 @@ pub async fn list_groups(ctx: &Ctx, req: ListGroupsRequest, version: i16) -> Lis
         .coordinator
         .list()
         .into_iter()
-        .filter(|(_, _, state)| states.is_empty() || states.contains(&state.name().to_lowercase()))
-        // Every group here is a classic group.
-        .filter(|_| types.is_empty() || types.iter().any(|t| t == "classic"))
-        .map(|(id, protocol_type, state)| {
+        .filter(|(_, _, state, _)| states.is_empty() || states.contains(&state.to_lowercase()))
+        .filter(|(_, _, _, kind)| types.is_empty() || types.iter().any(|t| t == kind))
+        .map(|(id, protocol_type, state, kind)| {
             let mut g = ListedGroup::default()
                 .with_group_id(GroupId(s(&id)))
                 .with_protocol_type(s(&protocol_type));
             if version >= 4 {
-                g.group_state = s(state.name());
+                g.group_state = s(state);
             }
             if version >= 5 {
-                g.group_type = s("classic");
+                g.group_type = s(kind);
             }
             g
         })
@@ -273,6 +272,10 @@ pub async fn describe_groups(ctx: &Ctx, req: DescribeGroupsRequest, version: i16
         .iter()
         .map(|id| {
             let described = ctx.coordinator.with_group(&id.0, |e| {
+                if e.consumer.is_some() {
+                    // Kafka: DescribeGroups only describes classic groups.
+                    return None;
+                }
                 let g = &e.group;
                 let stable = g.state == GroupState::Stable;
                 let protocol = g.protocol.clone().unwrap_or_default();
@@ -300,14 +303,15 @@ pub async fn describe_groups(ctx: &Ctx, req: DescribeGroupsRequest, version: i16
                         d
                     })
                     .collect();
-                DescribedGroup::default()
+                let d = DescribedGroup::default()
                     .with_group_id(id.clone())
                     .with_group_state(s(g.state.name()))
                     .with_protocol_type(s(g.protocol_type.as_deref().unwrap_or("")))
                     .with_protocol_data(s(&protocol))
-                    .with_members(members)
+                    .with_members(members);
+                Some(d)
             });
-            let mut d = described.unwrap_or_else(|| {
+            let mut d = described.flatten().unwrap_or_else(|| {
                 if version >= 6 {
                     DescribedGroup::default()
                         .with_group_id(id.clone())

@@ -10,6 +10,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 pub mod api_versions;
+pub mod consumer_groups;
 pub mod fetch;
 pub mod groups;
 pub mod list_offsets;
@@ -74,6 +75,8 @@ pub const SUPPORTED: &[Versions] = &[
     offsets::OFFSET_COMMIT_VERSIONS,
     offsets::OFFSET_FETCH_VERSIONS,
     offsets::OFFSET_DELETE_VERSIONS,
+    consumer_groups::HEARTBEAT_VERSIONS,
+    consumer_groups::DESCRIBE_VERSIONS,
 ];
 
 pub fn supported(key: ApiKey) -> Option<Versions> {
@@ -202,6 +205,13 @@ pub async fn dispatch(
             let resp = groups::join_group(ctx, &caller, req, version).await;
             Ok(Reply::Now(Some(frame(cid, version, &resp)?)))
         }
+        ApiKey::ConsumerGroupHeartbeat => {
+            let req = decode(key, version, &mut body)?;
+            let caller = groups::Caller { client_id, peer };
+            let resp = consumer_groups::heartbeat(ctx, &caller, req, version).await;
+            Ok(Reply::Now(Some(frame(cid, version, &resp)?)))
+        }
+        ApiKey::ConsumerGroupDescribe => now!(consumer_groups::describe),
         ApiKey::SyncGroup => now!(groups::sync_group),
         ApiKey::Heartbeat => now!(groups::heartbeat),
         ApiKey::LeaveGroup => now!(groups::leave_group),
@@ -269,6 +279,8 @@ mod tests {
             ApiKey::OffsetCommit => OffsetCommitRequest::VERSIONS,
             ApiKey::OffsetFetch => OffsetFetchRequest::VERSIONS,
             ApiKey::OffsetDelete => OffsetDeleteRequest::VERSIONS,
+            ApiKey::ConsumerGroupHeartbeat => ConsumerGroupHeartbeatRequest::VERSIONS,
+            ApiKey::ConsumerGroupDescribe => ConsumerGroupDescribeRequest::VERSIONS,
             other => panic!("no codec range listed for {other:?}"),
         };
         (r.min, r.max)

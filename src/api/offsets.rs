@@ -124,6 +124,17 @@ pub async fn offset_fetch(ctx: &Ctx, req: OffsetFetchRequest, version: i16) -> O
             .groups
             .into_iter()
             .map(|g| {
+                // v9 (KIP-848): a member of a consumer group names itself and its epoch.
+                if version >= 9
+                    && let Some(member) = g.member_id.as_ref()
+                    && let Err(code) = ctx
+                        .coordinator
+                        .validate_fetch_member(&g.group_id.0, member, g.member_epoch)
+                {
+                    return OffsetFetchResponseGroup::default()
+                        .with_group_id(g.group_id)
+                        .with_error_code(code);
+                }
                 let wanted = g.topics.map(|ts| {
                     ts.into_iter()
                         .map(|t| (t.name.0.to_string(), t.partition_indexes))

@@ -11,6 +11,7 @@
 // Input from the network or disk becomes an `Error`, never a panic.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
+pub mod consumer;
 pub mod group;
 pub mod records;
 
@@ -32,15 +33,43 @@ use crate::config::BrokerConfig;
 use crate::error::Error;
 use crate::log::validate_batches;
 use crate::replica::{ReplicaManager, now_ms};
+use consumer::{ConsumerGroup, ConsumerLimits, HeartbeatIn, HeartbeatOut, TopicsView};
 use group::{Group, GroupLimits, GroupState, JoinRequest, JoinResult, SyncResult};
 use records::{CommittedOffset, OffsetsRecord, partition_for};
 
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 
-/// A group and its committed offsets.
+/// A group and its committed offsets. A group speaks one protocol at a time: `consumer` is
+/// Some for a KIP-848 group (its classic half then stays Empty), None for a classic group.
 pub struct GroupEntry {
     pub group: Group,
+    pub consumer: Option<ConsumerGroup>,
     pub offsets: BTreeMap<(String, i32), CommittedOffset>,
+}
+
+impl GroupEntry {
+    fn next_deadline(&self) -> Option<Instant> {
+        let consumer = self.consumer.as_ref().and_then(ConsumerGroup::next_deadline);
+        [self.group.next_deadline(), consumer].into_iter().flatten().min()
+    }
+
+    /// True when no member of either protocol is in the group.
+    pub fn has_no_members(&self) -> bool {
+        self.group.is_empty() && self.consumer.as_ref().is_none_or(|c| c.members.is_empty())
+    }
+
+    /// "classic" or "consumer", as ListGroups v5 reports it.
+    pub fn group_type(&self) -> &'static str {
+        if self.consumer.is_some() { "consumer" } else { "classic" }
+    }
+
+    /// The state name ListGroups reports.
+    pub fn state_name(&self) -> &'static str {
+        match &self.consumer {
+            Some(c) => c.state().name(),
+            None => self.group.state.name(),
+        }
+    }
 }
 
 struct Slot {
@@ -65,6 +94,7 @@ pub struct GroupCoordinator {
     replicas: Arc<ReplicaManager>,
     groups: Mutex<HashMap<String, Arc<Slot>>>,
     limits: GroupLimits,
+    consumer_limits: ConsumerLimits,
 }
 
 impl GroupCoordinator {
@@ -79,12 +109,18 @@ impl GroupCoordinator {
             initial_rebalance_delay: Duration::from_millis(config.group_initial_rebalance_delay_ms),
             max_size: config.group_max_size,
         };
+        let consumer_limits = ConsumerLimits {
+            session_timeout: Duration::from_millis(config.group_consumer_session_timeout_ms),
+            heartbeat_interval: Duration::from_millis(config.group_consumer_heartbeat_interval_ms),
+            max_size: config.group_consumer_max_size,
+        };
         GroupCoordinator {
             config,
             controller,
             replicas,
             groups: Mutex::new(HashMap::new()),
             limits,
+            consumer_limits,
         }
     }
 
@@ -103,6 +139,7 @@ impl GroupCoordinator {
                 Arc::new(Slot {
                     entry: Mutex::new(GroupEntry {
                         group: Group::new(group_id, Instant::now()),
+                        consumer: None,
                         offsets: BTreeMap::new(),
                     }),
                     wake: Notify::new(),
@@ -114,8 +151,12 @@ impl GroupCoordinator {
 
     /// Creates `__consumer_offsets` on first use, as Kafka does.
     pub fn ensure_offsets_topic(&self) -> Result<(), Error> {
-        if self.controller.image().topic(OFFSETS_TOPIC).is_some() {
-            return Ok(());
+        if let Some(topic) = self.controller.image().topic(OFFSETS_TOPIC) {
+            // Another request may have created the topic and not yet opened its partitions.
+            if self.replicas.get(OFFSETS_TOPIC, topic.partitions - 1).is_some() {
+                return Ok(());
+            }
+            return self.replicas.apply_image(&self.controller.image());
         }
         let configs = BTreeMap::from([("cleanup.policy".to_string(), "compact".to_string())]);
         match self
@@ -282,12 +323,12 @@ impl GroupCoordinator {
         let slot = slot.clone();
         tokio::spawn(async move {
             loop {
-                let deadline = slot.lock().group.next_deadline();
+                let deadline = slot.lock().next_deadline();
                 let Some(deadline) = deadline else {
                     slot.timer_running.store(false, Ordering::Release);
                     // A deadline set between our check and the store would have found the
                     // flag still up and only notified: check once more.
-                    if slot.lock().group.next_deadline().is_some() && !slot.timer_running.swap(true, Ordering::AcqRel) {
+                    if slot.lock().next_deadline().is_some() && !slot.timer_running.swap(true, Ordering::AcqRel) {
                         continue;
                     }
                     return;
@@ -298,7 +339,9 @@ impl GroupCoordinator {
                 }
                 let (changed, id) = {
                     let mut e = slot.lock();
-                    (e.group.expire(&me.limits, Instant::now()), e.group.id.clone())
+                    let now = Instant::now();
+                    let consumer_changed = e.consumer.as_mut().is_some_and(|c| c.expire(now));
+                    (e.group.expire(&me.limits, now) || consumer_changed, e.group.id.clone())
                 };
                 if changed {
                     me.persist_group(&id, &slot).await;
@@ -334,7 +377,24 @@ impl GroupCoordinator {
         }
         let slot = self.slot_or_create(group_id);
         let (tx, rx) = oneshot::channel();
-        slot.lock().group.join(req, &self.limits, Instant::now(), tx);
+        {
+            let mut e = slot.lock();
+            if let Some(consumer) = &e.consumer {
+                if !consumer.members.is_empty() {
+                    // Kafka with online migration disabled: a classic member cannot join a
+                    // consumer group that has members.
+                    return JoinResult {
+                        error: ResponseError::InconsistentGroupProtocol.code(),
+                        generation: -1,
+                        member_id: String::new(),
+                        ..Default::default()
+                    };
+                }
+                // An empty consumer group becomes a classic group (Kafka converts it too).
+                e.consumer = None;
+            }
+            e.group.join(req, &self.limits, Instant::now(), tx);
+        }
         self.ensure_timer(&slot);
         rx.await.unwrap_or(JoinResult {
             error: ResponseError::CoordinatorNotAvailable.code(),
@@ -451,8 +511,15 @@ impl GroupCoordinator {
             None if generation < 0 => self.slot_or_create(group_id),
             None => return all(ResponseError::IllegalGeneration.code()),
         };
-        if let Err(e) = slot.lock().group.validate_commit(member_id, instance_id, generation) {
-            return all(e.code());
+        {
+            let e = slot.lock();
+            let valid = match &e.consumer {
+                Some(c) => validate_consumer_commit(c, member_id, generation),
+                None => e.group.validate_commit(member_id, instance_id, generation),
+            };
+            if let Err(e) = valid {
+                return all(e.code());
+            }
         }
         let image = self.controller.image();
         let mut codes = Vec::with_capacity(offsets.len());
@@ -514,23 +581,85 @@ impl GroupCoordinator {
             .unwrap_or_default()
     }
 
-    /// (group id, protocol type, state) of every group.
-    pub fn list(&self) -> Vec<(String, String, GroupState)> {
+    /// (group id, protocol type, state name, group type) of every group.
+    pub fn list(&self) -> Vec<(String, String, &'static str, &'static str)> {
         let slots: Vec<Arc<Slot>> = self.map().values().cloned().collect();
         let mut out: Vec<_> = slots
             .iter()
             .map(|s| {
                 let e = s.lock();
-                (
-                    e.group.id.clone(),
-                    e.group.protocol_type.clone().unwrap_or_default(),
-                    e.group.state,
-                )
+                let protocol_type = match &e.consumer {
+                    Some(_) => "consumer".to_string(),
+                    None => e.group.protocol_type.clone().unwrap_or_default(),
+                };
+                (e.group.id.clone(), protocol_type, e.state_name(), e.group_type())
             })
-            .filter(|(_, _, state)| *state != GroupState::Dead)
+            .filter(|(_, _, state, _)| *state != "Dead")
             .collect();
         out.sort();
         out
+    }
+
+    /// ConsumerGroupHeartbeat (KIP-848).
+    pub fn consumer_heartbeat(self: &Arc<Self>, group_id: &str, req: HeartbeatIn) -> HeartbeatOut {
+        let fail = |code: ResponseError, message: String| HeartbeatOut {
+            error: code.code(),
+            message: Some(message),
+            member_epoch: -1,
+            ..Default::default()
+        };
+        if group_id.is_empty() {
+            return fail(ResponseError::InvalidRequest, "the group id is empty".into());
+        }
+        if self.ensure_offsets_topic().is_err() {
+            return fail(
+                ResponseError::CoordinatorNotAvailable,
+                "the offsets topic is not available".into(),
+            );
+        }
+        let image = self.controller.image();
+        let topics: TopicsView = image
+            .topics
+            .values()
+            .map(|t| (t.name.clone(), (t.id, t.partitions)))
+            .collect();
+        let slot = self.slot_or_create(group_id);
+        let out = {
+            let mut e = slot.lock();
+            if e.consumer.is_none() {
+                if !(e.group.is_empty() && e.group.state == GroupState::Empty) {
+                    // Kafka: a classic group with members is not converted (online upgrade is
+                    // not supported here).
+                    return fail(
+                        ResponseError::GroupIdNotFound,
+                        format!("group {group_id} is not a consumer group"),
+                    );
+                }
+                e.consumer = Some(ConsumerGroup::new(group_id, Instant::now()));
+            }
+            match e.consumer.as_mut() {
+                Some(c) => c.heartbeat(req, &topics, &self.consumer_limits, Instant::now()),
+                None => fail(ResponseError::CoordinatorNotAvailable, "no group".into()),
+            }
+        };
+        self.ensure_timer(&slot);
+        out
+    }
+
+    /// OffsetFetch v9: a consumer-group member fetching must be known, at its current epoch.
+    pub fn validate_fetch_member(&self, group_id: &str, member_id: &str, epoch: i32) -> Result<(), i16> {
+        let Some(slot) = self.slot(group_id) else {
+            return Err(ResponseError::GroupIdNotFound.code());
+        };
+        let e = slot.lock();
+        let Some(c) = &e.consumer else {
+            return Err(ResponseError::GroupIdNotFound.code());
+        };
+        let member = c.members.get(member_id).ok_or(ResponseError::UnknownMemberId.code())?;
+        if member.epoch != epoch {
+            return Err(ResponseError::StaleMemberEpoch.code());
+        }
+        Ok(())
     }
 
     /// Runs `f` on a group's entry, if the group exists.
@@ -545,7 +674,7 @@ impl GroupCoordinator {
         };
         let records: Vec<OffsetsRecord> = {
             let mut e = slot.lock();
-            if !e.group.is_empty() || e.group.state != GroupState::Empty {
+            if !e.has_no_members() || e.group.state != GroupState::Empty {
                 return ResponseError::NonEmptyGroup.code();
             }
             e.group.kill();
@@ -580,10 +709,15 @@ impl GroupCoordinator {
         };
         let (codes, records) = {
             let mut e = slot.lock();
-            if e.group.state != GroupState::Empty && e.group.protocol_type.as_deref() != Some("consumer") {
-                return Err(ResponseError::NonEmptyGroup.code());
-            }
-            let subscribed = e.group.subscribed_topics().unwrap_or_default();
+            let subscribed = match &e.consumer {
+                Some(c) => c.members.values().flat_map(|m| m.subscribed.iter().cloned()).collect(),
+                None => {
+                    if e.group.state != GroupState::Empty && e.group.protocol_type.as_deref() != Some("consumer") {
+                        return Err(ResponseError::NonEmptyGroup.code());
+                    }
+                    e.group.subscribed_topics().unwrap_or_default()
+                }
+            };
             let mut codes = Vec::new();
             let mut records = Vec::new();
             for (topic, partition) in partitions {
@@ -616,10 +750,11 @@ impl GroupCoordinator {
         for slot in slots {
             let (id, records) = {
                 let mut e = slot.lock();
-                let expired = e.group.state == GroupState::Empty
-                    && e.group
-                        .empty_since
-                        .is_some_and(|since| now.duration_since(since) >= retention);
+                let empty_since = match &e.consumer {
+                    Some(c) => c.empty_since.filter(|_| c.members.is_empty()),
+                    None => e.group.empty_since.filter(|_| e.group.state == GroupState::Empty),
+                };
+                let expired = empty_since.is_some_and(|since| now.duration_since(since) >= retention);
                 if !expired || e.offsets.is_empty() {
                     continue;
                 }
@@ -641,4 +776,21 @@ impl GroupCoordinator {
             }
         }
     }
+}
+
+/// OffsetCommit checks for a KIP-848 group: the member and its current epoch; standalone
+/// commits (no member id, negative epoch) only while the group has no members.
+fn validate_consumer_commit(group: &ConsumerGroup, member_id: &str, epoch: i32) -> Result<(), ResponseError> {
+    if member_id.is_empty() && epoch < 0 {
+        return if group.members.is_empty() {
+            Ok(())
+        } else {
+            Err(ResponseError::UnknownMemberId)
+        };
+    }
+    let member = group.members.get(member_id).ok_or(ResponseError::UnknownMemberId)?;
+    if epoch != member.epoch {
+        return Err(ResponseError::StaleMemberEpoch);
+    }
+    Ok(())
 }

@@ -260,6 +260,9 @@ impl Partition {
 pub struct ReplicaManager {
     config: Arc<BrokerConfig>,
     partitions: RwLock<HashMap<TopicPartition, Arc<Partition>>>,
+    /// Serializes `apply_image`: two requests applying the same change must not both open (or
+    /// both delete) a partition's files.
+    applying: Mutex<()>,
 }
 
 impl ReplicaManager {
@@ -267,6 +270,7 @@ impl ReplicaManager {
         ReplicaManager {
             config,
             partitions: RwLock::new(HashMap::new()),
+            applying: Mutex::new(()),
         }
     }
 
@@ -289,6 +293,7 @@ impl ReplicaManager {
     /// Opens the partitions the image has and this node lacks, and closes and deletes those it
     /// no longer has. Runs at start-up and after every metadata change.
     pub fn apply_image(&self, image: &MetadataImage) -> Result<()> {
+        let _applying = self.applying.lock().unwrap_or_else(|p| p.into_inner());
         let mut wanted = Vec::new();
         for topic in image.topics.values() {
             for partition in 0..topic.partitions {

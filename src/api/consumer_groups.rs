@@ -1,0 +1,163 @@
+//! Next-generation consumer groups (KIP-848), served by `coordinator::consumer`.
+//! ConsumerGroupHeartbeat (key 68): v0 baseline (the broker may generate member ids) · v1
+//! members generate their own ids (KIP-1082) and the regex field exists. Server-side regex
+//! subscriptions are not served yet: a heartbeat carrying one gets INVALID_REQUEST naming it.
+//! ConsumerGroupDescribe (key 69): v0 baseline · v1 member type.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::consumer_group_describe_response::{
+    Assignment as DescribedAssignment, DescribedGroup, Member, TopicPartitions as DescribedTopicPartitions,
+};
+use kafka_protocol::messages::consumer_group_heartbeat_response::{Assignment, TopicPartitions};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use uuid::Uuid;
+
+use super::groups::Caller;
+use super::{Ctx, Versions, message, topic_name};
+use crate::coordinator::consumer::{HeartbeatIn, Tp};
+
+pub const HEARTBEAT_VERSIONS: Versions = Versions::new(ApiKey::ConsumerGroupHeartbeat, 0, 1);
+pub const DESCRIBE_VERSIONS: Versions = Versions::new(ApiKey::ConsumerGroupDescribe, 0, 1);
+
+/// ConsumerGroupDescribe's member type for members speaking this protocol (KIP-1099).
+const MEMBER_TYPE_CONSUMER: i8 = 1;
+
+fn s(text: &str) -> StrBytes {
+    StrBytes::from_string(text.to_string())
+}
+
+fn by_topic(set: &BTreeSet<Tp>) -> BTreeMap<Uuid, Vec<i32>> {
+    let mut out: BTreeMap<Uuid, Vec<i32>> = BTreeMap::new();
+    for (topic, p) in set {
+        out.entry(*topic).or_default().push(*p);
+    }
+    out
+}
+
+pub async fn heartbeat(
+    ctx: &Ctx,
+    caller: &Caller,
+    req: ConsumerGroupHeartbeatRequest,
+    version: i16,
+) -> ConsumerGroupHeartbeatResponse {
+    let refuse = |text: &str| {
+        ConsumerGroupHeartbeatResponse::default()
+            .with_error_code(ResponseError::InvalidRequest.code())
+            .with_error_message(message(text))
+            .with_member_epoch(-1)
+    };
+    if version >= 1 && req.member_id.is_empty() {
+        return refuse("the member id must be set by the member (KIP-1082)");
+    }
+    if req.subscribed_topic_regex.as_ref().is_some_and(|r| !r.is_empty()) {
+        return refuse("regular expression subscriptions are not supported by this broker yet");
+    }
+    let owned = req.topic_partitions.map(|tps| {
+        tps.into_iter()
+            .flat_map(|t| t.partitions.into_iter().map(move |p| (t.topic_id, p)))
+            .collect()
+    });
+    let input = HeartbeatIn {
+        member_id: req.member_id.to_string(),
+        member_epoch: req.member_epoch,
+        instance_id: req.instance_id.map(|i| i.to_string()),
+        rack_id: req.rack_id.map(|r| r.to_string()),
+        rebalance_timeout_ms: req.rebalance_timeout_ms,
+        subscribed: req
+            .subscribed_topic_names
+            .map(|names| names.into_iter().map(|n| n.0.to_string()).collect()),
+        server_assignor: req.server_assignor.map(|a| a.to_string()),
+        owned,
+        client_id: caller.client_id.clone(),
+        client_host: format!("/{}", caller.peer.ip()),
+    };
+    let out = ctx.coordinator.consumer_heartbeat(&req.group_id.0, input);
+    let assignment = out.assignment.as_ref().map(|set| {
+        let topic_partitions = by_topic(set)
+            .into_iter()
+            .map(|(id, partitions)| TopicPartitions::default().with_topic_id(id).with_partitions(partitions))
+            .collect();
+        Assignment::default().with_topic_partitions(topic_partitions)
+    });
+    ConsumerGroupHeartbeatResponse::default()
+        .with_error_code(out.error)
+        .with_error_message(out.message.as_deref().and_then(message))
+        .with_member_id(if out.member_id.is_empty() {
+            None
+        } else {
+            Some(s(&out.member_id))
+        })
+        .with_member_epoch(out.member_epoch)
+        .with_heartbeat_interval_ms(out.heartbeat_interval_ms)
+        .with_assignment(assignment)
+}
+
+pub async fn describe(ctx: &Ctx, req: ConsumerGroupDescribeRequest, version: i16) -> ConsumerGroupDescribeResponse {
+    let image = ctx.controller.image();
+    let names = |set: &BTreeSet<Tp>| -> DescribedAssignment {
+        let topic_partitions = by_topic(set)
+            .into_iter()
+            .map(|(id, partitions)| {
+                let name = image.topic_by_id(&id).map(|t| t.name.clone()).unwrap_or_default();
+                DescribedTopicPartitions::default()
+                    .with_topic_id(id)
+                    .with_topic_name(topic_name(&name))
+                    .with_partitions(partitions)
+            })
+            .collect();
+        DescribedAssignment::default().with_topic_partitions(topic_partitions)
+    };
+    let groups = req
+        .group_ids
+        .iter()
+        .map(|id| {
+            let described = ctx.coordinator.with_group(&id.0, |e| {
+                let c = e.consumer.as_ref()?;
+                let members = c
+                    .members
+                    .values()
+                    .map(|m| {
+                        let mut out = Member::default()
+                            .with_member_id(s(&m.id))
+                            .with_instance_id(m.instance_id.as_deref().map(s))
+                            .with_rack_id(m.rack_id.as_deref().map(s))
+                            .with_member_epoch(m.epoch)
+                            .with_client_id(s(&m.client_id))
+                            .with_client_host(s(&m.client_host))
+                            .with_subscribed_topic_names(m.subscribed.iter().map(|t| topic_name(t)).collect())
+                            .with_assignment(names(&m.assigned))
+                            .with_target_assignment(names(&c.target_of(&m.id)));
+                        if version >= 1 {
+                            out.member_type = MEMBER_TYPE_CONSUMER;
+                        }
+                        out
+                    })
+                    .collect();
+                Some(
+                    DescribedGroup::default()
+                        .with_group_id(id.clone())
+                        .with_group_state(s(c.state().name()))
+                        .with_group_epoch(c.epoch)
+                        .with_assignment_epoch(c.assignment_epoch)
+                        .with_assignor_name(s(&c.assignor))
+                        .with_members(members),
+                )
+            });
+            let mut d = described.flatten().unwrap_or_else(|| {
+                DescribedGroup::default()
+                    .with_group_id(id.clone())
+                    .with_error_code(ResponseError::GroupIdNotFound.code())
+                    .with_error_message(message(format!("group {} is not a consumer group", id.0)))
+            });
+            if req.include_authorized_operations {
+                // No authorizer yet: READ(3), DELETE(6), DESCRIBE(8) are allowed to everyone.
+                d.authorized_operations = (1 << 3) | (1 << 6) | (1 << 8);
+            }
+            d
+        })
+        .collect();
+    ConsumerGroupDescribeResponse::default().with_groups(groups)
+}
