@@ -456,7 +456,9 @@ fn assign(
         }
         return target;
     }
-    // Uniform: balanced counts, sticky to each member's previous target where it can be.
+    // Uniform: balanced counts (every member within one partition of the others, among the
+    // members that can take a partition), sticky to each member's previous target where that
+    // keeps the balance.
     let mut all: Vec<(Tp, String)> = Vec::new();
     for (name, (id, count)) in topics {
         for p in 0..*count {
@@ -464,19 +466,28 @@ fn assign(
         }
     }
     let eligible = |m: &ConsumerMember, topic: &str| m.subscribed.iter().any(|t| t == topic);
-    let subscribers: usize = members.values().filter(|m| !m.subscribed.is_empty()).count().max(1);
-    let quota = all.len().div_ceil(subscribers);
+    let subscribers = members.values().filter(|m| !m.subscribed.is_empty()).count().max(1);
+    let base = all.len() / subscribers;
+    // How many members may hold one more than `base`.
+    let mut extra_slots = all.len() % subscribers;
     let mut unassigned = Vec::new();
     for (tp, topic) in &all {
         let keeper = previous
             .iter()
             .find(|(m, set)| set.contains(tp) && members.get(*m).is_some_and(|mm| eligible(mm, topic)))
             .map(|(m, _)| m.clone());
-        match keeper {
-            Some(m) if target.get(&m).map_or(0, BTreeSet::len) < quota => {
-                target.entry(m).or_default().insert(*tp);
-            }
-            _ => unassigned.push((*tp, topic.clone())),
+        let Some(m) = keeper else {
+            unassigned.push((*tp, topic.clone()));
+            continue;
+        };
+        let held = target.get(&m).map_or(0, BTreeSet::len);
+        if held < base {
+            target.entry(m).or_default().insert(*tp);
+        } else if held == base && extra_slots > 0 {
+            extra_slots -= 1;
+            target.entry(m).or_default().insert(*tp);
+        } else {
+            unassigned.push((*tp, topic.clone()));
         }
     }
     for (tp, topic) in unassigned {
@@ -625,6 +636,24 @@ mod tests {
             a_now.assignment.map(|s| s.len()),
             Some(2),
             "a owns both partitions again"
+        );
+    }
+
+    #[test]
+    fn uniform_rebalances_sticky_partitions_to_a_newcomer() {
+        let now = Instant::now();
+        let (view, _) = topics(4);
+        let mut g = ConsumerGroup::new("g", now);
+        let a = join(&mut g, &view, now).member_id;
+        let b = join(&mut g, &view, now).member_id;
+        let (ta, tb) = (g.target_of(&a), g.target_of(&b));
+        let c = join(&mut g, &view, now).member_id;
+        let mut sizes: Vec<usize> = [&a, &b, &c].iter().map(|m| g.target_of(m).len()).collect();
+        sizes.sort();
+        assert_eq!(sizes, vec![1, 1, 2], "balanced within one");
+        assert!(
+            g.target_of(&a).is_subset(&ta) && g.target_of(&b).is_subset(&tb),
+            "sticky: a and b only lose"
         );
     }
 
