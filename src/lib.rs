@@ -118,7 +118,7 @@ impl Broker {
                 loop {
                     tokio::select! {
                         _ = shutdown.cancelled() => return,
-                        _ = tokio::time::sleep(interval) => coordinator.expire_offsets().await,
+                        _ = tokio::time::sleep(interval) => coordinator.expire_offsets(tokio::time::Instant::now()).await,
                     }
                 }
             }

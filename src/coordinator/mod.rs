@@ -743,9 +743,8 @@ impl GroupCoordinator {
 
     /// Offsets retention (`offsets.retention.minutes`): an empty group's offsets expire once
     /// the group has been empty that long (KIP-211). Runs from a periodic task.
-    pub async fn expire_offsets(&self) {
+    pub async fn expire_offsets(&self, now: Instant) {
         let retention = Duration::from_secs(self.config.offsets_retention_minutes.saturating_mul(60));
-        let now = Instant::now();
         let slots: Vec<Arc<Slot>> = self.map().values().cloned().collect();
         for slot in slots {
             let (id, records) = {
@@ -793,4 +792,79 @@ fn validate_consumer_commit(group: &ConsumerGroup, member_id: &str, epoch: i32) 
         return Err(ResponseError::StaleMemberEpoch);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn coordinator(dir: &std::path::Path) -> Arc<GroupCoordinator> {
+        let mut config = BrokerConfig::default();
+        config.data_dir = dir.to_path_buf();
+        config.offsets_topic_num_partitions = 3;
+        let config = Arc::new(config);
+        let controller = Arc::new(Controller::open(dir, 1).unwrap());
+        let replicas = Arc::new(ReplicaManager::new(config.clone()));
+        replicas.apply_image(&controller.image()).unwrap();
+        if controller.image().topic("t").is_none() {
+            controller.create_topic("t", 2, 1, BTreeMap::new()).unwrap();
+        }
+        replicas.apply_image(&controller.image()).unwrap();
+        let c = Arc::new(GroupCoordinator::new(config, controller, replicas));
+        c.load().unwrap();
+        c
+    }
+
+    #[tokio::test]
+    async fn offsets_of_an_empty_group_expire_after_retention_and_stay_expired() {
+        // KIP-211: offsets.retention.minutes counts from when the group became empty.
+        let dir = tempfile::tempdir().unwrap();
+        let c = coordinator(dir.path()).await;
+        let codes = c.commit("solo", "", None, -1, vec![("t".into(), 0, 5, -1, None)]).await;
+        assert_eq!(codes, vec![0]);
+        let kept = c
+            .commit("busy", "", None, -1, vec![("t".into(), 1, 9, -1, Some("m".into()))])
+            .await;
+        assert_eq!(kept, vec![0]);
+        // Give "busy" a member: its offsets must survive retention.
+        let (tx, _rx) = oneshot::channel();
+        let join = JoinRequest {
+            member_id: String::new(),
+            instance_id: Some("i".into()),
+            client_id: "c".into(),
+            client_host: "/h".into(),
+            session_timeout: Duration::from_secs(600),
+            rebalance_timeout: Duration::from_secs(600),
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), Bytes::new())],
+            require_known_member_id: false,
+        };
+        c.slot("busy")
+            .unwrap()
+            .lock()
+            .group
+            .join(join, &c.limits, Instant::now(), tx);
+        assert!(!c.slot("busy").unwrap().lock().group.members.is_empty());
+
+        let week = Duration::from_secs(7 * 24 * 3600);
+        c.expire_offsets(Instant::now() + week - Duration::from_secs(60)).await;
+        assert_eq!(c.fetch_offsets("solo").len(), 1, "not yet");
+        c.expire_offsets(Instant::now() + week + Duration::from_secs(60)).await;
+        assert!(c.fetch_offsets("solo").is_empty(), "expired");
+        assert_eq!(
+            c.fetch_offsets("busy").len(),
+            1,
+            "a group with members keeps its offsets"
+        );
+
+        // The expiry was written to __consumer_offsets: a reload does not bring them back.
+        drop(c);
+        let c = coordinator(dir.path()).await;
+        assert!(c.fetch_offsets("solo").is_empty());
+        let busy = c.fetch_offsets("busy");
+        assert_eq!(
+            busy.get(&("t".to_string(), 1)).map(|o| (o.offset, o.metadata.as_str())),
+            Some((9, "m"))
+        );
+    }
 }
