@@ -799,10 +799,11 @@ mod tests {
     use super::*;
 
     async fn coordinator(dir: &std::path::Path) -> Arc<GroupCoordinator> {
-        let mut config = BrokerConfig::default();
-        config.data_dir = dir.to_path_buf();
-        config.offsets_topic_num_partitions = 3;
-        let config = Arc::new(config);
+        let config = Arc::new(BrokerConfig {
+            data_dir: dir.to_path_buf(),
+            offsets_topic_num_partitions: 3,
+            ..BrokerConfig::default()
+        });
         let controller = Arc::new(Controller::open(dir, 1).unwrap());
         let replicas = Arc::new(ReplicaManager::new(config.clone()));
         replicas.apply_image(&controller.image()).unwrap();
