@@ -200,6 +200,49 @@ impl BrokerConfig {
         "group.consumer.max.size",
     ];
 
+    /// The textual value of a broker key, as DescribeConfigs shows it.
+    pub fn get(&self, key: &str) -> Option<String> {
+        let ts = |t: TimestampType| match t {
+            TimestampType::CreateTime => "CreateTime".to_string(),
+            TimestampType::LogAppendTime => "LogAppendTime".to_string(),
+        };
+        Some(match key {
+            "node.id" => self.node_id.to_string(),
+            "listeners" => format!("PLAINTEXT://{}", self.listen),
+            "advertised.listeners" => format!("PLAINTEXT://{}", self.advertised()),
+            "log.dirs" => self.data_dir.display().to_string(),
+            "num.partitions" => self.num_partitions.to_string(),
+            "default.replication.factor" => self.default_replication_factor.to_string(),
+            "auto.create.topics.enable" => self.auto_create_topics_enable.to_string(),
+            "socket.request.max.bytes" => self.socket_request_max_bytes.to_string(),
+            "max.connections" => self.max_connections.to_string(),
+            "queued.max.requests" => self.queued_max_requests.to_string(),
+            "log.flush.interval.messages" => self.log_flush_interval_messages.to_string(),
+            "log.flush.interval.ms" => self.log_flush_interval_ms.to_string(),
+            "log.segment.bytes" => self.log.segment_bytes.to_string(),
+            "log.roll.ms" => self.log.segment_ms.to_string(),
+            "log.index.interval.bytes" => self.log.index_interval_bytes.to_string(),
+            "log.index.size.max.bytes" => self.log.segment_index_bytes.to_string(),
+            "message.max.bytes" => self.log.max_message_bytes.to_string(),
+            "log.message.timestamp.type" => ts(self.log.timestamp_type),
+            "log.retention.ms" => self.log_retention_ms.to_string(),
+            "log.retention.bytes" => self.log_retention_bytes.to_string(),
+            "shutdown.timeout.ms" => self.shutdown_timeout_ms.to_string(),
+            "group.min.session.timeout.ms" => self.group_min_session_timeout_ms.to_string(),
+            "group.max.session.timeout.ms" => self.group_max_session_timeout_ms.to_string(),
+            "group.initial.rebalance.delay.ms" => self.group_initial_rebalance_delay_ms.to_string(),
+            "group.max.size" => self.group_max_size.to_string(),
+            "offsets.topic.num.partitions" => self.offsets_topic_num_partitions.to_string(),
+            "offset.metadata.max.bytes" => self.offset_metadata_max_bytes.to_string(),
+            "offsets.retention.minutes" => self.offsets_retention_minutes.to_string(),
+            "offsets.retention.check.interval.ms" => self.offsets_retention_check_interval_ms.to_string(),
+            "group.consumer.session.timeout.ms" => self.group_consumer_session_timeout_ms.to_string(),
+            "group.consumer.heartbeat.interval.ms" => self.group_consumer_heartbeat_interval_ms.to_string(),
+            "group.consumer.max.size" => self.group_consumer_max_size.to_string(),
+            _ => return None,
+        })
+    }
+
     /// Sets one key from its textual value, validating it.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
         match key {
@@ -303,45 +346,169 @@ impl BrokerConfig {
     }
 }
 
-/// Topic-level keys (Kafka's names) accepted by CreateTopics, with the broker key that gives their
-/// default. `honoured` keys change the log now; the others are validated and stored so that the
-/// retention and compaction work (issue 5) and replication find them, and are listed as such in
-/// compat-matrix.md.
-pub const TOPIC_KEYS: &[(&str, &str, bool)] = &[
-    ("segment.bytes", "log.segment.bytes", true),
-    ("segment.ms", "log.roll.ms", true),
-    ("index.interval.bytes", "log.index.interval.bytes", true),
-    ("segment.index.bytes", "log.index.size.max.bytes", true),
-    ("max.message.bytes", "message.max.bytes", true),
-    ("message.timestamp.type", "log.message.timestamp.type", true),
-    ("retention.ms", "log.retention.ms", false),
-    ("retention.bytes", "log.retention.bytes", false),
-    ("cleanup.policy", "log.cleanup.policy", false),
-    ("min.insync.replicas", "min.insync.replicas", false),
-    (
-        "unclean.leader.election.enable",
-        "unclean.leader.election.enable",
-        false,
+/// Kafka's config value types (DescribeConfigs v3+ `config_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigType {
+    Boolean = 1,
+    String = 2,
+    Int = 3,
+    Long = 5,
+    Double = 6,
+    List = 7,
+}
+
+/// A topic-level key (Kafka's name): its broker-level synonym, its type and what it does.
+#[derive(Debug, Clone, Copy)]
+pub struct TopicKey {
+    pub name: &'static str,
+    pub broker_key: &'static str,
+    pub kind: ConfigType,
+    pub doc: &'static str,
+}
+
+const fn key(name: &'static str, broker_key: &'static str, kind: ConfigType, doc: &'static str) -> TopicKey {
+    TopicKey {
+        name,
+        broker_key,
+        kind,
+        doc,
+    }
+}
+
+/// Every topic key CreateTopics, AlterConfigs and IncrementalAlterConfigs accept; DescribeConfigs
+/// lists them all. compat-matrix.md says which ones change behaviour and which are only stored.
+pub const TOPIC_KEYS: &[TopicKey] = &[
+    key(
+        "cleanup.policy",
+        "log.cleanup.policy",
+        ConfigType::List,
+        "delete (retention), compact (keep the latest value per key), or both.",
     ),
-    ("compression.type", "compression.type", false),
-    ("delete.retention.ms", "log.cleaner.delete.retention.ms", false),
-    ("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms", false),
-    ("max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms", false),
-    ("min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio", false),
-    ("file.delete.delay.ms", "log.segment.delete.delay.ms", false),
-    (
-        "message.timestamp.before.max.ms",
-        "log.message.timestamp.before.max.ms",
-        false,
+    key(
+        "compression.type",
+        "compression.type",
+        ConfigType::String,
+        "Final compression of the topic's batches; producer keeps the producer's codec.",
     ),
-    (
+    key(
+        "delete.retention.ms",
+        "log.cleaner.delete.retention.ms",
+        ConfigType::Long,
+        "How long tombstones stay after compaction reached them.",
+    ),
+    key(
+        "file.delete.delay.ms",
+        "log.segment.delete.delay.ms",
+        ConfigType::Long,
+        "Delay before a deleted segment's files are removed.",
+    ),
+    key(
+        "flush.messages",
+        "log.flush.interval.messages",
+        ConfigType::Long,
+        "Messages between forced fsyncs (stored; the broker-wide policy applies).",
+    ),
+    key(
+        "flush.ms",
+        "log.flush.interval.ms",
+        ConfigType::Long,
+        "Time between forced fsyncs (stored; the broker-wide policy applies).",
+    ),
+    key(
+        "index.interval.bytes",
+        "log.index.interval.bytes",
+        ConfigType::Int,
+        "Bytes of log between two offset index entries.",
+    ),
+    key(
+        "max.compaction.lag.ms",
+        "log.cleaner.max.compaction.lag.ms",
+        ConfigType::Long,
+        "The longest a record may stay uncompacted.",
+    ),
+    key(
+        "max.message.bytes",
+        "message.max.bytes",
+        ConfigType::Int,
+        "The largest record batch the topic accepts.",
+    ),
+    key(
         "message.timestamp.after.max.ms",
         "log.message.timestamp.after.max.ms",
-        false,
+        ConfigType::Long,
+        "How far in the future a CreateTime timestamp may be.",
     ),
-    ("flush.messages", "log.flush.interval.messages", false),
-    ("flush.ms", "log.flush.interval.ms", false),
+    key(
+        "message.timestamp.before.max.ms",
+        "log.message.timestamp.before.max.ms",
+        ConfigType::Long,
+        "How far in the past a CreateTime timestamp may be.",
+    ),
+    key(
+        "message.timestamp.type",
+        "log.message.timestamp.type",
+        ConfigType::String,
+        "CreateTime (the producer's) or LogAppendTime (the broker's).",
+    ),
+    key(
+        "min.cleanable.dirty.ratio",
+        "log.cleaner.min.cleanable.ratio",
+        ConfigType::Double,
+        "Dirty share of the log above which compaction runs.",
+    ),
+    key(
+        "min.compaction.lag.ms",
+        "log.cleaner.min.compaction.lag.ms",
+        ConfigType::Long,
+        "The shortest a record stays uncompacted.",
+    ),
+    key(
+        "min.insync.replicas",
+        "min.insync.replicas",
+        ConfigType::Int,
+        "Replicas that must acknowledge an acks=all write (stored for replication).",
+    ),
+    key(
+        "retention.bytes",
+        "log.retention.bytes",
+        ConfigType::Long,
+        "Size above which the oldest segments are deleted; -1 for none.",
+    ),
+    key(
+        "retention.ms",
+        "log.retention.ms",
+        ConfigType::Long,
+        "Age after which segments are deleted; -1 for none.",
+    ),
+    key(
+        "segment.bytes",
+        "log.segment.bytes",
+        ConfigType::Int,
+        "Segment size at which the log rolls.",
+    ),
+    key(
+        "segment.index.bytes",
+        "log.index.size.max.bytes",
+        ConfigType::Int,
+        "Index size at which the log rolls.",
+    ),
+    key(
+        "segment.ms",
+        "log.roll.ms",
+        ConfigType::Long,
+        "Segment age at which the log rolls.",
+    ),
+    key(
+        "unclean.leader.election.enable",
+        "unclean.leader.election.enable",
+        ConfigType::Boolean,
+        "Whether a replica outside the ISR may lead (stored for replication).",
+    ),
 ];
+
+pub fn topic_key(name: &str) -> Option<&'static TopicKey> {
+    TOPIC_KEYS.iter().find(|k| k.name == name)
+}
 
 /// Validates one topic key and value as Kafka would (`InvalidConfigurationException` names it).
 pub fn validate_topic_config(key: &str, value: &str) -> Result<(), ConfigError> {
@@ -473,6 +640,22 @@ mod tests {
                 _ => "2048",
             });
             BrokerConfig::default().set(key, value).unwrap();
+        }
+    }
+
+    #[test]
+    fn every_key_can_be_described() {
+        let c = BrokerConfig::default();
+        for key in BrokerConfig::KEYS {
+            assert!(c.get(key).is_some(), "{key}");
+        }
+        for k in TOPIC_KEYS {
+            assert!(c.topic_default(k.name).is_some(), "{}", k.name);
+            assert!(
+                validate_topic_config(k.name, &c.topic_default(k.name).unwrap()).is_ok(),
+                "{}",
+                k.name
+            );
         }
     }
 

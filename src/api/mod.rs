@@ -10,6 +10,8 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 pub mod api_versions;
+pub mod cluster;
+pub mod configs;
 pub mod consumer_groups;
 pub mod fetch;
 pub mod groups;
@@ -77,6 +79,11 @@ pub const SUPPORTED: &[Versions] = &[
     offsets::OFFSET_DELETE_VERSIONS,
     consumer_groups::HEARTBEAT_VERSIONS,
     consumer_groups::DESCRIBE_VERSIONS,
+    configs::DESCRIBE_VERSIONS,
+    configs::ALTER_VERSIONS,
+    configs::INCREMENTAL_ALTER_VERSIONS,
+    cluster::DESCRIBE_CLUSTER_VERSIONS,
+    cluster::DESCRIBE_LOG_DIRS_VERSIONS,
 ];
 
 pub fn supported(key: ApiKey) -> Option<Versions> {
@@ -212,6 +219,11 @@ pub async fn dispatch(
             Ok(Reply::Now(Some(frame(cid, version, &resp)?)))
         }
         ApiKey::ConsumerGroupDescribe => now!(consumer_groups::describe),
+        ApiKey::DescribeConfigs => now!(configs::describe_configs),
+        ApiKey::AlterConfigs => now!(configs::alter_configs),
+        ApiKey::IncrementalAlterConfigs => now!(configs::incremental_alter_configs),
+        ApiKey::DescribeCluster => now!(cluster::describe_cluster),
+        ApiKey::DescribeLogDirs => now!(cluster::describe_log_dirs),
         ApiKey::SyncGroup => now!(groups::sync_group),
         ApiKey::Heartbeat => now!(groups::heartbeat),
         ApiKey::LeaveGroup => now!(groups::leave_group),
@@ -281,6 +293,11 @@ mod tests {
             ApiKey::OffsetDelete => OffsetDeleteRequest::VERSIONS,
             ApiKey::ConsumerGroupHeartbeat => ConsumerGroupHeartbeatRequest::VERSIONS,
             ApiKey::ConsumerGroupDescribe => ConsumerGroupDescribeRequest::VERSIONS,
+            ApiKey::DescribeConfigs => DescribeConfigsRequest::VERSIONS,
+            ApiKey::AlterConfigs => AlterConfigsRequest::VERSIONS,
+            ApiKey::IncrementalAlterConfigs => IncrementalAlterConfigsRequest::VERSIONS,
+            ApiKey::DescribeCluster => DescribeClusterRequest::VERSIONS,
+            ApiKey::DescribeLogDirs => DescribeLogDirsRequest::VERSIONS,
             other => panic!("no codec range listed for {other:?}"),
         };
         (r.min, r.max)

@@ -161,7 +161,8 @@ fn create_one(
 fn describe_configs(ctx: &Ctx, overrides: &BTreeMap<String, String>) -> Vec<CreatableTopicConfigs> {
     TOPIC_KEYS
         .iter()
-        .filter_map(|(key, _, _)| {
+        .filter_map(|k| {
+            let key = &k.name;
             let (value, source) = match overrides.get(*key) {
                 Some(v) => (v.clone(), SOURCE_DYNAMIC_TOPIC),
                 None => (ctx.config.topic_default(key)?, SOURCE_DEFAULT),

@@ -40,6 +40,11 @@ pub enum MetadataRecord {
         id: Uuid,
         partitions: i32,
     },
+    /// The topic's config overrides become exactly `configs`.
+    SetTopicConfigs {
+        id: Uuid,
+        configs: BTreeMap<String, String>,
+    },
 }
 
 /// A topic as the metadata image holds it.
@@ -101,6 +106,13 @@ impl MetadataImage {
             MetadataRecord::DeleteTopic { id } => {
                 if let Some(name) = self.topic_ids.remove(id) {
                     self.topics.remove(&name);
+                }
+            }
+            MetadataRecord::SetTopicConfigs { id, configs } => {
+                if let Some(name) = self.topic_ids.get(id)
+                    && let Some(topic) = self.topics.get_mut(name)
+                {
+                    Arc::make_mut(topic).configs = configs.clone();
                 }
             }
             MetadataRecord::CreatePartitions { id, partitions } => {
@@ -252,6 +264,20 @@ impl Controller {
             .ok_or_else(|| Error::UnknownTopicOrPartition(name.to_string()))
     }
 
+    /// Replaces a topic's config overrides (validated by the caller).
+    pub fn set_topic_configs(&self, name: &str, configs: BTreeMap<String, String>) -> Result<Arc<TopicInfo>> {
+        let image = self.commit(|image| {
+            let topic = image
+                .topic(name)
+                .ok_or_else(|| Error::UnknownTopicOrPartition(name.to_string()))?;
+            Ok(MetadataRecord::SetTopicConfigs { id: topic.id, configs })
+        })?;
+        image
+            .topic(name)
+            .cloned()
+            .ok_or_else(|| Error::UnknownTopicOrPartition(name.to_string()))
+    }
+
     pub fn delete_topic(&self, id: Uuid) -> Result<()> {
         self.commit(|image| {
             image.topic_by_id(&id).ok_or(Error::UnknownTopicId(id))?;
@@ -310,6 +336,14 @@ mod tests {
             .unwrap();
         c.create_topic("b", 1, 1, BTreeMap::new()).unwrap();
         c.create_partitions("a", 5, false).unwrap();
+        c.set_topic_configs(
+            "a",
+            BTreeMap::from([
+                ("segment.bytes".into(), "1024".into()),
+                ("retention.ms".into(), "5".into()),
+            ]),
+        )
+        .unwrap();
         let b = c.image().topic("b").unwrap().id;
         c.delete_topic(b).unwrap();
         drop(c);
@@ -319,6 +353,7 @@ mod tests {
         let a = image.topic("a").unwrap();
         assert_eq!((a.id, a.partitions), (t.id, 5));
         assert_eq!(a.configs.get("segment.bytes").map(String::as_str), Some("1024"));
+        assert_eq!(a.configs.get("retention.ms").map(String::as_str), Some("5"));
         assert!(image.topic("b").is_none());
     }
 

@@ -184,6 +184,17 @@ impl Partition {
         self.with_log(|log| Ok(log.max_timestamp()?.filter(|(_, o)| *o < hw)))
     }
 
+    /// Bytes of log on disk (DescribeLogDirs): the sum of the segment files.
+    pub fn size_bytes(&self) -> Result<u64> {
+        let entries = std::fs::read_dir(&self.dir).map_err(|e| Error::storage("list", &self.dir, e))?;
+        Ok(entries
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+            .filter_map(|e| e.metadata().ok())
+            .map(|m| m.len())
+            .sum())
+    }
+
     /// Flushes and closes the log; later calls get UNKNOWN_TOPIC_OR_PARTITION.
     pub fn close(&self) -> Result<()> {
         self.closing.store(true, Ordering::Release);

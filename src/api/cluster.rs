@@ -1,0 +1,112 @@
+//! Cluster and storage descriptions.
+//! DescribeCluster (key 60): v0 baseline · v1 endpoint type (brokers; a controller endpoint
+//! request gets UNSUPPORTED_ENDPOINT_TYPE: there is no separate controller listener) · v2
+//! fenced brokers (none: a single node is never fenced).
+//! DescribeLogDirs (key 35): v1 baseline here · v2 flexible · v3 top-level error code · v4
+//! total and usable bytes of the directory.
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use kafka_protocol::messages::describe_log_dirs_response::{
+    DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic,
+};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+
+use super::metadata::split_host_port;
+use super::{Ctx, Versions, message, topic_name};
+
+pub const DESCRIBE_CLUSTER_VERSIONS: Versions = Versions::new(ApiKey::DescribeCluster, 0, 2);
+pub const DESCRIBE_LOG_DIRS_VERSIONS: Versions = Versions::new(ApiKey::DescribeLogDirs, 1, 4);
+
+const ENDPOINT_BROKERS: i8 = 1;
+/// Cluster operations (AclOperation codes) allowed to everyone while no authorizer runs:
+/// CREATE(5), ALTER(7), DESCRIBE(8), CLUSTER_ACTION(9), DESCRIBE_CONFIGS(10), ALTER_CONFIGS(11),
+/// IDEMPOTENT_WRITE(12).
+const CLUSTER_OPERATIONS_ALL: i32 = (1 << 5) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12);
+
+pub async fn describe_cluster(ctx: &Ctx, req: DescribeClusterRequest, version: i16) -> DescribeClusterResponse {
+    let image = ctx.controller.image();
+    let mut resp = DescribeClusterResponse::default()
+        .with_cluster_id(StrBytes::from_string(image.cluster_id.clone()))
+        .with_controller_id(BrokerId(ctx.config.node_id));
+    if version >= 1 && req.endpoint_type != ENDPOINT_BROKERS {
+        return resp
+            .with_error_code(ResponseError::UnsupportedEndpointType.code())
+            .with_error_message(message("only broker endpoints are served"));
+    }
+    let (host, port) = split_host_port(ctx.config.advertised());
+    resp.brokers = vec![
+        DescribeClusterBroker::default()
+            .with_broker_id(BrokerId(ctx.config.node_id))
+            .with_host(StrBytes::from_string(host))
+            .with_port(port),
+    ];
+    if req.include_cluster_authorized_operations {
+        resp.cluster_authorized_operations = CLUSTER_OPERATIONS_ALL;
+    }
+    resp
+}
+
+/// (total, usable) bytes of the file system holding `path`, or -1s when unknown.
+fn disk_space(path: &std::path::Path) -> (i64, i64) {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c_path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return (-1, -1);
+    };
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statvfs fills the struct we own from a NUL-terminated path.
+    if unsafe { libc::statvfs(c_path.as_ptr(), &mut stat) } != 0 {
+        return (-1, -1);
+    }
+    let block = stat.f_frsize as i64;
+    (stat.f_blocks as i64 * block, stat.f_bavail as i64 * block)
+}
+
+pub async fn describe_log_dirs(ctx: &Ctx, req: DescribeLogDirsRequest, version: i16) -> DescribeLogDirsResponse {
+    let image = ctx.controller.image();
+    let wanted: Vec<(String, Vec<i32>)> = match req.topics {
+        Some(topics) => topics
+            .into_iter()
+            .map(|t| (t.topic.0.to_string(), t.partitions))
+            .collect(),
+        None => image
+            .topics
+            .values()
+            .map(|t| (t.name.clone(), (0..t.partitions).collect()))
+            .collect(),
+    };
+    let topics = wanted
+        .into_iter()
+        .filter_map(|(name, partitions)| {
+            // Partitions this node does not host are left out, as Kafka does.
+            let found: Vec<DescribeLogDirsPartition> = partitions
+                .into_iter()
+                .filter_map(|p| {
+                    let partition = ctx.replicas.get(&name, p)?;
+                    let size = partition.size_bytes().ok()?;
+                    Some(
+                        DescribeLogDirsPartition::default()
+                            .with_partition_index(p)
+                            .with_partition_size(size as i64),
+                    )
+                })
+                .collect();
+            (!found.is_empty()).then(|| {
+                DescribeLogDirsTopic::default()
+                    .with_name(topic_name(&name))
+                    .with_partitions(found)
+            })
+        })
+        .collect();
+    let dir = std::fs::canonicalize(&ctx.config.data_dir).unwrap_or_else(|_| ctx.config.data_dir.clone());
+    let mut result = DescribeLogDirsResult::default()
+        .with_log_dir(StrBytes::from_string(dir.display().to_string()))
+        .with_topics(topics);
+    if version >= 4 {
+        let (total, usable) = disk_space(&dir);
+        result.total_bytes = total;
+        result.usable_bytes = usable;
+    }
+    DescribeLogDirsResponse::default().with_results(vec![result])
+}

@@ -1,0 +1,37 @@
+//! DeleteRecords (key 21): move partitions' log start offsets forward.
+//! v0 baseline · v1 same · v2 flexible. Offset -1 means the high watermark (Kafka's
+//! `DeleteRecordsRequest.HIGH_WATERMARK`); an offset above it is OFFSET_OUT_OF_RANGE. The new
+//! log start offset is checkpointed before the answer, so it survives a restart.
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
+use kafka_protocol::messages::*;
+
+use super::{Ctx, Versions};
+
+pub const VERSIONS: Versions = Versions::new(ApiKey::DeleteRecords, 0, 2);
+
+pub async fn handle(ctx: &Ctx, req: DeleteRecordsRequest, _version: i16) -> DeleteRecordsResponse {
+    let topics = req
+        .topics
+        .into_iter()
+        .map(|t| {
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    let out = DeleteRecordsPartitionResult::default().with_partition_index(p.partition_index);
+                    match ctx.replicas.get(&t.name.0, p.partition_index) {
+                        None => out.with_low_watermark(-1).with_error_code(ResponseError::UnknownTopicOrPartition.code()),
+                        Some(partition) => match partition.delete_records(p.offset) {
+                            Ok(low) => out.with_low_watermark(low),
+                            Err(e) => out.with_low_watermark(-1).with_error_code(e.code()),
+                        },
+                    }
+                })
+                .collect();
+            DeleteRecordsTopicResult::default().with_name(t.name).with_partitions(partitions)
+        })
+        .collect();
+    DeleteRecordsResponse::default().with_topics(topics)
+}
