@@ -19,6 +19,8 @@ stage "cargo clippy" cargo clippy --all-targets -- -D warnings
 # Two test threads: the protocol tests each start brokers and clients of their own.
 stage "cargo test" cargo test -- --test-threads=2
 stage "other clients (kcat, Python)" env SLUICE_BIN=target/debug/sluice protocol-tests/clients/run.sh
+# librdkafka 2.0.2's own test suite (Debian's source package): every test expected to pass.
+stage "librdkafka test suite" bash -c 'protocol-tests/librdkafka/build.sh && cargo build --release --quiet && SLUICE_BIN=target/release/sluice protocol-tests/librdkafka/run.sh expected'
 # Skips itself (with a message) where no Docker engine answers.
 stage "docker image and compose" protocol-tests/docker/test.sh
 echo "all tests passed"

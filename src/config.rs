@@ -57,6 +57,15 @@ pub struct BrokerConfig {
     /// task (not yet built: see compat-matrix.md).
     pub log_retention_ms: i64,
     pub log_retention_bytes: i64,
+    /// `log.retention.check.interval.ms`: how often retention looks for segments to delete.
+    pub log_retention_check_interval_ms: u64,
+    /// `log.cleaner.enable`: whether compacted topics are cleaned.
+    pub log_cleaner_enable: bool,
+    /// `log.cleaner.backoff.ms`: the pause between cleaning rounds.
+    pub log_cleaner_backoff_ms: u64,
+    /// `log.cleaner.dedupe.buffer.size`: memory for the key map of one cleaning pass; a log
+    /// with more distinct keys is cleaned in several passes.
+    pub log_cleaner_dedupe_buffer_size: usize,
     /// `shutdown.timeout.ms`: how long a clean shutdown waits for requests in flight.
     pub shutdown_timeout_ms: u64,
     /// `group.min.session.timeout.ms`, `group.max.session.timeout.ms`: the session timeouts a
@@ -102,6 +111,10 @@ impl Default for BrokerConfig {
             log: LogConfig::default(),
             log_retention_ms: 7 * 24 * 3600 * 1000,
             log_retention_bytes: -1,
+            log_retention_check_interval_ms: 300_000,
+            log_cleaner_enable: true,
+            log_cleaner_backoff_ms: 15_000,
+            log_cleaner_dedupe_buffer_size: 128 * 1024 * 1024,
             shutdown_timeout_ms: 10_000,
             group_min_session_timeout_ms: 6_000,
             group_max_session_timeout_ms: 1_800_000,
@@ -186,6 +199,10 @@ impl BrokerConfig {
         "log.message.timestamp.type",
         "log.retention.ms",
         "log.retention.bytes",
+        "log.retention.check.interval.ms",
+        "log.cleaner.enable",
+        "log.cleaner.backoff.ms",
+        "log.cleaner.dedupe.buffer.size",
         "shutdown.timeout.ms",
         "group.min.session.timeout.ms",
         "group.max.session.timeout.ms",
@@ -227,6 +244,10 @@ impl BrokerConfig {
             "log.message.timestamp.type" => ts(self.log.timestamp_type),
             "log.retention.ms" => self.log_retention_ms.to_string(),
             "log.retention.bytes" => self.log_retention_bytes.to_string(),
+            "log.retention.check.interval.ms" => self.log_retention_check_interval_ms.to_string(),
+            "log.cleaner.enable" => self.log_cleaner_enable.to_string(),
+            "log.cleaner.backoff.ms" => self.log_cleaner_backoff_ms.to_string(),
+            "log.cleaner.dedupe.buffer.size" => self.log_cleaner_dedupe_buffer_size.to_string(),
             "shutdown.timeout.ms" => self.shutdown_timeout_ms.to_string(),
             "group.min.session.timeout.ms" => self.group_min_session_timeout_ms.to_string(),
             "group.max.session.timeout.ms" => self.group_max_session_timeout_ms.to_string(),
@@ -273,6 +294,14 @@ impl BrokerConfig {
             "log.message.timestamp.type" => self.log.timestamp_type = parse_timestamp_type(key, value)?,
             "log.retention.ms" => self.log_retention_ms = at_least(key, parse_int(key, value)?, -1)?,
             "log.retention.bytes" => self.log_retention_bytes = at_least(key, parse_int(key, value)?, -1)?,
+            "log.retention.check.interval.ms" => {
+                self.log_retention_check_interval_ms = at_least(key, parse_int(key, value)?, 1)?
+            }
+            "log.cleaner.enable" => self.log_cleaner_enable = parse_bool(key, value)?,
+            "log.cleaner.backoff.ms" => self.log_cleaner_backoff_ms = at_least(key, parse_int(key, value)?, 1)?,
+            "log.cleaner.dedupe.buffer.size" => {
+                self.log_cleaner_dedupe_buffer_size = at_least(key, parse_int(key, value)?, 1024 * 1024)?
+            }
             "shutdown.timeout.ms" => self.shutdown_timeout_ms = parse_int(key, value)?,
             "group.min.session.timeout.ms" => self.group_min_session_timeout_ms = parse_int(key, value)?,
             "group.max.session.timeout.ms" => self.group_max_session_timeout_ms = parse_int(key, value)?,
@@ -576,6 +605,35 @@ impl BrokerConfig {
         })
     }
 
+    /// The compaction settings of a topic, or None when its policy does not compact.
+    pub fn topic_cleaner_config(
+        &self,
+        overrides: &BTreeMap<String, String>,
+    ) -> Option<crate::log::cleaner::CleanerConfig> {
+        let get = |k: &str| {
+            overrides
+                .get(k)
+                .cloned()
+                .or_else(|| self.topic_default(k))
+                .unwrap_or_default()
+        };
+        if !get("cleanup.policy").split(',').any(|p| p.trim() == "compact") {
+            return None;
+        }
+        let defaults = crate::log::cleaner::CleanerConfig::default();
+        let int = |k: &str, d: i64| get(k).trim().parse::<i64>().unwrap_or(d);
+        Some(crate::log::cleaner::CleanerConfig {
+            delete_retention_ms: int("delete.retention.ms", defaults.delete_retention_ms),
+            min_compaction_lag_ms: int("min.compaction.lag.ms", defaults.min_compaction_lag_ms),
+            max_compaction_lag_ms: int("max.compaction.lag.ms", defaults.max_compaction_lag_ms),
+            min_cleanable_dirty_ratio: get("min.cleanable.dirty.ratio")
+                .trim()
+                .parse()
+                .unwrap_or(defaults.min_cleanable_dirty_ratio),
+            key_map_bytes: self.log_cleaner_dedupe_buffer_size,
+        })
+    }
+
     /// The log settings of a topic: its overrides over the broker defaults. The overrides were
     /// validated when stored; a value that no longer parses falls back to the default.
     pub fn topic_log_config(&self, overrides: &BTreeMap<String, String>) -> LogConfig {
@@ -635,7 +693,9 @@ mod tests {
         for key in BrokerConfig::KEYS {
             let value = samples.iter().find(|(k, _)| k == key).map(|(_, v)| *v);
             let value = value.unwrap_or(match *key {
-                "auto.create.topics.enable" => "true",
+                "auto.create.topics.enable" | "log.cleaner.enable" => "true",
+                "log.cleaner.dedupe.buffer.size" => "16777216",
+                "group.consumer.heartbeat.interval.ms" => "1000",
                 "log.message.timestamp.type" => "LogAppendTime",
                 _ => "2048",
             });

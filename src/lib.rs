@@ -112,6 +112,44 @@ impl Broker {
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
         tokio::spawn({
+            // Log retention (Kafka's log.retention.check.interval.ms task).
+            let shutdown = shutdown.clone();
+            let interval = Duration::from_millis(config.log_retention_check_interval_ms);
+            let replicas = replicas.clone();
+            let controller = ctx.controller.clone();
+            async move {
+                loop {
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        _ = tokio::time::sleep(interval) => {
+                            let replicas = replicas.clone();
+                            let image = controller.image();
+                            let _ = tokio::task::spawn_blocking(move || replicas.apply_retention(&image)).await;
+                        }
+                    }
+                }
+            }
+        });
+        if config.log_cleaner_enable {
+            // Log compaction (Kafka's LogCleaner thread), on a blocking thread.
+            let shutdown = shutdown.clone();
+            let interval = Duration::from_millis(config.log_cleaner_backoff_ms);
+            let replicas = replicas.clone();
+            let controller = ctx.controller.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        _ = tokio::time::sleep(interval) => {
+                            let replicas = replicas.clone();
+                            let image = controller.image();
+                            let _ = tokio::task::spawn_blocking(move || replicas.clean_compacted(&image)).await;
+                        }
+                    }
+                }
+            });
+        }
+        tokio::spawn({
             let shutdown = shutdown.clone();
             let interval = Duration::from_millis(config.offsets_retention_check_interval_ms);
             async move {

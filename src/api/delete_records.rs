@@ -22,7 +22,9 @@ pub async fn handle(ctx: &Ctx, req: DeleteRecordsRequest, _version: i16) -> Dele
                 .map(|p| {
                     let out = DeleteRecordsPartitionResult::default().with_partition_index(p.partition_index);
                     match ctx.replicas.get(&t.name.0, p.partition_index) {
-                        None => out.with_low_watermark(-1).with_error_code(ResponseError::UnknownTopicOrPartition.code()),
+                        None => out
+                            .with_low_watermark(-1)
+                            .with_error_code(ResponseError::UnknownTopicOrPartition.code()),
                         Some(partition) => match partition.delete_records(p.offset) {
                             Ok(low) => out.with_low_watermark(low),
                             Err(e) => out.with_low_watermark(-1).with_error_code(e.code()),
@@ -30,7 +32,9 @@ pub async fn handle(ctx: &Ctx, req: DeleteRecordsRequest, _version: i16) -> Dele
                     }
                 })
                 .collect();
-            DeleteRecordsTopicResult::default().with_name(t.name).with_partitions(partitions)
+            DeleteRecordsTopicResult::default()
+                .with_name(t.name)
+                .with_partitions(partitions)
         })
         .collect();
     DeleteRecordsResponse::default().with_topics(topics)

@@ -13,6 +13,7 @@ pub mod api_versions;
 pub mod cluster;
 pub mod configs;
 pub mod consumer_groups;
+pub mod delete_records;
 pub mod fetch;
 pub mod groups;
 pub mod list_offsets;
@@ -84,6 +85,7 @@ pub const SUPPORTED: &[Versions] = &[
     configs::INCREMENTAL_ALTER_VERSIONS,
     cluster::DESCRIBE_CLUSTER_VERSIONS,
     cluster::DESCRIBE_LOG_DIRS_VERSIONS,
+    delete_records::VERSIONS,
 ];
 
 pub fn supported(key: ApiKey) -> Option<Versions> {
@@ -224,6 +226,7 @@ pub async fn dispatch(
         ApiKey::IncrementalAlterConfigs => now!(configs::incremental_alter_configs),
         ApiKey::DescribeCluster => now!(cluster::describe_cluster),
         ApiKey::DescribeLogDirs => now!(cluster::describe_log_dirs),
+        ApiKey::DeleteRecords => now!(delete_records),
         ApiKey::SyncGroup => now!(groups::sync_group),
         ApiKey::Heartbeat => now!(groups::heartbeat),
         ApiKey::LeaveGroup => now!(groups::leave_group),
@@ -298,6 +301,7 @@ mod tests {
             ApiKey::IncrementalAlterConfigs => IncrementalAlterConfigsRequest::VERSIONS,
             ApiKey::DescribeCluster => DescribeClusterRequest::VERSIONS,
             ApiKey::DescribeLogDirs => DescribeLogDirsRequest::VERSIONS,
+            ApiKey::DeleteRecords => DeleteRecordsRequest::VERSIONS,
             other => panic!("no codec range listed for {other:?}"),
         };
         (r.min, r.max)

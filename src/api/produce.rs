@@ -12,8 +12,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
+use kafka_protocol::records::RecordBatchDecoder;
 
 use super::{Ctx, Versions, message};
 use crate::log::validate_batches;
@@ -57,6 +60,14 @@ pub fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcome {
         let name = topic.name.0.to_string();
         let topic_info = image.topic(&name);
         let max_message_bytes = topic_info.map(|t| ctx.config.topic_log_config(&t.configs).max_message_bytes);
+        let compacted = topic_info.is_some_and(|t| {
+            let policy = t
+                .configs
+                .get("cleanup.policy")
+                .cloned()
+                .or_else(|| ctx.config.topic_default("cleanup.policy"));
+            policy.is_some_and(|p| p.split(',').any(|x| x.trim() == "compact"))
+        });
         let mut partitions = Vec::with_capacity(topic.partition_data.len());
         for (pi, data) in topic.partition_data.into_iter().enumerate() {
             let index = data.index;
@@ -89,8 +100,28 @@ pub fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcome {
                 ));
                 continue;
             };
-            let appended =
-                validate_batches(&records, max_bytes).and_then(|batches| partition.append(batches, acks == -1));
+            let batches = match validate_batches(&records, max_bytes) {
+                Ok(batches) => batches,
+                Err(e) => {
+                    partitions.push(error_response(index, e.code(), Some(e.to_string()), version));
+                    continue;
+                }
+            };
+            if compacted && let Some(record) = first_keyless_record(&batches) {
+                // KIP-467: INVALID_RECORD, naming the record, and nothing is appended.
+                let text = format!("compacted topic cannot accept a record without a key in {name}-{index}");
+                let mut p = error_response(index, ResponseError::InvalidRecord.code(), Some(text.clone()), version);
+                if version >= 8 {
+                    p.record_errors = vec![
+                        BatchIndexAndErrorMessage::default()
+                            .with_batch_index(record)
+                            .with_batch_index_error_message(message(text)),
+                    ];
+                }
+                partitions.push(p);
+                continue;
+            }
+            let appended = partition.append(batches, acks == -1);
             match appended {
                 Ok(info) => {
                     let mut p = PartitionProduceResponse::default()
@@ -151,4 +182,23 @@ pub fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcome {
         }
         response
     }))
+}
+
+/// The index (across the request's batches) of the first record without a key, if any; a batch
+/// that cannot be decoded counts as keyless (it would be refused anyway).
+fn first_keyless_record(batches: &[crate::log::ValidBatch]) -> Option<i32> {
+    let mut index = 0i32;
+    for batch in batches {
+        let mut bytes = batch.bytes().clone();
+        let Ok(set) = RecordBatchDecoder::decode(&mut bytes) else {
+            return Some(index);
+        };
+        for record in &set.records {
+            if record.key.is_none() {
+                return Some(index);
+            }
+            index += 1;
+        }
+    }
+    None
 }

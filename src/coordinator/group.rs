@@ -566,8 +566,9 @@ impl Group {
         if self.members.is_empty() {
             self.generation += 1;
             self.state = GroupState::Empty;
+            // Kafka's initNextGeneration keeps the protocol type of a group that went empty:
+            // ListGroups still reports it as a consumer group, not a simple one.
             self.protocol = None;
-            self.protocol_type = None;
             self.leader = None;
             self.empty_since = Some(now);
             return;
@@ -1141,6 +1142,11 @@ mod tests {
         sync(&mut g, &a, 1, vec![], now);
         assert_eq!(g.leave(&a, None, &limits(), now), 0);
         assert_eq!(g.state, GroupState::Empty);
+        assert_eq!(
+            g.protocol_type.as_deref(),
+            Some("consumer"),
+            "still a consumer group, not a simple one"
+        );
         assert!(
             g.validate_commit("", None, -1).is_ok(),
             "standalone commits on an empty group"

@@ -37,8 +37,8 @@ const _: () = assert!(LOG_OVERHEAD == BATCH_LENGTH + 4);
 pub const MAGIC_V2: i8 = 2;
 /// Attributes bit 3: timestamps are the broker's append time.
 pub(crate) const TIMESTAMP_TYPE_LOG_APPEND: i16 = 1 << 3;
-const TRANSACTIONAL: i16 = 1 << 4;
-const CONTROL: i16 = 1 << 5;
+pub(crate) const TRANSACTIONAL: i16 = 1 << 4;
+pub(crate) const CONTROL: i16 = 1 << 5;
 const COMPRESSION_MASK: i16 = 0x7;
 /// zstd (4) is the highest codec Kafka defines; 5..7 are invalid.
 const COMPRESSION_MAX: i16 = 4;
@@ -219,6 +219,20 @@ pub(crate) fn frame(prefix: &[u8], available: usize) -> Result<usize> {
 /// Checks one framed magic-2 batch (exactly its bytes): CRC32C, compression codec, and a record
 /// count equal to lastOffsetDelta + 1 (Kafka's LogValidator rejects any other count).
 pub(crate) fn check(batch: &[u8]) -> Result<BatchHeader> {
+    let header = check_compacted(batch)?;
+    let count = be_i32(batch, RECORDS_COUNT);
+    if i64::from(count) != i64::from(header.last_offset_delta) + 1 {
+        return Err(Error::CorruptBatch(format!(
+            "record count {count} does not match lastOffsetDelta {}",
+            header.last_offset_delta
+        )));
+    }
+    Ok(header)
+}
+
+/// `check` for a batch the log cleaner rewrote (Kafka's `MemoryRecords.filterTo` output): its
+/// records may leave offsets of its range unused, so the count is only bounded by the range.
+pub(crate) fn check_compacted(batch: &[u8]) -> Result<BatchHeader> {
     let header = BatchHeader::parse(batch)?;
     if header.size != batch.len() {
         return Err(Error::CorruptBatch(format!(
@@ -240,7 +254,7 @@ pub(crate) fn check(batch: &[u8]) -> Result<BatchHeader> {
     }
     let count = be_i32(batch, RECORDS_COUNT);
     // A batch must own at least one offset, else the offsets after it would repeat.
-    if header.last_offset_delta < 0 || i64::from(count) != i64::from(header.last_offset_delta) + 1 {
+    if header.last_offset_delta < 0 || count < 0 || i64::from(count) > i64::from(header.last_offset_delta) + 1 {
         return Err(Error::CorruptBatch(format!(
             "record count {count} does not match lastOffsetDelta {}",
             header.last_offset_delta

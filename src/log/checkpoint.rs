@@ -11,6 +11,9 @@ use crate::error::{Error, Result};
 
 pub(crate) const LEADER_EPOCH_FILE: &str = "leader-epoch-checkpoint";
 pub(crate) const RECOVERY_POINT_FILE: &str = "recovery-point-offset-checkpoint";
+/// The log start offset, raised by DeleteRecords and retention (Kafka keeps one such file per
+/// log directory; one per partition directory keeps a partition self-contained).
+pub(crate) const LOG_START_OFFSET_FILE: &str = "log-start-offset-checkpoint";
 /// Written by `close` after everything is fsynced; present at open means no recovery is needed.
 pub(crate) const CLEAN_SHUTDOWN_FILE: &str = ".clean-shutdown";
 pub(crate) const TEMP_SUFFIX: &str = ".tmp";
@@ -95,13 +98,30 @@ fn parse_error(path: &Path, line: &str) -> Error {
 
 /// The recovery point saved by the last `mark_flushed`, or None when never saved.
 pub(crate) fn read_recovery_point(dir: &Path) -> Result<Option<i64>> {
-    let path = dir.join(RECOVERY_POINT_FILE);
-    let Some(lines) = read_lines(&path)? else {
+    read_offset(&dir.join(RECOVERY_POINT_FILE))
+}
+
+/// The log start offset saved by the last `write_log_start_offset`, or None when never saved.
+pub(crate) fn read_log_start_offset(dir: &Path) -> Result<Option<i64>> {
+    read_offset(&dir.join(LOG_START_OFFSET_FILE))
+}
+
+/// Saves the log start offset, durably: it is written before the segments below it are
+/// deleted, so that a crash in between finds them below the start (open drops them), and a
+/// DeleteRecords acknowledged to a client is not undone by a power loss.
+pub(crate) fn write_log_start_offset(dir: &Path, offset: i64) -> Result<()> {
+    let text = format!("{VERSION}\n1\n{offset}\n");
+    write_atomically(&dir.join(LOG_START_OFFSET_FILE), text.as_bytes(), true)
+}
+
+/// A checkpoint holding a single offset, or None when absent.
+fn read_offset(path: &Path) -> Result<Option<i64>> {
+    let Some(lines) = read_lines(path)? else {
         return Ok(None);
     };
     match lines.as_slice() {
-        [line] => line.parse().map(Some).map_err(|_| parse_error(&path, line)),
-        _ => Err(parse_error(&path, "")),
+        [line] => line.parse().map(Some).map_err(|_| parse_error(path, line)),
+        _ => Err(parse_error(path, "")),
     }
 }
 
@@ -179,6 +199,28 @@ impl LeaderEpochCache {
         } else {
             Ok(())
         }
+    }
+
+    /// Drops the epochs that end at or before `start_offset` and moves the start of the epoch
+    /// holding it up to it (Kafka's `LeaderEpochFileCache.truncateFromStart`), after the log
+    /// start offset was raised.
+    pub fn truncate_from_start(&mut self, start_offset: i64) -> Result<()> {
+        let covered = self.entries.partition_point(|e| e.start_offset <= start_offset);
+        let Some(holding) = covered.checked_sub(1).map(|i| self.entries[i]) else {
+            return Ok(());
+        };
+        if covered == 1 && holding.start_offset == start_offset {
+            return Ok(());
+        }
+        self.entries.drain(..covered);
+        self.entries.insert(
+            0,
+            EpochEntry {
+                epoch: holding.epoch,
+                start_offset,
+            },
+        );
+        self.save()
     }
 
     fn save(&self) -> Result<()> {

@@ -14,6 +14,8 @@
 
 pub mod batch;
 mod checkpoint;
+/// Log compaction: `Log::clean` (and `prepare_clean` / `commit_clean`) live in cleaner.rs.
+pub mod cleaner;
 mod index;
 mod segment;
 
@@ -30,7 +32,7 @@ pub use checkpoint::EpochEntry;
 
 use batch::{BatchHeader, HEADER_LEN, LOG_OVERHEAD};
 use checkpoint::{CLEAN_SHUTDOWN_FILE, LeaderEpochCache, TEMP_SUFFIX};
-use segment::Segment;
+use segment::{DELETED_SUFFIX, Segment};
 
 use crate::error::{Error, Result};
 
@@ -100,6 +102,17 @@ impl FlushHandle {
     }
 }
 
+/// What one `apply_retention` pass deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RetentionOutcome {
+    /// Segments deleted (a rolled active segment counts once).
+    pub deleted_segments: usize,
+    /// Bytes of batches in the deleted segments.
+    pub deleted_bytes: u64,
+    /// The log start offset after the pass.
+    pub log_start_offset: i64,
+}
+
 /// A partition's log. Not `Sync`-shared by itself: the caller wraps it in a lock.
 pub struct Log {
     dir: PathBuf,
@@ -113,6 +126,9 @@ pub struct Log {
     /// Everything below this offset is known to be fsynced; recovery validates from the segment
     /// holding it onward.
     recovery_point: i64,
+    /// The first offset a client may read: the first segment's base offset, or above it after
+    /// DeleteRecords (Kafka's `logStartOffset`); checkpointed in `log-start-offset-checkpoint`.
+    log_start_offset: i64,
     epochs: LeaderEpochCache,
 }
 
@@ -127,9 +143,22 @@ impl Log {
     /// clean `close` the open is fast (no scan).
     pub fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log> {
         std::fs::create_dir_all(dir).map_err(|e| Error::storage("create directory", dir, e))?;
+        // Log compaction: finish a decided segment swap, drop an undecided one (cleaner.rs).
+        let compacted_below = cleaner::finish_interrupted_swaps(dir)?;
         let marker = dir.join(CLEAN_SHUTDOWN_FILE);
         let clean = marker.try_exists().map_err(|e| Error::storage("stat", &marker, e))?;
-        let bases = list_segments(dir)?;
+        let mut bases = list_segments(dir)?;
+        let checkpointed_start = checkpoint::read_log_start_offset(dir)?;
+        if let Some(start) = checkpointed_start {
+            // Segments wholly below the checkpointed start (written before any deletion) were
+            // being deleted when the process stopped: finish, before the gap check below takes
+            // a deletion the disk persisted out of order for a hole in the log.
+            let below = bases.windows(2).take_while(|w| w[1] <= start).count();
+            for &base in &bases[..below] {
+                segment::remove_files(dir, base)?;
+            }
+            bases.drain(..below);
+        }
         let checkpointed = checkpoint::read_recovery_point(dir)?;
         let mut epochs = LeaderEpochCache::load(dir)?;
 
@@ -160,13 +189,19 @@ impl Log {
             }
             let (mut segment, loaded) = Segment::open(dir, base)?;
             let trusted = i < recover_from && segment.trust(loaded, bases.get(i + 1).copied())?;
-            if !trusted && segment.recover(&config)? {
+            // Below `compacted_below` the cleaner may have left offset gaps.
+            let compacted = base < compacted_below;
+            if !trusted && segment.recover(&config, compacted)? {
                 // Truncated: later segments would follow a hole.
                 segments.push(segment);
                 for &later in &bases[i + 1..] {
                     Segment::delete_files(dir, later)?;
                 }
                 break;
+            }
+            if compacted && let Some(&next) = bases.get(i + 1) {
+                // A cleaned segment spans up to the next one even when its last offsets are gone.
+                segment.next_offset = segment.next_offset.max(next);
             }
             segments.push(segment);
         }
@@ -178,6 +213,14 @@ impl Log {
         let log_end_offset = active.next_offset;
         // Kafka's LogLoader does the same: an epoch cannot start past the end of the log.
         epochs.truncate_from_end(log_end_offset)?;
+        let first_base = segments.first().map_or(active.base_offset, |s| s.base_offset);
+        // As Kafka's LogLoader: the start is at least the first segment's base; a log cut back
+        // by recovery below a checkpointed start ends where it ends.
+        let log_start_offset = checkpointed_start
+            .unwrap_or(first_base)
+            .max(first_base)
+            .min(log_end_offset);
+        epochs.truncate_from_start(log_start_offset)?;
 
         if clean {
             // The marker must be gone for good before anything is appended, or a crash after
@@ -197,6 +240,7 @@ impl Log {
             segments,
             active,
             recovery_point,
+            log_start_offset,
             epochs,
         };
         log.debug_check();
@@ -369,15 +413,18 @@ impl Log {
         }
         // An offset at the very end of a segment is served by the next one.
         let mut i = self.floor_segment(offset);
-        let segment = loop {
+        let (segment, start, first) = loop {
             match self.segment_at(i) {
-                Some(s) if s.next_offset > offset => break s,
+                Some(s) if s.next_offset > offset => {
+                    // A compacted segment may have lost its last offsets: go on to the next.
+                    if let Some((start, first)) = s.find_batch(offset.max(s.base_offset))? {
+                        break (s, start, first);
+                    }
+                    i += 1;
+                }
                 Some(_) => i += 1,
                 None => return Ok(Bytes::new()),
             }
-        };
-        let Some((start, first)) = segment.find_batch(offset)? else {
-            return Ok(Bytes::new());
         };
         if first.last_offset() >= max_offset {
             return Ok(Bytes::new());
@@ -403,8 +450,178 @@ impl Log {
         Ok(Bytes::from(bytes))
     }
 
+    /// The first offset a client may read (Kafka's log start offset); below it reads are
+    /// `OffsetOutOfRange`. The first batch may start below it (after DeleteRecords inside a
+    /// batch): it is returned whole, and clients skip the records before their fetch offset.
     pub fn log_start_offset(&self) -> i64 {
-        self.segments.first().map_or(self.active.base_offset, |s| s.base_offset)
+        self.log_start_offset
+    }
+
+    /// Total bytes of the segments' batches (DescribeLogDirs, `retention.bytes`).
+    pub fn size_bytes(&self) -> u64 {
+        self.all_segments().map(|s| s.size).sum()
+    }
+
+    /// Applies changed topic settings (segment size and age, index interval and size, max
+    /// message bytes, timestamp type); they take effect from the next append or roll.
+    pub fn update_config(&mut self, config: LogConfig) {
+        self.config = config;
+    }
+
+    /// DeleteRecords (Kafka's `UnifiedLog.maybeIncrementLogStartOffset`): raises the log start
+    /// offset to `offset` (never lowers it), checkpointed durably before anything is deleted,
+    /// then deletes the closed segments wholly below it. Returns the new log start offset (the
+    /// partition's low watermark).
+    ///
+    /// The caller resolves -1 to the high watermark and rejects an offset above the high
+    /// watermark (Kafka answers OffsetOutOfRange); here an offset below 0 or above the log end
+    /// is `OffsetOutOfRange`. The active segment is never deleted, even when `offset` is the
+    /// log end: its batches stay on disk, unreadable, until a roll closes it and the next
+    /// `apply_retention` deletes it as wholly below the log start.
+    pub fn delete_records_before(&mut self, offset: i64) -> Result<i64> {
+        let log_end = self.log_end_offset();
+        if offset < 0 || offset > log_end {
+            return Err(Error::OffsetOutOfRange {
+                asked: offset,
+                log_start: self.log_start_offset,
+                log_end,
+            });
+        }
+        self.raise_log_start_offset(offset)?;
+        let start = self.log_start_offset;
+        let below = self.segments.partition_point(|s| s.next_offset <= start);
+        self.delete_oldest(below)?;
+        self.debug_check();
+        Ok(self.log_start_offset)
+    }
+
+    /// One retention pass (Kafka's `UnifiedLog.deleteOldSegments` for `cleanup.policy=delete`),
+    /// oldest segment first, each rule stopping at the first segment it keeps:
+    /// segments wholly below the log start offset; then `retention.bytes` (-1: no limit) while
+    /// the log minus the segment still holds at least that many bytes; then `retention.ms`
+    /// (-1: no limit) when the segment's largest timestamp is more than that before `now_ms`.
+    ///
+    /// As in Kafka, a segment goes only when it ends at or below `high_watermark` (data not yet
+    /// replicated is kept), and the active segment, when a rule takes it and it is not empty,
+    /// is rolled first so that it can go too (the log then holds one empty segment at its end).
+    /// The log start offset moves up to the first remaining segment, checkpointed.
+    pub fn apply_retention(
+        &mut self,
+        retention_ms: i64,
+        retention_bytes: i64,
+        high_watermark: i64,
+        now_ms: i64,
+    ) -> Result<RetentionOutcome> {
+        let mut outcome = RetentionOutcome::default();
+        let mut add = |(segments, bytes): (usize, u64)| {
+            outcome.deleted_segments += segments;
+            outcome.deleted_bytes += bytes;
+        };
+        let start = self.log_start_offset;
+        let below_start = self.deletable_prefix(high_watermark, |_, next_base| {
+            Ok(next_base.is_some_and(|next| next <= start))
+        })?;
+        add(self.delete_prefix(below_start)?);
+
+        if let Ok(retention_bytes) = u64::try_from(retention_bytes) {
+            let size = self.size_bytes();
+            if size >= retention_bytes {
+                let mut excess = size - retention_bytes;
+                let over_size = self.deletable_prefix(high_watermark, |segment, _| {
+                    let fits = excess >= segment.size;
+                    if fits {
+                        excess -= segment.size;
+                    }
+                    Ok(fits)
+                })?;
+                add(self.delete_prefix(over_size)?);
+            }
+        }
+
+        if retention_ms >= 0 {
+            let too_old = self.deletable_prefix(high_watermark, |segment, _| {
+                Ok(now_ms.saturating_sub(segment.largest_timestamp()?) > retention_ms)
+            })?;
+            add(self.delete_prefix(too_old)?);
+        }
+        outcome.log_start_offset = self.log_start_offset;
+        self.debug_check();
+        Ok(outcome)
+    }
+
+    /// How many segments from the oldest (the active one included, last) `deletable` takes in a
+    /// row (Kafka's `LocalLog.deletableSegments` with `UnifiedLog`'s high watermark bound).
+    /// `deletable` gets the segment and the next one's base offset (None for the active one).
+    fn deletable_prefix(
+        &self,
+        high_watermark: i64,
+        mut deletable: impl FnMut(&Segment, Option<i64>) -> Result<bool>,
+    ) -> Result<usize> {
+        let mut count = 0;
+        for (i, segment) in self.all_segments().enumerate() {
+            let next_base = self.segment_at(i + 1).map(|s| s.base_offset);
+            let end = next_base.unwrap_or_else(|| self.log_end_offset());
+            // The predicate runs only for segments below the high watermark: the size rule
+            // counts the bytes of the segments it takes.
+            if high_watermark < end || !deletable(segment, next_base)? {
+                break;
+            }
+            if next_base.is_none() && segment.size == 0 {
+                break; // the empty active segment stays: a log always has one
+            }
+            count += 1;
+        }
+        Ok(count)
+    }
+
+    /// Deletes the `count` oldest segments, rolling first when that includes the active one.
+    /// Returns the segments and bytes deleted.
+    fn delete_prefix(&mut self, count: usize) -> Result<(usize, u64)> {
+        if count > self.segments.len() {
+            self.roll()?;
+        }
+        self.delete_oldest(count)
+    }
+
+    /// Deletes the `count` oldest closed segments, after raising the log start offset to the
+    /// first one kept.
+    fn delete_oldest(&mut self, count: usize) -> Result<(usize, u64)> {
+        let count = count.min(self.segments.len());
+        if count == 0 {
+            return Ok((0, 0));
+        }
+        let first_kept = self
+            .segment_at(count)
+            .map_or(self.active.base_offset, |s| s.base_offset);
+        self.raise_log_start_offset(first_kept)?;
+        // Out of the segment list first, so that no lookup can reach a segment whose files are
+        // going; if a deletion fails, the rest stay on disk below the log start, and the next
+        // open deletes them.
+        let deleted: Vec<Segment> = self.segments.drain(..count).collect();
+        let bytes = deleted.iter().map(|s| s.size).sum();
+        for segment in deleted {
+            tracing::info!(
+                dir = %self.dir.display(),
+                base_offset = segment.base_offset,
+                next_offset = segment.next_offset,
+                bytes = segment.size,
+                "deleting segment"
+            );
+            segment.delete(&self.dir)?;
+        }
+        Ok((count, bytes))
+    }
+
+    /// Raises the log start offset (never lowers it): checkpoint first, then memory and the
+    /// leader-epoch cache (Kafka's `maybeIncrementLogStartOffset`).
+    fn raise_log_start_offset(&mut self, offset: i64) -> Result<()> {
+        if offset <= self.log_start_offset {
+            return Ok(());
+        }
+        debug_assert!(offset <= self.log_end_offset(), "log start beyond the log end");
+        checkpoint::write_log_start_offset(&self.dir, offset)?;
+        self.log_start_offset = offset;
+        self.epochs.truncate_from_start(offset)
     }
 
     pub fn log_end_offset(&self) -> i64 {
@@ -418,14 +635,18 @@ impl Log {
     /// segment whose max timestamp reaches the target, then the first batch there whose
     /// maxTimestamp does, decoded to find the record.
     pub fn offset_for_timestamp(&self, timestamp_ms: i64) -> Result<Option<(i64, i64)>> {
+        // Records below the log start are not served (Kafka's LogSegment.findOffsetByTimestamp
+        // with `startingOffset = logStartOffset`).
+        let log_start = self.log_start_offset;
         for segment in self.all_segments() {
-            if segment.size == 0 || segment.max_timestamp < timestamp_ms {
+            if segment.size == 0 || segment.next_offset <= log_start || segment.max_timestamp < timestamp_ms {
                 continue;
             }
             let mut from = segment.timestamp_scan_start(timestamp_ms);
-            while let Some((position, header)) = segment.scan(from, |h| h.max_timestamp >= timestamp_ms)? {
+            let wanted = |h: &BatchHeader| h.max_timestamp >= timestamp_ms && h.last_offset() >= log_start;
+            while let Some((position, header)) = segment.scan(from, wanted)? {
                 let bytes = segment.read_at(position, header.size)?;
-                if let Some(found) = find_record(bytes, &header, |ts| ts >= timestamp_ms)? {
+                if let Some(found) = find_record(bytes, &header, log_start, |ts| ts >= timestamp_ms)? {
                     return Ok(Some(found));
                 }
                 // A producer's maxTimestamp above its records' timestamps: keep looking.
@@ -441,21 +662,33 @@ impl Log {
     /// Returns `(timestamp, offset)`. As Kafka 4 (KIP-734, KAFKA-16310): the first record with
     /// the largest timestamp, found by decoding its batch; for LogAppendTime every record
     /// carries the batch's timestamp, so the first record of the batch.
+    /// Only records at or above the log start count; the first segment, when it straddles the
+    /// log start, is scanned batch by batch (its max timestamp may be a deleted record's).
     pub fn max_timestamp(&self) -> Result<Option<(i64, i64)>> {
+        let log_start = self.log_start_offset;
+        let mut straddling = None;
         let mut best: Option<&Segment> = None;
         for segment in self.all_segments() {
-            if segment.size > 0
-                && segment.max_timestamp >= 0
-                && best.is_none_or(|b| segment.max_timestamp > b.max_timestamp)
-            {
+            if segment.size == 0 || segment.next_offset <= log_start {
+                continue;
+            }
+            if segment.base_offset < log_start {
+                straddling = max_timestamp_from(segment, log_start)?;
+            } else if segment.max_timestamp >= 0 && best.is_none_or(|b| segment.max_timestamp > b.max_timestamp) {
                 best = Some(segment);
             }
         }
-        let Some(segment) = best else { return Ok(None) };
+        let Some(segment) = best else { return Ok(straddling) };
         let target = segment.max_timestamp;
+        // The straddling segment holds earlier offsets: it wins ties.
+        if let Some((ts, offset)) = straddling
+            && ts >= target
+        {
+            return Ok(Some((ts, offset)));
+        }
         if let Some((position, header)) = segment.find_batch(segment.offset_of_max_timestamp)? {
             let bytes = segment.read_at(position, header.size)?;
-            if let Some((offset, _)) = find_record(bytes, &header, |ts| ts == target)? {
+            if let Some((offset, _)) = find_record(bytes, &header, log_start, |ts| ts == target)? {
                 return Ok(Some((target, offset)));
             }
         }
@@ -489,7 +722,12 @@ impl Log {
 
     /// Internal invariants, checked in debug builds.
     fn debug_check(&self) {
-        let mut expected = self.log_start_offset();
+        let mut expected = self.segments.first().map_or(self.active.base_offset, |s| s.base_offset);
+        debug_assert!(expected <= self.log_start_offset, "log start below the first segment");
+        debug_assert!(
+            self.log_start_offset <= self.log_end_offset(),
+            "log start past the log end"
+        );
         for segment in self.all_segments() {
             debug_assert_eq!(segment.base_offset, expected, "segments contiguous");
             expected = segment.next_offset;
@@ -515,13 +753,28 @@ fn whole_batches_len(bytes: &[u8]) -> usize {
     pos
 }
 
-/// The offset and timestamp of the first record of the batch `bytes` whose timestamp `matches`.
-fn find_record(bytes: Vec<u8>, header: &BatchHeader, matches: impl Fn(i64) -> bool) -> Result<Option<(i64, i64)>> {
+/// The offset and timestamp of the first record of the batch `bytes` at or after `from_offset`
+/// whose timestamp `matches`.
+fn find_record(
+    bytes: Vec<u8>,
+    header: &BatchHeader,
+    from_offset: i64,
+    matches: impl Fn(i64) -> bool,
+) -> Result<Option<(i64, i64)>> {
+    Ok(records_from(bytes, header, from_offset)?
+        .into_iter()
+        .find(|&(_, ts)| matches(ts)))
+}
+
+/// The (offset, timestamp) of each record of the batch `bytes` at or after `from_offset`.
+fn records_from(bytes: Vec<u8>, header: &BatchHeader, from_offset: i64) -> Result<Vec<(i64, i64)>> {
     if header.is_log_append_time() {
         // Kafka's DefaultRecordBatch gives every record of a LogAppendTime batch the batch's
         // maxTimestamp; the record deltas still hold the producer's times.
         let ts = header.max_timestamp;
-        return Ok(matches(ts).then_some((header.base_offset, ts)));
+        return Ok((header.base_offset.max(from_offset)..=header.last_offset())
+            .map(|offset| (offset, ts))
+            .collect());
     }
     let mut bytes = Bytes::from(bytes);
     let records = RecordBatchDecoder::decode(&mut bytes)
@@ -529,8 +782,42 @@ fn find_record(bytes: Vec<u8>, header: &BatchHeader, matches: impl Fn(i64) -> bo
     Ok(records
         .records
         .iter()
-        .find(|r| matches(r.timestamp))
-        .map(|r| (r.offset, r.timestamp)))
+        .filter(|r| r.offset >= from_offset)
+        .map(|r| (r.offset, r.timestamp))
+        .collect())
+}
+
+/// The largest timestamp among the records of `segment` at or after `from_offset` and the first
+/// record carrying it, as `(timestamp, offset)`: the batch holding `from_offset` is decoded,
+/// later batches are compared by their headers' maxTimestamp.
+fn max_timestamp_from(segment: &Segment, from_offset: i64) -> Result<Option<(i64, i64)>> {
+    let Some((position, first)) = segment.find_batch(from_offset)? else {
+        return Ok(None);
+    };
+    let mut best = None::<(i64, i64)>;
+    for (offset, ts) in records_from(segment.read_at(position, first.size)?, &first, from_offset)? {
+        if ts >= 0 && best.is_none_or(|(b, _)| ts > b) {
+            best = Some((ts, offset));
+        }
+    }
+    // Later batches win only with a strictly larger timestamp: ties go to the earlier record.
+    let mut floor = best.map_or(-1, |(ts, _)| ts);
+    let mut best_later = None;
+    let mut from = position + first.size as u64;
+    while let Some((at, header)) = segment.scan(from, |h| h.max_timestamp > floor)? {
+        from = at + header.size as u64;
+        floor = header.max_timestamp;
+        best_later = Some((at, header));
+    }
+    if let Some((at, header)) = best_later {
+        let target = header.max_timestamp;
+        let bytes = segment.read_at(at, header.size)?;
+        let found = find_record(bytes, &header, from_offset, |ts| ts == target)?;
+        return Ok(Some(
+            found.map_or((target, header.last_offset()), |(offset, ts)| (ts, offset)),
+        ));
+    }
+    Ok(best)
 }
 
 /// Base offsets of the segments in `dir`, increasing. Removes leftover temporary files of
@@ -542,7 +829,8 @@ fn list_segments(dir: &Path) -> Result<Vec<i64>> {
         let entry = entry.map_err(|e| Error::storage("list", dir, e))?;
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        if name.ends_with(TEMP_SUFFIX) {
+        // Interrupted checkpoint writes and segment deletions.
+        if name.ends_with(TEMP_SUFFIX) || name.ends_with(DELETED_SUFFIX) {
             let path = entry.path();
             match std::fs::remove_file(&path) {
                 Err(e) if e.kind() != ErrorKind::NotFound => {
@@ -1070,6 +1358,376 @@ mod tests {
                 start_offset: 0
             }]
         );
+    }
+
+    /// The base offsets of the segment files on disk.
+    fn bases_on_disk(dir: &Path) -> Vec<i64> {
+        segment_files(dir, "log")
+            .iter()
+            .map(|p| p.file_stem().unwrap().to_str().unwrap().parse().unwrap())
+            .collect()
+    }
+
+    /// A log of `n` batches of 3 records with timestamps from `ts0`, in 2 kB segments.
+    fn log_of_batches(dir: &Path, n: i64, ts0: i64) -> Log {
+        let mut log = Log::open(dir, small_segments(), NOW).unwrap();
+        for i in 0..n {
+            log.append(batch(3, ts0 + i), 0, NOW).unwrap();
+        }
+        log
+    }
+
+    fn leftovers(dir: &Path) -> Vec<PathBuf> {
+        let mut found = segment_files(dir, "deleted");
+        found.extend(segment_files(dir, "tmp"));
+        found
+    }
+
+    #[test]
+    fn delete_records_moves_the_log_start_and_survives_reopen() {
+        // Kafka's UnifiedLog.maybeIncrementLogStartOffset: the start only moves up.
+        let dir = TempDir::new().unwrap();
+        let mut log = log_of_batches(dir.path(), 20, 0);
+        assert_eq!(log.delete_records_before(10).unwrap(), 10);
+        assert_eq!(log.log_start_offset(), 10);
+        assert_eq!(log.delete_records_before(4).unwrap(), 10);
+        assert_eq!(log.delete_records_before(10).unwrap(), 10);
+        // The batch holding the log start is served whole (records 9..=11).
+        assert_eq!(ranges(&log.read(10, 60, 1, true).unwrap()), vec![(9, 11)]);
+        assert!(matches!(
+            log.delete_records_before(61),
+            Err(Error::OffsetOutOfRange {
+                asked: 61,
+                log_start: 10,
+                log_end: 60
+            })
+        ));
+        assert!(matches!(
+            log.delete_records_before(-2),
+            Err(Error::OffsetOutOfRange { .. })
+        ));
+        drop(log); // a crash
+        let mut log = Log::open(dir.path(), small_segments(), NOW).unwrap();
+        assert_eq!(log.log_start_offset(), 10);
+        assert_eq!(log.delete_records_before(60).unwrap(), 60);
+        log.close().unwrap();
+        let mut log = Log::open(dir.path(), small_segments(), NOW).unwrap();
+        assert_eq!((log.log_start_offset(), log.log_end_offset()), (60, 60));
+        assert_eq!(log.read(60, 60, 1 << 20, true).unwrap().len(), 0);
+        assert_eq!(log.append(batch(1, 0), 0, NOW).unwrap().base_offset, 60);
+        assert_eq!(ranges(&log.read(60, 61, 1 << 20, true).unwrap()), vec![(60, 60)]);
+    }
+
+    #[test]
+    fn reading_below_the_log_start_is_offset_out_of_range() {
+        let dir = TempDir::new().unwrap();
+        let mut log = log_of_batches(dir.path(), 20, 1_000);
+        log.delete_records_before(10).unwrap();
+        for offset in [0, 5, 9] {
+            assert!(
+                matches!(
+                    log.read(offset, 60, 1 << 20, true),
+                    Err(Error::OffsetOutOfRange { log_start: 10, .. })
+                ),
+                "offset {offset}"
+            );
+        }
+        // Timestamps below the start's record resolve to the log start, not a deleted record.
+        assert_eq!(log.offset_for_timestamp(0).unwrap(), Some((10, 1_004)));
+        assert_eq!(log.offset_for_timestamp(1_004).unwrap(), Some((10, 1_004)));
+        assert_eq!(log.offset_for_timestamp(1_005).unwrap(), Some((11, 1_005)));
+    }
+
+    #[test]
+    fn max_timestamp_ignores_records_below_the_log_start() {
+        let dir = TempDir::new().unwrap();
+        let mut log = Log::open(dir.path(), LogConfig::default(), NOW).unwrap();
+        log.append(valid(encode_batch(&[100, 500, 100], 100)), 0, NOW).unwrap();
+        log.append(valid(encode_batch(&[200, 300, 300], 100)), 0, NOW).unwrap();
+        assert_eq!(log.max_timestamp().unwrap(), Some((500, 1)));
+        log.delete_records_before(2).unwrap();
+        assert_eq!(log.max_timestamp().unwrap(), Some((300, 4)));
+        assert_eq!(log.offset_for_timestamp(0).unwrap(), Some((2, 100)));
+        log.delete_records_before(5).unwrap();
+        assert_eq!(log.max_timestamp().unwrap(), Some((300, 5)));
+        log.delete_records_before(6).unwrap();
+        assert_eq!(log.max_timestamp().unwrap(), None);
+        assert_eq!(log.offset_for_timestamp(0).unwrap(), None);
+    }
+
+    #[test]
+    fn segments_wholly_below_the_log_start_are_removed_from_disk() {
+        let dir = TempDir::new().unwrap();
+        let mut log = log_of_batches(dir.path(), 20, 0);
+        let bases = bases_on_disk(dir.path());
+        assert!(bases.len() >= 4, "{bases:?}");
+        // Inside the second segment: only the first goes.
+        log.delete_records_before(bases[1] + 1).unwrap();
+        assert_eq!(bases_on_disk(dir.path()), bases[1..]);
+        assert_eq!(segment_files(dir.path(), "index").len(), bases.len() - 1);
+        assert_eq!(segment_files(dir.path(), "timeindex").len(), bases.len() - 1);
+        // Exactly at the third segment's base: the second ends there and goes too.
+        log.delete_records_before(bases[2]).unwrap();
+        assert_eq!(bases_on_disk(dir.path()), bases[2..]);
+        // At the log end: every closed segment goes, the active one stays.
+        log.delete_records_before(60).unwrap();
+        assert_eq!(bases_on_disk(dir.path()), vec![*bases.last().unwrap()]);
+        assert!(leftovers(dir.path()).is_empty());
+        assert_eq!(
+            log.size_bytes(),
+            std::fs::metadata(&segment_files(dir.path(), "log")[0]).unwrap().len()
+        );
+    }
+
+    #[test]
+    fn delete_records_moves_the_first_leader_epoch_up_to_the_log_start() {
+        // Kafka's LeaderEpochFileCache.truncateFromStart.
+        let dir = TempDir::new().unwrap();
+        let mut log = Log::open(dir.path(), LogConfig::default(), NOW).unwrap();
+        log.append(batch(3, 0), 0, NOW).unwrap();
+        log.append(batch(3, 0), 2, NOW).unwrap();
+        log.append(batch(3, 0), 5, NOW).unwrap();
+        log.delete_records_before(4).unwrap();
+        let entry = |epoch, start_offset| EpochEntry { epoch, start_offset };
+        assert_eq!(log.leader_epochs(), &[entry(2, 4), entry(5, 6)]);
+        log.delete_records_before(6).unwrap();
+        assert_eq!(log.leader_epochs(), &[entry(5, 6)]);
+        log.delete_records_before(8).unwrap();
+        drop(log);
+        let log = Log::open(dir.path(), LogConfig::default(), NOW).unwrap();
+        assert_eq!(log.leader_epochs(), &[entry(5, 8)]);
+    }
+
+    #[test]
+    fn retention_by_time_deletes_only_closed_segments_past_retention() {
+        // Kafka's UnifiedLog.deleteRetentionMsBreachedSegments: largest timestamp older than
+        // now - retention.ms, oldest first, stopping at the first segment kept.
+        let dir = TempDir::new().unwrap();
+        let old = NOW - 100_000;
+        let mut log = log_of_batches(dir.path(), 12, old);
+        let old_bases = bases_on_disk(dir.path());
+        for i in 0..12 {
+            log.append(batch(3, NOW - 1_000 + i), 0, NOW).unwrap();
+        }
+        let bases = bases_on_disk(dir.path());
+        // The segment holding both old and new batches is kept: its largest timestamp is new.
+        let straddling = old_bases.len() - 1;
+        let outcome = log.apply_retention(50_000, -1, log.log_end_offset(), NOW).unwrap();
+        assert_eq!(outcome.deleted_segments, straddling);
+        assert_eq!(outcome.log_start_offset, bases[straddling]);
+        assert_eq!(bases_on_disk(dir.path()), bases[straddling..]);
+        assert_eq!(log.log_start_offset(), bases[straddling]);
+        // -1 is no time limit.
+        let nothing = log
+            .apply_retention(-1, -1, log.log_end_offset(), NOW + 1_000_000)
+            .unwrap();
+        assert_eq!(nothing.deleted_segments, 0);
+        assert_eq!(bases_on_disk(dir.path()), bases[straddling..]);
+    }
+
+    #[test]
+    fn retention_by_time_rolls_an_expired_active_segment_once_replicated() {
+        // Kafka's UnifiedLog.deleteSegments rolls when every segment is deletable.
+        let dir = TempDir::new().unwrap();
+        let mut log = log_of_batches(dir.path(), 12, NOW - 100_000);
+        let segments = bases_on_disk(dir.path()).len();
+        let size = log.size_bytes();
+        // Not all replicated: the segments above the high watermark and the active one stay.
+        let kept = log.apply_retention(50_000, -1, 20, NOW).unwrap();
+        assert!(kept.log_start_offset <= 20 && kept.deleted_segments < segments);
+        assert_eq!(log.log_end_offset(), 36);
+
+        let outcome = log.apply_retention(50_000, -1, 36, NOW).unwrap();
+        assert_eq!(kept.deleted_segments + outcome.deleted_segments, segments);
+        assert_eq!(kept.deleted_bytes + outcome.deleted_bytes, size);
+        assert_eq!(outcome.log_start_offset, 36);
+        assert_eq!(bases_on_disk(dir.path()), vec![36]);
+        assert_eq!(
+            (log.log_start_offset(), log.log_end_offset(), log.size_bytes()),
+            (36, 36, 0)
+        );
+        // The empty active segment is never deleted, and appends continue at the log end.
+        assert_eq!(log.apply_retention(0, 0, 36, NOW).unwrap().deleted_segments, 0);
+        assert_eq!(log.append(batch(1, NOW), 0, NOW).unwrap().base_offset, 36);
+        drop(log);
+        let log = Log::open(dir.path(), small_segments(), NOW).unwrap();
+        assert_eq!((log.log_start_offset(), log.log_end_offset()), (36, 37));
+    }
+
+    #[test]
+    fn retention_by_size_keeps_the_newest_segments_that_fit() {
+        // Kafka's UnifiedLog.deleteRetentionSizeBreachedSegments: delete while the log minus
+        // the segment still holds at least retention.bytes.
+        let dir = TempDir::new().unwrap();
+        let mut log = log_of_batches(dir.path(), 30, 0);
+        let bases = bases_on_disk(dir.path());
+        let sizes: Vec<u64> = segment_files(dir.path(), "log")
+            .iter()
+            .map(|p| std::fs::metadata(p).unwrap().len())
+            .collect();
+        assert_eq!(log.size_bytes(), sizes.iter().sum::<u64>());
+        let n = sizes.len();
+        // Exactly the last three segments: all older ones go.
+        let last_three: u64 = sizes[n - 3..].iter().sum();
+        let outcome = log.apply_retention(-1, last_three as i64, 90, NOW).unwrap();
+        assert_eq!(outcome.deleted_segments, n - 3);
+        assert_eq!(outcome.deleted_bytes, sizes[..n - 3].iter().sum::<u64>());
+        assert_eq!(bases_on_disk(dir.path()), bases[n - 3..]);
+        assert_eq!(log.log_start_offset(), bases[n - 3]);
+        // One byte more than the last two: the third from last must stay.
+        let outcome = log
+            .apply_retention(-1, (sizes[n - 2] + sizes[n - 1] + 1) as i64, 90, NOW)
+            .unwrap();
+        assert_eq!(outcome.deleted_segments, 0);
+        // Retention below the active segment's size takes every closed segment only.
+        let outcome = log.apply_retention(-1, 1, 90, NOW).unwrap();
+        assert_eq!(outcome.deleted_segments, 2);
+        assert_eq!(bases_on_disk(dir.path()), vec![bases[n - 1]]);
+        assert_eq!(log.size_bytes(), sizes[n - 1]);
+    }
+
+    #[test]
+    fn retention_never_deletes_past_the_high_watermark() {
+        let dir = TempDir::new().unwrap();
+        let mut log = log_of_batches(dir.path(), 20, NOW - 100_000);
+        let bases = bases_on_disk(dir.path());
+        let outcome = log.apply_retention(0, 0, bases[1], NOW).unwrap();
+        assert_eq!(outcome.deleted_segments, 1); // only the first segment ends at or below it
+        assert_eq!(bases_on_disk(dir.path()), bases[1..]);
+        let outcome = log.apply_retention(0, 0, bases[2] - 1, NOW).unwrap();
+        assert_eq!(outcome.deleted_segments, 0);
+    }
+
+    #[test]
+    fn retention_deletes_segments_left_below_the_log_start() {
+        // Kafka's UnifiedLog.deleteLogStartOffsetBreachedSegments.
+        let dir = TempDir::new().unwrap();
+        let log = log_of_batches(dir.path(), 20, NOW);
+        let bases = bases_on_disk(dir.path());
+        drop(log);
+        checkpoint::write_log_start_offset(dir.path(), bases[2] + 1).unwrap();
+        // Open drops the segments wholly below the checkpointed start.
+        let mut log = Log::open(dir.path(), small_segments(), NOW).unwrap();
+        assert_eq!(bases_on_disk(dir.path()), bases[2..]);
+        assert_eq!(log.log_start_offset(), bases[2] + 1);
+        let outcome = log.apply_retention(-1, -1, 60, NOW).unwrap();
+        assert_eq!(outcome.deleted_segments, 0);
+        log.delete_records_before(bases[3]).unwrap();
+        assert_eq!(bases_on_disk(dir.path()), bases[3..]);
+    }
+
+    #[test]
+    fn the_log_start_offset_checkpoint_survives_reopen_and_is_clamped_to_the_log() {
+        let dir = TempDir::new().unwrap();
+        let mut log = log_of_batches(dir.path(), 20, NOW - 100_000);
+        let bases = bases_on_disk(dir.path());
+        let outcome = log.apply_retention(-1, 1, 30, NOW).unwrap();
+        assert!(outcome.deleted_segments > 0);
+        let start = outcome.log_start_offset;
+        let text = std::fs::read_to_string(dir.path().join(checkpoint::LOG_START_OFFSET_FILE)).unwrap();
+        assert_eq!(text, format!("0\n1\n{start}\n"));
+        log.close().unwrap();
+        let log = Log::open(dir.path(), small_segments(), NOW).unwrap();
+        assert_eq!(log.log_start_offset(), start);
+        drop(log);
+        // A start past the log end (the tail was lost) ends at the log end; one below the first
+        // segment (an older checkpoint) starts at the first segment.
+        checkpoint::write_log_start_offset(dir.path(), 1_000).unwrap();
+        let log = Log::open(dir.path(), small_segments(), NOW).unwrap();
+        assert_eq!(log.log_start_offset(), 60);
+        drop(log);
+        checkpoint::write_log_start_offset(dir.path(), 0).unwrap();
+        let log = Log::open(dir.path(), small_segments(), NOW).unwrap();
+        assert!(bases.contains(&log.log_start_offset()) && log.log_start_offset() > 0);
+        assert_eq!(log.log_start_offset(), bases_on_disk(dir.path())[0]);
+    }
+
+    #[test]
+    fn leftover_deleted_files_are_removed_at_open() {
+        let dir = TempDir::new().unwrap();
+        let log = log_of_batches(dir.path(), 20, NOW);
+        drop(log);
+        for name in [
+            "00000000000000000000.log.deleted",
+            "00000000000000000000.index.deleted",
+            "00000000000000000003.timeindex.deleted",
+        ] {
+            std::fs::write(dir.path().join(name), b"junk").unwrap();
+        }
+        let log = Log::open(dir.path(), small_segments(), NOW).unwrap();
+        assert!(leftovers(dir.path()).is_empty(), "{:?}", leftovers(dir.path()));
+        assert_eq!((log.log_start_offset(), log.log_end_offset()), (0, 60));
+    }
+
+    /// A log of 20 batches whose start checkpoint was raised to the third segment's base, as a
+    /// deletion writes it before touching any segment file, then left without a clean close.
+    fn log_mid_deletion() -> (TempDir, Vec<i64>) {
+        let dir = TempDir::new().unwrap();
+        let log = log_of_batches(dir.path(), 20, NOW);
+        let bases = bases_on_disk(dir.path());
+        drop(log);
+        checkpoint::write_log_start_offset(dir.path(), bases[2]).unwrap();
+        (dir, bases)
+    }
+
+    fn rename_to_deleted(dir: &Path, base: i64, ext: &str) {
+        let from = dir.join(segment::file_name(base, ext));
+        std::fs::rename(&from, dir.join(format!("{}.deleted", segment::file_name(base, ext)))).unwrap();
+    }
+
+    #[test]
+    fn a_deletion_cut_short_by_a_crash_recovers_consistently() {
+        let (dir, bases) = log_mid_deletion();
+        let reference = Log::open(copy_dir(dir.path()).path(), small_segments(), NOW)
+            .unwrap()
+            .read(bases[2], 60, 1 << 20, true)
+            .unwrap();
+        // What the crash left: a name and how to make it from a copy of the log.
+        type CrashState = (&'static str, fn(&Path, &[i64]));
+        let states: [CrashState; 4] = [
+            ("checkpoint written, nothing renamed", |_, _| {}),
+            ("first segment's indexes renamed", |dir, bases| {
+                rename_to_deleted(dir, bases[0], "index");
+                rename_to_deleted(dir, bases[0], "timeindex");
+            }),
+            ("first segment renamed, second's index renamed", |dir, bases| {
+                for ext in ["index", "timeindex", "log"] {
+                    rename_to_deleted(dir, bases[0], ext);
+                }
+                rename_to_deleted(dir, bases[1], "index");
+            }),
+            // The disk persisted the second segment's removal but not the first's: not a hole.
+            ("second segment removed before the first", |dir, bases| {
+                segment::remove_files(dir, bases[1]).unwrap();
+            }),
+        ];
+        for (state, make) in states {
+            let copy = copy_dir(dir.path());
+            make(copy.path(), &bases);
+            let mut log = Log::open(copy.path(), small_segments(), NOW).unwrap();
+            assert_eq!(bases_on_disk(copy.path()), bases[2..], "{state}");
+            assert!(leftovers(copy.path()).is_empty(), "{state}");
+            assert_eq!(
+                (log.log_start_offset(), log.log_end_offset()),
+                (bases[2], 60),
+                "{state}"
+            );
+            assert_eq!(log.read(bases[2], 60, 1 << 20, true).unwrap(), reference, "{state}");
+            assert_eq!(log.append(batch(1, 0), 0, NOW).unwrap().base_offset, 60, "{state}");
+        }
+    }
+
+    #[test]
+    fn update_config_takes_effect_at_the_next_append() {
+        let dir = TempDir::new().unwrap();
+        let mut log = Log::open(dir.path(), LogConfig::default(), NOW).unwrap();
+        for i in 0..10 {
+            log.append(batch(3, i), 0, NOW).unwrap();
+        }
+        assert_eq!(bases_on_disk(dir.path()), vec![0]);
+        log.update_config(small_segments());
+        log.append(batch(3, 0), 0, NOW).unwrap();
+        assert_eq!(bases_on_disk(dir.path()), vec![0, 30]);
     }
 
     #[test]

@@ -19,6 +19,10 @@ const SCAN_CHUNK_BYTES: usize = 4096;
 /// Bytes read at a time when recovery validates whole batches.
 const RECOVERY_CHUNK_BYTES: usize = 1 << 20;
 
+/// Appended to the files of a segment being deleted (Kafka's `LogFileUtils.DELETED_FILE_SUFFIX`):
+/// the rename takes the segment out of the log in one step; `Log::open` removes leftovers.
+pub(crate) const DELETED_SUFFIX: &str = ".deleted";
+
 pub(crate) fn file_name(base_offset: i64, extension: &str) -> String {
     format!("{base_offset:020}.{extension}")
 }
@@ -124,7 +128,13 @@ impl<'a> ChunkReader<'a> {
 impl Segment {
     /// Creates a new empty segment (a roll, or the first segment of a new log).
     pub fn create(dir: &Path, base_offset: i64, created_by_roll: bool) -> Result<Segment> {
-        let log_path = dir.join(file_name(base_offset, "log"));
+        Segment::create_suffixed(dir, base_offset, created_by_roll, "")
+    }
+
+    /// Creates a new empty segment whose three file names end with `suffix` (the cleaner's
+    /// `.cleaned` segments, renamed into place once complete).
+    pub fn create_suffixed(dir: &Path, base_offset: i64, created_by_roll: bool, suffix: &str) -> Result<Segment> {
+        let log_path = dir.join(file_name(base_offset, "log") + suffix);
         let log = open_log(&log_path)?;
         let len = log.metadata().map_err(|e| Error::storage("stat", &log_path, e))?.len();
         if len != 0 {
@@ -135,8 +145,8 @@ impl Segment {
                 std::io::Error::new(ErrorKind::AlreadyExists, "segment exists with data"),
             ));
         }
-        let (offset_index, _) = Index::open(dir.join(file_name(base_offset, "index")), true)?;
-        let (time_index, _) = Index::open(dir.join(file_name(base_offset, "timeindex")), true)?;
+        let (offset_index, _) = Index::open(dir.join(file_name(base_offset, "index") + suffix), true)?;
+        let (time_index, _) = Index::open(dir.join(file_name(base_offset, "timeindex") + suffix), true)?;
         Ok(Segment {
             base_offset,
             log: Arc::new(log),
@@ -245,8 +255,9 @@ impl Segment {
 
     /// Validates every batch (framing, magic, CRC32C, record count, offsets contiguous from the
     /// base offset), truncates the file at the first bad byte and rebuilds both indexes.
-    /// Returns whether anything was truncated.
-    pub fn recover(&mut self, config: &LogConfig) -> Result<bool> {
+    /// Returns whether anything was truncated. A `compacted` segment (log cleaner output) may
+    /// have offset gaps between batches and fewer records than offsets in a batch.
+    pub fn recover(&mut self, config: &LogConfig, compacted: bool) -> Result<bool> {
         let file_len = self.file_len()?;
         self.offset_index.clear()?;
         self.time_index.clear()?;
@@ -265,6 +276,7 @@ impl Segment {
             let framed = batch::frame(reader.get_prefix(pos, HEADER_LEN)?, available);
             let checked = match framed {
                 Ok(size) => match reader.get(pos, size)? {
+                    Some(bytes) if compacted => batch::check_compacted(bytes),
                     Some(bytes) => batch::check(bytes),
                     None => Err(Error::CorruptBatch("batch past the end of the file".into())),
                 },
@@ -272,6 +284,10 @@ impl Segment {
             };
             let header = match checked {
                 Ok(h) if h.base_offset == self.next_offset => h,
+                Ok(h) if compacted && h.base_offset > self.next_offset => {
+                    self.next_offset = h.base_offset;
+                    h
+                }
                 Ok(h) => {
                     bad = Some(format!(
                         "batch at offset {} where {} was expected",
@@ -484,6 +500,32 @@ impl Segment {
             .map_or(0, |relative| u64::from(self.offset_index.lookup(relative)))
     }
 
+    /// The segment's largest timestamp for time retention: its max timestamp, or the log
+    /// file's modification time when no batch carries one (Kafka's `LogSegment.largestTimestamp`).
+    pub fn largest_timestamp(&self) -> Result<i64> {
+        if self.max_timestamp >= 0 {
+            return Ok(self.max_timestamp);
+        }
+        let modified = self
+            .log
+            .metadata()
+            .and_then(|m| m.modified())
+            .map_err(|e| Error::storage("stat", &self.log_path, e))?;
+        let since_epoch = modified.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        Ok(i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX))
+    }
+
+    /// Takes the segment out of the directory: renames its files to `*.deleted`, indexes
+    /// first and the `.log` last, then removes them. A crash anywhere leaves either the whole
+    /// `.log` (its missing indexes are rebuilt at open) or no `.log` at all, never an index
+    /// without its log; `Log::open` removes the `*.deleted` leftovers. Open descriptors (a
+    /// `FlushHandle` being synced) keep working on the unlinked files.
+    pub fn delete(self, dir: &Path) -> Result<()> {
+        let base_offset = self.base_offset;
+        drop(self);
+        remove_files(dir, base_offset)
+    }
+
     /// Deletes the files of the segment with `base_offset` in `dir` (recovery dropping
     /// segments after a truncation).
     pub fn delete_files(dir: &Path, base_offset: i64) -> Result<()> {
@@ -498,6 +540,30 @@ impl Segment {
         }
         Ok(())
     }
+}
+
+/// Renames the files of the segment with `base_offset` to `*.deleted` (indexes first, the `.log`
+/// last), then removes them. Files already gone are skipped.
+pub(crate) fn remove_files(dir: &Path, base_offset: i64) -> Result<()> {
+    let mut renamed = Vec::with_capacity(3);
+    for ext in ["index", "timeindex", "log"] {
+        let path = dir.join(file_name(base_offset, ext));
+        let mut deleted = path.clone().into_os_string();
+        deleted.push(DELETED_SUFFIX);
+        let deleted = PathBuf::from(deleted);
+        match std::fs::rename(&path, &deleted) {
+            Ok(()) => renamed.push(deleted),
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::storage("rename", &path, e)),
+        }
+    }
+    for path in renamed {
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != ErrorKind::NotFound => return Err(Error::storage("delete", &path, e)),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 fn open_log(path: &Path) -> Result<File> {

@@ -184,15 +184,47 @@ impl Partition {
         self.with_log(|log| Ok(log.max_timestamp()?.filter(|(_, o)| *o < hw)))
     }
 
-    /// Bytes of log on disk (DescribeLogDirs): the sum of the segment files.
+    /// Bytes of log on disk (DescribeLogDirs).
     pub fn size_bytes(&self) -> Result<u64> {
-        let entries = std::fs::read_dir(&self.dir).map_err(|e| Error::storage("list", &self.dir, e))?;
-        Ok(entries
-            .flatten()
-            .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
-            .filter_map(|e| e.metadata().ok())
-            .map(|m| m.len())
-            .sum())
+        self.with_log(|log| Ok(log.size_bytes()))
+    }
+
+    /// DeleteRecords: moves the log start offset to `offset` (-1: the high watermark) and
+    /// returns the new low watermark. Offsets above the high watermark are out of range.
+    pub fn delete_records(&self, offset: i64) -> Result<i64> {
+        let hw = self.high_watermark();
+        let target = if offset == -1 { hw } else { offset };
+        self.with_log(|log| {
+            if target < 0 || target > hw {
+                return Err(Error::OffsetOutOfRange {
+                    asked: offset,
+                    log_start: log.log_start_offset(),
+                    log_end: hw,
+                });
+            }
+            log.delete_records_before(target)
+        })
+    }
+
+    /// One retention pass (Kafka's `deleteOldSegments`): time and size limits of the topic.
+    pub fn apply_retention(&self, retention_ms: i64, retention_bytes: i64) -> Result<crate::log::RetentionOutcome> {
+        let hw = self.high_watermark();
+        self.with_log(|log| log.apply_retention(retention_ms, retention_bytes, hw, now_ms()))
+    }
+
+    /// One compaction round (holding the partition's lock: appends wait meanwhile).
+    pub fn clean(
+        &self,
+        config: &crate::log::cleaner::CleanerConfig,
+    ) -> Result<Option<crate::log::cleaner::CleanStats>> {
+        self.with_log(|log| log.clean(config, now_ms()))
+    }
+
+    /// New settings for the log, effective from the next append or roll.
+    pub fn update_config(&self, config: crate::log::LogConfig) {
+        if let Some(log) = self.lock().as_mut() {
+            log.update_config(config);
+        }
     }
 
     /// Flushes and closes the log; later calls get UNKNOWN_TOPIC_OR_PARTITION.
@@ -333,7 +365,9 @@ impl ReplicaManager {
             remove_partition_dir(&p.dir);
         }
         for (tp, topic) in wanted {
-            if self.get(&tp.topic, tp.partition).is_some() {
+            if let Some(existing) = self.get(&tp.topic, tp.partition) {
+                // Config changes (AlterConfigs) take effect live.
+                existing.update_config(self.config.topic_log_config(&topic.configs));
                 continue;
             }
             let dir = self.partition_dir(&tp);
@@ -377,6 +411,85 @@ impl ReplicaManager {
         for entry in entries.flatten() {
             if entry.file_name().to_string_lossy().ends_with("-delete") {
                 remove_partition_dir(&entry.path());
+            }
+        }
+    }
+
+    /// Every hosted partition.
+    pub fn all(&self) -> Vec<Arc<Partition>> {
+        self.partitions
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// One retention pass over every partition, with each topic's `retention.ms`,
+    /// `retention.bytes` and `cleanup.policy` (compact-only topics keep old segments).
+    pub fn apply_retention(&self, image: &MetadataImage) {
+        for p in self.all() {
+            let Some(topic) = image.topic(&p.tp.topic) else {
+                continue;
+            };
+            let get = |key: &str| {
+                topic
+                    .configs
+                    .get(key)
+                    .cloned()
+                    .or_else(|| self.config.topic_default(key))
+            };
+            let deletes = get("cleanup.policy").is_none_or(|policy| policy.split(',').any(|x| x.trim() == "delete"));
+            let (ms, bytes) = if deletes {
+                let parse = |key: &str| get(key).and_then(|v| v.parse::<i64>().ok()).unwrap_or(-1);
+                (parse("retention.ms"), parse("retention.bytes"))
+            } else {
+                (-1, -1)
+            };
+            match p.apply_retention(ms, bytes) {
+                Ok(outcome) if outcome.deleted_segments > 0 => tracing::info!(
+                    partition = %p.tp,
+                    segments = outcome.deleted_segments,
+                    bytes = outcome.deleted_bytes,
+                    log_start_offset = outcome.log_start_offset,
+                    "retention deleted segments"
+                ),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(partition = %p.tp, error = %e, "retention pass failed"),
+            }
+        }
+    }
+
+    /// One cleaning round over every partition of a compacted topic (Kafka's LogCleaner).
+    pub fn clean_compacted(&self, image: &MetadataImage) {
+        for p in self.all() {
+            let Some(topic) = image.topic(&p.tp.topic) else {
+                continue;
+            };
+            let Some(config) = self.config.topic_cleaner_config(&topic.configs) else {
+                continue;
+            };
+            // Several passes when the key map cannot hold every key at once.
+            for _ in 0..16 {
+                match p.clean(&config) {
+                    Ok(Some(stats)) => {
+                        tracing::info!(
+                            partition = %p.tp,
+                            read = stats.bytes_read,
+                            written = stats.bytes_written,
+                            removed = stats.records_removed,
+                            "compacted"
+                        );
+                        if stats.passes_needed <= 1 {
+                            break;
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::warn!(partition = %p.tp, error = %e, "cleaning failed");
+                        break;
+                    }
+                }
             }
         }
     }
