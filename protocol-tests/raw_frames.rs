@@ -3,7 +3,7 @@
 
 mod common;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use common::*;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
@@ -13,42 +13,21 @@ use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::{Compression, RecordBatchDecoder, TimestampType};
 use sluice::api::SUPPORTED;
 
-/// One record batch (magic 2) of `count` records, timestamps from `timestamp`.
+/// One record batch (magic 2) of `count` keyed records, timestamps from `timestamp`.
 fn batch(count: usize, value_len: usize, timestamp: i64) -> Bytes {
-    let records: Vec<Record> = (0..count)
-        .map(|i| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            // The encoder keeps records in one batch while offset - sequence stays constant.
-            sequence: i as i32 - 1,
-            timestamp: timestamp + i as i64,
-            key: Some(Bytes::from(format!("k{i}"))),
-            value: Some(Bytes::from(vec![b'v'; value_len])),
-            headers: Default::default(),
+    let records: Vec<(Option<Bytes>, Option<Bytes>, i64)> = (0..count)
+        .map(|i| {
+            (
+                Some(Bytes::from(format!("k{i}"))),
+                Some(Bytes::from(vec![b'v'; value_len])),
+                timestamp + i as i64,
+            )
         })
         .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .unwrap();
-    buf.freeze()
+    sluice::log::batch::encode_records(&records, Compression::None).unwrap()
 }
 
 fn produce_request(topic_name: &str, partition: i32, records: Bytes, acks: i16) -> ProduceRequest {

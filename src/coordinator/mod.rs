@@ -20,17 +20,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::{Compression, RecordBatchDecoder};
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
 use crate::cluster::Controller;
 use crate::config::BrokerConfig;
 use crate::error::Error;
+use crate::log::batch::encode_records;
 use crate::log::validate_batches;
 use crate::replica::{ReplicaManager, now_ms};
 use consumer::{ConsumerGroup, ConsumerLimits, HeartbeatIn, HeartbeatOut, TopicsView};
@@ -258,40 +257,15 @@ impl GroupCoordinator {
             .get(OFFSETS_TOPIC, index)
             .ok_or_else(|| Error::UnknownTopicOrPartition(format!("{OFFSETS_TOPIC}-{index}")))?;
         let now = now_ms();
-        let records: Vec<Record> = records
+        let records: Vec<(Option<Bytes>, Option<Bytes>, i64)> = records
             .iter()
-            .enumerate()
-            .map(|(i, r)| {
+            .map(|r| {
                 let (key, value) = r.encode();
-                Record {
-                    transactional: false,
-                    control: false,
-                    delete_horizon: false,
-                    partition_leader_epoch: -1,
-                    producer_id: -1,
-                    producer_epoch: -1,
-                    timestamp_type: TimestampType::Creation,
-                    offset: i as i64,
-                    // The encoder keeps records in one batch while offset - sequence is constant.
-                    sequence: i as i32 - 1,
-                    timestamp: now,
-                    key: Some(key),
-                    value,
-                    headers: Default::default(),
-                }
+                (Some(key), value, now)
             })
             .collect();
-        let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(
-            &mut buf,
-            &records,
-            &RecordEncodeOptions {
-                version: 2,
-                compression: Compression::None,
-            },
-        )
-        .map_err(|e| Error::InvalidRequest(format!("encoding group records: {e}")))?;
-        let batches = validate_batches(&buf.freeze(), usize::MAX)?;
+        let encoded = encode_records(&records, Compression::None)?;
+        let batches = validate_batches(&encoded, usize::MAX)?;
         let info = partition.append(batches, true)?;
         partition.wait_durable(info.last_offset).await
     }

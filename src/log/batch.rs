@@ -7,7 +7,8 @@
 //! i64 @27, maxTimestamp i64 @35, producerId i64 @43, producerEpoch i16 @51, baseSequence i32
 //! @53, recordsCount i32 @57, records @61.
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
 
 use crate::error::{Error, Result};
 
@@ -310,13 +311,50 @@ pub(crate) fn stamped_header(
     header
 }
 
+/// Encodes records the broker writes itself (group state, offsets) as one non-idempotent
+/// batch: (key, value, timestamp) each, offsets 0.. (assigned again at append).
+pub fn encode_records(records: &[(Option<Bytes>, Option<Bytes>, i64)], compression: Compression) -> Result<Bytes> {
+    let records: Vec<Record> = records
+        .iter()
+        .enumerate()
+        .map(|(i, (key, value, timestamp))| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            // The encoder starts a new batch when offset - sequence changes; this keeps one
+            // batch with baseSequence -1 (no idempotence).
+            sequence: i as i32 - 1,
+            timestamp: *timestamp,
+            key: key.clone(),
+            value: value.clone(),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        &records,
+        &RecordEncodeOptions {
+            version: MAGIC_V2,
+            compression,
+        },
+    )
+    .map_err(|e| Error::CorruptBatch(format!("encoding records: {e}")))?;
+    Ok(buf.freeze())
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use super::*;
     use bytes::BytesMut;
-    use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+    use kafka_protocol::records::Compression;
 
     /// Encodes one batch of `count` records with timestamps `timestamps[i]` (or `ts0 + i`).
     pub(crate) fn encode_batch(timestamps: &[i64], value_len: usize) -> Bytes {
@@ -324,38 +362,11 @@ pub(crate) mod tests {
     }
 
     pub(crate) fn encode_batch_with(timestamps: &[i64], value_len: usize, compression: Compression) -> Bytes {
-        let records: Vec<Record> = timestamps
+        let records: Vec<(Option<Bytes>, Option<Bytes>, i64)> = timestamps
             .iter()
-            .enumerate()
-            .map(|(i, &ts)| Record {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: -1,
-                producer_id: -1,
-                producer_epoch: -1,
-                timestamp_type: TimestampType::Creation,
-                offset: i as i64,
-                // The encoder starts a new batch when offset - sequence changes; this keeps one
-                // batch with baseSequence -1 (no idempotence).
-                sequence: i as i32 - 1,
-                timestamp: ts,
-                key: None,
-                value: Some(Bytes::from(vec![b'v'; value_len])),
-                headers: Default::default(),
-            })
+            .map(|&ts| (None, Some(Bytes::from(vec![b'v'; value_len])), ts))
             .collect();
-        let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(
-            &mut buf,
-            &records,
-            &RecordEncodeOptions {
-                version: 2,
-                compression,
-            },
-        )
-        .unwrap();
-        buf.freeze()
+        encode_records(&records, compression).unwrap()
     }
 
     fn concat(parts: &[&Bytes]) -> Bytes {
