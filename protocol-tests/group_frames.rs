@@ -513,3 +513,56 @@ async fn consumer_group_heartbeat_versions_and_protocol_mixing() {
     assert_eq!(resp.error_code, 0, "an empty consumer group converts to classic");
     broker.handle.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_consumer_group_survives_a_broker_restart() {
+    // The group's members, epochs and partitions are in __consumer_offsets: after a restart a
+    // member's heartbeat at its epoch goes on as before, with the same partitions.
+    use kafka_protocol::messages::ConsumerGroupHeartbeatRequest;
+    let broker = TestBroker::start(BROKER).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    raw.call(
+        12,
+        &MetadataRequest::default().with_topics(Some(vec![
+            kafka_protocol::messages::metadata_request::MetadataRequestTopic::default().with_name(Some(topic("t"))),
+        ])),
+    )
+    .await;
+    let join = ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(gid("durable"))
+        .with_member_id(s("member-1"))
+        .with_member_epoch(0)
+        .with_rebalance_timeout_ms(30_000)
+        .with_subscribed_topic_names(Some(vec![topic("t")]))
+        .with_topic_partitions(Some(vec![]));
+    let joined = raw.call(1, &join).await;
+    assert_eq!((joined.error_code, joined.member_epoch), (0, 1));
+    let assigned: Vec<i32> = joined.assignment.unwrap().topic_partitions[0].partitions.clone();
+    assert_eq!(assigned.len(), 2);
+
+    let broker = broker.restart(BROKER).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    let beat = ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(gid("durable"))
+        .with_member_id(s("member-1"))
+        .with_member_epoch(1);
+    let after = raw.call(1, &beat).await;
+    assert_eq!(
+        (after.error_code, after.member_epoch),
+        (0, 1),
+        "the member is still known at its epoch"
+    );
+    let described = raw
+        .call(
+            1,
+            &kafka_protocol::messages::ConsumerGroupDescribeRequest::default().with_group_ids(vec![gid("durable")]),
+        )
+        .await;
+    let g = &described.groups[0];
+    assert_eq!((g.error_code, g.members.len()), (0, 1));
+    assert_eq!(
+        g.members[0].assignment.topic_partitions[0].partitions, assigned,
+        "same partitions"
+    );
+    broker.handle.shutdown().await;
+}

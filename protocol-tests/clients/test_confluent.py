@@ -9,7 +9,12 @@ watermarks / offsets_for_times / AdminClient.list_offsets; then consumer
 groups: two members splitting a 4-partition topic with synchronous commits and
 failover when one leaves, a new member resuming from the committed offsets,
 and the group admin APIs (list/describe/delete groups, list/alter group
-offsets). Every step checks what the broker sent back; the first mismatch
+offsets); then topic configs (CreateTopics with configs, DescribeConfigs
+sources and synonyms, IncrementalAlterConfigs SET/DELETE/APPEND/SUBTRACT and
+validate_only, legacy AlterConfigs, INVALID_CONFIG naming the key for bad
+values and unknown keys, a compacted topic refusing keyless records, read-only
+broker configs), DescribeCluster, DeleteRecords and a lowered retention.ms
+taking effect. Every step checks what the broker sent back; the first mismatch
 raises and exits non-zero.
 
 The broker does not serve InitProducerId yet, so enable.idempotence=false.
@@ -17,12 +22,14 @@ The broker does not serve InitProducerId yet, so enable.idempotence=false.
 import sys
 import time
 import uuid
+import warnings
 from collections import defaultdict
 
 from confluent_kafka import (Consumer, ConsumerGroupState, ConsumerGroupTopicPartitions,
                              KafkaError, KafkaException, Producer, TopicPartition,
                              TIMESTAMP_CREATE_TIME)
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
+                                   ConfigSource, NewTopic, OffsetSpec, ResourceType)
 
 ADDR = sys.argv[1]
 N = 1000
@@ -525,6 +532,255 @@ def test_group_admin(admin, c3):
     admin.delete_topics([GTOPIC], operation_timeout=10)[GTOPIC].result(timeout=15)
 
 
+# --- configs, cluster, DeleteRecords, retention ----------------------------------
+
+CTOPIC = f"cfk-cfg-{uuid.uuid4().hex[:8]}"  # configs set, described, altered
+DTOPIC = f"cfk-del-{uuid.uuid4().hex[:8]}"  # DeleteRecords and retention.ms
+
+
+def topic_configs(admin, topic=CTOPIC):
+    r = ConfigResource(ResourceType.TOPIC, topic)
+    return admin.describe_configs([r], request_timeout=10)[r].result(timeout=15)
+
+
+def incremental_alter(admin, entries, topic=CTOPIC, **kw):
+    """IncrementalAlterConfigs of [(key, op, value)] on one resource; None or the KafkaError."""
+    r = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry(k, v, incremental_operation=op) for k, op, v in entries])
+    try:
+        admin.incremental_alter_configs([r], request_timeout=10, **kw)[r].result(timeout=15)
+        return None
+    except KafkaException as e:
+        return e.args[0]
+
+
+def expect_config(cfg, key, value, source):
+    e = cfg.get(key)
+    expect(e is not None, f"describe_configs: {key} missing (got {sorted(cfg)[:10]}...)")
+    expect((e.value, e.source, e.is_default, e.is_read_only) ==
+           (value, source.value, source == ConfigSource.DEFAULT_CONFIG, False),
+           f"{key}: value {e.value!r} source {ConfigSource(e.source).name} default {e.is_default} "
+           f"read-only {e.is_read_only}; expected {value!r} {source.name}, writable")
+    return e
+
+
+def expect_invalid_config(err, key, what):
+    expect(err is not None, f"{what} was accepted")
+    expect(err.code() == KafkaError.INVALID_CONFIG and key in err.str(),
+           f"{what}: expected INVALID_CONFIG (40) naming {key!r}, got {err.name()} ({err.code()}): {err.str()!r}")
+
+
+def test_topic_configs(admin):
+    """Topic configs through the admin client: set at CreateTopics, described
+    with their source (DYNAMIC_TOPIC_CONFIG for set ones, DEFAULT_CONFIG
+    otherwise) and synonyms; IncrementalAlterConfigs SET, APPEND, DELETE,
+    SUBTRACT and validate_only; legacy AlterConfigs replacing the whole set;
+    invalid values and unknown keys refused with INVALID_CONFIG naming the key,
+    atomically, the stored values unchanged; a compacted topic refusing
+    keyless records; broker configs described read-only and refused for alter."""
+    admin.create_topics([NewTopic(CTOPIC, num_partitions=1, replication_factor=1, config={
+        "retention.ms": "3600000", "cleanup.policy": "delete", "segment.ms": "86400000"})],
+        operation_timeout=10)[CTOPIC].result(timeout=15)
+    cfg = topic_configs(admin)
+    e = expect_config(cfg, "retention.ms", "3600000", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+    expect_config(cfg, "cleanup.policy", "delete", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+    expect_config(cfg, "segment.ms", "86400000", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+    expect_config(cfg, "retention.bytes", "-1", ConfigSource.DEFAULT_CONFIG)
+    expect_config(cfg, "max.message.bytes", "1048588", ConfigSource.DEFAULT_CONFIG)
+    # librdkafka always asks for synonyms: the topic's own value first, then the
+    # broker-level default it overrides (log.retention.*).
+    syn = [(s.name, s.source) for s in e.synonyms.values()]
+    expect(len(syn) >= 2 and syn[0] == ("retention.ms", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+           and all(n.startswith("log.retention.") for n, _ in syn[1:])
+           and syn[-1][1] == ConfigSource.DEFAULT_CONFIG.value, f"retention.ms synonyms {syn}")
+    ok(f"CreateTopics with configs; DescribeConfigs: set keys DYNAMIC_TOPIC_CONFIG, others "
+       f"DEFAULT_CONFIG ({len(cfg)} keys); retention.ms synonyms {[n for n, _ in syn]}")
+
+    err = incremental_alter(admin, [("retention.ms", AlterConfigOpType.SET, "7200000"),
+                                    ("cleanup.policy", AlterConfigOpType.APPEND, "compact"),
+                                    ("segment.ms", AlterConfigOpType.DELETE, None)])
+    expect(err is None, f"incremental_alter_configs SET/APPEND/DELETE: {err}")
+    cfg = topic_configs(admin)
+    expect_config(cfg, "retention.ms", "7200000", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+    expect_config(cfg, "cleanup.policy", "delete,compact", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+    expect_config(cfg, "segment.ms", "604800000", ConfigSource.DEFAULT_CONFIG)
+    ok("IncrementalAlterConfigs: SET retention.ms, APPEND compact to cleanup.policy, "
+       "DELETE segment.ms (back to DEFAULT_CONFIG 604800000)")
+
+    err = incremental_alter(admin, [("retention.ms", AlterConfigOpType.SET, "1")], validate_only=True)
+    expect(err is None, f"validate_only SET: {err}")
+    expect_config(topic_configs(admin), "retention.ms", "7200000", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+    ok("IncrementalAlterConfigs validate_only: accepted, nothing stored")
+
+    err = incremental_alter(admin, [("retention.ms", AlterConfigOpType.SET, "soon")])
+    expect_invalid_config(err, "retention.ms", "retention.ms=soon")
+    err = incremental_alter(admin, [("no.such.config", AlterConfigOpType.SET, "1")])
+    expect_invalid_config(err, "no.such.config", "unknown key no.such.config")
+    # One bad entry spoils the whole resource: the valid SET beside it is not applied.
+    err = incremental_alter(admin, [("retention.ms", AlterConfigOpType.SET, "1000"),
+                                    ("cleanup.policy", AlterConfigOpType.SET, "sometimes")])
+    expect_invalid_config(err, "cleanup.policy", "cleanup.policy=sometimes")
+    err = incremental_alter(admin, [("retention.ms", AlterConfigOpType.SET, "soon")], validate_only=True)
+    expect_invalid_config(err, "retention.ms", "validate_only retention.ms=soon")
+    cfg = topic_configs(admin)
+    expect_config(cfg, "retention.ms", "7200000", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+    expect_config(cfg, "cleanup.policy", "delete,compact", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+    expect("no.such.config" not in cfg, "the refused unknown key was stored")
+    ok(f"invalid value, unknown key, a bad entry beside a good one, validate_only: INVALID_CONFIG "
+       f"naming the key ({err.str()!r}); stored values unchanged")
+
+    err = incremental_alter(admin, [("cleanup.policy", AlterConfigOpType.SUBTRACT, "delete")])
+    expect(err is None, f"incremental_alter_configs SUBTRACT: {err}")
+    expect_config(topic_configs(admin), "cleanup.policy", "compact", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+    ok("IncrementalAlterConfigs SUBTRACT delete from cleanup.policy: now compact")
+
+    p = Producer({"bootstrap.servers": ADDR, "acks": "all", "enable.idempotence": False,
+                  "allow.auto.create.topics": False, "message.send.max.retries": 0})
+    results = []
+    # Separate batches: a keyless record fails its whole batch (as in Kafka).
+    for what, key in (("keyed", b"k"), ("keyless", None)):
+        p.produce(CTOPIC, key=key, value=what.encode(), on_delivery=lambda err, m, w=what: results.append((w, err)))
+        expect(p.flush(30) == 0, "compacted-topic records still queued after flush(30)")
+    got = {what: err and err.code() for what, err in results}
+    expect(got == {"keyed": None, "keyless": KafkaError.INVALID_RECORD},
+           f"compacted topic: expected keyed ok, keyless INVALID_RECORD (87); got {results}")
+    ok("compacted topic: keyed record accepted, keyless record refused with INVALID_RECORD")
+
+    # Legacy AlterConfigs replaces the whole set: keys not named go back to their
+    # defaults. (The binding deprecates it; brokers and other clients still use it.)
+    warnings.filterwarnings("ignore", "alter_configs has been deprecated", DeprecationWarning)
+    r = ConfigResource(ResourceType.TOPIC, CTOPIC, set_config={"retention.ms": "86400000"})
+    admin.alter_configs([r], request_timeout=10)[r].result(timeout=15)
+    cfg = topic_configs(admin)
+    expect_config(cfg, "retention.ms", "86400000", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+    expect_config(cfg, "cleanup.policy", "delete", ConfigSource.DEFAULT_CONFIG)
+    r = ConfigResource(ResourceType.TOPIC, CTOPIC, set_config={"retention.ms": "soon"})
+    try:
+        admin.alter_configs([r], request_timeout=10)[r].result(timeout=15)
+        err = None
+    except KafkaException as e:
+        err = e.args[0]
+    expect_invalid_config(err, "retention.ms", "legacy AlterConfigs retention.ms=soon")
+    expect_config(topic_configs(admin), "retention.ms", "86400000", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+    ok("legacy AlterConfigs: replaces the set (cleanup.policy back to DEFAULT_CONFIG); "
+       "retention.ms=soon refused with INVALID_CONFIG, value unchanged")
+
+    b = ConfigResource(ResourceType.BROKER, "1")
+    bcfg = admin.describe_configs([b], request_timeout=10)[b].result(timeout=15)
+    e = bcfg.get("num.partitions")
+    # run.sh sets num.partitions=3 on the command line: a static broker config.
+    expect(e is not None and e.value == "3" and e.is_read_only
+           and e.source == ConfigSource.STATIC_BROKER_CONFIG.value,
+           f"broker num.partitions: {e and (e.value, ConfigSource(e.source).name, e.is_read_only)}")
+    expect("log.retention.ms" in bcfg and bcfg["log.retention.ms"].is_read_only,
+           f"broker log.retention.ms: {bcfg.get('log.retention.ms')}")
+    b = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[
+        ConfigEntry("num.partitions", "5", incremental_operation=AlterConfigOpType.SET)])
+    try:
+        admin.incremental_alter_configs([b], request_timeout=10)[b].result(timeout=15)
+        err = None
+    except KafkaException as e:
+        err = e.args[0]
+    expect_invalid_config(err, "num.partitions", "altering broker num.partitions")
+    ok(f"broker 1 configs ({len(bcfg)} keys): num.partitions=3 STATIC_BROKER_CONFIG read-only; "
+       "altering it refused with INVALID_CONFIG")
+    admin.delete_topics([CTOPIC], operation_timeout=10)[CTOPIC].result(timeout=15)
+
+
+def test_describe_cluster_delete_records_retention(admin):
+    """DescribeCluster (cluster id, the one broker, controller); DeleteRecords
+    moves the low watermark, a fetch below it is OFFSET_OUT_OF_RANGE (reset to
+    the new start, or an error with auto.offset.reset=error), a target past the
+    high watermark is refused, -1 means the high watermark; lowering
+    retention.ms through IncrementalAlterConfigs deletes the expired segments
+    (the active one is rolled) within seconds."""
+    md = admin.list_topics(timeout=10)
+    broker_id = next(iter(md.brokers))
+    c = admin.describe_cluster(request_timeout=10).result(timeout=15)
+    expect(c.cluster_id and c.cluster_id == md.cluster_id, f"cluster id {c.cluster_id!r}, metadata {md.cluster_id!r}")
+    expect(len(c.nodes) == 1 and c.nodes[0].id == broker_id and c.nodes[0].port == int(ADDR.rsplit(':', 1)[1]),
+           f"describe_cluster nodes {[(n.id, n.host, n.port) for n in c.nodes]}")
+    expect(c.controller is not None and c.controller.id == broker_id, f"controller {c.controller}")
+    ok(f"describe_cluster: cluster id {c.cluster_id}, one broker {broker_id}, which is the controller")
+
+    admin.create_topics([NewTopic(DTOPIC, num_partitions=1, replication_factor=1,
+                                  config={"segment.bytes": "1024"})],
+                        operation_timeout=10)[DTOPIC].result(timeout=15)
+    n = 200
+    p = Producer({"bootstrap.servers": ADDR, "acks": "all", "enable.idempotence": False,
+                  "linger.ms": 5, "allow.auto.create.topics": False})
+    errors = []
+    for i in range(n):
+        p.produce(DTOPIC, key=f"k{i}".encode(), value=f"v{i}-".encode() + b"x" * 40,
+                  on_delivery=lambda err, m: err and errors.append(err))
+        p.poll(0)
+    expect(p.flush(30) == 0 and not errors, f"produce to {DTOPIC}: errors {errors[:3]}")
+    tp = TopicPartition(DTOPIC, 0)
+    probe = Consumer({"bootstrap.servers": ADDR, "group.id": f"unused-{DTOPIC}",
+                      "enable.auto.commit": False})
+    expect(probe.get_watermark_offsets(tp, timeout=10, cached=False) == (0, n), "watermarks before delete")
+
+    res = admin.delete_records([TopicPartition(DTOPIC, 0, 50)], request_timeout=10)
+    low = next(iter(res.values())).result(timeout=15).low_watermark
+    expect(low == 50, f"delete_records(50): low watermark {low}")
+    wm = probe.get_watermark_offsets(tp, timeout=10, cached=False)
+    expect(wm == (50, n), f"watermarks after delete_records(50): {wm}")
+    ok(f"delete_records before offset 50: low watermark 50, watermarks {wm}")
+
+    for reset in ("earliest", "error"):
+        c = Consumer({"bootstrap.servers": ADDR, "group.id": f"unused-{DTOPIC}", "enable.auto.commit": False,
+                      "auto.offset.reset": reset})
+        c.assign([TopicPartition(DTOPIC, 0, 10)])
+        m = c.poll(10)
+        c.close()
+        if reset == "earliest":
+            expect(m is not None and m.error() is None and m.offset() == 50,
+                   f"fetch at 10 with auto.offset.reset=earliest: {m and (m.error(), m.offset())}, expected offset 50")
+        else:
+            expect(m is not None and m.error() is not None and m.error().code() == KafkaError._AUTO_OFFSET_RESET
+                   and "out of range" in m.error().str().lower(),
+                   f"fetch at 10 with auto.offset.reset=error: {m and (m.error(), m.offset())}")
+    ok("fetching offset 10 (deleted): reset to 50 with earliest, OFFSET_OUT_OF_RANGE error with reset=error")
+
+    try:
+        next(iter(admin.delete_records([TopicPartition(DTOPIC, 0, n + 10)],
+                                       request_timeout=10).values())).result(timeout=15)
+        raise AssertionError("delete_records past the high watermark succeeded")
+    except KafkaException as e:
+        expect(e.args[0].code() == KafkaError.OFFSET_OUT_OF_RANGE, f"delete_records past the end: {e}")
+    expect(probe.get_watermark_offsets(tp, timeout=10, cached=False) == (50, n), "a refused delete moved the start")
+    ok("delete_records past the high watermark: OFFSET_OUT_OF_RANGE, nothing deleted")
+
+    err = incremental_alter(admin, [("retention.ms", AlterConfigOpType.SET, "1000")], topic=DTOPIC)
+    expect(err is None, f"SET retention.ms=1000: {err}")
+    t0 = time.time()
+    deadline = t0 + 20
+    while True:
+        wm = probe.get_watermark_offsets(tp, timeout=10, cached=False)
+        if wm == (n, n):
+            break
+        expect(time.time() < deadline, f"retention.ms=1000: watermarks still {wm} after 20 s (want ({n}, {n}))")
+        time.sleep(0.2)
+    ok(f"retention.ms lowered to 1000: all {n} records expired, earliest offset = high watermark {n} "
+       f"after {time.time() - t0:.1f} s")
+
+    low = next(iter(admin.delete_records([TopicPartition(DTOPIC, 0, -1)], request_timeout=10)
+                    .values())).result(timeout=15).low_watermark
+    expect(low == n, f"delete_records(-1) on an emptied partition: low watermark {low}")
+    probe.close()
+    admin.delete_topics([DTOPIC], operation_timeout=10)[DTOPIC].result(timeout=15)
+
+    # librdkafka answers describe_cluster(include_authorized_operations=True)
+    # from Metadata v8-10 include_cluster_authorized_operations; Kafka without an
+    # authorizer returns every cluster operation there.
+    c = admin.describe_cluster(include_authorized_operations=True, request_timeout=10).result(timeout=15)
+    ops = {o.name for o in c.authorized_operations or ()}
+    expect({"DESCRIBE", "ALTER", "DESCRIBE_CONFIGS", "ALTER_CONFIGS"} <= ops,
+           f"describe_cluster(include_authorized_operations=True): authorized_operations "
+           f"{c.authorized_operations} (Metadata include_cluster_authorized_operations not answered)")
+    ok(f"describe_cluster(include_authorized_operations=True): {sorted(ops)}")
+
+
 def main():
     admin = AdminClient({"bootstrap.servers": ADDR})
     admin_checks(admin)
@@ -540,6 +796,10 @@ def main():
     survivor, first = test_group_two_members_split_and_failover()
     c3 = test_group_resume_from_committed(survivor, first)
     test_group_admin(admin, c3)
+
+    # Configs, cluster description, DeleteRecords, retention.
+    test_topic_configs(admin)
+    test_describe_cluster_delete_records_retention(admin)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,10 @@ acks=all, consumption by explicit assignment (group_id=None), ListOffsets via
 beginning_offsets / end_offsets / offsets_for_times; then consumer groups:
 a subscribed member consuming and committing, a second member splitting the
 partitions, and the KafkaAdminClient group APIs (list/describe/delete groups,
-list and delete group offsets).
+list and delete group offsets); then topic configs (describe with sources and
+synonyms, incremental and legacy alter, INVALID_CONFIG for bad values and
+unknown keys, read-only broker configs), DescribeCluster, DescribeLogDirs,
+DeleteRecords and a lowered retention.ms taking effect.
 
 api_version is left to auto-detection (from ApiVersions): kafka-python then
 picks each request's version from what the broker advertises, which is the
@@ -23,8 +26,10 @@ import uuid
 from collections import defaultdict
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.errors import (GroupSubscribedToTopicError, InvalidTopicError, NoError,
-                          TopicAlreadyExistsError, UnknownTopicOrPartitionError)
+from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType, NewTopic
+from kafka.errors import (GroupSubscribedToTopicError, InvalidConfigurationError, InvalidTopicError,
+                          NoError, OffsetOutOfRangeError, TopicAlreadyExistsError,
+                          UnknownTopicOrPartitionError)
 
 ADDR = sys.argv[1]
 N = 1000
@@ -405,6 +410,215 @@ def test_group_admin(admin, probe, members):
     ok("delete_groups on the empty group: OK, gone from list_groups; again: GroupIdNotFoundError")
     admin.delete_topics([GTOPIC], timeout_ms=10000)
 
+# --- configs, cluster, DeleteRecords, retention ----------------------------------
+
+CTOPIC = f"kpy-cfg-{uuid.uuid4().hex[:8]}"  # configs set, described, altered
+DTOPIC = f"kpy-del-{uuid.uuid4().hex[:8]}"  # DescribeLogDirs, DeleteRecords, retention.ms
+
+
+def topic_configs(admin, topic=CTOPIC, keys=None):
+    """{key: entry} of one topic, every key (config_filter='all'), with synonyms."""
+    res = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic, keys)],
+                                 include_synonyms=True, config_filter="all")
+    return res["topic"][topic]
+
+
+def alter(admin, configs, topic=CTOPIC, **kw):
+    """alter_configs of one topic resource; the per-resource result ('OK' or the error text)."""
+    return admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic, configs)], **kw)["topic"][topic]
+
+
+def expect_config(cfg, key, value, source):
+    e = cfg.get(key)
+    expect(e is not None, f"describe_configs: {key} missing")
+    expect((e["value"], e["config_source"], e["read_only"]) == (value, source, False),
+           f"{key}: {e}; expected value {value!r}, {source}, writable")
+    return e
+
+
+def expect_invalid_config(res, key, what):
+    # kafka-python renders a resource's error as "[Error 40] InvalidConfigurationError: <message>"
+    expect(res.startswith(f"[Error {InvalidConfigurationError.errno}] InvalidConfigurationError")
+           and key in res.split(":", 1)[-1],
+           f"{what}: expected INVALID_CONFIG (40) with a message naming {key!r}, got {res!r}")
+
+
+def test_topic_configs(admin):
+    """Topic configs through KafkaAdminClient: set at CreateTopics, described
+    with sources and synonyms; alter_configs through IncrementalAlterConfigs
+    (kafka-python 3 picks it when the broker advertises it: SET, APPEND,
+    DELETE, SUBTRACT, validate_only) and through legacy AlterConfigs
+    (incremental=False); invalid values and unknown keys refused with
+    INVALID_CONFIG naming the key, values unchanged; broker configs described
+    read-only and refused for alter."""
+    admin.create_topics([NewTopic(CTOPIC, 1, 1, topic_configs={
+        "retention.ms": "3600000", "cleanup.policy": "delete", "segment.ms": "86400000"})], timeout_ms=10000)
+    cfg = topic_configs(admin)
+    e = expect_config(cfg, "retention.ms", "3600000", "DYNAMIC_TOPIC_CONFIG")
+    expect_config(cfg, "cleanup.policy", "delete", "DYNAMIC_TOPIC_CONFIG")
+    expect_config(cfg, "segment.ms", "86400000", "DYNAMIC_TOPIC_CONFIG")
+    expect_config(cfg, "retention.bytes", "-1", "DEFAULT_CONFIG")
+    expect_config(cfg, "max.message.bytes", "1048588", "DEFAULT_CONFIG")
+    expect(e["config_type"] == "LONG", f"retention.ms type {e['config_type']}")
+    syn = [(s["name"], s["source"]) for s in e["synonyms"]]
+    expect(len(syn) >= 2 and syn[0] == ("retention.ms", "DYNAMIC_TOPIC_CONFIG")
+           and all(n.startswith("log.retention.") for n, _ in syn[1:]) and syn[-1][1] == "DEFAULT_CONFIG",
+           f"retention.ms synonyms {syn}")
+    modified = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, CTOPIC)])["topic"][CTOPIC]
+    expect(sorted(modified) == ["cleanup.policy", "retention.ms", "segment.ms"],
+           f"describe_configs (default filter: modified only) {sorted(modified)}")
+    only = topic_configs(admin, keys=["retention.ms", "retention.bytes"])
+    expect(sorted(only) == ["retention.bytes", "retention.ms"], f"describe_configs of two keys: {sorted(only)}")
+    ok(f"CreateTopics with configs; DescribeConfigs: set keys DYNAMIC_TOPIC_CONFIG, others "
+       f"DEFAULT_CONFIG ({len(cfg)} keys), synonyms {[n for n, _ in syn]}, modified filter, key subset")
+
+    # incremental=None: kafka-python uses IncrementalAlterConfigs when ApiVersions lists
+    # it; APPEND and DELETE would raise ValueError on the legacy path.
+    res = alter(admin, {"retention.ms": "7200000", "cleanup.policy": (AlterConfigOp.APPEND, "compact"),
+                        "segment.ms": (AlterConfigOp.DELETE, None)})
+    expect(res == "OK", f"alter_configs SET/APPEND/DELETE: {res}")
+    cfg = topic_configs(admin)
+    expect_config(cfg, "retention.ms", "7200000", "DYNAMIC_TOPIC_CONFIG")
+    expect_config(cfg, "cleanup.policy", "delete,compact", "DYNAMIC_TOPIC_CONFIG")
+    expect_config(cfg, "segment.ms", "604800000", "DEFAULT_CONFIG")
+    res = alter(admin, {"cleanup.policy": (AlterConfigOp.SUBTRACT, "delete")})
+    expect(res == "OK", f"alter_configs SUBTRACT: {res}")
+    expect_config(topic_configs(admin), "cleanup.policy", "compact", "DYNAMIC_TOPIC_CONFIG")
+    res = alter(admin, {"retention.ms": "1"}, validate_only=True)
+    expect(res == "OK", f"validate_only: {res}")
+    expect_config(topic_configs(admin), "retention.ms", "7200000", "DYNAMIC_TOPIC_CONFIG")
+    ok("alter_configs (IncrementalAlterConfigs): SET retention.ms, APPEND/SUBTRACT cleanup.policy, "
+       "DELETE segment.ms back to DEFAULT_CONFIG; validate_only stores nothing")
+
+    # kafka-python fills in the other modified keys itself before a legacy AlterConfigs
+    # (which resets omitted keys), so cleanup.policy must survive.
+    res = alter(admin, {"retention.ms": "86400000"}, incremental=False)
+    expect(res == "OK", f"legacy alter_configs: {res}")
+    cfg = topic_configs(admin)
+    expect_config(cfg, "retention.ms", "86400000", "DYNAMIC_TOPIC_CONFIG")
+    expect_config(cfg, "cleanup.policy", "compact", "DYNAMIC_TOPIC_CONFIG")
+    ok("alter_configs(incremental=False) (AlterConfigs): retention.ms set, cleanup.policy kept")
+
+    bad = [({"retention.ms": "soon"}, "retention.ms", {}),
+           ({"retention.ms": "soon"}, "retention.ms", {"incremental": False}),
+           ({"retention.ms": "soon"}, "retention.ms", {"validate_only": True}),
+           ({"no.such.config": "1"}, "no.such.config", {"raise_on_unknown": False}),
+           ({"no.such.config": "1"}, "no.such.config", {"raise_on_unknown": False, "incremental": False}),
+           ({"retention.ms": "1000", "cleanup.policy": "sometimes"}, "cleanup.policy", {})]
+    for configs, key, kw in bad:
+        res = alter(admin, configs, **kw)
+        expect_invalid_config(res, key, f"alter_configs {configs} {kw}")
+    cfg = topic_configs(admin)
+    expect_config(cfg, "retention.ms", "86400000", "DYNAMIC_TOPIC_CONFIG")
+    expect_config(cfg, "cleanup.policy", "compact", "DYNAMIC_TOPIC_CONFIG")
+    expect("no.such.config" not in cfg, "the refused unknown key was stored")
+    try:
+        alter(admin, {"no.such.config": "1"})
+        raise AssertionError("alter_configs with an unknown key passed kafka-python's own check")
+    except ValueError:
+        pass  # kafka-python checks keys against describe_configs (dynamic) first
+    ok(f"invalid value / unknown key (incremental, legacy, validate_only, a bad entry beside a good one): "
+       f"{res!r}; stored values unchanged")
+
+    res = admin.describe_configs([ConfigResource(ConfigResourceType.BROKER, "1")],
+                                 include_synonyms=True, config_filter="all")["broker"]["1"]
+    e = res.get("num.partitions")
+    expect(e is not None and e["value"] == "3" and e["read_only"] and e["config_source"] == "STATIC_BROKER_CONFIG",
+           f"broker num.partitions: {e}")
+    res2 = admin.alter_configs([ConfigResource(ConfigResourceType.BROKER, "1", {"num.partitions": "5"})],
+                               raise_on_unknown=False)["broker"]["1"]
+    expect_invalid_config(res2, "num.partitions", "altering broker num.partitions")
+    ok(f"broker 1 configs ({len(res)} keys): num.partitions=3 STATIC_BROKER_CONFIG read-only; "
+       f"alter refused: {res2!r}")
+    admin.delete_topics([CTOPIC], timeout_ms=10000)
+
+
+def test_log_dirs_delete_records_retention(admin):
+    """DescribeCluster; DescribeLogDirs (the data dir, partition sizes, disk
+    totals); DeleteRecords moves the start offset, a fetch below it resets to
+    it (or raises OffsetOutOfRangeError with auto_offset_reset='none'), a
+    target past the end is refused; lowering retention.ms through
+    alter_configs deletes expired segments within seconds."""
+    c = admin.describe_cluster()
+    expect(c["cluster_id"] and len(c["brokers"]) == 1 and c["controller_id"] == c["brokers"][0]["broker_id"]
+           and c["brokers"][0]["port"] == int(ADDR.rsplit(':', 1)[1]), f"describe_cluster {c}")
+    expect({"DESCRIBE", "ALTER_CONFIGS"} <= set(c.get("authorized_operations") or ()), f"describe_cluster {c}")
+    ok(f"describe_cluster (DescribeCluster): cluster id {c['cluster_id']}, broker {c['controller_id']} "
+       f"is the controller, operations {c['authorized_operations']}")
+
+    admin.create_topics([NewTopic(DTOPIC, 2, 1, topic_configs={"segment.bytes": "1024"})], timeout_ms=10000)
+    n = 200
+    p = KafkaProducer(bootstrap_servers=ADDR, acks="all", enable_idempotence=False, linger_ms=5)
+    for f in [p.send(DTOPIC, key=f"k{i}".encode(), value=f"v{i}-".encode() + b"x" * 40, partition=0)
+              for i in range(n)]:
+        f.get(timeout=30)
+    p.close()
+    tp = TopicPartition(DTOPIC, 0)
+
+    dirs = admin.describe_log_dirs([DTOPIC])
+    expect(len(dirs) == 1 and len(dirs[0]["log_dirs"]) == 1, f"describe_log_dirs: {dirs}")
+    d = dirs[0]["log_dirs"][0]
+    sizes = {(t["name"], x["partition_index"]): x["partition_size"] for t in d["topics"] for x in t["partitions"]}
+    expect(d["error_code"] == 0 and d["log_dir"] and set(sizes) == {(DTOPIC, 0), (DTOPIC, 1)},
+           f"describe_log_dirs entry {d}")
+    expect(sizes[(DTOPIC, 0)] > n * 40 and sizes[(DTOPIC, 1)] == 0, f"partition sizes {sizes}")
+    expect(d.get("total_bytes", 1) > 0 and 0 <= d.get("usable_bytes", 0) <= d.get("total_bytes", 1),
+           f"describe_log_dirs totals {d}")
+    ok(f"describe_log_dirs: one dir {d['log_dir']}, p0 {sizes[(DTOPIC, 0)]} bytes, empty p1 0 bytes")
+
+    probe = KafkaConsumer(bootstrap_servers=ADDR, group_id=None)
+    res = admin.delete_records({tp: 50})
+    expect(res[tp]["low_watermark"] == 50 and res[tp]["error_code"] == 0, f"delete_records(50): {res}")
+    expect((probe.beginning_offsets([tp])[tp], probe.end_offsets([tp])[tp]) == (50, n),
+           "beginning/end offsets after delete_records(50)")
+    ok(f"delete_records before offset 50: low watermark 50, end {n}")
+
+    c = KafkaConsumer(bootstrap_servers=ADDR, group_id=None, auto_offset_reset="earliest")
+    c.assign([tp])
+    c.seek(tp, 10)
+    recs = []
+    deadline = time.time() + 15
+    while not recs and time.time() < deadline:
+        recs = c.poll(timeout_ms=500).get(tp, [])
+    c.close()
+    expect(recs and recs[0].offset == 50, f"fetch at 10 with auto_offset_reset=earliest: first offset "
+           f"{recs and recs[0].offset}, expected 50")
+    c = KafkaConsumer(bootstrap_servers=ADDR, group_id=None, auto_offset_reset="none")
+    c.assign([tp])
+    c.seek(tp, 10)
+    raised = None
+    deadline = time.time() + 15
+    while raised is None and time.time() < deadline:
+        try:
+            got = c.poll(timeout_ms=500)
+            expect(not got, f"fetch at 10 (deleted) returned records {got}")
+        except OffsetOutOfRangeError as e:
+            raised = e
+    c.close()
+    expect(raised is not None, "fetch at 10 with auto_offset_reset='none': no OffsetOutOfRangeError in 15 s")
+    ok("fetching offset 10 (deleted): reset to 50 with earliest; OffsetOutOfRangeError with 'none'")
+
+    try:
+        admin.delete_records({tp: n + 10})
+        raise AssertionError("delete_records past the end succeeded")
+    except OffsetOutOfRangeError:
+        pass
+    expect(probe.beginning_offsets([tp])[tp] == 50, "a refused delete_records moved the start")
+    ok("delete_records past the end: OffsetOutOfRangeError, nothing deleted")
+
+    res = alter(admin, {"retention.ms": "1000"}, topic=DTOPIC)
+    expect(res == "OK", f"alter_configs retention.ms=1000: {res}")
+    t0 = time.time()
+    wait_for(lambda: probe.beginning_offsets([tp])[tp] == n,
+             f"retention.ms=1000: beginning offset {probe.beginning_offsets([tp])[tp]}, want {n}", 20)
+    expect(probe.end_offsets([tp])[tp] == n, "end offset changed by retention")
+    dirs = admin.describe_log_dirs({DTOPIC: [0]})
+    size = dirs[0]["log_dirs"][0]["topics"][0]["partitions"][0]["partition_size"]
+    ok(f"retention.ms lowered to 1000: beginning offset moved to the end ({n}) after "
+       f"{time.time() - t0:.1f} s; p0 now {size} bytes")
+    probe.close()
+    admin.delete_topics([DTOPIC], timeout_ms=10000)
+
 
 def main():
     admin = KafkaAdminClient(bootstrap_servers=ADDR)
@@ -423,6 +637,10 @@ def main():
     m2 = test_group_second_member_splits(probe, m1, first)
     test_group_admin(admin, probe, [m1, m2])
     probe.close()
+
+    # Configs, cluster description, log dirs, DeleteRecords, retention.
+    test_topic_configs(admin)
+    test_log_dirs_delete_records_retention(admin)
     admin.close()
 
 

@@ -74,7 +74,7 @@ pub async fn heartbeat(
         client_id: caller.client_id.clone(),
         client_host: format!("/{}", caller.peer.ip()),
     };
-    let out = ctx.coordinator.consumer_heartbeat(&req.group_id.0, input);
+    let out = ctx.coordinator.consumer_heartbeat(&req.group_id.0, input).await;
     let assignment = out.assignment.as_ref().map(|set| {
         let topic_partitions = by_topic(set)
             .into_iter()

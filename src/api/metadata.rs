@@ -91,6 +91,14 @@ pub async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> MetadataRe
         .with_cluster_id(Some(StrBytes::from_string(image.cluster_id.clone())))
         .with_controller_id(BrokerId(node_id))
         .with_topics(topics)
+        .with_cluster_authorized_operations(
+            // v8-v10 answer it when asked (v11 moved it to DescribeCluster).
+            if (8..=10).contains(&version) && req.include_cluster_authorized_operations {
+                super::cluster::CLUSTER_OPERATIONS_ALL
+            } else {
+                OPERATIONS_NOT_REQUESTED
+            },
+        )
 }
 
 /// Auto-creation as Kafka does it on Metadata: default partitions and replication factor.

@@ -117,6 +117,27 @@ fn fail(code: ResponseError, message: &str, member_id: &str) -> HeartbeatOut {
 const LEAVE_EPOCH: i32 = -1;
 const STATIC_LEAVE_EPOCH: i32 = -2;
 
+/// A KIP-848 group as stored in `__consumer_offsets`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConsumerGroupSnapshot {
+    pub epoch: i32,
+    pub assignor: String,
+    pub members: Vec<ConsumerMemberSnapshot>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConsumerMemberSnapshot {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub rebalance_timeout_ms: i32,
+    pub member_epoch: i32,
+    pub subscribed: Vec<String>,
+    pub assigned: Vec<Tp>,
+}
+
 pub struct ConsumerGroup {
     pub id: String,
     pub epoch: i32,
@@ -143,6 +164,83 @@ impl ConsumerGroup {
             computed_for: BTreeMap::new(),
             empty_since: Some(now),
         }
+    }
+
+    /// What is stored: the group epoch, and each member's subscription, epoch and partitions.
+    pub fn snapshot(&self) -> ConsumerGroupSnapshot {
+        ConsumerGroupSnapshot {
+            epoch: self.epoch,
+            assignor: self.assignor.clone(),
+            members: self
+                .members
+                .values()
+                .map(|m| ConsumerMemberSnapshot {
+                    member_id: m.id.clone(),
+                    instance_id: m.instance_id.clone(),
+                    rack_id: m.rack_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    rebalance_timeout_ms: i32::try_from(m.rebalance_timeout.as_millis()).unwrap_or(i32::MAX),
+                    member_epoch: m.epoch,
+                    subscribed: m.subscribed.clone(),
+                    assigned: m.assigned.iter().copied().collect(),
+                })
+                .collect(),
+        }
+    }
+
+    /// A group loaded at start-up: members keep their epochs and partitions, and must heartbeat
+    /// within a session timeout from now to stay. Their partitions are also the target, so the
+    /// first heartbeat after a restart moves nothing.
+    pub fn restore(
+        id: &str,
+        snapshot: ConsumerGroupSnapshot,
+        topics: &TopicsView,
+        limits: &ConsumerLimits,
+        now: Instant,
+    ) -> ConsumerGroup {
+        let mut g = ConsumerGroup::new(id, now);
+        g.epoch = snapshot.epoch;
+        g.assignment_epoch = snapshot.epoch;
+        g.assignor = snapshot.assignor;
+        for m in snapshot.members {
+            if let Some(instance) = &m.instance_id {
+                g.static_members.insert(instance.clone(), m.member_id.clone());
+            }
+            let assigned: BTreeSet<Tp> = m.assigned.into_iter().collect();
+            g.target.insert(m.member_id.clone(), assigned.clone());
+            g.members.insert(
+                m.member_id.clone(),
+                ConsumerMember {
+                    id: m.member_id,
+                    instance_id: m.instance_id,
+                    rack_id: m.rack_id,
+                    client_id: m.client_id,
+                    client_host: m.client_host,
+                    subscribed: m.subscribed,
+                    rebalance_timeout: Duration::from_millis(u64::try_from(m.rebalance_timeout_ms).unwrap_or(0)),
+                    epoch: m.member_epoch,
+                    previous_epoch: m.member_epoch,
+                    assigned: assigned.clone(),
+                    revoking: BTreeSet::new(),
+                    revoke_deadline: None,
+                    last_sent: Some(assigned),
+                    session_deadline: now + limits.session_timeout,
+                },
+            );
+        }
+        if !g.members.is_empty() {
+            g.empty_since = None;
+        }
+        // The target was computed for the topics as they are now (unless they changed while
+        // the broker was down, which the next heartbeat then notices).
+        g.computed_for = g
+            .members
+            .values()
+            .flat_map(|m| m.subscribed.iter())
+            .filter_map(|t| topics.get(t).map(|v| (t.clone(), *v)))
+            .collect();
+        g
     }
 
     pub fn state(&self) -> ConsumerGroupState {

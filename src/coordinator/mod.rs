@@ -32,7 +32,7 @@ use crate::error::Error;
 use crate::log::batch::encode_records;
 use crate::log::validate_batches;
 use crate::replica::{ReplicaManager, now_ms};
-use consumer::{ConsumerGroup, ConsumerLimits, HeartbeatIn, HeartbeatOut, TopicsView};
+use consumer::{ConsumerGroup, ConsumerGroupSnapshot, ConsumerLimits, HeartbeatIn, HeartbeatOut, TopicsView};
 use group::{Group, GroupLimits, GroupState, JoinRequest, JoinResult, SyncResult};
 use records::{CommittedOffset, OffsetsRecord, partition_for};
 
@@ -43,6 +43,9 @@ pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 pub struct GroupEntry {
     pub group: Group,
     pub consumer: Option<ConsumerGroup>,
+    /// The consumer group state last written to `__consumer_offsets`, so that only changes
+    /// are written.
+    persisted_consumer: Option<ConsumerGroupSnapshot>,
     pub offsets: BTreeMap<(String, i32), CommittedOffset>,
 }
 
@@ -139,6 +142,7 @@ impl GroupCoordinator {
                     entry: Mutex::new(GroupEntry {
                         group: Group::new(group_id, Instant::now()),
                         consumer: None,
+                        persisted_consumer: None,
                         offsets: BTreeMap::new(),
                     }),
                     wake: Notify::new(),
@@ -229,10 +233,43 @@ impl GroupCoordinator {
                 value: Some(snapshot),
             } => {
                 let slot = self.slot_or_create(&group);
-                slot.lock().group = Group::restore(&group, snapshot, Instant::now());
+                let mut e = slot.lock();
+                e.group = Group::restore(&group, snapshot, Instant::now());
+                // A later classic record means the group was converted.
+                e.consumer = None;
             }
             OffsetsRecord::Group { group, value: None } => {
                 self.map().remove(&group);
+            }
+            OffsetsRecord::ConsumerGroup {
+                group,
+                value: Some(snapshot),
+            } => {
+                let slot = self.slot_or_create(&group);
+                let mut e = slot.lock();
+                let now = Instant::now();
+                e.group = Group::new(&group, now);
+                e.persisted_consumer = Some(snapshot.clone());
+                let image = self.controller.image();
+                let topics: TopicsView = image
+                    .topics
+                    .values()
+                    .map(|t| (t.name.clone(), (t.id, t.partitions)))
+                    .collect();
+                e.consumer = Some(ConsumerGroup::restore(
+                    &group,
+                    snapshot,
+                    &topics,
+                    &self.consumer_limits,
+                    now,
+                ));
+            }
+            OffsetsRecord::ConsumerGroup { group, value: None } => {
+                if let Some(slot) = self.slot(&group) {
+                    let mut e = slot.lock();
+                    e.consumer = None;
+                    e.persisted_consumer = None;
+                }
             }
         }
     }
@@ -319,6 +356,9 @@ impl GroupCoordinator {
                 };
                 if changed {
                     me.persist_group(&id, &slot).await;
+                    if let Err(e) = me.persist_consumer(&id, &slot).await {
+                        tracing::warn!(group = %id, error = %e, "persisting consumer group");
+                    }
                 }
             }
         });
@@ -575,7 +615,7 @@ impl GroupCoordinator {
     }
 
     /// ConsumerGroupHeartbeat (KIP-848).
-    pub fn consumer_heartbeat(self: &Arc<Self>, group_id: &str, req: HeartbeatIn) -> HeartbeatOut {
+    pub async fn consumer_heartbeat(self: &Arc<Self>, group_id: &str, req: HeartbeatIn) -> HeartbeatOut {
         let fail = |code: ResponseError, message: String| HeartbeatOut {
             error: code.code(),
             message: Some(message),
@@ -617,7 +657,38 @@ impl GroupCoordinator {
             }
         };
         self.ensure_timer(&slot);
+        // Kafka answers once the group's new state is written; a failed write fails the
+        // heartbeat (the member retries).
+        if out.error == 0
+            && let Err(e) = self.persist_consumer(group_id, &slot).await
+        {
+            tracing::warn!(group = group_id, error = %e, "persisting consumer group");
+            return fail(
+                ResponseError::CoordinatorNotAvailable,
+                "the group state could not be stored".into(),
+            );
+        }
         out
+    }
+
+    /// Writes a KIP-848 group's snapshot when it changed since the last write.
+    async fn persist_consumer(&self, group_id: &str, slot: &Slot) -> Result<(), Error> {
+        let snapshot = {
+            let e = slot.lock();
+            let Some(c) = &e.consumer else { return Ok(()) };
+            let snapshot = c.snapshot();
+            if e.persisted_consumer.as_ref() == Some(&snapshot) {
+                return Ok(());
+            }
+            snapshot
+        };
+        let record = OffsetsRecord::ConsumerGroup {
+            group: group_id.to_string(),
+            value: Some(snapshot.clone()),
+        };
+        self.persist(group_id, &[record]).await?;
+        slot.lock().persisted_consumer = Some(snapshot);
+        Ok(())
     }
 
     /// OffsetFetch v9: a consumer-group member fetching must be known, at its current epoch.
@@ -666,6 +737,12 @@ impl GroupCoordinator {
                 group: group_id.to_string(),
                 value: None,
             });
+            if e.consumer.take().is_some() {
+                records.push(OffsetsRecord::ConsumerGroup {
+                    group: group_id.to_string(),
+                    value: None,
+                });
+            }
             e.offsets.clear();
             records
         };

@@ -4,6 +4,7 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
+use super::consumer::{ConsumerGroupSnapshot, ConsumerMemberSnapshot};
 use super::group::{GroupSnapshot, MemberSnapshot};
 
 /// One decoded `__consumer_offsets` record.
@@ -18,6 +19,13 @@ pub enum OffsetsRecord {
     Group {
         group: String,
         value: Option<GroupSnapshot>,
+    },
+    /// A next-generation (KIP-848) group. The key is Kafka's ConsumerGroupMetadataKey (version
+    /// 3: the group id); the value is Sluice's own snapshot of the group (Kafka spreads the
+    /// same state over its record types 3 to 8), so that a restart loses no group.
+    ConsumerGroup {
+        group: String,
+        value: Option<ConsumerGroupSnapshot>,
     },
 }
 
@@ -52,6 +60,37 @@ impl OffsetsRecord {
     pub fn encode(&self) -> (Bytes, Option<Bytes>) {
         let mut key = BytesMut::new();
         match self {
+            OffsetsRecord::ConsumerGroup { group, value } => {
+                key.put_i16(3);
+                put_string(&mut key, group);
+                let value = value.as_ref().map(|g| {
+                    let mut b = BytesMut::new();
+                    b.put_i16(0); // Sluice snapshot format version
+                    b.put_i32(g.epoch);
+                    put_string(&mut b, &g.assignor);
+                    b.put_i32(i32::try_from(g.members.len()).unwrap_or(i32::MAX));
+                    for m in &g.members {
+                        put_string(&mut b, &m.member_id);
+                        put_nullable_string(&mut b, m.instance_id.as_deref());
+                        put_nullable_string(&mut b, m.rack_id.as_deref());
+                        put_string(&mut b, &m.client_id);
+                        put_string(&mut b, &m.client_host);
+                        b.put_i32(m.rebalance_timeout_ms);
+                        b.put_i32(m.member_epoch);
+                        b.put_i32(i32::try_from(m.subscribed.len()).unwrap_or(i32::MAX));
+                        for t in &m.subscribed {
+                            put_string(&mut b, t);
+                        }
+                        b.put_i32(i32::try_from(m.assigned.len()).unwrap_or(i32::MAX));
+                        for (topic, partition) in &m.assigned {
+                            b.put_slice(topic.as_bytes());
+                            b.put_i32(*partition);
+                        }
+                    }
+                    b.freeze()
+                });
+                (key.freeze(), value)
+            }
             OffsetsRecord::Offset {
                 group,
                 topic,
@@ -135,6 +174,57 @@ impl OffsetsRecord {
                     value,
                 })
             }
+            3 => {
+                let group = k.string()?;
+                let value = match value {
+                    None => None,
+                    Some(v) => {
+                        let mut r = Reader(v.clone());
+                        if r.i16()? != 0 {
+                            return None;
+                        }
+                        let epoch = r.i32()?;
+                        let assignor = r.string()?;
+                        let count = r.i32()?;
+                        let mut members = Vec::new();
+                        for _ in 0..count.max(0) {
+                            let member_id = r.string()?;
+                            let instance_id = r.nullable_string()?;
+                            let rack_id = r.nullable_string()?;
+                            let client_id = r.string()?;
+                            let client_host = r.string()?;
+                            let rebalance_timeout_ms = r.i32()?;
+                            let member_epoch = r.i32()?;
+                            let mut subscribed = Vec::new();
+                            for _ in 0..r.i32()?.max(0) {
+                                subscribed.push(r.string()?);
+                            }
+                            let mut assigned = Vec::new();
+                            for _ in 0..r.i32()?.max(0) {
+                                let id = r.uuid()?;
+                                assigned.push((id, r.i32()?));
+                            }
+                            members.push(ConsumerMemberSnapshot {
+                                member_id,
+                                instance_id,
+                                rack_id,
+                                client_id,
+                                client_host,
+                                rebalance_timeout_ms,
+                                member_epoch,
+                                subscribed,
+                                assigned,
+                            });
+                        }
+                        Some(ConsumerGroupSnapshot {
+                            epoch,
+                            assignor,
+                            members,
+                        })
+                    }
+                };
+                Some(OffsetsRecord::ConsumerGroup { group, value })
+            }
             2 => {
                 let group = k.string()?;
                 let value = match value {
@@ -215,6 +305,13 @@ impl Reader {
     fn string(&mut self) -> Option<String> {
         self.nullable_string()?
     }
+    fn uuid(&mut self) -> Option<uuid::Uuid> {
+        if self.0.remaining() < 16 {
+            return None;
+        }
+        let bytes = self.0.split_to(16);
+        uuid::Uuid::from_slice(&bytes).ok()
+    }
     fn bytes(&mut self) -> Option<Bytes> {
         let len = self.i32()?;
         if len < 0 {
@@ -284,9 +381,28 @@ mod tests {
                 }],
             }),
         };
+        let consumer = OffsetsRecord::ConsumerGroup {
+            group: "cg".into(),
+            value: Some(ConsumerGroupSnapshot {
+                epoch: 7,
+                assignor: "uniform".into(),
+                members: vec![ConsumerMemberSnapshot {
+                    member_id: "m".into(),
+                    instance_id: None,
+                    rack_id: Some("r".into()),
+                    client_id: "c".into(),
+                    client_host: "/h".into(),
+                    rebalance_timeout_ms: 30_000,
+                    member_epoch: 7,
+                    subscribed: vec!["t".into()],
+                    assigned: vec![(uuid::Uuid::from_u128(9), 0), (uuid::Uuid::from_u128(9), 3)],
+                }],
+            }),
+        };
         for record in [
             offset,
             group,
+            consumer,
             OffsetsRecord::Group {
                 group: "g".into(),
                 value: None,
