@@ -640,3 +640,33 @@ async fn every_advertised_version_answers() {
 }
 
 use tokio::io::AsyncWriteExt;
+
+#[tokio::test]
+async fn timestamps_outside_the_topic_bounds_are_refused() {
+    // KIP-937: message.timestamp.before.max.ms and message.timestamp.after.max.ms.
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    let bounds = [
+        ("message.timestamp.before.max.ms", "3600000"),
+        ("message.timestamp.after.max.ms", "60000"),
+    ];
+    assert_eq!(create(&mut raw, "bounded", 1, &bounds).await, 0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let old = raw
+        .call(9, &produce_request("bounded", 0, batch(2, 5, 1_000), -1))
+        .await;
+    let p = &old.responses[0].partition_responses[0];
+    assert_eq!(p.error_code, 32, "INVALID_TIMESTAMP");
+    assert_eq!(p.record_errors[0].batch_index, 0);
+    let future = raw
+        .call(9, &produce_request("bounded", 0, batch(2, 5, now + 3_600_000), -1))
+        .await;
+    assert_eq!(future.responses[0].partition_responses[0].error_code, 32);
+    let fine = raw.call(9, &produce_request("bounded", 0, batch(2, 5, now), -1)).await;
+    let p = &fine.responses[0].partition_responses[0];
+    assert_eq!((p.error_code, p.base_offset), (0, 0), "nothing refused was appended");
+    broker.handle.shutdown().await;
+}

@@ -60,6 +60,23 @@ pub fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcome {
         let name = topic.name.0.to_string();
         let topic_info = image.topic(&name);
         let max_message_bytes = topic_info.map(|t| ctx.config.topic_log_config(&t.configs).max_message_bytes);
+        // KIP-937: CreateTime timestamps must fall within these bounds of the broker's clock.
+        let timestamp_bounds = topic_info.and_then(|t| {
+            let get = |k: &str| {
+                t.configs
+                    .get(k)
+                    .cloned()
+                    .or_else(|| ctx.config.topic_default(k))
+                    .and_then(|v| v.parse::<i64>().ok())
+            };
+            let log_append =
+                ctx.config.topic_log_config(&t.configs).timestamp_type == crate::log::TimestampType::LogAppendTime;
+            let (before, after) = (
+                get("message.timestamp.before.max.ms")?,
+                get("message.timestamp.after.max.ms")?,
+            );
+            (!log_append && (before != i64::MAX || after != i64::MAX)).then_some((before, after))
+        });
         let compacted = topic_info.is_some_and(|t| {
             let policy = t
                 .configs
@@ -107,6 +124,26 @@ pub fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcome {
                     continue;
                 }
             };
+            if let Some((before, after)) = timestamp_bounds
+                && let Some((record, timestamp)) = first_out_of_bounds(&batches, before, after)
+            {
+                let text = format!("timestamp {timestamp} of a record in {name}-{index} is outside the topic's bounds");
+                let mut p = error_response(
+                    index,
+                    ResponseError::InvalidTimestamp.code(),
+                    Some(text.clone()),
+                    version,
+                );
+                if version >= 8 {
+                    p.record_errors = vec![
+                        BatchIndexAndErrorMessage::default()
+                            .with_batch_index(record)
+                            .with_batch_index_error_message(message(text)),
+                    ];
+                }
+                partitions.push(p);
+                continue;
+            }
             if compacted && let Some(record) = first_keyless_record(&batches) {
                 // KIP-467: INVALID_RECORD, naming the record, and nothing is appended.
                 let text = format!("compacted topic cannot accept a record without a key in {name}-{index}");
@@ -196,6 +233,27 @@ fn first_keyless_record(batches: &[crate::log::ValidBatch]) -> Option<i32> {
         for record in &set.records {
             if record.key.is_none() {
                 return Some(index);
+            }
+            index += 1;
+        }
+    }
+    None
+}
+
+/// The index and timestamp of the first record whose timestamp is more than `before` ms in the
+/// past or `after` ms in the future (message.timestamp.before/after.max.ms, KIP-937).
+fn first_out_of_bounds(batches: &[crate::log::ValidBatch], before: i64, after: i64) -> Option<(i32, i64)> {
+    let now = crate::replica::now_ms();
+    let (low, high) = (now.saturating_sub(before), now.saturating_add(after));
+    let mut index = 0i32;
+    for batch in batches {
+        let mut bytes = batch.bytes().clone();
+        let Ok(set) = RecordBatchDecoder::decode(&mut bytes) else {
+            return Some((index, -1));
+        };
+        for record in &set.records {
+            if record.timestamp < low || record.timestamp > high {
+                return Some((index, record.timestamp));
             }
             index += 1;
         }
