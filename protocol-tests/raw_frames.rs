@@ -670,3 +670,45 @@ async fn timestamps_outside_the_topic_bounds_are_refused() {
     assert_eq!((p.error_code, p.base_offset), (0, 0), "nothing refused was appended");
     broker.handle.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_broker_recompresses_to_the_topic_compression_type() {
+    // compression.type other than `producer`: batches are stored with the topic's codec, the
+    // records byte for byte as produced.
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    for (codec_name, codec) in [("gzip", 1), ("snappy", 2), ("lz4", 3), ("zstd", 4), ("uncompressed", 0)] {
+        let name = format!("squeezed-{codec_name}");
+        assert_eq!(create(&mut raw, &name, 1, &[("compression.type", codec_name)]).await, 0);
+        // Produced with another codec (or none) than the topic's.
+        let records: Vec<(Option<Bytes>, Option<Bytes>, i64)> = (0..50)
+            .map(|i| {
+                (
+                    Some(Bytes::from(format!("k{i}"))),
+                    Some(Bytes::from(vec![b'z'; 100])),
+                    1_000 + i,
+                )
+            })
+            .collect();
+        let produced_codec = if codec == 4 {
+            Compression::Lz4
+        } else {
+            Compression::Zstd
+        };
+        let produced = sluice::log::batch::encode_records(&records, produced_codec).unwrap();
+        let resp = raw.call(9, &produce_request(&name, 0, produced, -1)).await;
+        assert_eq!(resp.responses[0].partition_responses[0].error_code, 0, "{codec_name}");
+        let resp = raw.call(12, &fetch_request(&name, 0, 1 << 20, 1 << 20)).await;
+        let stored = resp.responses[0].partitions[0].records.clone().unwrap();
+        let attributes = i16::from_be_bytes([stored[21], stored[22]]);
+        assert_eq!(attributes & 7, codec, "stored with the topic's codec ({codec_name})");
+        let sets = RecordBatchDecoder::decode_all(&mut stored.clone()).unwrap();
+        let got: Vec<(Option<Bytes>, Option<Bytes>, i64)> = sets[0]
+            .records
+            .iter()
+            .map(|r| (r.key.clone(), r.value.clone(), r.timestamp))
+            .collect();
+        assert_eq!(got, records, "records intact ({codec_name})");
+    }
+    broker.handle.shutdown().await;
+}

@@ -19,7 +19,7 @@ use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
 use kafka_protocol::records::RecordBatchDecoder;
 
 use super::{Ctx, Versions, message};
-use crate::log::validate_batches;
+use crate::log::{batch, validate_batches};
 use crate::replica::Partition;
 
 pub const VERSIONS: Versions = Versions::new(ApiKey::Produce, 3, 12);
@@ -76,6 +76,22 @@ pub fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcome {
                 get("message.timestamp.after.max.ms")?,
             );
             (!log_append && (before != i64::MAX || after != i64::MAX)).then_some((before, after))
+        });
+        // compression.type other than `producer`: the broker recompresses (Kafka does too).
+        let target_codec = topic_info.and_then(|t| {
+            let codec = t
+                .configs
+                .get("compression.type")
+                .cloned()
+                .or_else(|| ctx.config.topic_default("compression.type"));
+            match codec.as_deref().map(str::trim) {
+                Some("uncompressed") => Some(0),
+                Some("gzip") => Some(1),
+                Some("snappy") => Some(2),
+                Some("lz4") => Some(3),
+                Some("zstd") => Some(4),
+                _ => None,
+            }
         });
         let compacted = topic_info.is_some_and(|t| {
             let policy = t
@@ -158,6 +174,28 @@ pub fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcome {
                 partitions.push(p);
                 continue;
             }
+            let batches = match target_codec {
+                None => batches,
+                Some(codec) => {
+                    let recompressed: Result<Vec<_>, _> = batches
+                        .into_iter()
+                        .map(|b| {
+                            if batch::codec(&b) == codec {
+                                Ok(b)
+                            } else {
+                                batch::recompress(&b, codec, max_bytes)
+                            }
+                        })
+                        .collect();
+                    match recompressed {
+                        Ok(batches) => batches,
+                        Err(e) => {
+                            partitions.push(error_response(index, e.code(), Some(e.to_string()), version));
+                            continue;
+                        }
+                    }
+                }
+            };
             let appended = partition.append(batches, acks == -1);
             match appended {
                 Ok(info) => {

@@ -311,6 +311,59 @@ pub(crate) fn stamped_header(
     header
 }
 
+/// The compression codec in a batch's attributes (bits 0-2): 0 none, 1 gzip, 2 snappy,
+/// 3 lz4, 4 zstd.
+pub fn codec(batch: &ValidBatch) -> i16 {
+    batch.attributes() & 0x07
+}
+
+/// Re-compresses a batch's records with `codec` (the topic's `compression.type`), keeping every
+/// record byte as the producer wrote it: only the records section is decompressed and
+/// compressed again, then the header's codec bits, length and CRC are rewritten.
+pub fn recompress(batch: &ValidBatch, codec: i16, max_message_bytes: usize) -> Result<ValidBatch> {
+    use bytes::{Buf, BufMut};
+    use kafka_protocol::compression::{Compressor, Decompressor, Gzip, Lz4, Snappy, Zstd};
+    let bytes = batch.bytes();
+    let mut section = bytes.slice(HEADER_LEN..);
+    let take = |b: &mut Bytes| -> anyhow::Result<Bytes> { Ok(b.copy_to_bytes(b.remaining())) };
+    let raw: Bytes = match batch.attributes() & 0x07 {
+        0 => Ok(section.clone()),
+        1 => Gzip::decompress(&mut section, take),
+        2 => Snappy::decompress(&mut section, take),
+        3 => Lz4::decompress(&mut section, take),
+        4 => Zstd::decompress(&mut section, take),
+        other => return Err(Error::CorruptBatch(format!("unknown compression codec {other}"))),
+    }
+    .map_err(|e| Error::CorruptBatch(format!("cannot decompress: {e}")))?;
+    let mut out = BytesMut::with_capacity(HEADER_LEN + raw.len());
+    out.put_slice(&bytes[..HEADER_LEN]);
+    let put = |b: &mut BytesMut| -> anyhow::Result<()> {
+        b.put_slice(&raw);
+        Ok(())
+    };
+    match codec {
+        0 => out.put_slice(&raw),
+        1 => Gzip::compress(&mut out, put).map_err(|e| Error::CorruptBatch(format!("gzip: {e}")))?,
+        2 => Snappy::compress(&mut out, put).map_err(|e| Error::CorruptBatch(format!("snappy: {e}")))?,
+        3 => Lz4::compress(&mut out, put).map_err(|e| Error::CorruptBatch(format!("lz4: {e}")))?,
+        4 => Zstd::compress(&mut out, put).map_err(|e| Error::CorruptBatch(format!("zstd: {e}")))?,
+        other => return Err(Error::CorruptBatch(format!("unknown compression codec {other}"))),
+    }
+    let batch_length = i32::try_from(out.len() - LOG_OVERHEAD).map_err(|_| Error::MessageTooLarge {
+        size: out.len(),
+        max: max_message_bytes,
+    })?;
+    out[BATCH_LENGTH..BATCH_LENGTH + 4].copy_from_slice(&batch_length.to_be_bytes());
+    let attributes = (be_i16(&out, ATTRIBUTES) & !0x07) | codec;
+    out[ATTRIBUTES..ATTRIBUTES + 2].copy_from_slice(&attributes.to_be_bytes());
+    let crc = crc32c::crc32c(&out[ATTRIBUTES..]);
+    out[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    let mut batches = validate_batches(&out.freeze(), max_message_bytes)?;
+    batches
+        .pop()
+        .ok_or_else(|| Error::CorruptBatch("recompression produced no batch".into()))
+}
+
 /// Encodes records the broker writes itself (group state, offsets) as one non-idempotent
 /// batch: (key, value, timestamp) each, offsets 0.. (assigned again at append).
 pub fn encode_records(records: &[(Option<Bytes>, Option<Bytes>, i64)], compression: Compression) -> Result<Bytes> {
