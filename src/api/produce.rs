@@ -50,6 +50,20 @@ fn error_response(index: i32, code: i16, text: Option<String>, version: i16) -> 
     p
 }
 
+/// A partition refused for one record (KIP-467: from v8 the record is named); nothing of the
+/// partition's batches is appended.
+fn record_error(index: i32, code: ResponseError, record: i32, text: String, version: i16) -> PartitionProduceResponse {
+    let mut p = error_response(index, code.code(), Some(text.clone()), version);
+    if version >= 8 {
+        p.record_errors = vec![
+            BatchIndexAndErrorMessage::default()
+                .with_batch_index(record)
+                .with_batch_index_error_message(message(text)),
+        ];
+    }
+    p
+}
+
 /// Appends synchronously (in request order) and returns the response or the wait for it.
 pub fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcome {
     let acks = req.acks;
@@ -144,34 +158,18 @@ pub fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcome {
                 && let Some((record, timestamp)) = first_out_of_bounds(&batches, before, after)
             {
                 let text = format!("timestamp {timestamp} of a record in {name}-{index} is outside the topic's bounds");
-                let mut p = error_response(
+                partitions.push(record_error(
                     index,
-                    ResponseError::InvalidTimestamp.code(),
-                    Some(text.clone()),
+                    ResponseError::InvalidTimestamp,
+                    record,
+                    text,
                     version,
-                );
-                if version >= 8 {
-                    p.record_errors = vec![
-                        BatchIndexAndErrorMessage::default()
-                            .with_batch_index(record)
-                            .with_batch_index_error_message(message(text)),
-                    ];
-                }
-                partitions.push(p);
+                ));
                 continue;
             }
             if compacted && let Some(record) = first_keyless_record(&batches) {
-                // KIP-467: INVALID_RECORD, naming the record, and nothing is appended.
                 let text = format!("compacted topic cannot accept a record without a key in {name}-{index}");
-                let mut p = error_response(index, ResponseError::InvalidRecord.code(), Some(text.clone()), version);
-                if version >= 8 {
-                    p.record_errors = vec![
-                        BatchIndexAndErrorMessage::default()
-                            .with_batch_index(record)
-                            .with_batch_index_error_message(message(text)),
-                    ];
-                }
-                partitions.push(p);
+                partitions.push(record_error(index, ResponseError::InvalidRecord, record, text, version));
                 continue;
             }
             let batches = match target_codec {
