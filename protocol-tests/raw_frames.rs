@@ -712,3 +712,28 @@ async fn the_broker_recompresses_to_the_topic_compression_type() {
     }
     broker.handle.shutdown().await;
 }
+
+#[tokio::test]
+async fn an_array_claiming_billions_of_elements_closes_only_its_connection() {
+    // kafka-protocol sizes a Vec from the claimed count before reading elements; the broker's
+    // allocator reserves such a block without memory instead of aborting (src/alloc.rs).
+    let broker = TestBroker::start(&[]).await;
+    // Metadata v1: topics array (int32 count) of 2^31 - 1 entries, then nothing.
+    let mut raw = Raw::connect(broker.addr).await;
+    let mut frame = vec![0, 0, 0, 0, 0, 3, 0, 1, 0, 0, 0, 7, 0, 1, b'x'];
+    frame.extend_from_slice(&i32::MAX.to_be_bytes());
+    let len = (frame.len() - 4) as i32;
+    frame[..4].copy_from_slice(&len.to_be_bytes());
+    raw.send_bytes(&frame).await;
+    assert!(raw.is_closed().await);
+    // Metadata v12 (flexible): a compact array of 2^32 - 2 entries.
+    let mut raw = Raw::connect(broker.addr).await;
+    let mut frame = vec![0, 0, 0, 0, 0, 3, 0, 12, 0, 0, 0, 8, 0, 1, b'x', 0];
+    frame.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f]);
+    let len = (frame.len() - 4) as i32;
+    frame[..4].copy_from_slice(&len.to_be_bytes());
+    raw.send_bytes(&frame).await;
+    assert!(raw.is_closed().await);
+    still_serves(&broker).await;
+    broker.handle.shutdown().await;
+}
