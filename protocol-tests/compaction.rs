@@ -20,7 +20,7 @@ fn s(text: &str) -> StrBytes {
 
 const COMPACT: &[(&str, &str)] = &[
     ("cleanup.policy", "compact"),
-    ("segment.bytes", "20000"),
+    ("segment.bytes", "1048576"),
     ("min.cleanable.dirty.ratio", "0.01"),
     ("delete.retention.ms", "0"),
     // The active segment is never cleaned (as in Kafka); a young age limit lets the next append
@@ -59,11 +59,17 @@ async fn produce(
     for i in 0..n {
         let key = format!("key-{}", i % keys);
         let value = format!("value-{i}-{}", "x".repeat(50));
-        pending.push(
-            producer
-                .send_result(FutureRecord::to(name).key(&key).payload(&value).partition(0))
-                .unwrap(),
-        );
+        let mut record = FutureRecord::to(name).key(&key).payload(&value).partition(0);
+        loop {
+            match producer.send_result(record) {
+                Ok(f) => break pending.push(f),
+                // Local queue full: wait for deliveries, then send the same record again.
+                Err((_, back)) => {
+                    record = back;
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+        }
         latest.insert(key, Some(value));
     }
     for k in 0..tombstoned {
@@ -107,7 +113,7 @@ fn read_all(bootstrap: &str, name: &str, end: i64) -> Vec<(i64, String, Option<S
     let c = consumer(bootstrap, &[]);
     assign(&c, name, &[0], rdkafka::Offset::Beginning);
     let mut out = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(120);
     while out.last().is_none_or(|(o, _, _)| *o < end - 1) && Instant::now() < deadline {
         if let Some(m) = c.poll(Duration::from_millis(50)) {
             let m = m.expect("every fetch returns valid batches");
@@ -145,17 +151,18 @@ fn check_latest(read: &[(i64, String, Option<String>)], latest: &BTreeMap<String
 async fn compaction_keeps_the_latest_value_per_key_and_drops_tombstones() {
     let broker = TestBroker::start(&[("log.cleaner.backoff.ms", "100")]).await;
     create(broker.addr, "latest").await;
-    let latest = produce(&broker.bootstrap(), "latest", 20_000, 100, 10).await;
-    let end = 20_000 + 10 + 1000 + 1;
+    // Issue 5's scale: 1M records over 1k keys, then tombstones for 10 of them.
+    let latest = produce(&broker.bootstrap(), "latest", 1_000_000, 1_000, 10).await;
+    let end = 1_000_000 + 10 + 1000 + 1;
     // A reader going over the log while the cleaner works always gets valid batches.
     let during = read_all(&broker.bootstrap(), "latest", end);
     check_latest(&during, &latest);
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let read = read_all(&broker.bootstrap(), "latest", end);
         check_latest(&read, &latest);
         let tombstones_left = read.iter().filter(|(_, _, v)| v.is_none()).count();
-        if read.len() < 2_000 && tombstones_left == 0 {
+        if read.len() < 5_000 && tombstones_left == 0 {
             eprintln!("{} of {end} records left after compaction", read.len());
             break;
         }
