@@ -654,6 +654,9 @@ impl BrokerConfig {
         if let Some(v) = get("max.message.bytes").and_then(|v| v.parse().ok()) {
             log.max_message_bytes = v;
         }
+        if let Some(v) = get("file.delete.delay.ms").and_then(|v| v.parse().ok()) {
+            log.file_delete_delay_ms = v;
+        }
         if let Some(v) = get("message.timestamp.type").and_then(|v| parse_timestamp_type("", v).ok()) {
             log.timestamp_type = v;
         }

@@ -58,6 +58,9 @@ pub struct LogConfig {
     pub max_message_bytes: usize,
     /// `message.timestamp.type`.
     pub timestamp_type: TimestampType,
+    /// `file.delete.delay.ms`: how long a deleted segment's files stay (as `*.deleted`) before
+    /// they are removed.
+    pub file_delete_delay_ms: i64,
 }
 
 impl Default for LogConfig {
@@ -69,6 +72,7 @@ impl Default for LogConfig {
             segment_index_bytes: 10 * 1024 * 1024,
             max_message_bytes: 1_048_588,
             timestamp_type: TimestampType::CreateTime,
+            file_delete_delay_ms: 60_000,
         }
     }
 }
@@ -130,6 +134,15 @@ pub struct Log {
     /// DeleteRecords (Kafka's `logStartOffset`); checkpointed in `log-start-offset-checkpoint`.
     log_start_offset: i64,
     epochs: LeaderEpochCache,
+    /// Files of deleted segments, renamed `*.deleted`, and when they may be removed
+    /// (`file.delete.delay.ms`); leftovers after a restart are removed at open.
+    pending_deletes: Vec<(PathBuf, i64)>,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// Flush the in-memory index entries to their files once this many are pending, so that a
@@ -242,6 +255,7 @@ impl Log {
             recovery_point,
             log_start_offset,
             epochs,
+            pending_deletes: Vec::new(),
         };
         log.debug_check();
         Ok(log)
@@ -512,6 +526,7 @@ impl Log {
         high_watermark: i64,
         now_ms: i64,
     ) -> Result<RetentionOutcome> {
+        self.remove_due_deletes(now_ms);
         let mut outcome = RetentionOutcome::default();
         let mut add = |(segments, bytes): (usize, u64)| {
             outcome.deleted_segments += segments;
@@ -583,6 +598,22 @@ impl Log {
         self.delete_oldest(count)
     }
 
+    /// Removes the `*.deleted` files whose `file.delete.delay.ms` has passed.
+    fn remove_due_deletes(&mut self, now_ms: i64) {
+        self.pending_deletes.retain(|(path, due)| {
+            if *due > now_ms {
+                return true;
+            }
+            match std::fs::remove_file(path) {
+                Err(e) if e.kind() != ErrorKind::NotFound => {
+                    tracing::warn!(path = %path.display(), error = %e, "removing a deleted segment file");
+                    true
+                }
+                _ => false,
+            }
+        });
+    }
+
     /// Deletes the `count` oldest closed segments, after raising the log start offset to the
     /// first one kept.
     fn delete_oldest(&mut self, count: usize) -> Result<(usize, u64)> {
@@ -607,7 +638,14 @@ impl Log {
                 bytes = segment.size,
                 "deleting segment"
             );
-            segment.delete(&self.dir)?;
+            if self.config.file_delete_delay_ms <= 0 {
+                segment.delete(&self.dir)?;
+            } else {
+                let due = now_ms().saturating_add(self.config.file_delete_delay_ms);
+                for path in segment.delete_later(&self.dir)? {
+                    self.pending_deletes.push((path, due));
+                }
+            }
         }
         Ok((count, bytes))
     }
@@ -1472,6 +1510,16 @@ mod tests {
         // At the log end: every closed segment goes, the active one stays.
         log.delete_records_before(60).unwrap();
         assert_eq!(bases_on_disk(dir.path()), vec![*bases.last().unwrap()]);
+        // The files wait as *.deleted for file.delete.delay.ms (Kafka's), then go.
+        let waiting = leftovers(dir.path());
+        assert!(!waiting.is_empty());
+        assert!(
+            waiting.iter().all(|p| p.to_string_lossy().ends_with(".deleted")),
+            "{waiting:?}"
+        );
+        log.remove_due_deletes(now_ms() + 59_000);
+        assert_eq!(leftovers(dir.path()).len(), waiting.len(), "not before the delay");
+        log.remove_due_deletes(now_ms() + 61_000);
         assert!(leftovers(dir.path()).is_empty());
         assert_eq!(
             log.size_bytes(),

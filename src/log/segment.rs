@@ -526,6 +526,14 @@ impl Segment {
         remove_files(dir, base_offset)
     }
 
+    /// Takes the segment out of the directory like `delete`, but leaves the renamed
+    /// `*.deleted` files for the caller to remove later (`file.delete.delay.ms`).
+    pub fn delete_later(self, dir: &Path) -> Result<Vec<PathBuf>> {
+        let base_offset = self.base_offset;
+        drop(self);
+        rename_deleted(dir, base_offset)
+    }
+
     /// Deletes the files of the segment with `base_offset` in `dir` (recovery dropping
     /// segments after a truncation).
     pub fn delete_files(dir: &Path, base_offset: i64) -> Result<()> {
@@ -545,6 +553,18 @@ impl Segment {
 /// Renames the files of the segment with `base_offset` to `*.deleted` (indexes first, the `.log`
 /// last), then removes them. Files already gone are skipped.
 pub(crate) fn remove_files(dir: &Path, base_offset: i64) -> Result<()> {
+    for path in rename_deleted(dir, base_offset)? {
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != ErrorKind::NotFound => return Err(Error::storage("delete", &path, e)),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Renames the files of the segment with `base_offset` to `*.deleted` (indexes first, the
+/// `.log` last) and returns the new paths.
+fn rename_deleted(dir: &Path, base_offset: i64) -> Result<Vec<PathBuf>> {
     let mut renamed = Vec::with_capacity(3);
     for ext in ["index", "timeindex", "log"] {
         let path = dir.join(file_name(base_offset, ext));
@@ -557,13 +577,7 @@ pub(crate) fn remove_files(dir: &Path, base_offset: i64) -> Result<()> {
             Err(e) => return Err(Error::storage("rename", &path, e)),
         }
     }
-    for path in renamed {
-        match std::fs::remove_file(&path) {
-            Err(e) if e.kind() != ErrorKind::NotFound => return Err(Error::storage("delete", &path, e)),
-            _ => {}
-        }
-    }
-    Ok(())
+    Ok(renamed)
 }
 
 fn open_log(path: &Path) -> Result<File> {
