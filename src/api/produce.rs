@@ -16,7 +16,6 @@ use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
 };
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
-use kafka_protocol::records::RecordBatchDecoder;
 
 use super::{Ctx, Versions, message};
 use crate::log::{batch, validate_batches};
@@ -123,6 +122,17 @@ pub fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcome {
                     index,
                     ResponseError::InvalidRequiredAcks.code(),
                     None,
+                    version,
+                ));
+                continue;
+            }
+            if name == crate::coordinator::OFFSETS_TOPIC {
+                // Kafka: clients may not append to internal topics.
+                let text = format!("cannot append to internal topic {name}");
+                partitions.push(error_response(
+                    index,
+                    ResponseError::InvalidTopicException.code(),
+                    Some(text),
                     version,
                 ));
                 continue;
@@ -262,8 +272,7 @@ pub fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcome {
 fn first_keyless_record(batches: &[crate::log::ValidBatch]) -> Option<i32> {
     let mut index = 0i32;
     for batch in batches {
-        let mut bytes = batch.bytes().clone();
-        let Ok(set) = RecordBatchDecoder::decode(&mut bytes) else {
+        let Ok(set) = batch::decode_records(batch.bytes()) else {
             return Some(index);
         };
         for record in &set.records {
@@ -283,8 +292,7 @@ fn first_out_of_bounds(batches: &[crate::log::ValidBatch], before: i64, after: i
     let (low, high) = (now.saturating_sub(before), now.saturating_add(after));
     let mut index = 0i32;
     for batch in batches {
-        let mut bytes = batch.bytes().clone();
-        let Ok(set) = RecordBatchDecoder::decode(&mut bytes) else {
+        let Ok(set) = batch::decode_records(batch.bytes()) else {
             return Some((index, -1));
         };
         for record in &set.records {

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::records::{Compression, RecordBatchDecoder};
+use kafka_protocol::records::Compression;
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
@@ -189,9 +189,32 @@ impl GroupCoordinator {
                 if read.records.is_empty() {
                     break;
                 }
-                let mut bytes = read.records;
-                let sets = RecordBatchDecoder::decode_all(&mut bytes)
-                    .map_err(|e| Error::CorruptBatch(format!("{OFFSETS_TOPIC}-{p} at {next}: {e}")))?;
+                let bytes = read.records;
+                let before = next;
+                let mut sets = Vec::new();
+                let mut at = 0usize;
+                while bytes.len() - at >= 12 {
+                    let base = i64::from_be_bytes(bytes[at..at + 8].try_into().unwrap_or_default());
+                    let len = i32::from_be_bytes(bytes[at + 8..at + 12].try_into().unwrap_or_default());
+                    let end = usize::try_from(len)
+                        .ok()
+                        .and_then(|l| (at + 12).checked_add(l))
+                        .filter(|e| *e <= bytes.len());
+                    let Some(end) = end else { break };
+                    let batch = bytes.slice(at..end);
+                    if batch.len() >= 27 {
+                        let last_delta = i32::from_be_bytes(batch[23..27].try_into().unwrap_or_default());
+                        next = next.max(base + i64::from(last_delta) + 1);
+                    }
+                    sets.push(
+                        crate::log::batch::decode_records(&batch)
+                            .map_err(|e| Error::CorruptBatch(format!("{OFFSETS_TOPIC}-{p} at {base}: {e}")))?,
+                    );
+                    at = end;
+                }
+                if next == before {
+                    break; // nothing readable: never loop
+                }
                 for set in sets {
                     for r in set.records {
                         next = next.max(r.offset + 1);

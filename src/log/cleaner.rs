@@ -34,7 +34,7 @@ use std::io::{ErrorKind, IoSlice};
 use std::path::{Path, PathBuf};
 
 use bytes::{Bytes, BytesMut};
-use kafka_protocol::records::{Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions};
+use kafka_protocol::records::{Record, RecordBatchEncoder, RecordEncodeOptions};
 
 use super::batch::{self, BatchHeader, HEADER_LEN};
 use super::checkpoint;
@@ -590,8 +590,7 @@ impl Filter<'_> {
 }
 
 fn decode(header: &BatchHeader, bytes: &Bytes) -> Result<kafka_protocol::records::RecordSet> {
-    let mut buf = bytes.clone();
-    RecordBatchDecoder::decode(&mut buf).map_err(|e| corrupt(header, e))
+    batch::decode_records(bytes).map_err(|e| corrupt(header, e))
 }
 
 fn corrupt(header: &BatchHeader, e: impl std::fmt::Display) -> Error {

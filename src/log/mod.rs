@@ -25,7 +25,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use kafka_protocol::records::RecordBatchDecoder;
 
 pub use batch::{ValidBatch, validate_batches};
 pub use checkpoint::EpochEntry;
@@ -814,8 +813,8 @@ fn records_from(bytes: Vec<u8>, header: &BatchHeader, from_offset: i64) -> Resul
             .map(|offset| (offset, ts))
             .collect());
     }
-    let mut bytes = Bytes::from(bytes);
-    let records = RecordBatchDecoder::decode(&mut bytes)
+    let bytes = Bytes::from(bytes);
+    let records = batch::decode_records(&bytes)
         .map_err(|e| Error::CorruptBatch(format!("cannot decode batch at offset {}: {e:#}", header.base_offset)))?;
     Ok(records
         .records
