@@ -188,6 +188,9 @@ for t in "${LIST[@]}"; do
         [[ $exp == pass ]] && BAD+=("$t")
         printf '%s\t%s\tFAIL\t%s\t0\t%s\n' "$t" "$name" "$exp" "$reason" >>"$RES"; continue
     fi
+    attempt=0
+    while :; do
+    attempt=$((attempt + 1))
     kill -0 "$BROKER_PID" 2>/dev/null || start_broker
     args=(-p1 -L)
     case $QUICK in
@@ -239,6 +242,15 @@ for t in "${LIST[@]}"; do
     kill -0 "$BROKER_PID" 2>/dev/null || {
         res=FAIL reason="the broker exited during the test (see $OUT/$t.broker.log)${reason:+; $reason}"
     }
+    # A test that ran out of its own time limit gets one more try, reported as such: some of
+    # librdkafka's tests are timing-bound (0059 spends 9-10 s of its 10 s limit in
+    # librdkafka 2.0.2's 1 s fetcher wake-ups after each seek, whatever the broker does).
+    if [[ $res == FAIL && $attempt == 1 && $reason == *"timed out"* ]]; then
+        echo "RETRY $t $name (${secs}s): $reason"
+        continue
+    fi
+    break
+    done
     case $res in
         PASS) passed=$((passed + 1)) ;;
         FAIL) failed=$((failed + 1)) ;;
