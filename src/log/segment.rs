@@ -147,7 +147,26 @@ impl Segment {
         }
         let (offset_index, _) = Index::open(dir.join(file_name(base_offset, "index") + suffix), true)?;
         let (time_index, _) = Index::open(dir.join(file_name(base_offset, "timeindex") + suffix), true)?;
-        Ok(Segment {
+        Ok(Segment::empty(
+            base_offset,
+            log,
+            log_path,
+            offset_index,
+            time_index,
+            created_by_roll,
+        ))
+    }
+
+    /// A segment of no known batch yet: what `create` makes and `open` starts from.
+    fn empty(
+        base_offset: i64,
+        log: File,
+        log_path: PathBuf,
+        offset_index: OffsetIndex,
+        time_index: TimeIndex,
+        created_by_roll: bool,
+    ) -> Segment {
+        Segment {
             base_offset,
             log: Arc::new(log),
             log_path,
@@ -160,7 +179,7 @@ impl Segment {
             bytes_since_last_index_entry: 0,
             first_append_ms: None,
             created_by_roll,
-        })
+        }
     }
 
     /// Opens an existing segment. Its state is unknown until `trust` or `recover`.
@@ -169,20 +188,7 @@ impl Segment {
         let log = open_log(&log_path)?;
         let (offset_index, offsets) = Index::open(dir.join(file_name(base_offset, "index")), false)?;
         let (time_index, times) = Index::open(dir.join(file_name(base_offset, "timeindex")), false)?;
-        let segment = Segment {
-            base_offset,
-            log: Arc::new(log),
-            log_path,
-            size: 0,
-            next_offset: base_offset,
-            offset_index,
-            time_index,
-            max_timestamp: -1,
-            offset_of_max_timestamp: -1,
-            bytes_since_last_index_entry: 0,
-            first_append_ms: None,
-            created_by_roll: false,
-        };
+        let segment = Segment::empty(base_offset, log, log_path, offset_index, time_index, false);
         Ok((segment, LoadedIndexes { offsets, times }))
     }
 
