@@ -49,6 +49,24 @@ pub enum Error {
     FencedLeaderEpoch { asked: i32, current: i32 },
     #[error("the broker is shutting down")]
     ShuttingDown,
+    #[error("producer {producer_id}: sequence {sequence} out of order (expected {expected})")]
+    OutOfOrderSequence {
+        producer_id: i64,
+        sequence: i32,
+        expected: i32,
+    },
+    #[error("producer {producer_id}: epoch {epoch} is older than the current {current}")]
+    InvalidProducerEpoch { producer_id: i64, epoch: i16, current: i16 },
+    #[error("invalid transaction state: {0}")]
+    InvalidTxnState(String),
+    #[error("invalid record: {0}")]
+    InvalidRecord(String),
+    #[error("producer {producer_id}: coordinator epoch {coordinator_epoch} is older than {current}")]
+    TransactionCoordinatorFenced {
+        producer_id: i64,
+        coordinator_epoch: i32,
+        current: i32,
+    },
 }
 
 impl Error {
@@ -75,6 +93,11 @@ impl Error {
             Error::UnknownLeaderEpoch { .. } => ResponseError::UnknownLeaderEpoch,
             Error::FencedLeaderEpoch { .. } => ResponseError::FencedLeaderEpoch,
             Error::ShuttingDown => ResponseError::NotLeaderOrFollower,
+            Error::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
+            Error::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
+            Error::InvalidTxnState(_) => ResponseError::InvalidTxnState,
+            Error::InvalidRecord(_) => ResponseError::InvalidRecord,
+            Error::TransactionCoordinatorFenced { .. } => ResponseError::TransactionCoordinatorFenced,
         }
         .code()
     }

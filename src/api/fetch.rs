@@ -14,8 +14,8 @@ use std::time::Duration;
 use futures::future::select_all;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::fetch_request::FetchPartition;
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse};
+use kafka_protocol::messages::fetch_response::{AbortedTransaction, FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, ProducerId};
 use tokio::time::Instant;
 use uuid::Uuid;
 
@@ -127,14 +127,11 @@ fn read_all(
                 any_error = true;
                 error_data(index, *code, None)
             }
-            Ok(p) => match read_one(p, &w.request, remaining, total == 0, version) {
-                Ok(mut data) => {
+            Ok(p) => match read_one(p, &w.request, remaining, total == 0, read_committed, version) {
+                Ok(data) => {
                     let len = data.records.as_ref().map_or(0, |r| r.len());
                     total += len;
                     remaining = remaining.saturating_sub(len);
-                    if read_committed {
-                        data.aborted_transactions = Some(Vec::new());
-                    }
                     data
                 }
                 Err(e) => {
@@ -153,6 +150,7 @@ fn read_one(
     req: &FetchPartition,
     remaining: usize,
     first: bool,
+    read_committed: bool,
     version: i16,
 ) -> Result<PartitionData, Error> {
     if version >= 9 && req.current_leader_epoch >= 0 {
@@ -172,24 +170,35 @@ fn read_one(
         }
     }
     let limit = usize::try_from(req.partition_max_bytes).unwrap_or(0).min(remaining);
-    let read = p.read(req.fetch_offset, limit, first)?;
+    let read = p.read_with(req.fetch_offset, limit, first, read_committed)?;
+    let aborted = read.aborted.map(|list| {
+        list.into_iter()
+            .map(|a| {
+                AbortedTransaction::default()
+                    .with_producer_id(ProducerId(a.producer_id))
+                    .with_first_offset(a.first_offset)
+            })
+            .collect()
+    });
     Ok(PartitionData::default()
         .with_partition_index(req.partition)
         .with_high_watermark(read.high_watermark)
-        // No transactions yet: the last stable offset is the high watermark.
-        .with_last_stable_offset(read.high_watermark)
+        .with_last_stable_offset(read.last_stable_offset)
         .with_log_start_offset(read.log_start_offset)
+        .with_aborted_transactions(aborted)
         .with_records(Some(read.records)))
 }
 
 /// A partition answer carrying an error, with the partition's offsets when it exists.
 fn error_data(index: i32, code: i16, offsets: Option<crate::replica::PartitionOffsets>) -> PartitionData {
-    let (hw, start) = offsets.map_or((-1, -1), |o| (o.high_watermark, o.log_start_offset));
+    let (hw, lso, start) = offsets.map_or((-1, -1, -1), |o| {
+        (o.high_watermark, o.last_stable_offset, o.log_start_offset)
+    });
     PartitionData::default()
         .with_partition_index(index)
         .with_error_code(code)
         .with_high_watermark(hw)
-        .with_last_stable_offset(hw)
+        .with_last_stable_offset(lso)
         .with_log_start_offset(start)
         .with_records(Some(bytes::Bytes::new()))
 }

@@ -21,13 +21,15 @@ const EARLIEST_PENDING_UPLOAD: i64 = -5;
 
 pub async fn handle(ctx: &Ctx, req: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
     let mut topics = Vec::with_capacity(req.topics.len());
+    // isolation_level 1 = READ_COMMITTED: "latest" is the last stable offset.
+    let read_committed = req.isolation_level == 1;
     for topic in req.topics {
         let name = topic.name.0.to_string();
         let mut partitions = Vec::with_capacity(topic.partitions.len());
         for p in &topic.partitions {
             let answer = match ctx.replicas.get(&name, p.partition_index) {
                 None => Err(Error::UnknownTopicOrPartition(format!("{name}-{}", p.partition_index))),
-                Some(partition) => lookup(&partition, p.timestamp, p.current_leader_epoch, version),
+                Some(partition) => lookup(&partition, p.timestamp, p.current_leader_epoch, read_committed, version),
             };
             let mut out = ListOffsetsPartitionResponse::default().with_partition_index(p.partition_index);
             match answer {
@@ -56,7 +58,13 @@ pub async fn handle(ctx: &Ctx, req: ListOffsetsRequest, version: i16) -> ListOff
 }
 
 /// (offset, timestamp, leader epoch) for one partition; offset -1 when none matches.
-fn lookup(p: &Partition, spec: i64, current_leader_epoch: i32, version: i16) -> Result<(i64, i64, i32), Error> {
+fn lookup(
+    p: &Partition,
+    spec: i64,
+    current_leader_epoch: i32,
+    read_committed: bool,
+    version: i16,
+) -> Result<(i64, i64, i32), Error> {
     if version >= 4 && current_leader_epoch >= 0 {
         if current_leader_epoch > p.leader_epoch {
             return Err(Error::UnknownLeaderEpoch {
@@ -75,7 +83,8 @@ fn lookup(p: &Partition, spec: i64, current_leader_epoch: i32, version: i16) -> 
     let epoch = p.leader_epoch;
     let none = (-1, -1, -1);
     Ok(match spec {
-        // Consumers see up to the high watermark (no transactions: the last stable offset too).
+        // read_committed consumers see up to the last stable offset, others the high watermark.
+        LATEST if read_committed => (offsets.last_stable_offset, -1, epoch),
         LATEST => (offsets.high_watermark, -1, epoch),
         EARLIEST | EARLIEST_LOCAL => (offsets.log_start_offset, -1, epoch),
         MAX_TIMESTAMP if version >= 7 => match p.max_timestamp()? {

@@ -45,6 +45,12 @@ pub enum MetadataRecord {
         id: Uuid,
         configs: BTreeMap<String, String>,
     },
+    /// Producer ids below `next_producer_id` are handed out (Kafka's `ProducerIdsRecord`): a
+    /// broker takes a block of ids at a time, so ids are never reissued, even after a restart
+    /// that loses the unused rest of a block.
+    ProducerIds {
+        next_producer_id: i64,
+    },
 }
 
 /// A topic as the metadata image holds it.
@@ -66,6 +72,8 @@ pub struct MetadataImage {
     pub node_id: i32,
     pub topics: BTreeMap<String, Arc<TopicInfo>>,
     pub topic_ids: HashMap<Uuid, String>,
+    /// The first producer id no block has taken yet.
+    pub next_producer_id: i64,
 }
 
 impl MetadataImage {
@@ -115,6 +123,9 @@ impl MetadataImage {
                     Arc::make_mut(topic).configs = configs.clone();
                 }
             }
+            MetadataRecord::ProducerIds { next_producer_id } => {
+                self.next_producer_id = self.next_producer_id.max(*next_producer_id);
+            }
             MetadataRecord::CreatePartitions { id, partitions } => {
                 if let Some(name) = self.topic_ids.get(id)
                     && let Some(topic) = self.topics.get_mut(name)
@@ -159,7 +170,12 @@ pub struct Controller {
     node_id: i32,
     log: Mutex<MetadataLog>,
     image: RwLock<Arc<MetadataImage>>,
+    /// This broker's current block of producer ids: the next one to hand out and the block's end.
+    producer_ids: Mutex<(i64, i64)>,
 }
+
+/// Producer ids taken from the metadata log at a time (Kafka's `ProducerIdsBlock` size).
+const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
 
 impl Controller {
     /// Opens the metadata log under `data_dir` and replays it.
@@ -177,6 +193,7 @@ impl Controller {
             node_id,
             log: Mutex::new(log),
             image: RwLock::new(Arc::new(image)),
+            producer_ids: Mutex::new((0, 0)),
         })
     }
 
@@ -204,6 +221,25 @@ impl Controller {
         let next = Arc::new(next);
         *self.image.write().unwrap_or_else(|p| p.into_inner()) = next.clone();
         Ok(next)
+    }
+
+    /// A producer id never handed out before (InitProducerId), from this broker's block;
+    /// a new block is recorded durably in the metadata log before any of its ids is used.
+    pub fn allocate_producer_id(&self) -> Result<i64> {
+        let mut block = self.producer_ids.lock().unwrap_or_else(|p| p.into_inner());
+        if block.0 >= block.1 {
+            let image = self.commit(|image| {
+                let next_producer_id = image
+                    .next_producer_id
+                    .checked_add(PRODUCER_ID_BLOCK_SIZE)
+                    .ok_or_else(|| Error::InvalidRequest("producer ids exhausted".into()))?;
+                Ok(MetadataRecord::ProducerIds { next_producer_id })
+            })?;
+            *block = (image.next_producer_id - PRODUCER_ID_BLOCK_SIZE, image.next_producer_id);
+        }
+        let id = block.0;
+        block.0 += 1;
+        Ok(id)
     }
 
     /// Checks a new topic against the image without creating it (validate_only and the real
@@ -355,6 +391,22 @@ mod tests {
         assert_eq!(a.configs.get("segment.bytes").map(String::as_str), Some("1024"));
         assert_eq!(a.configs.get("retention.ms").map(String::as_str), Some("5"));
         assert!(image.topic("b").is_none());
+    }
+
+    #[test]
+    fn producer_ids_are_never_reissued_after_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Controller::open(dir.path(), 1).unwrap();
+        let first: Vec<i64> = (0..3).map(|_| c.allocate_producer_id().unwrap()).collect();
+        assert_eq!(first, vec![0, 1, 2]);
+        drop(c);
+        let c = Controller::open(dir.path(), 1).unwrap();
+        // The rest of the first block is lost, never reused.
+        assert_eq!(c.allocate_producer_id().unwrap(), PRODUCER_ID_BLOCK_SIZE);
+        for _ in 0..PRODUCER_ID_BLOCK_SIZE {
+            c.allocate_producer_id().unwrap();
+        }
+        assert_eq!(c.allocate_producer_id().unwrap(), 2 * PRODUCER_ID_BLOCK_SIZE + 1);
     }
 
     #[test]

@@ -130,6 +130,22 @@ pub fn validate_batches(records: &Bytes, max_message_bytes: usize) -> Result<Vec
     Ok(batches)
 }
 
+/// One past the last offset of the last whole batch in `records` (as read from the log), or
+/// None when it holds no whole batch.
+pub fn end_offset(records: &[u8]) -> Option<i64> {
+    let mut at = 0usize;
+    let mut end = None;
+    while records.len().saturating_sub(at) >= LAST_OFFSET_DELTA + 4 {
+        let size = batch_size(&records[at..]).ok()?;
+        if at + size > records.len() {
+            break;
+        }
+        end = Some(be_i64(&records[at..], BASE_OFFSET) + i64::from(be_i32(&records[at..], LAST_OFFSET_DELTA)) + 1);
+        at += size;
+    }
+    end
+}
+
 /// The header fields the log needs to index, scan and locate batches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct BatchHeader {
@@ -139,6 +155,9 @@ pub(crate) struct BatchHeader {
     pub last_offset_delta: i32,
     pub max_timestamp: i64,
     pub attributes: i16,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
 }
 
 impl BatchHeader {
@@ -163,6 +182,9 @@ impl BatchHeader {
             last_offset_delta: be_i32(header, LAST_OFFSET_DELTA),
             max_timestamp: be_i64(header, MAX_TIMESTAMP),
             attributes: be_i16(header, ATTRIBUTES),
+            producer_id: be_i64(header, PRODUCER_ID),
+            producer_epoch: be_i16(header, PRODUCER_EPOCH),
+            base_sequence: be_i32(header, BASE_SEQUENCE),
         })
     }
 

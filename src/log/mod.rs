@@ -17,6 +17,7 @@ mod checkpoint;
 /// Log compaction: `Log::clean` (and `prepare_clean` / `commit_clean`) live in cleaner.rs.
 pub mod cleaner;
 mod index;
+pub mod producer_state;
 mod segment;
 
 use std::fs::File;
@@ -31,6 +32,7 @@ pub use checkpoint::EpochEntry;
 
 use batch::{BatchHeader, HEADER_LEN, LOG_OVERHEAD};
 use checkpoint::{CLEAN_SHUTDOWN_FILE, LeaderEpochCache, TEMP_SUFFIX};
+use producer_state::{AbortedTxn, Marker, Origin, ProducerBatch, ProducerState, Verdict};
 use segment::{DELETED_SUFFIX, Segment};
 
 use crate::error::{Error, Result};
@@ -85,6 +87,9 @@ pub struct AppendInfo {
     pub last_offset: i64,
     /// The broker's time stamped on the batches for LogAppendTime topics, else -1.
     pub log_append_time_ms: i64,
+    /// The batch was a producer's retry of one already in the log: nothing was appended and
+    /// the offsets are the original batch's.
+    pub duplicate: bool,
 }
 
 /// Files that must be fsynced for everything up to `flushed_offset` (exclusive) to be durable.
@@ -136,6 +141,8 @@ pub struct Log {
     /// Files of deleted segments, renamed `*.deleted`, and when they may be removed
     /// (`file.delete.delay.ms`); leftovers after a restart are removed at open.
     pending_deletes: Vec<(PathBuf, i64)>,
+    /// Producer ids, epochs, sequences and open transactions (producer_state.rs).
+    producers: ProducerState,
 }
 
 fn now_ms() -> i64 {
@@ -245,7 +252,7 @@ impl Log {
         } else {
             checkpointed.unwrap_or(0).min(log_end_offset)
         };
-        let log = Log {
+        let mut log = Log {
             dir: dir.to_path_buf(),
             dir_handle: Arc::new(checkpoint::open_dir(dir)?),
             config,
@@ -255,7 +262,9 @@ impl Log {
             log_start_offset,
             epochs,
             pending_deletes: Vec::new(),
+            producers: ProducerState::default(),
         };
+        log.producers = log.load_producer_state()?;
         log.debug_check();
         Ok(log)
     }
@@ -270,29 +279,72 @@ impl Log {
     /// segment is cut back to its previous end; batches already written to a segment rolled
     /// earlier in the same call stay (the error tells the caller to take the log offline).
     pub fn append(&mut self, batches: Vec<ValidBatch>, leader_epoch: i32, now_ms: i64) -> Result<AppendInfo> {
+        self.append_from(batches, leader_epoch, now_ms, Origin::Client)
+    }
+
+    /// `append` for a given origin: a client's batches are checked against the producer state
+    /// (sequences, epochs, transactions); a retried batch is answered with its original offsets
+    /// and not written again. The coordinator's batches are checked for epochs only.
+    pub fn append_from(
+        &mut self,
+        batches: Vec<ValidBatch>,
+        leader_epoch: i32,
+        now_ms: i64,
+        origin: Origin,
+    ) -> Result<AppendInfo> {
         if batches.is_empty() {
             return Err(Error::CorruptBatch("append of no record batch".into()));
         }
         let log_append_time = (self.config.timestamp_type == TimestampType::LogAppendTime).then_some(now_ms);
         let base_offset = self.log_end_offset();
         let mut headers = Vec::with_capacity(batches.len());
+        let mut producer_batches = Vec::with_capacity(batches.len());
         let mut next_offset = base_offset;
         for b in &batches {
-            headers.push(batch::stamped_header(b, next_offset, leader_epoch, log_append_time));
+            let stamped = batch::stamped_header(b, next_offset, leader_epoch, log_append_time);
+            let header = BatchHeader::parse(&stamped)?;
+            let marker = if b.is_control() {
+                let marker = producer_state::read_marker(b.bytes());
+                if marker.is_none() && origin == Origin::Client {
+                    return Err(Error::InvalidRecord("a control batch from a client".into()));
+                }
+                marker
+            } else {
+                None
+            };
+            producer_batches.push(ProducerBatch::from_header(&header, marker));
+            headers.push(stamped);
             next_offset += b.offset_count();
         }
+        if let Verdict::Duplicate {
+            first_offset,
+            last_offset,
+        } = self.producers.check(&producer_batches, origin)?
+        {
+            return Ok(AppendInfo {
+                base_offset: first_offset,
+                last_offset,
+                log_append_time_ms: -1,
+                duplicate: true,
+            });
+        }
+        // Producer state follows the batches written: before a roll (whose snapshot must hold
+        // everything below the new segment) and after the last write.
+        let mut applied = 0;
         // As Kafka's UnifiedLog.append: the epoch is recorded before the data it covers.
         self.epochs.assign(leader_epoch, base_offset)?;
 
         let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(2 * batches.len());
         let mut run_start = self.active.tail();
-        for (b, stamped) in batches.iter().zip(&headers) {
+        for (i, (b, stamped)) in batches.iter().zip(&headers).enumerate() {
             let header = BatchHeader::parse(stamped)?;
             if self
                 .active
                 .should_roll(header.size, header.last_offset(), now_ms, &self.config)
             {
                 self.write_run(&mut slices, run_start)?;
+                self.apply_producers(&producer_batches[applied..i])?;
+                applied = i;
                 self.roll()?;
                 run_start = self.active.tail();
             }
@@ -302,6 +354,7 @@ impl Log {
             slices.push(IoSlice::new(&b.bytes()[HEADER_LEN..]));
         }
         self.write_run(&mut slices, run_start)?;
+        self.apply_producers(&producer_batches[applied..])?;
         if self.active.pending_index_entries() >= INDEX_ENTRIES_PENDING_MAX {
             self.active.persist_indexes()?;
         }
@@ -310,7 +363,166 @@ impl Log {
             base_offset,
             last_offset: next_offset - 1,
             log_append_time_ms: log_append_time.unwrap_or(-1),
+            duplicate: false,
         })
+    }
+
+    /// Records written batches in the producer state; aborted transactions they complete go to
+    /// the active segment's `.txnindex`.
+    fn apply_producers(&mut self, batches: &[ProducerBatch]) -> Result<()> {
+        if batches.iter().all(|b| b.producer_id == producer_state::NO_PRODUCER_ID) {
+            return Ok(());
+        }
+        for txn in self.producers.apply(batches) {
+            producer_state::append_txn_index(&self.dir, self.active.base_offset, &txn)?;
+        }
+        Ok(())
+    }
+
+    /// Appends a transaction marker for `producer_id` (Kafka's WriteTxnMarkers at the
+    /// partition): a control batch that ends the producer's transaction here. A marker with an
+    /// epoch older than the producer's is refused (INVALID_PRODUCER_EPOCH).
+    pub fn append_marker(
+        &mut self,
+        producer_id: i64,
+        producer_epoch: i16,
+        marker: Marker,
+        leader_epoch: i32,
+        now_ms: i64,
+    ) -> Result<AppendInfo> {
+        let bytes = producer_state::encode_marker(producer_id, producer_epoch, marker, now_ms);
+        let batches = validate_batches(&bytes, usize::MAX)?;
+        self.append_from(batches, leader_epoch, now_ms, Origin::Coordinator)
+    }
+
+    /// The first offset of the oldest open transaction (the LSO is this or the high
+    /// watermark, whichever is lower).
+    pub fn first_unstable_offset(&self) -> Option<i64> {
+        self.producers.first_unstable_offset()
+    }
+
+    /// Aborted transactions overlapping `[from, upper)`, for a read_committed fetch.
+    pub fn aborted_transactions(&self, from: i64, upper: i64) -> Vec<AbortedTxn> {
+        self.producers.aborted_between(from, upper)
+    }
+
+    /// The producer state (DescribeProducers).
+    pub fn producer_state(&self) -> &ProducerState {
+        &self.producers
+    }
+
+    /// Forgets producers idle for `expiration_ms` (`producer.id.expiration.ms`).
+    pub fn remove_expired_producers(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
+        self.producers.remove_expired(now_ms, expiration_ms)
+    }
+
+    /// Rebuilds the producer state at open (Kafka's `LogLoader` / `rebuildProducerState`): the
+    /// latest snapshot at or below the log end, then the batches after it. Aborted transactions
+    /// come from the segments' `.txnindex` files, completed by what the replay finds.
+    fn load_producer_state(&mut self) -> Result<ProducerState> {
+        let log_end = self.log_end_offset();
+        let mut snapshots = producer_state::list_snapshots(&self.dir)?;
+        // Snapshots past the log end describe batches a recovery cut away.
+        while let Some(&last) = snapshots.last()
+            && last > log_end
+        {
+            producer_state::delete_snapshot(&self.dir, last)?;
+            snapshots.pop();
+        }
+        let mut state = ProducerState::default();
+        let mut replay_from = self.log_start_offset;
+        while let Some(&offset) = snapshots.last() {
+            match producer_state::read_snapshot(&self.dir, offset) {
+                Ok(loaded) => {
+                    state = loaded;
+                    replay_from = replay_from.max(offset);
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(dir = %self.dir.display(), offset, error = %e, "ignoring a damaged producer snapshot");
+                    producer_state::delete_snapshot(&self.dir, offset)?;
+                    snapshots.pop();
+                }
+            }
+        }
+        // Aborted transactions on record, minus those a recovery truncated.
+        let mut aborted = Vec::new();
+        let bases: Vec<i64> = self.all_segments().map(|s| s.base_offset).collect();
+        for base in bases {
+            let entries = producer_state::read_txn_index(&self.dir, base)?;
+            let kept: Vec<AbortedTxn> = entries.iter().copied().filter(|a| a.last_offset < log_end).collect();
+            if kept.len() != entries.len() {
+                producer_state::rewrite_txn_index(&self.dir, base, &kept)?;
+            }
+            aborted.extend(kept);
+        }
+        let indexed_up_to = aborted.iter().map(|a| a.last_offset).max().unwrap_or(-1);
+        let mut replayed = 0u64;
+        let mut found = Vec::new();
+        let first = self.floor_segment(replay_from);
+        for i in first..=self.segments.len() {
+            let Some(segment) = self.segment_at(i) else { break };
+            if segment.next_offset <= replay_from {
+                continue;
+            }
+            let mut headers = Vec::new();
+            let start = if segment.base_offset < replay_from {
+                segment.find_batch(replay_from)?.map_or(segment.size, |(pos, _)| pos)
+            } else {
+                0
+            };
+            let mut pos = start;
+            segment.scan(start, |h| {
+                if h.last_offset() >= replay_from && h.producer_id != producer_state::NO_PRODUCER_ID {
+                    headers.push((pos, *h));
+                }
+                pos += h.size as u64;
+                false
+            })?;
+            let mut batches = Vec::with_capacity(headers.len());
+            for (pos, h) in headers {
+                let marker = if h.attributes & batch::CONTROL != 0 {
+                    let bytes = segment.read_at(pos, h.size)?;
+                    producer_state::read_marker(&bytes)
+                } else {
+                    None
+                };
+                if h.attributes & batch::CONTROL != 0 && marker.is_none() {
+                    continue;
+                }
+                batches.push(ProducerBatch::from_header(&h, marker));
+            }
+            replayed += batches.len() as u64;
+            let base = segment.base_offset;
+            for txn in state.apply(&batches) {
+                if txn.last_offset > indexed_up_to {
+                    found.push((base, txn));
+                }
+            }
+        }
+        for (base, txn) in &found {
+            producer_state::append_txn_index(&self.dir, *base, txn)?;
+            aborted.push(*txn);
+        }
+        state.load_aborted(aborted);
+        if replayed > 0 {
+            tracing::debug!(dir = %self.dir.display(), from = replay_from, batches = replayed, "producer state rebuilt");
+        }
+        Ok(state)
+    }
+
+    /// Writes a producer snapshot at the log end and removes those below the log start (the
+    /// newest is always kept).
+    fn snapshot_producers(&mut self) -> Result<()> {
+        let end = self.log_end_offset();
+        producer_state::write_snapshot(&self.dir, end, &self.producers)?;
+        let snapshots = producer_state::list_snapshots(&self.dir)?;
+        for &offset in snapshots.iter().rev().skip(1) {
+            if offset < self.log_start_offset {
+                producer_state::delete_snapshot(&self.dir, offset)?;
+            }
+        }
+        Ok(())
     }
 
     /// Writes the batches accounted to the active segment since `run_start`, or undoes that
@@ -330,6 +542,9 @@ impl Log {
     /// Seals the active segment and starts a new one at the log end.
     fn roll(&mut self) -> Result<()> {
         self.active.seal()?;
+        // Recovery replays from the newest snapshot: one per segment keeps the replay to the
+        // active segment (Kafka snapshots at every roll too).
+        self.snapshot_producers()?;
         let next = Segment::create(&self.dir, self.active.next_offset, true)?;
         let sealed = std::mem::replace(&mut self.active, next);
         self.segments.push(sealed);
@@ -658,6 +873,9 @@ impl Log {
         debug_assert!(offset <= self.log_end_offset(), "log start beyond the log end");
         checkpoint::write_log_start_offset(&self.dir, offset)?;
         self.log_start_offset = offset;
+        // Producers stay (their ids expire by producer.id.expiration.ms, as in Kafka); the
+        // aborted transactions of removed segments go.
+        self.producers.on_log_start_moved(offset);
         self.epochs.truncate_from_start(offset)
     }
 
@@ -751,6 +969,7 @@ impl Log {
             segment.sync_indexes()?;
         }
         self.flush_handle().sync()?;
+        self.snapshot_producers()?;
         let log_end_offset = self.log_end_offset();
         self.recovery_point = log_end_offset;
         checkpoint::write_recovery_point(&self.dir, log_end_offset, true)?;
@@ -968,7 +1187,8 @@ mod tests {
             AppendInfo {
                 base_offset: 0,
                 last_offset: 2,
-                log_append_time_ms: -1
+                log_append_time_ms: -1,
+                duplicate: false
             }
         );
         // Two batches in one call: one write, offsets continue.
@@ -1786,5 +2006,110 @@ mod tests {
         assert_eq!(whole_batches_len(&two[..two.len() - 1]), a.len());
         assert_eq!(whole_batches_len(&two[..a.len() + 5]), a.len());
         assert_eq!(whole_batches_len(&two[..3]), 0);
+    }
+
+    /// `bytes` (one batch) as written by producer `pid` with `epoch`, from sequence `seq`.
+    fn from_producer(bytes: &Bytes, pid: i64, epoch: i16, seq: i32, transactional: bool) -> Vec<ValidBatch> {
+        let mut b = bytes.to_vec();
+        b[43..51].copy_from_slice(&pid.to_be_bytes());
+        b[51..53].copy_from_slice(&epoch.to_be_bytes());
+        b[53..57].copy_from_slice(&seq.to_be_bytes());
+        if transactional {
+            let attributes = i16::from_be_bytes([b[21], b[22]]) | batch::TRANSACTIONAL;
+            b[21..23].copy_from_slice(&attributes.to_be_bytes());
+        }
+        let crc = crc32c::crc32c(&b[21..]);
+        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        valid(Bytes::from(b))
+    }
+
+    #[test]
+    fn a_retried_idempotent_batch_is_not_appended_again() {
+        // Kafka: UnifiedLog.analyzeAndValidateProducerState finds the duplicate batch.
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = Log::open(dir.path(), LogConfig::default(), NOW).unwrap();
+        let three = encode_batch(&[1, 2, 3], 10);
+        let first = log.append(from_producer(&three, 7, 0, 0, false), 0, NOW).unwrap();
+        let second = log.append(from_producer(&three, 7, 0, 3, false), 0, NOW).unwrap();
+        assert_eq!((first.base_offset, second.base_offset), (0, 3));
+        let retry = log.append(from_producer(&three, 7, 0, 0, false), 0, NOW).unwrap();
+        assert!(retry.duplicate);
+        assert_eq!((retry.base_offset, retry.last_offset), (0, 2));
+        assert_eq!(log.log_end_offset(), 6);
+        let gap = log.append(from_producer(&three, 7, 0, 9, false), 0, NOW).unwrap_err();
+        assert_eq!(gap.code(), 45); // OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert_eq!(log.log_end_offset(), 6);
+    }
+
+    #[test]
+    fn producer_state_survives_a_clean_close_and_a_crash() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = small_segments();
+        let one = encode_batch(&[1], 100);
+        {
+            let mut log = Log::open(dir.path(), config.clone(), NOW).unwrap();
+            for seq in 0..60 {
+                log.append(from_producer(&one, 3, 1, seq, false), 0, NOW).unwrap();
+            }
+            assert!(log.segments.len() > 1, "the test needs rolls (snapshots)");
+            log.close().unwrap();
+        }
+        assert!(!producer_state::list_snapshots(dir.path()).unwrap().is_empty());
+        {
+            let mut log = Log::open(dir.path(), config.clone(), NOW).unwrap();
+            assert_eq!(log.producer_state().producer(3).unwrap().last_seq(), 59);
+            let retry = log.append(from_producer(&one, 3, 1, 59, false), 0, NOW).unwrap();
+            assert!(retry.duplicate);
+            for seq in 60..65 {
+                log.append(from_producer(&one, 3, 1, seq, false), 0, NOW).unwrap();
+            }
+            // No close: a crash. The reopen replays the batches after the newest snapshot.
+        }
+        let mut log = Log::open(dir.path(), config, NOW).unwrap();
+        assert_eq!(log.producer_state().producer(3).unwrap().last_seq(), 64);
+        assert_eq!(log.producer_state().producer(3).unwrap().epoch, 1);
+        let stale = log.append(from_producer(&one, 3, 0, 65, false), 0, NOW).unwrap_err();
+        assert_eq!(stale.code(), 47); // INVALID_PRODUCER_EPOCH
+    }
+
+    #[test]
+    fn aborted_transactions_are_indexed_and_rebuilt_after_a_crash() {
+        let dir = tempfile::tempdir().unwrap();
+        let two = encode_batch(&[1, 2], 10);
+        let abort = Marker {
+            commit: false,
+            coordinator_epoch: 0,
+        };
+        {
+            let mut log = Log::open(dir.path(), LogConfig::default(), NOW).unwrap();
+            log.append(from_producer(&two, 1, 0, 0, true), 0, NOW).unwrap(); // 0-1
+            log.append(from_producer(&two, 2, 0, 0, true), 0, NOW).unwrap(); // 2-3
+            assert_eq!(log.first_unstable_offset(), Some(0));
+            let m = log.append_marker(1, 0, abort, 0, NOW).unwrap(); // 4
+            assert_eq!(m.base_offset, 4);
+            assert_eq!(log.first_unstable_offset(), Some(2));
+            let aborted = log.aborted_transactions(0, 5);
+            assert_eq!(
+                (aborted[0].producer_id, aborted[0].first_offset, aborted[0].last_offset),
+                (1, 0, 4)
+            );
+            // A marker from a fenced (older) epoch is refused.
+            log.append(from_producer(&two, 3, 5, 0, true), 0, NOW).unwrap();
+            assert_eq!(log.append_marker(3, 4, abort, 0, NOW).unwrap_err().code(), 47);
+        }
+        // Crash: the txnindex entry is on disk; the open transaction of producer 2 is replayed.
+        let mut log = Log::open(dir.path(), LogConfig::default(), NOW).unwrap();
+        assert_eq!(log.aborted_transactions(0, 100).len(), 1);
+        assert_eq!(log.first_unstable_offset(), Some(2));
+        log.append_marker(2, 0, Marker { commit: true, ..abort }, 0, NOW)
+            .unwrap();
+        log.append_marker(3, 5, abort, 0, NOW).unwrap();
+        assert_eq!(log.first_unstable_offset(), None);
+        assert_eq!(log.aborted_transactions(0, 100).len(), 2);
+        log.close().unwrap();
+        // The txnindex file has two entries; a clean reopen loads them.
+        let log = Log::open(dir.path(), LogConfig::default(), NOW).unwrap();
+        assert_eq!(log.aborted_transactions(0, 100).len(), 2);
+        assert_eq!(log.aborted_transactions(6, 100).len(), 1);
     }
 }

@@ -543,7 +543,7 @@ impl Segment {
     /// Deletes the files of the segment with `base_offset` in `dir` (recovery dropping
     /// segments after a truncation).
     pub fn delete_files(dir: &Path, base_offset: i64) -> Result<()> {
-        for ext in ["log", "index", "timeindex"] {
+        for ext in ["log", "index", "timeindex", "txnindex"] {
             let path = dir.join(file_name(base_offset, ext));
             match std::fs::remove_file(&path) {
                 Err(e) if e.kind() != ErrorKind::NotFound => {
@@ -571,8 +571,8 @@ pub(crate) fn remove_files(dir: &Path, base_offset: i64) -> Result<()> {
 /// Renames the files of the segment with `base_offset` to `*.deleted` (indexes first, the
 /// `.log` last) and returns the new paths.
 fn rename_deleted(dir: &Path, base_offset: i64) -> Result<Vec<PathBuf>> {
-    let mut renamed = Vec::with_capacity(3);
-    for ext in ["index", "timeindex", "log"] {
+    let mut renamed = Vec::with_capacity(4);
+    for ext in ["txnindex", "index", "timeindex", "log"] {
         let path = dir.join(file_name(base_offset, ext));
         let mut deleted = path.clone().into_os_string();
         deleted.push(DELETED_SUFFIX);

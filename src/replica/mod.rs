@@ -26,6 +26,7 @@ use uuid::Uuid;
 use crate::cluster::MetadataImage;
 use crate::config::BrokerConfig;
 use crate::error::{Error, Result};
+use crate::log::producer_state::{AbortedTxn, Marker, Origin, ProducerEntry};
 use crate::log::{AppendInfo, Log, ValidBatch};
 
 pub fn now_ms() -> i64 {
@@ -53,6 +54,10 @@ pub struct PartitionRead {
     pub records: Bytes,
     pub high_watermark: i64,
     pub log_start_offset: i64,
+    /// The first offset of the oldest open transaction, or the high watermark (LSO).
+    pub last_stable_offset: i64,
+    /// For a read_committed read: the aborted transactions overlapping the records returned.
+    pub aborted: Option<Vec<AbortedTxn>>,
 }
 
 /// The offsets a client sees for a partition.
@@ -61,6 +66,8 @@ pub struct PartitionOffsets {
     pub log_start_offset: i64,
     pub high_watermark: i64,
     pub log_end_offset: i64,
+    /// The last stable offset: what read_committed consumers may read up to.
+    pub last_stable_offset: i64,
 }
 
 pub struct Partition {
@@ -105,15 +112,67 @@ impl Partition {
     /// Appends batches, visible to consumers at once; `durable` asks the flusher for an fsync
     /// soon (an acks=all produce will wait for it with `wait_durable`).
     pub fn append(&self, batches: Vec<ValidBatch>, durable: bool) -> Result<AppendInfo> {
+        self.append_from(batches, durable, Origin::Client)
+    }
+
+    /// `append` for batches the broker writes itself (`Origin::Coordinator`: transactional
+    /// offset commits carry a producer id and epoch but no sequence).
+    pub fn append_from(&self, batches: Vec<ValidBatch>, durable: bool, origin: Origin) -> Result<AppendInfo> {
         let info = self.with_log(|log| {
-            let info = log.append(batches, self.leader_epoch, now_ms())?;
-            self.high_watermark.send_replace(log.log_end_offset());
+            let info = log.append_from(batches, self.leader_epoch, now_ms(), origin)?;
+            if !info.duplicate {
+                self.high_watermark.send_replace(log.log_end_offset());
+            }
             Ok(info)
         })?;
-        if durable && self.flush_before_ack {
+        if durable && self.flush_before_ack && !info.duplicate {
             self.flush_needed.notify_one();
         }
         Ok(info)
+    }
+
+    /// Writes a transaction marker (commit or abort) for `producer_id`: the control batch that
+    /// ends its transaction on this partition and moves the last stable offset. The caller
+    /// waits with `wait_durable(info.last_offset)` before it counts the marker as written.
+    pub fn write_txn_marker(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+        coordinator_epoch: i32,
+        commit: bool,
+    ) -> Result<AppendInfo> {
+        let marker = Marker {
+            commit,
+            coordinator_epoch,
+        };
+        let info = self.with_log(|log| {
+            let info = log.append_marker(producer_id, producer_epoch, marker, self.leader_epoch, now_ms())?;
+            self.high_watermark.send_replace(log.log_end_offset());
+            Ok(info)
+        })?;
+        if self.flush_before_ack {
+            self.flush_needed.notify_one();
+        }
+        Ok(info)
+    }
+
+    /// The producers this partition knows, by id (DescribeProducers).
+    pub fn producers(&self) -> Result<Vec<(i64, ProducerEntry)>> {
+        self.with_log(|log| {
+            let mut all: Vec<(i64, ProducerEntry)> = log
+                .producer_state()
+                .producers()
+                .iter()
+                .map(|(id, e)| (*id, e.clone()))
+                .collect();
+            all.sort_by_key(|(id, _)| *id);
+            Ok(all)
+        })
+    }
+
+    /// Forgets producers idle for `expiration_ms`.
+    pub fn remove_expired_producers(&self, expiration_ms: i64) -> Result<usize> {
+        self.with_log(|log| Ok(log.remove_expired_producers(now_ms(), expiration_ms)))
     }
 
     /// Waits until `offset` is durable by the flush policy (acks=all).
@@ -149,27 +208,49 @@ impl Partition {
                 log_start_offset: log.log_start_offset(),
                 high_watermark: hw,
                 log_end_offset: log.log_end_offset(),
+                last_stable_offset: last_stable_offset(log, hw),
             })
         })
     }
 
     /// Reads committed data (below the high watermark) from `offset`.
     pub fn read(&self, offset: i64, max_bytes: usize, min_one_batch: bool) -> Result<PartitionRead> {
+        self.read_with(offset, max_bytes, min_one_batch, false)
+    }
+
+    /// Reads from `offset` up to the high watermark, or for `read_committed` up to the last
+    /// stable offset, with the aborted transactions the returned records overlap (Kafka's
+    /// READ_COMMITTED fetch: the consumer drops those transactions' records itself).
+    pub fn read_with(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        min_one_batch: bool,
+        read_committed: bool,
+    ) -> Result<PartitionRead> {
         let hw = self.high_watermark();
         self.with_log(|log| {
             let log_start_offset = log.log_start_offset();
             let log_end_offset = log.log_end_offset();
-            // Between the high watermark and the log end the offset exists but is not yet
-            // committed: Kafka answers with no records and no error.
-            let records = if offset >= hw && offset <= log_end_offset && offset >= log_start_offset {
+            let lso = last_stable_offset(log, hw);
+            let limit = if read_committed { lso } else { hw };
+            // Between the limit and the log end the offset exists but is not yet readable:
+            // Kafka answers with no records and no error.
+            let records = if offset >= limit && offset <= log_end_offset && offset >= log_start_offset {
                 Bytes::new()
             } else {
-                log.read(offset, hw, max_bytes, min_one_batch)?
+                log.read(offset, limit, max_bytes, min_one_batch)?
             };
+            let aborted = read_committed.then(|| match crate::log::batch::end_offset(&records) {
+                Some(upper) => log.aborted_transactions(offset, upper),
+                None => Vec::new(),
+            });
             Ok(PartitionRead {
                 records,
                 high_watermark: hw,
                 log_start_offset,
+                last_stable_offset: lso,
+                aborted,
             })
         })
     }
@@ -297,6 +378,12 @@ impl Partition {
             }
         }
     }
+}
+
+/// The LSO: the first offset of the oldest open transaction, never above the high watermark.
+fn last_stable_offset(log: &Log, high_watermark: i64) -> i64 {
+    log.first_unstable_offset()
+        .map_or(high_watermark, |first| first.min(high_watermark))
 }
 
 /// All partitions hosted here, kept in step with the metadata image.
@@ -490,6 +577,17 @@ impl ReplicaManager {
                         break;
                     }
                 }
+            }
+        }
+    }
+
+    /// Forgets, in every partition, producers idle for `producer.id.expiration.ms`.
+    pub fn remove_expired_producers(&self, expiration_ms: i64) {
+        for p in self.all() {
+            match p.remove_expired_producers(expiration_ms) {
+                Ok(0) => {}
+                Ok(n) => tracing::debug!(partition = %p.tp, producers = n, "expired producer ids"),
+                Err(e) => tracing::warn!(partition = %p.tp, error = %e, "expiring producer ids"),
             }
         }
     }
