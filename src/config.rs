@@ -91,6 +91,24 @@ pub struct BrokerConfig {
     pub group_consumer_heartbeat_interval_ms: u64,
     /// `group.consumer.max.size`: members per KIP-848 group.
     pub group_consumer_max_size: usize,
+    /// `producer.id.expiration.ms`: a producer id idle this long (no write, no open
+    /// transaction) is forgotten by a partition; its next write may use any sequence.
+    pub producer_id_expiration_ms: i64,
+    /// `producer.id.expiration.check.interval.ms`: how often idle producer ids are looked for.
+    pub producer_id_expiration_check_interval_ms: u64,
+    /// `transaction.state.log.num.partitions`: partitions of `__transaction_state` when created.
+    pub transaction_state_log_num_partitions: i32,
+    /// `transaction.max.timeout.ms`: the largest `transaction.timeout.ms` a producer may ask for
+    /// (INVALID_TRANSACTION_TIMEOUT beyond).
+    pub transaction_max_timeout_ms: i64,
+    /// `transactional.id.expiration.ms`: a transactional id idle this long is forgotten.
+    pub transactional_id_expiration_ms: i64,
+    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`: how often transactions
+    /// past their timeout are looked for (and aborted).
+    pub transaction_abort_timed_out_transaction_cleanup_interval_ms: u64,
+    /// `transaction.remove.expired.transaction.cleanup.interval.ms`: how often expired
+    /// transactional ids are looked for.
+    pub transaction_remove_expired_transaction_cleanup_interval_ms: u64,
 }
 
 impl Default for BrokerConfig {
@@ -127,6 +145,13 @@ impl Default for BrokerConfig {
             group_consumer_session_timeout_ms: 45_000,
             group_consumer_heartbeat_interval_ms: 5_000,
             group_consumer_max_size: 1_000_000,
+            producer_id_expiration_ms: 86_400_000,
+            producer_id_expiration_check_interval_ms: 600_000,
+            transaction_state_log_num_partitions: 50,
+            transaction_max_timeout_ms: 900_000,
+            transactional_id_expiration_ms: 604_800_000,
+            transaction_abort_timed_out_transaction_cleanup_interval_ms: 10_000,
+            transaction_remove_expired_transaction_cleanup_interval_ms: 3_600_000,
         }
     }
 }
@@ -215,6 +240,13 @@ impl BrokerConfig {
         "group.consumer.session.timeout.ms",
         "group.consumer.heartbeat.interval.ms",
         "group.consumer.max.size",
+        "producer.id.expiration.ms",
+        "producer.id.expiration.check.interval.ms",
+        "transaction.state.log.num.partitions",
+        "transaction.max.timeout.ms",
+        "transactional.id.expiration.ms",
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        "transaction.remove.expired.transaction.cleanup.interval.ms",
     ];
 
     /// The textual value of a broker key, as DescribeConfigs shows it.
@@ -260,6 +292,17 @@ impl BrokerConfig {
             "group.consumer.session.timeout.ms" => self.group_consumer_session_timeout_ms.to_string(),
             "group.consumer.heartbeat.interval.ms" => self.group_consumer_heartbeat_interval_ms.to_string(),
             "group.consumer.max.size" => self.group_consumer_max_size.to_string(),
+            "producer.id.expiration.ms" => self.producer_id_expiration_ms.to_string(),
+            "producer.id.expiration.check.interval.ms" => self.producer_id_expiration_check_interval_ms.to_string(),
+            "transaction.state.log.num.partitions" => self.transaction_state_log_num_partitions.to_string(),
+            "transaction.max.timeout.ms" => self.transaction_max_timeout_ms.to_string(),
+            "transactional.id.expiration.ms" => self.transactional_id_expiration_ms.to_string(),
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms" => self
+                .transaction_abort_timed_out_transaction_cleanup_interval_ms
+                .to_string(),
+            "transaction.remove.expired.transaction.cleanup.interval.ms" => self
+                .transaction_remove_expired_transaction_cleanup_interval_ms
+                .to_string(),
             _ => return None,
         })
     }
@@ -322,6 +365,25 @@ impl BrokerConfig {
                 self.group_consumer_heartbeat_interval_ms = at_least(key, parse_int(key, value)?, 1)?
             }
             "group.consumer.max.size" => self.group_consumer_max_size = at_least(key, parse_int(key, value)?, 1)?,
+            "producer.id.expiration.ms" => self.producer_id_expiration_ms = at_least(key, parse_int(key, value)?, 1)?,
+            "producer.id.expiration.check.interval.ms" => {
+                self.producer_id_expiration_check_interval_ms = at_least(key, parse_int(key, value)?, 1)?
+            }
+            "transaction.state.log.num.partitions" => {
+                self.transaction_state_log_num_partitions = at_least(key, parse_int(key, value)?, 1)?
+            }
+            "transaction.max.timeout.ms" => self.transaction_max_timeout_ms = at_least(key, parse_int(key, value)?, 1)?,
+            "transactional.id.expiration.ms" => {
+                self.transactional_id_expiration_ms = at_least(key, parse_int(key, value)?, 1)?
+            }
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms" => {
+                self.transaction_abort_timed_out_transaction_cleanup_interval_ms =
+                    at_least(key, parse_int(key, value)?, 1)?
+            }
+            "transaction.remove.expired.transaction.cleanup.interval.ms" => {
+                self.transaction_remove_expired_transaction_cleanup_interval_ms =
+                    at_least(key, parse_int(key, value)?, 1)?
+            }
             _ => return Err(invalid(key, "unknown key")),
         }
         Ok(())

@@ -29,6 +29,7 @@ use crate::api::Ctx;
 use crate::cluster::Controller;
 use crate::config::BrokerConfig;
 use crate::coordinator::GroupCoordinator;
+use crate::coordinator::transactions::TransactionCoordinator;
 use crate::replica::ReplicaManager;
 
 /// Why the broker could not start.
@@ -108,11 +109,20 @@ impl Broker {
         ));
         coordinator.load()?;
         coordinator.start_timers();
+        // After the groups: finishing a transaction settles its offsets in them.
+        let transactions = Arc::new(TransactionCoordinator::new(
+            config.clone(),
+            controller.clone(),
+            replicas.clone(),
+            coordinator.clone(),
+        ));
+        transactions.load()?;
         let ctx = Arc::new(Ctx {
             config: config.clone(),
             controller,
             replicas: replicas.clone(),
             coordinator: coordinator.clone(),
+            transactions: transactions.clone(),
         });
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
@@ -154,6 +164,49 @@ impl Broker {
                 }
             });
         }
+        tokio::spawn({
+            // Idle producer ids (Kafka's producer.id.expiration.check.interval.ms task).
+            let shutdown = shutdown.clone();
+            let interval = Duration::from_millis(config.producer_id_expiration_check_interval_ms);
+            let expiration_ms = config.producer_id_expiration_ms;
+            let replicas = replicas.clone();
+            async move {
+                loop {
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        _ = tokio::time::sleep(interval) => replicas.remove_expired_producers(expiration_ms),
+                    }
+                }
+            }
+        });
+        tokio::spawn({
+            // Transactions: those left in Prepare* (a restart, markers that failed) are
+            // finished; those past transaction.timeout.ms aborted (Kafka's
+            // transaction.abort.timed.out.transaction.cleanup.interval.ms task); transactional
+            // ids idle past transactional.id.expiration.ms removed.
+            let shutdown = shutdown.clone();
+            let abort_interval =
+                Duration::from_millis(config.transaction_abort_timed_out_transaction_cleanup_interval_ms);
+            let expire_interval =
+                Duration::from_millis(config.transaction_remove_expired_transaction_cleanup_interval_ms);
+            async move {
+                transactions.finish_unfinished().await;
+                let mut abort = tokio::time::interval(abort_interval);
+                let mut expire = tokio::time::interval(expire_interval);
+                abort.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                expire.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        _ = abort.tick() => {
+                            transactions.finish_unfinished().await;
+                            transactions.abort_timed_out(replica::now_ms()).await;
+                        }
+                        _ = expire.tick() => transactions.expire_ids(replica::now_ms()).await,
+                    }
+                }
+            }
+        });
         tokio::spawn({
             let shutdown = shutdown.clone();
             let interval = Duration::from_millis(config.offsets_retention_check_interval_ms);

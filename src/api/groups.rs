@@ -62,11 +62,12 @@ pub async fn find_coordinator(ctx: &Ctx, req: FindCoordinatorRequest, version: i
     let (host, port) = split_host_port(ctx.config.advertised());
     let node = BrokerId(ctx.config.node_id);
     let key_type_ok = req.key_type == KEY_TYPE_GROUP || req.key_type == KEY_TYPE_TRANSACTION;
-    // Kafka creates the offsets topic when a group coordinator is first looked up.
-    let ready = if req.key_type == KEY_TYPE_GROUP {
-        ctx.coordinator.ensure_offsets_topic().is_ok()
-    } else {
-        true
+    // Kafka creates the offsets topic when a group coordinator is first looked up, and
+    // `__transaction_state` when a transaction coordinator is.
+    let ready = match req.key_type {
+        KEY_TYPE_GROUP => ctx.coordinator.ensure_offsets_topic().is_ok(),
+        KEY_TYPE_TRANSACTION => ctx.transactions.ensure_topic().is_ok(),
+        _ => true,
     };
     let error = if !key_type_ok {
         ResponseError::InvalidRequest.code()
@@ -87,7 +88,11 @@ pub async fn find_coordinator(ctx: &Ctx, req: FindCoordinatorRequest, version: i
                     c.with_node_id(BrokerId(-1))
                         .with_host(s(""))
                         .with_port(-1)
-                        .with_error_message(message("unsupported key type"))
+                        .with_error_message(message(if key_type_ok {
+                            "the coordinator is not available"
+                        } else {
+                            "unsupported key type"
+                        }))
                 }
             })
             .collect();

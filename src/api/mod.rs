@@ -14,6 +14,7 @@ pub mod cluster;
 pub mod configs;
 pub mod consumer_groups;
 pub mod delete_records;
+pub mod describe_producers;
 pub mod fetch;
 pub mod groups;
 pub mod list_offsets;
@@ -21,6 +22,7 @@ pub mod metadata;
 pub mod offsets;
 pub mod produce;
 pub mod topics;
+pub mod transactions;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -33,6 +35,7 @@ use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use crate::cluster::Controller;
 use crate::config::BrokerConfig;
 use crate::coordinator::GroupCoordinator;
+use crate::coordinator::transactions::TransactionCoordinator;
 use crate::replica::ReplicaManager;
 
 /// What handlers may use.
@@ -41,6 +44,7 @@ pub struct Ctx {
     pub controller: Arc<Controller>,
     pub replicas: Arc<ReplicaManager>,
     pub coordinator: Arc<GroupCoordinator>,
+    pub transactions: Arc<TransactionCoordinator>,
 }
 
 /// The versions of one API that Sluice serves, all fields honoured.
@@ -86,6 +90,14 @@ pub const SUPPORTED: &[Versions] = &[
     cluster::DESCRIBE_CLUSTER_VERSIONS,
     cluster::DESCRIBE_LOG_DIRS_VERSIONS,
     delete_records::VERSIONS,
+    transactions::INIT_PRODUCER_ID_VERSIONS,
+    transactions::ADD_PARTITIONS_VERSIONS,
+    transactions::ADD_OFFSETS_VERSIONS,
+    transactions::END_TXN_VERSIONS,
+    transactions::TXN_OFFSET_COMMIT_VERSIONS,
+    transactions::DESCRIBE_VERSIONS,
+    transactions::LIST_VERSIONS,
+    describe_producers::VERSIONS,
 ];
 
 pub fn supported(key: ApiKey) -> Option<Versions> {
@@ -227,6 +239,14 @@ pub async fn dispatch(
         ApiKey::DescribeCluster => now!(cluster::describe_cluster),
         ApiKey::DescribeLogDirs => now!(cluster::describe_log_dirs),
         ApiKey::DeleteRecords => now!(delete_records),
+        ApiKey::InitProducerId => now!(transactions::init_producer_id),
+        ApiKey::AddPartitionsToTxn => now!(transactions::add_partitions_to_txn),
+        ApiKey::AddOffsetsToTxn => now!(transactions::add_offsets_to_txn),
+        ApiKey::EndTxn => now!(transactions::end_txn),
+        ApiKey::TxnOffsetCommit => now!(transactions::txn_offset_commit),
+        ApiKey::DescribeTransactions => now!(transactions::describe_transactions),
+        ApiKey::ListTransactions => now!(transactions::list_transactions),
+        ApiKey::DescribeProducers => now!(describe_producers),
         ApiKey::SyncGroup => now!(groups::sync_group),
         ApiKey::Heartbeat => now!(groups::heartbeat),
         ApiKey::LeaveGroup => now!(groups::leave_group),
@@ -302,6 +322,14 @@ mod tests {
             ApiKey::DescribeCluster => DescribeClusterRequest::VERSIONS,
             ApiKey::DescribeLogDirs => DescribeLogDirsRequest::VERSIONS,
             ApiKey::DeleteRecords => DeleteRecordsRequest::VERSIONS,
+            ApiKey::InitProducerId => InitProducerIdRequest::VERSIONS,
+            ApiKey::AddPartitionsToTxn => AddPartitionsToTxnRequest::VERSIONS,
+            ApiKey::AddOffsetsToTxn => AddOffsetsToTxnRequest::VERSIONS,
+            ApiKey::EndTxn => EndTxnRequest::VERSIONS,
+            ApiKey::TxnOffsetCommit => TxnOffsetCommitRequest::VERSIONS,
+            ApiKey::DescribeTransactions => DescribeTransactionsRequest::VERSIONS,
+            ApiKey::ListTransactions => ListTransactionsRequest::VERSIONS,
+            ApiKey::DescribeProducers => DescribeProducersRequest::VERSIONS,
             other => panic!("no codec range listed for {other:?}"),
         };
         (r.min, r.max)

@@ -14,6 +14,8 @@
 pub mod consumer;
 pub mod group;
 pub mod records;
+pub mod transactions;
+pub mod txn_records;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -47,6 +49,10 @@ pub struct GroupEntry {
     /// are written.
     persisted_consumer: Option<ConsumerGroupSnapshot>,
     pub offsets: BTreeMap<(String, i32), CommittedOffset>,
+    /// Offsets committed in open transactions (TxnOffsetCommit), by producer id: applied to
+    /// `offsets` when the commit marker reaches the group's `__consumer_offsets` partition,
+    /// dropped on abort (Kafka's `pendingTransactionalOffsetCommits`).
+    pub pending_txn_offsets: BTreeMap<i64, BTreeMap<(String, i32), CommittedOffset>>,
 }
 
 impl GroupEntry {
@@ -144,6 +150,7 @@ impl GroupCoordinator {
                         consumer: None,
                         persisted_consumer: None,
                         offsets: BTreeMap::new(),
+                        pending_txn_offsets: BTreeMap::new(),
                     }),
                     wake: Notify::new(),
                     timer_running: AtomicBool::new(false),
@@ -219,7 +226,31 @@ impl GroupCoordinator {
                     for r in set.records {
                         next = next.max(r.offset + 1);
                         let Some(key) = r.key.as_ref() else { continue };
+                        if r.control {
+                            // A transaction marker: the key is (version i16, type i16), type 1
+                            // commit, 0 abort. It settles that producer's pending offsets here.
+                            if key.len() >= 4 {
+                                let kind = i16::from_be_bytes([key[2], key[3]]);
+                                self.complete_txn(p, r.producer_id, kind == 1);
+                            }
+                            continue;
+                        }
                         match OffsetsRecord::decode(key, r.value.as_ref()) {
+                            Some(OffsetsRecord::Offset {
+                                group,
+                                topic,
+                                partition,
+                                value: Some(value),
+                            }) if r.transactional => {
+                                // Pending until this producer's marker follows.
+                                let slot = self.slot_or_create(&group);
+                                slot.lock()
+                                    .pending_txn_offsets
+                                    .entry(r.producer_id)
+                                    .or_default()
+                                    .insert((topic, partition), value);
+                                applied += 1;
+                            }
                             Some(record) => {
                                 self.apply(record);
                                 applied += 1;
@@ -611,6 +642,193 @@ impl GroupCoordinator {
         codes
     }
 
+    /// TxnOffsetCommit: checks the member as Kafka's `validateTransactionalOffsetCommit` does,
+    /// then writes the offsets to the group's `__consumer_offsets` partition as a
+    /// transactional batch of the producer. They stay pending (invisible to OffsetFetch) until
+    /// `complete_txn`. Returns one code per requested partition, in order. The caller has
+    /// checked that the partition is in the producer's transaction.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn txn_commit(
+        &self,
+        group_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+        offsets: Vec<CommitRequest>,
+    ) -> Vec<i16> {
+        let all = |code: i16| vec![code; offsets.len()];
+        if group_id.is_empty() {
+            return all(ResponseError::InvalidGroupId.code());
+        }
+        if self.ensure_offsets_topic().is_err() {
+            return all(ResponseError::CoordinatorNotAvailable.code());
+        }
+        let slot = match self.slot(group_id) {
+            Some(slot) => slot,
+            // Kafka: a group that does not exist is created (a "simple" group) when the
+            // commit carries no generation.
+            None if generation < 0 => self.slot_or_create(group_id),
+            None => return all(ResponseError::IllegalGeneration.code()),
+        };
+        {
+            let e = slot.lock();
+            let valid = match &e.consumer {
+                Some(c) => validate_consumer_txn_commit(c, member_id, instance_id, generation),
+                None => validate_classic_txn_commit(&e.group, member_id, instance_id, generation),
+            };
+            if let Err(e) = valid {
+                return all(e.code());
+            }
+        }
+        let image = self.controller.image();
+        let mut codes = Vec::with_capacity(offsets.len());
+        let mut records = Vec::new();
+        let mut accepted = Vec::new();
+        let now = now_ms();
+        for (topic, partition, offset, leader_epoch, metadata) in offsets {
+            let metadata = metadata.unwrap_or_default();
+            let code = if image
+                .topic(&topic)
+                .is_none_or(|t| partition < 0 || partition >= t.partitions)
+            {
+                ResponseError::UnknownTopicOrPartition.code()
+            } else if metadata.len() > self.config.offset_metadata_max_bytes {
+                ResponseError::OffsetMetadataTooLarge.code()
+            } else {
+                let value = CommittedOffset {
+                    offset,
+                    leader_epoch,
+                    metadata,
+                    commit_timestamp: now,
+                };
+                records.push(OffsetsRecord::Offset {
+                    group: group_id.to_string(),
+                    topic: topic.clone(),
+                    partition,
+                    value: Some(value.clone()),
+                });
+                accepted.push((codes.len(), (topic, partition), value));
+                0
+            };
+            codes.push(code);
+        }
+        if records.is_empty() {
+            return codes;
+        }
+        match self
+            .persist_transactional(group_id, producer_id, producer_epoch, &records)
+            .await
+        {
+            Ok(()) => {
+                let mut e = slot.lock();
+                let pending = e.pending_txn_offsets.entry(producer_id).or_default();
+                for (_, key, value) in accepted {
+                    pending.insert(key, value);
+                }
+            }
+            Err(err) => {
+                tracing::warn!(group = group_id, producer_id, error = %err, "transactional offset commit not written");
+                // Kafka's CoordinatorRuntime normalization of write errors.
+                let code = match err {
+                    Error::Storage { .. } | Error::ShuttingDown => ResponseError::NotCoordinator.code(),
+                    Error::UnknownTopicOrPartition(_) => ResponseError::CoordinatorNotAvailable.code(),
+                    Error::MessageTooLarge { .. } => ResponseError::UnknownServerError.code(),
+                    other => other.code(),
+                };
+                for (i, _, _) in accepted {
+                    codes[i] = code;
+                }
+            }
+        }
+        codes
+    }
+
+    /// Appends offset records as one transactional batch of `producer_id` (attributes bit 4,
+    /// no sequence: Kafka's coordinator writes) and waits until durable.
+    async fn persist_transactional(
+        &self,
+        group_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        records: &[OffsetsRecord],
+    ) -> Result<(), Error> {
+        let index = partition_for(group_id, self.config.offsets_topic_num_partitions);
+        let partition = self
+            .replicas
+            .get(OFFSETS_TOPIC, index)
+            .ok_or_else(|| Error::UnknownTopicOrPartition(format!("{OFFSETS_TOPIC}-{index}")))?;
+        let now = now_ms();
+        let records: Vec<kafka_protocol::records::Record> = records
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let (key, value) = r.encode();
+                kafka_protocol::records::Record {
+                    transactional: true,
+                    control: false,
+                    delete_horizon: false,
+                    partition_leader_epoch: -1,
+                    producer_id,
+                    producer_epoch,
+                    timestamp_type: kafka_protocol::records::TimestampType::Creation,
+                    offset: i as i64,
+                    // One batch with baseSequence -1 (the encoder splits batches where
+                    // offset - sequence changes).
+                    sequence: i as i32 - 1,
+                    timestamp: now,
+                    key: Some(key),
+                    value,
+                    headers: Default::default(),
+                }
+            })
+            .collect();
+        let mut buf = bytes::BytesMut::new();
+        kafka_protocol::records::RecordBatchEncoder::encode(
+            &mut buf,
+            &records,
+            &kafka_protocol::records::RecordEncodeOptions {
+                version: 2,
+                compression: Compression::None,
+            },
+        )
+        .map_err(|e| Error::CorruptBatch(format!("encoding transactional offsets: {e}")))?;
+        let batches = validate_batches(&buf.freeze(), usize::MAX)?;
+        let info = partition.append_from(batches, true, crate::log::producer_state::Origin::Coordinator)?;
+        partition.wait_durable(info.last_offset).await
+    }
+
+    /// Settles a producer's transactional offsets in the groups of one `__consumer_offsets`
+    /// partition once its marker is written there (or read back at load): applied on commit,
+    /// dropped on abort.
+    pub fn complete_txn(&self, partition: i32, producer_id: i64, commit: bool) {
+        let slots: Vec<Arc<Slot>> = self.map().values().cloned().collect();
+        for slot in slots {
+            let mut e = slot.lock();
+            if partition_for(&e.group.id, self.config.offsets_topic_num_partitions) != partition {
+                continue;
+            }
+            let Some(pending) = e.pending_txn_offsets.remove(&producer_id) else {
+                continue;
+            };
+            if commit {
+                e.offsets.extend(pending);
+            }
+        }
+    }
+
+    /// True when a transaction holds an uncommitted offset for this partition of the group
+    /// (OffsetFetch `require_stable` answers UNSTABLE_OFFSET_COMMIT then, KIP-447).
+    pub fn has_pending_txn_offset(&self, group_id: &str, topic: &str, partition: i32) -> bool {
+        self.slot(group_id).is_some_and(|slot| {
+            slot.lock()
+                .pending_txn_offsets
+                .values()
+                .any(|p| p.contains_key(&(topic.to_string(), partition)))
+        })
+    }
+
     /// Committed offsets of a group: all, or those of the requested topics and partitions.
     pub fn fetch_offsets(&self, group_id: &str) -> BTreeMap<(String, i32), CommittedOffset> {
         self.slot(group_id)
@@ -864,6 +1082,65 @@ fn validate_consumer_commit(group: &ConsumerGroup, member_id: &str, epoch: i32) 
     let member = group.members.get(member_id).ok_or(ResponseError::UnknownMemberId)?;
     if epoch != member.epoch {
         return Err(ResponseError::StaleMemberEpoch);
+    }
+    Ok(())
+}
+
+/// TxnOffsetCommit checks for a classic group (Kafka's `ClassicGroup.validateOffsetCommit`
+/// with `isTransactional`): member id, generation and instance id are checked only when one
+/// is given (v3+ send them); no check of the rebalance state.
+fn validate_classic_txn_commit(
+    group: &Group,
+    member_id: &str,
+    instance_id: Option<&str>,
+    generation: i32,
+) -> Result<(), ResponseError> {
+    if group.state == GroupState::Dead {
+        return Err(ResponseError::CoordinatorNotAvailable);
+    }
+    if generation < 0 && group.state == GroupState::Empty {
+        return Ok(());
+    }
+    if generation >= 0 || !member_id.is_empty() || instance_id.is_some() {
+        if let Some(instance) = instance_id
+            && group
+                .members
+                .values()
+                .any(|m| m.instance_id.as_deref() == Some(instance) && m.id != member_id)
+        {
+            return Err(ResponseError::FencedInstanceId);
+        }
+        if !group.members.contains_key(member_id) {
+            return Err(ResponseError::UnknownMemberId);
+        }
+        if generation != group.generation {
+            return Err(ResponseError::IllegalGeneration);
+        }
+    }
+    Ok(())
+}
+
+/// TxnOffsetCommit checks for a KIP-848 group (Kafka's `ConsumerGroup.validateOffsetCommit`
+/// with `isTransactional`; a stale epoch is ILLEGAL_GENERATION, as the TxnOffsetCommit API
+/// knows no STALE_MEMBER_EPOCH).
+fn validate_consumer_txn_commit(
+    group: &ConsumerGroup,
+    member_id: &str,
+    instance_id: Option<&str>,
+    epoch: i32,
+) -> Result<(), ResponseError> {
+    if epoch < 0 && group.members.is_empty() {
+        return Ok(());
+    }
+    if epoch == -1 && member_id.is_empty() && instance_id.is_none() {
+        return Ok(());
+    }
+    let member = group.members.get(member_id).ok_or(ResponseError::UnknownMemberId)?;
+    if epoch > member.epoch {
+        return Err(ResponseError::FencedMemberEpoch);
+    }
+    if epoch < member.epoch {
+        return Err(ResponseError::IllegalGeneration);
     }
     Ok(())
 }

@@ -1,0 +1,1495 @@
+//! The transaction coordinator: transactional ids, their producer ids and epochs, and the
+//! two-phase end of each transaction, with the state kept in the internal compacted topic
+//! `__transaction_state` (Kafka's record formats, txn_records.rs; id → partition by Kafka's
+//! hash) and rebuilt from it at start-up.
+//!
+//! `TxnStates` is the state machine (Kafka's `TransactionMetadata` transitions), a plain struct
+//! taking `now`. A transition is prepared under the lock (the id is then *pending*: other
+//! requests for it get CONCURRENT_TRANSACTIONS, as in Kafka), written to `__transaction_state`
+//! without the lock, then applied, or dropped when the write failed.
+//!
+//! Ending a transaction (EndTxn, a fence by InitProducerId, a timeout) writes PrepareCommit or
+//! PrepareAbort, then a marker to every partition of the transaction (`MarkerWriter`), then
+//! CompleteCommit or CompleteAbort. A transaction left in Prepare* (markers that failed, a
+//! crash) is finished by the timer task and at load.
+//!
+//! Transaction version 2 (KIP-890 part 2: an epoch bump at every end, EndTxn v5) is not served;
+//! every transaction is version 0/1 semantics.
+
+// Input from the network or disk becomes an `Error`, never a panic.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::Bytes;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::records::Compression;
+
+use super::GroupCoordinator;
+use super::records::partition_for;
+use super::txn_records::{self, TxnLogValue};
+use crate::cluster::Controller;
+use crate::config::BrokerConfig;
+use crate::error::Error;
+use crate::log::batch::encode_records;
+use crate::log::validate_batches;
+use crate::replica::{ReplicaManager, TopicPartition, now_ms};
+
+pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
+
+const NO_PRODUCER_ID: i64 = -1;
+const NO_PRODUCER_EPOCH: i16 = -1;
+
+fn code(e: ResponseError) -> i16 {
+    e.code()
+}
+
+/// Kafka's `TransactionState`, with its ids (the byte stored) and names (ListTransactions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TxnState {
+    Empty,
+    Ongoing,
+    PrepareCommit,
+    PrepareAbort,
+    CompleteCommit,
+    CompleteAbort,
+    Dead,
+    PrepareEpochFence,
+}
+
+impl TxnState {
+    pub const ALL: [TxnState; 8] = [
+        TxnState::Empty,
+        TxnState::Ongoing,
+        TxnState::PrepareCommit,
+        TxnState::PrepareAbort,
+        TxnState::CompleteCommit,
+        TxnState::CompleteAbort,
+        TxnState::Dead,
+        TxnState::PrepareEpochFence,
+    ];
+
+    pub fn id(self) -> i8 {
+        match self {
+            TxnState::Empty => 0,
+            TxnState::Ongoing => 1,
+            TxnState::PrepareCommit => 2,
+            TxnState::PrepareAbort => 3,
+            TxnState::CompleteCommit => 4,
+            TxnState::CompleteAbort => 5,
+            TxnState::Dead => 6,
+            TxnState::PrepareEpochFence => 7,
+        }
+    }
+
+    pub fn from_id(id: i8) -> Option<TxnState> {
+        TxnState::ALL.into_iter().find(|s| s.id() == id)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            TxnState::Empty => "Empty",
+            TxnState::Ongoing => "Ongoing",
+            TxnState::PrepareCommit => "PrepareCommit",
+            TxnState::PrepareAbort => "PrepareAbort",
+            TxnState::CompleteCommit => "CompleteCommit",
+            TxnState::CompleteAbort => "CompleteAbort",
+            TxnState::Dead => "Dead",
+            TxnState::PrepareEpochFence => "PrepareEpochFence",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<TxnState> {
+        TxnState::ALL.into_iter().find(|s| s.name() == name)
+    }
+}
+
+/// Kafka's `TransactionMetadata.isEpochExhausted`: the last epoch is kept for fencing.
+fn epoch_exhausted(epoch: i16) -> bool {
+    epoch >= i16::MAX - 1
+}
+
+/// One transactional id.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TxnMetadata {
+    pub transactional_id: String,
+    pub producer_id: i64,
+    pub previous_producer_id: i64,
+    pub producer_epoch: i16,
+    /// The epoch before the last bump, so a retried InitProducerId whose answer was lost gets
+    /// the same answer (KIP-360); -1 after a bump by another producer.
+    pub last_producer_epoch: i16,
+    pub timeout_ms: i32,
+    pub state: TxnState,
+    pub partitions: BTreeSet<TopicPartition>,
+    /// When the ongoing transaction began (its first AddPartitions), or -1.
+    pub start_ms: i64,
+    pub last_update_ms: i64,
+    /// The state a write in flight moves to (Kafka's `pendingState`).
+    pub pending: Option<TxnState>,
+}
+
+/// A transition to write, then apply (Kafka's `TxnTransitMetadata`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transit {
+    pub producer_id: i64,
+    pub previous_producer_id: i64,
+    pub producer_epoch: i16,
+    pub last_producer_epoch: i16,
+    pub timeout_ms: i32,
+    pub state: TxnState,
+    pub partitions: BTreeSet<TopicPartition>,
+    pub start_ms: i64,
+    pub last_update_ms: i64,
+}
+
+impl Transit {
+    /// The stored form. Kafka writes no partitions (null) for Empty.
+    pub fn to_record(&self) -> TxnLogValue {
+        let partitions = if self.state == TxnState::Empty {
+            None
+        } else {
+            let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+            for tp in &self.partitions {
+                by_topic.entry(&tp.topic).or_default().push(tp.partition);
+            }
+            Some(by_topic.into_iter().map(|(t, p)| (t.to_string(), p)).collect())
+        };
+        TxnLogValue {
+            producer_id: self.producer_id,
+            previous_producer_id: self.previous_producer_id,
+            next_producer_id: NO_PRODUCER_ID,
+            producer_epoch: self.producer_epoch,
+            transaction_timeout_ms: self.timeout_ms,
+            transaction_status: self.state.id(),
+            transaction_partitions: partitions,
+            transaction_last_update_timestamp_ms: self.last_update_ms,
+            transaction_start_timestamp_ms: self.start_ms,
+            client_transaction_version: 0,
+        }
+    }
+}
+
+impl TxnMetadata {
+    fn new(transactional_id: &str, producer_id: i64, timeout_ms: i32, now: i64) -> TxnMetadata {
+        TxnMetadata {
+            transactional_id: transactional_id.to_string(),
+            producer_id,
+            previous_producer_id: NO_PRODUCER_ID,
+            producer_epoch: NO_PRODUCER_EPOCH,
+            last_producer_epoch: NO_PRODUCER_EPOCH,
+            timeout_ms,
+            state: TxnState::Empty,
+            partitions: BTreeSet::new(),
+            start_ms: -1,
+            last_update_ms: now,
+            pending: None,
+        }
+    }
+
+    fn from_record(transactional_id: &str, v: &TxnLogValue) -> Option<TxnMetadata> {
+        let state = TxnState::from_id(v.transaction_status)?;
+        let partitions = v
+            .transaction_partitions
+            .iter()
+            .flatten()
+            .flat_map(|(topic, ps)| {
+                ps.iter().map(|p| TopicPartition {
+                    topic: topic.clone(),
+                    partition: *p,
+                })
+            })
+            .collect();
+        Some(TxnMetadata {
+            transactional_id: transactional_id.to_string(),
+            producer_id: v.producer_id,
+            previous_producer_id: v.previous_producer_id,
+            producer_epoch: v.producer_epoch,
+            last_producer_epoch: NO_PRODUCER_EPOCH,
+            timeout_ms: v.transaction_timeout_ms,
+            state,
+            partitions,
+            start_ms: v.transaction_start_timestamp_ms,
+            last_update_ms: v.transaction_last_update_timestamp_ms,
+            pending: None,
+        })
+    }
+
+    /// A transit from the current state; the caller changes what the transition changes.
+    fn transit(&self, state: TxnState, now: i64) -> Transit {
+        Transit {
+            producer_id: self.producer_id,
+            previous_producer_id: self.previous_producer_id,
+            producer_epoch: self.producer_epoch,
+            last_producer_epoch: self.last_producer_epoch,
+            timeout_ms: self.timeout_ms,
+            state,
+            partitions: self.partitions.clone(),
+            start_ms: self.start_ms,
+            last_update_ms: now,
+        }
+    }
+
+    /// Marks `transit` as in flight and hands it back.
+    fn begin(&mut self, transit: Transit) -> Transit {
+        debug_assert!(self.pending.is_none(), "one transition at a time");
+        self.pending = Some(transit.state);
+        transit
+    }
+
+    fn apply(&mut self, t: &Transit) {
+        debug_assert!(
+            t.producer_id != self.producer_id || t.producer_epoch >= self.producer_epoch,
+            "epochs never fall"
+        );
+        self.producer_id = t.producer_id;
+        self.previous_producer_id = t.previous_producer_id;
+        self.producer_epoch = t.producer_epoch;
+        self.last_producer_epoch = t.last_producer_epoch;
+        self.timeout_ms = t.timeout_ms;
+        self.state = t.state;
+        self.partitions = t.partitions.clone();
+        self.start_ms = t.start_ms;
+        self.last_update_ms = t.last_update_ms;
+        self.pending = None;
+    }
+
+    /// Kafka's `prepareIncrementProducerEpoch`: a fresh InitProducerId bumps the epoch; a
+    /// producer recovering with its current epoch bumps it too; a retry whose answer was lost
+    /// (the expected epoch is the last one) gets the current epoch again.
+    fn prepare_increment_epoch(&self, timeout_ms: i32, expected_epoch: Option<i16>, now: i64) -> Result<Transit, i16> {
+        let bumped = self.producer_epoch.saturating_add(1);
+        let (epoch, last) = match expected_epoch {
+            None => (bumped, NO_PRODUCER_EPOCH),
+            Some(e) if self.producer_epoch == NO_PRODUCER_EPOCH || e == self.producer_epoch => {
+                (bumped, self.producer_epoch)
+            }
+            Some(e) if e == self.last_producer_epoch => (self.producer_epoch, self.last_producer_epoch),
+            Some(_) => return Err(code(ResponseError::ProducerFenced)),
+        };
+        let mut t = self.transit(TxnState::Empty, now);
+        t.producer_epoch = epoch;
+        t.last_producer_epoch = last;
+        t.timeout_ms = timeout_ms;
+        t.partitions.clear();
+        t.start_ms = -1;
+        Ok(t)
+    }
+
+    /// Kafka's `prepareProducerIdRotation`: the epoch is exhausted, a new producer id starts at 0.
+    fn prepare_rotation(&self, new_producer_id: i64, timeout_ms: i32, record_last_epoch: bool, now: i64) -> Transit {
+        let mut t = self.transit(TxnState::Empty, now);
+        t.previous_producer_id = self.producer_id;
+        t.producer_id = new_producer_id;
+        t.producer_epoch = 0;
+        t.last_producer_epoch = if record_last_epoch {
+            self.producer_epoch
+        } else {
+            NO_PRODUCER_EPOCH
+        };
+        t.timeout_ms = timeout_ms;
+        t.partitions.clear();
+        t.start_ms = -1;
+        t
+    }
+
+    /// Kafka's `prepareFenceProducerEpoch` followed by `endTransaction(ABORT)` from the
+    /// coordinator: the epoch is bumped in memory at once (the old producer is fenced from now
+    /// on, even if the write fails) and PrepareAbort is prepared with it.
+    fn fence_and_prepare_abort(&mut self, now: i64) -> Transit {
+        debug_assert_eq!(self.state, TxnState::Ongoing);
+        self.producer_epoch = self.producer_epoch.saturating_add(1);
+        self.last_producer_epoch = NO_PRODUCER_EPOCH;
+        let t = self.transit(TxnState::PrepareAbort, now);
+        self.begin(t)
+    }
+}
+
+/// What InitProducerId must do next.
+#[derive(Debug, Clone, PartialEq)]
+pub enum InitStep {
+    /// Write this (state Empty, new epoch or producer id), then answer with its id and epoch.
+    Write(Transit),
+    /// An ongoing transaction must be aborted first (its producer fenced): write this
+    /// PrepareAbort, finish the abort, then answer CONCURRENT_TRANSACTIONS so the client
+    /// retries (Kafka's PrepareEpochFence path).
+    FenceOngoing(Transit),
+}
+
+/// What EndTxn must do next.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EndStep {
+    /// A retry of an EndTxn that already completed with the same result.
+    AlreadyDone,
+    /// Write this PrepareCommit / PrepareAbort, then the markers, then complete.
+    Write(Transit),
+}
+
+/// Broker settings the state machine uses.
+#[derive(Debug, Clone, Copy)]
+pub struct TxnLimits {
+    /// `transaction.max.timeout.ms`.
+    pub max_timeout_ms: i64,
+    /// `transactional.id.expiration.ms`.
+    pub id_expiration_ms: i64,
+}
+
+/// Every transactional id this coordinator owns.
+pub struct TxnStates {
+    pub txns: HashMap<String, TxnMetadata>,
+    pub limits: TxnLimits,
+}
+
+impl TxnStates {
+    pub fn new(limits: TxnLimits) -> TxnStates {
+        TxnStates {
+            txns: HashMap::new(),
+            limits,
+        }
+    }
+
+    /// Applies a record read from `__transaction_state` (load): the last one per id wins.
+    pub fn load_record(&mut self, transactional_id: &str, value: Option<&TxnLogValue>) {
+        match value.and_then(|v| TxnMetadata::from_record(transactional_id, v)) {
+            Some(m) if m.state != TxnState::Dead => {
+                self.txns.insert(transactional_id.to_string(), m);
+            }
+            _ => {
+                self.txns.remove(transactional_id);
+            }
+        }
+    }
+
+    /// InitProducerId with a transactional id (Kafka's `handleInitProducerId` and
+    /// `prepareInitProducerIdTransit`). `allocate` hands out a new producer id when one is needed.
+    pub fn init_producer_id(
+        &mut self,
+        transactional_id: &str,
+        timeout_ms: i32,
+        expected: Option<(i64, i16)>,
+        allocate: &mut dyn FnMut() -> Result<i64, i16>,
+        now: i64,
+    ) -> Result<InitStep, i16> {
+        if transactional_id.is_empty() {
+            return Err(code(ResponseError::InvalidRequest));
+        }
+        if timeout_ms <= 0 || i64::from(timeout_ms) > self.limits.max_timeout_ms {
+            return Err(code(ResponseError::InvalidTransactionTimeout));
+        }
+        if !self.txns.contains_key(transactional_id) {
+            let producer_id = allocate()?;
+            self.txns.insert(
+                transactional_id.to_string(),
+                TxnMetadata::new(transactional_id, producer_id, timeout_ms, now),
+            );
+        }
+        let Some(m) = self.txns.get_mut(transactional_id) else {
+            return Err(code(ResponseError::UnknownServerError));
+        };
+        if m.pending.is_some() {
+            return Err(code(ResponseError::ConcurrentTransactions));
+        }
+        // KIP-360: a producer naming its id and epoch continues only if it is still the
+        // current producer, just created, or retrying a bump that rotated its id.
+        if let Some((pid, epoch)) = expected {
+            let valid = m.producer_epoch == NO_PRODUCER_EPOCH
+                || pid == m.producer_id
+                || (pid == m.previous_producer_id && epoch_exhausted(epoch));
+            if !valid {
+                return Err(code(ResponseError::ProducerFenced));
+            }
+        }
+        match m.state {
+            TxnState::PrepareCommit | TxnState::PrepareAbort => Err(code(ResponseError::ConcurrentTransactions)),
+            TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort => {
+                let t = if epoch_exhausted(m.producer_epoch) && expected.is_none_or(|(_, e)| e == m.producer_epoch) {
+                    let new_id = allocate()?;
+                    m.prepare_rotation(new_id, timeout_ms, expected.is_some(), now)
+                } else {
+                    m.prepare_increment_epoch(timeout_ms, expected.map(|(_, e)| e), now)?
+                };
+                Ok(InitStep::Write(m.begin(t)))
+            }
+            TxnState::Ongoing => Ok(InitStep::FenceOngoing(m.fence_and_prepare_abort(now))),
+            TxnState::Dead | TxnState::PrepareEpochFence => Err(code(ResponseError::ConcurrentTransactions)),
+        }
+    }
+
+    /// AddPartitionsToTxn / AddOffsetsToTxn (Kafka's `handleAddPartitionsToTransaction`):
+    /// None when every partition is already in the ongoing transaction.
+    pub fn add_partitions(
+        &mut self,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        partitions: &[TopicPartition],
+        now: i64,
+    ) -> Result<Option<Transit>, i16> {
+        if transactional_id.is_empty() {
+            return Err(code(ResponseError::InvalidRequest));
+        }
+        let m = self
+            .txns
+            .get_mut(transactional_id)
+            .ok_or(code(ResponseError::InvalidProducerIdMapping))?;
+        if m.pending.is_some() {
+            return Err(code(ResponseError::ConcurrentTransactions));
+        }
+        if m.producer_id != producer_id {
+            return Err(code(ResponseError::InvalidProducerIdMapping));
+        }
+        if m.producer_epoch != producer_epoch {
+            return Err(code(ResponseError::ProducerFenced));
+        }
+        match m.state {
+            TxnState::PrepareCommit | TxnState::PrepareAbort => Err(code(ResponseError::ConcurrentTransactions)),
+            TxnState::Ongoing if partitions.iter().all(|p| m.partitions.contains(p)) => Ok(None),
+            TxnState::Dead | TxnState::PrepareEpochFence => Err(code(ResponseError::ConcurrentTransactions)),
+            TxnState::Ongoing | TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort => {
+                let mut t = m.transit(TxnState::Ongoing, now);
+                if m.state != TxnState::Ongoing {
+                    t.start_ms = now;
+                    t.partitions.clear();
+                }
+                t.partitions.extend(partitions.iter().cloned());
+                Ok(Some(m.begin(t)))
+            }
+        }
+    }
+
+    /// AddPartitionsToTxn v4+ verify_only, and Produce's check (KIP-890 part 1; Kafka's
+    /// `handleVerifyPartitionsInTransaction`): per partition, NONE when it is in the ongoing
+    /// transaction, TRANSACTION_ABORTABLE when not.
+    pub fn verify(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        partitions: &[TopicPartition],
+    ) -> Result<Vec<i16>, i16> {
+        if transactional_id.is_empty() {
+            return Err(code(ResponseError::InvalidRequest));
+        }
+        let m = self
+            .txns
+            .get(transactional_id)
+            .ok_or(code(ResponseError::InvalidProducerIdMapping))?;
+        if m.producer_id != producer_id {
+            return Err(code(ResponseError::InvalidProducerIdMapping));
+        }
+        if m.producer_epoch != producer_epoch {
+            return Err(code(ResponseError::ProducerFenced));
+        }
+        if matches!(m.state, TxnState::PrepareCommit | TxnState::PrepareAbort) {
+            return Err(code(ResponseError::ConcurrentTransactions));
+        }
+        Ok(partitions
+            .iter()
+            .map(|p| {
+                if m.state == TxnState::Ongoing && m.partitions.contains(p) {
+                    0
+                } else {
+                    code(ResponseError::TransactionAbortable)
+                }
+            })
+            .collect())
+    }
+
+    /// EndTxn (Kafka's `endTransaction`, transaction version 0/1).
+    pub fn end_txn(
+        &mut self,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+        now: i64,
+    ) -> Result<EndStep, i16> {
+        if transactional_id.is_empty() {
+            return Err(code(ResponseError::InvalidRequest));
+        }
+        let m = self
+            .txns
+            .get_mut(transactional_id)
+            .ok_or(code(ResponseError::InvalidProducerIdMapping))?;
+        if m.producer_id != producer_id {
+            return Err(code(ResponseError::InvalidProducerIdMapping));
+        }
+        // Strict equality for the client: it never bumps the epoch itself.
+        if m.producer_epoch != producer_epoch {
+            return Err(code(ResponseError::ProducerFenced));
+        }
+        if m.pending.is_some() {
+            return Err(code(ResponseError::ConcurrentTransactions));
+        }
+        let invalid = || Err(code(ResponseError::InvalidTxnState));
+        match (m.state, commit) {
+            (TxnState::Ongoing, _) => {
+                let next = if commit {
+                    TxnState::PrepareCommit
+                } else {
+                    TxnState::PrepareAbort
+                };
+                let t = m.transit(next, now);
+                Ok(EndStep::Write(m.begin(t)))
+            }
+            (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) => Ok(EndStep::AlreadyDone),
+            (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
+                Err(code(ResponseError::ConcurrentTransactions))
+            }
+            (TxnState::CompleteCommit, false)
+            | (TxnState::CompleteAbort, true)
+            | (TxnState::PrepareCommit, false)
+            | (TxnState::PrepareAbort, true)
+            | (TxnState::Empty, _) => invalid(),
+            (TxnState::Dead | TxnState::PrepareEpochFence, _) => Err(code(ResponseError::ConcurrentTransactions)),
+        }
+    }
+
+    /// After Prepare* is written: the markers go out while CompleteCommit / CompleteAbort is
+    /// pending (Kafka's `prepareComplete`). None when the id is not in Prepare* or is busy.
+    pub fn prepare_complete(&mut self, transactional_id: &str, now: i64) -> Option<Transit> {
+        let m = self.txns.get_mut(transactional_id)?;
+        if m.pending.is_some() {
+            return None;
+        }
+        let next = match m.state {
+            TxnState::PrepareCommit => TxnState::CompleteCommit,
+            TxnState::PrepareAbort => TxnState::CompleteAbort,
+            _ => return None,
+        };
+        let mut t = m.transit(next, now);
+        t.partitions.clear();
+        Some(m.begin(t))
+    }
+
+    /// Applies a transition once it is durable.
+    pub fn complete(&mut self, transactional_id: &str, t: &Transit) {
+        if let Some(m) = self.txns.get_mut(transactional_id) {
+            m.apply(t);
+        }
+    }
+
+    /// Drops a transition whose write failed; the id stays as it was.
+    pub fn fail(&mut self, transactional_id: &str) {
+        if let Some(m) = self.txns.get_mut(transactional_id) {
+            m.pending = None;
+        }
+    }
+
+    /// Ongoing transactions older than their timeout, fenced and prepared for abort (Kafka's
+    /// `abortTimedOutTransactions`): (id, producer id, PrepareAbort transit).
+    pub fn fence_timed_out(&mut self, now: i64) -> Vec<(String, Transit)> {
+        let mut out = Vec::new();
+        for (id, m) in self.txns.iter_mut() {
+            let expired = m.state == TxnState::Ongoing
+                && m.pending.is_none()
+                && m.start_ms.saturating_add(i64::from(m.timeout_ms)) < now;
+            if expired {
+                out.push((id.clone(), m.fence_and_prepare_abort(now)));
+            }
+        }
+        out
+    }
+
+    /// Ids idle past `transactional.id.expiration.ms` (Kafka's `removeExpiredTransactionalIds`),
+    /// marked Dead-pending until their tombstone is written (then `remove`).
+    pub fn expire_ids(&mut self, now: i64) -> Vec<String> {
+        let expiration = self.limits.id_expiration_ms;
+        let mut out = Vec::new();
+        for (id, m) in self.txns.iter_mut() {
+            let idle = matches!(
+                m.state,
+                TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort
+            ) && m.pending.is_none()
+                && m.last_update_ms.saturating_add(expiration) <= now;
+            if idle {
+                m.pending = Some(TxnState::Dead);
+                out.push(id.clone());
+            }
+        }
+        out
+    }
+
+    /// Removes an id whose tombstone is durable.
+    pub fn remove(&mut self, transactional_id: &str) {
+        if self
+            .txns
+            .get(transactional_id)
+            .is_some_and(|m| m.pending == Some(TxnState::Dead))
+        {
+            self.txns.remove(transactional_id);
+        }
+    }
+
+    /// Ids left in Prepare* with nothing in flight: their markers must be (re)written.
+    pub fn unfinished(&self) -> Vec<String> {
+        self.txns
+            .values()
+            .filter(|m| m.pending.is_none() && matches!(m.state, TxnState::PrepareCommit | TxnState::PrepareAbort))
+            .map(|m| m.transactional_id.clone())
+            .collect()
+    }
+}
+
+/// Writes transaction markers: the one place a coordinator touches the data partitions of a
+/// transaction. On a single node it appends locally; in a cluster this is where a
+/// WriteTxnMarkers request goes to each partition's leader (Kafka's
+/// `TransactionMarkerChannelManager`), with the same per-partition answers.
+pub struct MarkerWriter {
+    controller: Arc<Controller>,
+    replicas: Arc<ReplicaManager>,
+    groups: Arc<GroupCoordinator>,
+}
+
+impl MarkerWriter {
+    pub fn new(controller: Arc<Controller>, replicas: Arc<ReplicaManager>, groups: Arc<GroupCoordinator>) -> MarkerWriter {
+        MarkerWriter {
+            controller,
+            replicas,
+            groups,
+        }
+    }
+
+    /// Writes a commit or abort marker to each partition and waits until each is durable.
+    /// A partition whose topic no longer exists counts as done (Kafka drops it too).
+    pub async fn write_markers(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+        coordinator_epoch: i32,
+        commit: bool,
+        partitions: &[TopicPartition],
+    ) -> Vec<(TopicPartition, Result<(), i16>)> {
+        let mut out = Vec::with_capacity(partitions.len());
+        for tp in partitions {
+            let Some(partition) = self.replicas.get(&tp.topic, tp.partition) else {
+                let gone = self
+                    .controller
+                    .image()
+                    .topic(&tp.topic)
+                    .is_none_or(|t| tp.partition >= t.partitions);
+                let result = if gone {
+                    Ok(())
+                } else {
+                    Err(code(ResponseError::NotLeaderOrFollower))
+                };
+                out.push((tp.clone(), result));
+                continue;
+            };
+            let written = match partition.write_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit) {
+                Ok(info) => partition.wait_durable(info.last_offset).await.map_err(|e| e.code()),
+                Err(e) => Err(e.code()),
+            };
+            if written.is_ok() && tp.topic == super::OFFSETS_TOPIC {
+                // Offsets committed in the transaction become visible, or are dropped.
+                self.groups.complete_txn(tp.partition, producer_id, commit);
+            }
+            out.push((tp.clone(), written));
+        }
+        out
+    }
+}
+
+/// A transaction as DescribeTransactions reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TxnDescription {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub state: TxnState,
+    pub timeout_ms: i32,
+    pub start_ms: i64,
+    pub partitions: Vec<TopicPartition>,
+}
+
+/// ListTransactions filters (v0 states and producer ids, v1 duration, v2 id pattern).
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    pub states: Vec<String>,
+    pub producer_ids: Vec<i64>,
+    /// Only transactions running longer than this; -1 for all.
+    pub duration_ms: i64,
+    pub pattern: Option<String>,
+}
+
+/// The transaction coordinator service: `TxnStates` behind a lock, `__transaction_state`
+/// writes, markers.
+pub struct TransactionCoordinator {
+    config: Arc<BrokerConfig>,
+    controller: Arc<Controller>,
+    replicas: Arc<ReplicaManager>,
+    states: Mutex<TxnStates>,
+    markers: MarkerWriter,
+}
+
+impl TransactionCoordinator {
+    pub fn new(
+        config: Arc<BrokerConfig>,
+        controller: Arc<Controller>,
+        replicas: Arc<ReplicaManager>,
+        groups: Arc<GroupCoordinator>,
+    ) -> TransactionCoordinator {
+        let limits = TxnLimits {
+            max_timeout_ms: config.transaction_max_timeout_ms,
+            id_expiration_ms: config.transactional_id_expiration_ms,
+        };
+        TransactionCoordinator {
+            markers: MarkerWriter::new(controller.clone(), replicas.clone(), groups),
+            config,
+            controller,
+            replicas,
+            states: Mutex::new(TxnStates::new(limits)),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, TxnStates> {
+        self.states.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn partition_count(&self) -> i32 {
+        self.controller
+            .image()
+            .topic(TRANSACTION_STATE_TOPIC)
+            .map_or(self.config.transaction_state_log_num_partitions, |t| t.partitions)
+    }
+
+    /// Creates `__transaction_state` on first use, as Kafka does on the first transaction
+    /// coordinator lookup.
+    pub fn ensure_topic(&self) -> Result<(), Error> {
+        if let Some(topic) = self.controller.image().topic(TRANSACTION_STATE_TOPIC) {
+            if self.replicas.get(TRANSACTION_STATE_TOPIC, topic.partitions - 1).is_some() {
+                return Ok(());
+            }
+            return self.replicas.apply_image(&self.controller.image());
+        }
+        let configs = BTreeMap::from([("cleanup.policy".to_string(), "compact".to_string())]);
+        match self.controller.create_topic(
+            TRANSACTION_STATE_TOPIC,
+            self.config.transaction_state_log_num_partitions,
+            1,
+            configs,
+        ) {
+            Ok(_) | Err(Error::TopicAlreadyExists(_)) => {}
+            Err(e) => return Err(e),
+        }
+        self.replicas.apply_image(&self.controller.image())
+    }
+
+    /// Rebuilds every transactional id from `__transaction_state` (start-up). Transactions
+    /// found in Prepare* are finished by `finish_unfinished` (the caller spawns it).
+    pub fn load(&self) -> Result<(), Error> {
+        let Some(topic) = self.controller.image().topic(TRANSACTION_STATE_TOPIC).cloned() else {
+            return Ok(());
+        };
+        let mut read = 0usize;
+        let mut states = self.lock();
+        for p in 0..topic.partitions {
+            let Some(partition) = self.replicas.get(TRANSACTION_STATE_TOPIC, p) else {
+                continue;
+            };
+            let offsets = partition.offsets()?;
+            let mut next = offsets.log_start_offset;
+            while next < offsets.high_watermark {
+                let chunk = partition.read(next, 1 << 20, true)?;
+                let before = next;
+                for batch in split_batches(&chunk.records) {
+                    let set = crate::log::batch::decode_records(&batch)
+                        .map_err(|e| Error::CorruptBatch(format!("{TRANSACTION_STATE_TOPIC}-{p}: {e}")))?;
+                    for r in set.records {
+                        next = next.max(r.offset + 1);
+                        if r.control {
+                            continue;
+                        }
+                        let Some(key) = r.key.as_ref() else { continue };
+                        let Ok(id) = txn_records::decode_key(key) else {
+                            tracing::warn!(partition = p, offset = r.offset, "skipping an unreadable key");
+                            continue;
+                        };
+                        match r.value.as_ref().map(|v| txn_records::decode_value(v)) {
+                            None => states.load_record(&id, None),
+                            Some(Ok(v)) => states.load_record(&id, Some(&v)),
+                            Some(Err(e)) => {
+                                tracing::warn!(partition = p, offset = r.offset, error = %e, "skipping an unreadable value");
+                            }
+                        }
+                        read += 1;
+                    }
+                }
+                if next == before {
+                    break; // nothing readable: never loop
+                }
+            }
+        }
+        if read > 0 {
+            tracing::info!(records = read, transactional_ids = states.txns.len(), "loaded transactions");
+        }
+        Ok(())
+    }
+
+    /// Appends one record for `transactional_id` and waits until it is durable. Errors are
+    /// mapped as Kafka's `TransactionStateManager.appendTransactionToLog` maps them.
+    async fn persist(&self, transactional_id: &str, value: Option<TxnLogValue>) -> Result<i32, i16> {
+        self.ensure_topic()
+            .map_err(|_| code(ResponseError::CoordinatorNotAvailable))?;
+        let index = partition_for(transactional_id, self.partition_count());
+        let partition = self
+            .replicas
+            .get(TRANSACTION_STATE_TOPIC, index)
+            .ok_or(code(ResponseError::CoordinatorNotAvailable))?;
+        let key = txn_records::encode_key(transactional_id);
+        let value = value.map(|v| txn_records::encode_value(&v, txn_records::VALUE_VERSION));
+        let records: Vec<(Option<Bytes>, Option<Bytes>, i64)> = vec![(Some(key), value, now_ms())];
+        let written = async {
+            let encoded = encode_records(&records, Compression::None)?;
+            let batches = validate_batches(&encoded, usize::MAX)?;
+            let info = partition.append(batches, true)?;
+            partition.wait_durable(info.last_offset).await
+        }
+        .await;
+        match written {
+            Ok(()) => Ok(partition.leader_epoch),
+            Err(e) => {
+                tracing::warn!(transactional_id, error = %e, "writing {TRANSACTION_STATE_TOPIC}");
+                Err(match e {
+                    Error::Storage { .. } | Error::ShuttingDown => code(ResponseError::NotCoordinator),
+                    Error::MessageTooLarge { .. } => code(ResponseError::UnknownServerError),
+                    _ => code(ResponseError::CoordinatorNotAvailable),
+                })
+            }
+        }
+    }
+
+    /// Writes a prepared transit; applies it when durable, drops it otherwise.
+    async fn write(&self, transactional_id: &str, t: &Transit) -> Result<i32, i16> {
+        match self.persist(transactional_id, Some(t.to_record())).await {
+            Ok(coordinator_epoch) => {
+                self.lock().complete(transactional_id, t);
+                Ok(coordinator_epoch)
+            }
+            Err(e) => {
+                self.lock().fail(transactional_id);
+                Err(e)
+            }
+        }
+    }
+
+    /// InitProducerId. Without a transactional id Kafka always hands out a fresh producer id
+    /// at epoch 0, whatever id and epoch the request names (an idempotent producer's KIP-360
+    /// bump gets a new id).
+    pub async fn init_producer_id(
+        &self,
+        transactional_id: Option<&str>,
+        timeout_ms: i32,
+        expected: Option<(i64, i16)>,
+    ) -> Result<(i64, i16), i16> {
+        let Some(id) = transactional_id else {
+            return self.allocate().map(|pid| (pid, 0));
+        };
+        if !id.is_empty() && self.ensure_topic().is_err() {
+            return Err(code(ResponseError::CoordinatorNotAvailable));
+        }
+        let step = {
+            let mut allocate = || self.allocate();
+            self.lock()
+                .init_producer_id(id, timeout_ms, expected, &mut allocate, now_ms())?
+        };
+        match step {
+            InitStep::Write(t) => {
+                self.write(id, &t).await?;
+                tracing::info!(transactional_id = id, producer_id = t.producer_id, epoch = t.producer_epoch, "initialized");
+                Ok((t.producer_id, t.producer_epoch))
+            }
+            InitStep::FenceOngoing(t) => {
+                tracing::info!(transactional_id = id, producer_id = t.producer_id, "fencing the ongoing transaction");
+                self.end_prepared(id, t).await?;
+                Err(code(ResponseError::ConcurrentTransactions))
+            }
+        }
+    }
+
+    fn allocate(&self) -> Result<i64, i16> {
+        self.controller.allocate_producer_id().map_err(|e| {
+            tracing::warn!(error = %e, "allocating a producer id");
+            code(ResponseError::CoordinatorNotAvailable)
+        })
+    }
+
+    /// AddPartitionsToTxn (not verify_only) and AddOffsetsToTxn.
+    pub async fn add_partitions(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        partitions: &[TopicPartition],
+    ) -> Result<(), i16> {
+        let step = self
+            .lock()
+            .add_partitions(transactional_id, producer_id, producer_epoch, partitions, now_ms())?;
+        match step {
+            None => Ok(()),
+            Some(t) => self.write(transactional_id, &t).await.map(|_| ()),
+        }
+    }
+
+    /// AddPartitionsToTxn v4+ verify_only: per partition, NONE or TRANSACTION_ABORTABLE.
+    pub fn verify_partitions(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        partitions: &[TopicPartition],
+    ) -> Result<Vec<i16>, i16> {
+        self.lock()
+            .verify(transactional_id, producer_id, producer_epoch, partitions)
+    }
+
+    /// KIP-890 part 1, for Produce: Ok when the ongoing transaction of `transactional_id` at
+    /// this producer id and epoch includes the partition. Otherwise the code Kafka's Produce
+    /// answers after verification (`AddPartitionsToTxnManager` then `ReplicaManager`):
+    /// INVALID_PRODUCER_EPOCH for a fenced epoch, INVALID_TXN_STATE for a partition not in the
+    /// transaction (Kafka answers TRANSACTION_ABORTABLE instead to Produce v11+: see
+    /// `produce_verification_code`), INVALID_PRODUCER_ID_MAPPING for an unknown id or
+    /// producer, NOT_ENOUGH_REPLICAS (retriable) while the transaction is ending.
+    pub fn verify_partition(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        topic: &str,
+        partition: i32,
+    ) -> Result<(), i16> {
+        let tp = TopicPartition {
+            topic: topic.to_string(),
+            partition,
+        };
+        let result = self
+            .lock()
+            .verify(transactional_id, producer_id, producer_epoch, std::slice::from_ref(&tp))
+            .and_then(|codes| match codes.first() {
+                Some(0) => Ok(()),
+                Some(c) => Err(*c),
+                None => Err(code(ResponseError::UnknownServerError)),
+            });
+        result.map_err(|c| produce_verification_code(c, 10))
+    }
+
+    /// EndTxn: Prepare* durable, markers, Complete*. Answers once Prepare* is durable, as
+    /// Kafka does; markers that fail are retried by the timer task.
+    pub async fn end_txn(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+    ) -> Result<(), i16> {
+        let step = self
+            .lock()
+            .end_txn(transactional_id, producer_id, producer_epoch, commit, now_ms())?;
+        match step {
+            EndStep::AlreadyDone => Ok(()),
+            EndStep::Write(t) => self.end_prepared(transactional_id, t).await,
+        }
+    }
+
+    /// Writes a prepared PrepareCommit / PrepareAbort, then finishes the transaction.
+    async fn end_prepared(&self, transactional_id: &str, t: Transit) -> Result<(), i16> {
+        let coordinator_epoch = self.write(transactional_id, &t).await?;
+        self.finish(transactional_id, coordinator_epoch).await;
+        Ok(())
+    }
+
+    /// Markers then Complete* for a transaction in Prepare*. Failures leave it in Prepare*
+    /// for the timer task to retry.
+    async fn finish(&self, transactional_id: &str, coordinator_epoch: i32) {
+        let Some(t) = self.lock().prepare_complete(transactional_id, now_ms()) else {
+            return;
+        };
+        let (partitions, producer_id, epoch) = {
+            let states = self.lock();
+            let Some(m) = states.txns.get(transactional_id) else { return };
+            (
+                m.partitions.iter().cloned().collect::<Vec<_>>(),
+                m.producer_id,
+                m.producer_epoch,
+            )
+        };
+        let commit = t.state == TxnState::CompleteCommit;
+        let results = self
+            .markers
+            .write_markers(producer_id, epoch, coordinator_epoch, commit, &partitions)
+            .await;
+        let failed: Vec<String> = results
+            .iter()
+            .filter_map(|(tp, r)| r.err().map(|c| format!("{tp}: {c}")))
+            .collect();
+        if !failed.is_empty() {
+            tracing::warn!(transactional_id, ?failed, "transaction markers not written; retrying later");
+            self.lock().fail(transactional_id);
+            return;
+        }
+        if self.write(transactional_id, &t).await.is_ok() {
+            tracing::debug!(transactional_id, commit, "transaction completed");
+        }
+    }
+
+    /// Finishes transactions left in Prepare* (after a restart, or markers that failed).
+    pub async fn finish_unfinished(&self) {
+        let ids = self.lock().unfinished();
+        for id in ids {
+            let index = partition_for(&id, self.partition_count());
+            let coordinator_epoch = self
+                .replicas
+                .get(TRANSACTION_STATE_TOPIC, index)
+                .map_or(0, |p| p.leader_epoch);
+            self.finish(&id, coordinator_epoch).await;
+        }
+    }
+
+    /// Aborts transactions past their `transaction.timeout.ms`, fencing their producers.
+    pub async fn abort_timed_out(&self, now: i64) {
+        let timed_out = self.lock().fence_timed_out(now);
+        for (id, t) in timed_out {
+            tracing::info!(transactional_id = %id, producer_id = t.producer_id, epoch = t.producer_epoch, "aborting a timed-out transaction");
+            if let Err(c) = self.end_prepared(&id, t).await {
+                tracing::warn!(transactional_id = %id, code = c, "aborting a timed-out transaction");
+            }
+        }
+    }
+
+    /// Removes transactional ids idle past `transactional.id.expiration.ms` (a tombstone each).
+    pub async fn expire_ids(&self, now: i64) {
+        let expired = self.lock().expire_ids(now);
+        for id in expired {
+            match self.persist(&id, None).await {
+                Ok(_) => {
+                    tracing::info!(transactional_id = %id, "transactional id expired");
+                    self.lock().remove(&id);
+                }
+                Err(_) => self.lock().fail(&id),
+            }
+        }
+    }
+
+    /// DescribeTransactions for one id: TRANSACTIONAL_ID_NOT_FOUND when unknown.
+    pub fn describe(&self, transactional_id: &str) -> Result<TxnDescription, i16> {
+        if transactional_id.is_empty() {
+            return Err(code(ResponseError::InvalidRequest));
+        }
+        let states = self.lock();
+        let m = states
+            .txns
+            .get(transactional_id)
+            .filter(|m| m.state != TxnState::Dead && m.pending != Some(TxnState::Dead))
+            .ok_or(code(ResponseError::TransactionalIdNotFound))?;
+        Ok(TxnDescription {
+            producer_id: m.producer_id,
+            producer_epoch: m.producer_epoch,
+            state: m.state,
+            timeout_ms: m.timeout_ms,
+            start_ms: m.start_ms,
+            partitions: m.partitions.iter().cloned().collect(),
+        })
+    }
+
+    /// ListTransactions (Kafka's `listTransactionStates`): (id, producer id, state) of every
+    /// id passing the filters, and the state filters that name no state.
+    #[allow(clippy::type_complexity)]
+    pub fn list(&self, filter: &ListFilter, now: i64) -> Result<(Vec<(String, i64, TxnState)>, Vec<String>), i16> {
+        let mut states_wanted = Vec::new();
+        let mut unknown = Vec::new();
+        for name in &filter.states {
+            match TxnState::from_name(name) {
+                Some(s) => states_wanted.push(s),
+                None => unknown.push(name.clone()),
+            }
+        }
+        let pattern = match filter.pattern.as_deref().filter(|p| !p.is_empty()) {
+            None => None,
+            // Java's `Matcher.matches`: the whole id must match.
+            Some(p) => Some(
+                regex_automata::meta::Regex::new(&format!("^(?:{p})$"))
+                    .map_err(|_| code(ResponseError::InvalidRegularExpression))?,
+            ),
+        };
+        let states = self.lock();
+        let mut out: Vec<(String, i64, TxnState)> = states
+            .txns
+            .values()
+            .filter(|m| m.state != TxnState::Dead && m.pending != Some(TxnState::Dead))
+            .filter(|m| filter.producer_ids.is_empty() || filter.producer_ids.contains(&m.producer_id))
+            .filter(|m| states_wanted.is_empty() || states_wanted.contains(&m.state))
+            .filter(|m| filter.duration_ms < 0 || now.saturating_sub(m.start_ms) > filter.duration_ms)
+            .filter(|m| pattern.as_ref().is_none_or(|re| re.is_match(m.transactional_id.as_str())))
+            .map(|m| (m.transactional_id.clone(), m.producer_id, m.state))
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok((out, unknown))
+    }
+}
+
+/// Kafka's mapping of a verification failure to what Produce answers (`AddPartitionsToTxnManager`
+/// and `ReplicaManager.appendRecords`): a fenced epoch is INVALID_PRODUCER_EPOCH; a partition
+/// not in the transaction is TRANSACTION_ABORTABLE for Produce v11+ and INVALID_TXN_STATE
+/// before; a transaction being ended (or a coordinator not ready) is NOT_ENOUGH_REPLICAS, which
+/// every client retries.
+pub fn produce_verification_code(c: i16, produce_version: i16) -> i16 {
+    if c == code(ResponseError::ProducerFenced) {
+        code(ResponseError::InvalidProducerEpoch)
+    } else if c == code(ResponseError::TransactionAbortable) && produce_version <= 10 {
+        code(ResponseError::InvalidTxnState)
+    } else if c == code(ResponseError::ConcurrentTransactions)
+        || c == code(ResponseError::CoordinatorLoadInProgress)
+        || c == code(ResponseError::CoordinatorNotAvailable)
+        || c == code(ResponseError::NotCoordinator)
+    {
+        code(ResponseError::NotEnoughReplicas)
+    } else {
+        c
+    }
+}
+
+/// Splits a read of the log into its framed batches.
+fn split_batches(bytes: &Bytes) -> Vec<Bytes> {
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    while bytes.len().saturating_sub(at) >= 12 {
+        let len = i32::from_be_bytes([bytes[at + 8], bytes[at + 9], bytes[at + 10], bytes[at + 11]]);
+        let end = usize::try_from(len)
+            .ok()
+            .and_then(|l| (at + 12).checked_add(l))
+            .filter(|e| *e <= bytes.len());
+        let Some(end) = end else { break };
+        out.push(bytes.slice(at..end));
+        at = end;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAX: i64 = 900_000;
+
+    fn states() -> TxnStates {
+        TxnStates::new(TxnLimits {
+            max_timeout_ms: MAX,
+            id_expiration_ms: 604_800_000,
+        })
+    }
+
+    fn tp(topic: &str, partition: i32) -> TopicPartition {
+        TopicPartition {
+            topic: topic.into(),
+            partition,
+        }
+    }
+
+    /// A producer id counter standing in for the controller.
+    fn ids() -> impl FnMut() -> Result<i64, i16> {
+        let mut next = 1000;
+        move || {
+            next += 1;
+            Ok(next)
+        }
+    }
+
+    /// Runs InitProducerId to completion (the write succeeds).
+    fn init(s: &mut TxnStates, id: &str, expected: Option<(i64, i16)>, alloc: &mut dyn FnMut() -> Result<i64, i16>, now: i64) -> Result<(i64, i16), i16> {
+        match s.init_producer_id(id, 60_000, expected, alloc, now)? {
+            InitStep::Write(t) => {
+                s.complete(id, &t);
+                Ok((t.producer_id, t.producer_epoch))
+            }
+            InitStep::FenceOngoing(t) => {
+                s.complete(id, &t);
+                let done = s.prepare_complete(id, now).unwrap();
+                s.complete(id, &done);
+                Err(code(ResponseError::ConcurrentTransactions))
+            }
+        }
+    }
+
+    fn add(s: &mut TxnStates, id: &str, pid: i64, epoch: i16, parts: &[TopicPartition], now: i64) -> Result<(), i16> {
+        if let Some(t) = s.add_partitions(id, pid, epoch, parts, now)? {
+            s.complete(id, &t);
+        }
+        Ok(())
+    }
+
+    fn end(s: &mut TxnStates, id: &str, pid: i64, epoch: i16, commit: bool, now: i64) -> Result<(), i16> {
+        match s.end_txn(id, pid, epoch, commit, now)? {
+            EndStep::AlreadyDone => Ok(()),
+            EndStep::Write(t) => {
+                s.complete(id, &t);
+                let done = s.prepare_complete(id, now).unwrap();
+                s.complete(id, &done);
+                Ok(())
+            }
+        }
+    }
+
+    #[test]
+    fn a_new_transactional_id_gets_a_new_producer_at_epoch_zero_then_bumps() {
+        // Kafka's TransactionCoordinator.handleInitProducerId: new id → new producer id, epoch 0;
+        // each later InitProducerId bumps the epoch.
+        let mut s = states();
+        let mut alloc = ids();
+        assert_eq!(init(&mut s, "t", None, &mut alloc, 1), Ok((1001, 0)));
+        assert_eq!(init(&mut s, "t", None, &mut alloc, 2), Ok((1001, 1)));
+        assert_eq!(s.txns["t"].state, TxnState::Empty);
+    }
+
+    #[test]
+    fn timeouts_over_the_maximum_are_refused() {
+        let mut s = states();
+        let mut alloc = ids();
+        let r = s.init_producer_id("t", (MAX + 1) as i32, None, &mut alloc, 0);
+        assert_eq!(r, Err(code(ResponseError::InvalidTransactionTimeout)));
+        let r = s.init_producer_id("t", 0, None, &mut alloc, 0);
+        assert_eq!(r, Err(code(ResponseError::InvalidTransactionTimeout)));
+        assert_eq!(s.init_producer_id("", 1000, None, &mut alloc, 0), Err(code(ResponseError::InvalidRequest)));
+    }
+
+    #[test]
+    fn a_second_producer_fences_the_first_and_aborts_its_transaction() {
+        // Zombie fencing: InitProducerId on an Ongoing transaction aborts it with a bumped epoch
+        // (PrepareEpochFence) and answers CONCURRENT_TRANSACTIONS; the retry bumps again.
+        let mut s = states();
+        let mut alloc = ids();
+        let (pid, e0) = init(&mut s, "t", None, &mut alloc, 0).unwrap();
+        add(&mut s, "t", pid, e0, &[tp("a", 0)], 1).unwrap();
+        assert_eq!(
+            init(&mut s, "t", None, &mut alloc, 2),
+            Err(code(ResponseError::ConcurrentTransactions))
+        );
+        assert_eq!(s.txns["t"].state, TxnState::CompleteAbort);
+        assert_eq!(s.txns["t"].producer_epoch, e0 + 1);
+        assert_eq!(init(&mut s, "t", None, &mut alloc, 3), Ok((pid, e0 + 2)));
+        // The old producer is fenced everywhere.
+        assert_eq!(
+            s.add_partitions("t", pid, e0, &[tp("a", 1)], 4),
+            Err(code(ResponseError::ProducerFenced))
+        );
+        assert_eq!(
+            s.end_txn("t", pid, e0, true, 4),
+            Err(code(ResponseError::ProducerFenced))
+        );
+        assert_eq!(
+            s.verify("t", pid, e0, &[tp("a", 0)]),
+            Err(code(ResponseError::ProducerFenced))
+        );
+    }
+
+    #[test]
+    fn the_fence_takes_effect_before_the_abort_is_written() {
+        let mut s = states();
+        let mut alloc = ids();
+        let (pid, e0) = init(&mut s, "t", None, &mut alloc, 0).unwrap();
+        add(&mut s, "t", pid, e0, &[tp("a", 0)], 1).unwrap();
+        let InitStep::FenceOngoing(t) = s.init_producer_id("t", 60_000, None, &mut alloc, 2).unwrap() else {
+            panic!("expected a fence");
+        };
+        assert_eq!((t.state, t.producer_epoch), (TxnState::PrepareAbort, e0 + 1));
+        // While the abort is being written, the old producer cannot end or extend it.
+        assert_eq!(s.end_txn("t", pid, e0, true, 3), Err(code(ResponseError::ProducerFenced)));
+        assert_eq!(
+            s.init_producer_id("t", 60_000, None, &mut alloc, 3),
+            Err(code(ResponseError::ConcurrentTransactions))
+        );
+    }
+
+    #[test]
+    fn end_txn_retries_succeed_and_the_other_result_is_invalid() {
+        // Kafka: CompleteCommit + commit → NONE; CompleteCommit + abort → INVALID_TXN_STATE.
+        let mut s = states();
+        let mut alloc = ids();
+        let (pid, e) = init(&mut s, "t", None, &mut alloc, 0).unwrap();
+        add(&mut s, "t", pid, e, &[tp("a", 0), tp("a", 1)], 1).unwrap();
+        end(&mut s, "t", pid, e, true, 2).unwrap();
+        assert_eq!(s.txns["t"].state, TxnState::CompleteCommit);
+        assert!(s.txns["t"].partitions.is_empty());
+        assert_eq!(s.end_txn("t", pid, e, true, 3), Ok(EndStep::AlreadyDone));
+        assert_eq!(s.end_txn("t", pid, e, false, 3), Err(code(ResponseError::InvalidTxnState)));
+        // Abort side.
+        add(&mut s, "t", pid, e, &[tp("a", 0)], 4).unwrap();
+        end(&mut s, "t", pid, e, false, 5).unwrap();
+        assert_eq!(s.end_txn("t", pid, e, false, 6), Ok(EndStep::AlreadyDone));
+        assert_eq!(s.end_txn("t", pid, e, true, 6), Err(code(ResponseError::InvalidTxnState)));
+    }
+
+    #[test]
+    fn invalid_transitions_get_kafkas_codes() {
+        let mut s = states();
+        let mut alloc = ids();
+        assert_eq!(
+            s.end_txn("nope", 1, 0, true, 0),
+            Err(code(ResponseError::InvalidProducerIdMapping))
+        );
+        let (pid, e) = init(&mut s, "t", None, &mut alloc, 0).unwrap();
+        // EndTxn with nothing begun.
+        assert_eq!(s.end_txn("t", pid, e, true, 1), Err(code(ResponseError::InvalidTxnState)));
+        // Wrong producer id.
+        assert_eq!(
+            s.add_partitions("t", pid + 1, e, &[tp("a", 0)], 1),
+            Err(code(ResponseError::InvalidProducerIdMapping))
+        );
+        // While PrepareCommit is in flight: CONCURRENT_TRANSACTIONS for everything.
+        add(&mut s, "t", pid, e, &[tp("a", 0)], 1).unwrap();
+        let EndStep::Write(t) = s.end_txn("t", pid, e, true, 2).unwrap() else {
+            panic!()
+        };
+        s.complete("t", &t);
+        assert_eq!(s.txns["t"].state, TxnState::PrepareCommit);
+        assert_eq!(s.end_txn("t", pid, e, true, 3), Err(code(ResponseError::ConcurrentTransactions)));
+        assert_eq!(s.end_txn("t", pid, e, false, 3), Err(code(ResponseError::InvalidTxnState)));
+        assert_eq!(
+            s.add_partitions("t", pid, e, &[tp("a", 1)], 3),
+            Err(code(ResponseError::ConcurrentTransactions))
+        );
+        assert_eq!(
+            s.init_producer_id("t", 60_000, None, &mut alloc, 3),
+            Err(code(ResponseError::ConcurrentTransactions))
+        );
+        assert_eq!(s.unfinished(), vec!["t".to_string()]);
+    }
+
+    #[test]
+    fn a_failed_write_leaves_the_state_unchanged() {
+        let mut s = states();
+        let mut alloc = ids();
+        let (pid, e) = init(&mut s, "t", None, &mut alloc, 0).unwrap();
+        let before = s.txns["t"].clone();
+        let _ = s.add_partitions("t", pid, e, &[tp("a", 0)], 1).unwrap().unwrap();
+        assert_eq!(
+            s.add_partitions("t", pid, e, &[tp("a", 0)], 1),
+            Err(code(ResponseError::ConcurrentTransactions))
+        );
+        s.fail("t");
+        assert_eq!(s.txns["t"], before);
+    }
+
+    #[test]
+    fn a_transaction_past_its_timeout_is_fenced_and_aborted() {
+        // Kafka's abortTimedOutTransactions: epoch bump, then abort.
+        let mut s = states();
+        let mut alloc = ids();
+        let (pid, e) = init(&mut s, "t", None, &mut alloc, 0).unwrap();
+        add(&mut s, "t", pid, e, &[tp("a", 0)], 1_000).unwrap();
+        assert!(s.fence_timed_out(61_000).is_empty(), "exactly at the timeout: not yet");
+        let out = s.fence_timed_out(61_001);
+        assert_eq!(out.len(), 1);
+        let (id, t) = &out[0];
+        assert_eq!((id.as_str(), t.state, t.producer_epoch), ("t", TxnState::PrepareAbort, e + 1));
+        s.complete("t", t);
+        let done = s.prepare_complete("t", 61_002).unwrap();
+        s.complete("t", &done);
+        assert_eq!(s.txns["t"].state, TxnState::CompleteAbort);
+        assert_eq!(s.end_txn("t", pid, e, true, 61_003), Err(code(ResponseError::ProducerFenced)));
+        // The producer's own retry of InitProducerId with its old epoch is fenced (KIP-360).
+        assert_eq!(
+            s.init_producer_id("t", 60_000, Some((pid, e)), &mut alloc, 61_004),
+            Err(code(ResponseError::ProducerFenced))
+        );
+    }
+
+    #[test]
+    fn kip_360_retries_and_bumps_with_the_current_epoch() {
+        let mut s = states();
+        let mut alloc = ids();
+        let (pid, e0) = init(&mut s, "t", None, &mut alloc, 0).unwrap();
+        // The producer bumps its own epoch after an error.
+        assert_eq!(init(&mut s, "t", Some((pid, e0)), &mut alloc, 1), Ok((pid, e0 + 1)));
+        // Its answer was lost: the retry names the old epoch and gets the same answer.
+        assert_eq!(init(&mut s, "t", Some((pid, e0)), &mut alloc, 2), Ok((pid, e0 + 1)));
+        // Another producer id entirely is fenced.
+        assert_eq!(
+            s.init_producer_id("t", 60_000, Some((pid + 7, 0)), &mut alloc, 3),
+            Err(code(ResponseError::ProducerFenced))
+        );
+    }
+
+    #[test]
+    fn an_exhausted_epoch_rotates_the_producer_id() {
+        let mut s = states();
+        let mut alloc = ids();
+        let (pid, _) = init(&mut s, "t", None, &mut alloc, 0).unwrap();
+        s.txns.get_mut("t").unwrap().producer_epoch = i16::MAX - 1;
+        // The producer bumps (KIP-360) at the last epoch: a new producer id at epoch 0.
+        let (new_pid, epoch) = init(&mut s, "t", Some((pid, i16::MAX - 1)), &mut alloc, 1).unwrap();
+        assert_ne!(new_pid, pid);
+        assert_eq!(epoch, 0);
+        assert_eq!(s.txns["t"].previous_producer_id, pid);
+        // Its answer was lost: the retry from the old id gets the same answer.
+        assert_eq!(init(&mut s, "t", Some((pid, i16::MAX - 1)), &mut alloc, 2), Ok((new_pid, 0)));
+        // A fresh InitProducerId at an exhausted epoch rotates too.
+        s.txns.get_mut("t").unwrap().producer_epoch = i16::MAX - 1;
+        let (third, epoch) = init(&mut s, "t", None, &mut alloc, 3).unwrap();
+        assert!(third != new_pid && epoch == 0);
+    }
+
+    #[test]
+    fn verification_reports_partitions_outside_the_transaction() {
+        let mut s = states();
+        let mut alloc = ids();
+        let (pid, e) = init(&mut s, "t", None, &mut alloc, 0).unwrap();
+        assert_eq!(
+            s.verify("t", pid, e, &[tp("a", 0)]),
+            Ok(vec![code(ResponseError::TransactionAbortable)])
+        );
+        add(&mut s, "t", pid, e, &[tp("a", 0)], 1).unwrap();
+        assert_eq!(
+            s.verify("t", pid, e, &[tp("a", 0), tp("a", 1)]),
+            Ok(vec![0, code(ResponseError::TransactionAbortable)])
+        );
+        assert_eq!(produce_verification_code(code(ResponseError::TransactionAbortable), 9), 48);
+        assert_eq!(produce_verification_code(code(ResponseError::TransactionAbortable), 11), 120);
+        assert_eq!(produce_verification_code(code(ResponseError::ProducerFenced), 9), 47);
+        assert_eq!(produce_verification_code(code(ResponseError::ConcurrentTransactions), 9), 19);
+    }
+
+    #[test]
+    fn idle_ids_expire_and_busy_ones_stay() {
+        let mut s = states();
+        s.limits.id_expiration_ms = 1000;
+        let mut alloc = ids();
+        let (pid, e) = init(&mut s, "idle", None, &mut alloc, 0).unwrap();
+        let _ = (pid, e);
+        let (pid2, e2) = init(&mut s, "busy", None, &mut alloc, 0).unwrap();
+        add(&mut s, "busy", pid2, e2, &[tp("a", 0)], 500).unwrap();
+        assert!(s.expire_ids(999).is_empty());
+        assert_eq!(s.expire_ids(1000), vec!["idle".to_string()]);
+        s.remove("idle");
+        assert!(!s.txns.contains_key("idle"));
+        assert!(s.txns.contains_key("busy"), "an ongoing transaction never expires");
+    }
+
+    #[test]
+    fn state_survives_a_round_trip_through_its_records() {
+        let mut s = states();
+        let mut alloc = ids();
+        let (pid, e) = init(&mut s, "t", None, &mut alloc, 0).unwrap();
+        let t = s.add_partitions("t", pid, e, &[tp("a", 0), tp("b", 3)], 7).unwrap().unwrap();
+        s.complete("t", &t);
+        let mut loaded = states();
+        loaded.load_record("t", Some(&t.to_record()));
+        let (a, b) = (&s.txns["t"], &loaded.txns["t"]);
+        assert_eq!(
+            (a.producer_id, a.producer_epoch, a.state, &a.partitions, a.start_ms),
+            (b.producer_id, b.producer_epoch, b.state, &b.partitions, b.start_ms)
+        );
+        loaded.load_record("t", None);
+        assert!(loaded.txns.is_empty(), "a tombstone removes the id");
+    }
+
+    #[test]
+    fn state_names_and_ids_match_kafka() {
+        for s in TxnState::ALL {
+            assert_eq!(TxnState::from_id(s.id()), Some(s));
+            assert_eq!(TxnState::from_name(s.name()), Some(s));
+        }
+        assert_eq!(TxnState::PrepareEpochFence.id(), 7);
+        assert_eq!(TxnState::CompleteAbort.id(), 5);
+    }
+}
+
