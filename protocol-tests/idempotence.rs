@@ -22,7 +22,13 @@ const PRODUCE_VERSIONS: std::ops::RangeInclusive<i16> = 3..=12;
 /// A batch of `count` records from producer `pid` at `epoch`, first sequence `seq`.
 fn idempotent_batch(count: usize, pid: i64, epoch: i16, seq: i32) -> Bytes {
     let records: Vec<(Option<Bytes>, Option<Bytes>, i64)> = (0..count)
-        .map(|i| (Some(Bytes::from(format!("k{i}"))), Some(Bytes::from(format!("v{seq}-{i}"))), 1000))
+        .map(|i| {
+            (
+                Some(Bytes::from(format!("k{i}"))),
+                Some(Bytes::from(format!("v{seq}-{i}"))),
+                1000,
+            )
+        })
         .collect();
     let mut b = sluice::log::batch::encode_records(&records, Compression::None)
         .unwrap()
@@ -51,14 +57,12 @@ fn produce(topic_name: &str, records: Bytes) -> ProduceRequest {
 }
 
 async fn create(raw: &mut Raw, name: &str) {
-    let req = CreateTopicsRequest::default()
-        .with_timeout_ms(5000)
-        .with_topics(vec![
-            CreatableTopic::default()
-                .with_name(topic(name))
-                .with_num_partitions(1)
-                .with_replication_factor(1),
-        ]);
+    let req = CreateTopicsRequest::default().with_timeout_ms(5000).with_topics(vec![
+        CreatableTopic::default()
+            .with_name(topic(name))
+            .with_num_partitions(1)
+            .with_replication_factor(1),
+    ]);
     let resp = raw.call(7, &req).await;
     assert_eq!(resp.topics[0].error_code, 0);
 }
@@ -79,31 +83,63 @@ async fn retries_gaps_and_stale_epochs_are_answered_like_kafka_in_every_version(
         let name = unique(&format!("idem-v{version}"));
         create(&mut raw, &name).await;
         let pid = 5000 + i64::from(version);
-        assert_eq!(send(&mut raw, version, &name, idempotent_batch(3, pid, 1, 0)).await, (0, 0));
-        assert_eq!(send(&mut raw, version, &name, idempotent_batch(2, pid, 1, 3)).await, (0, 3));
+        assert_eq!(
+            send(&mut raw, version, &name, idempotent_batch(3, pid, 1, 0)).await,
+            (0, 0)
+        );
+        assert_eq!(
+            send(&mut raw, version, &name, idempotent_batch(2, pid, 1, 3)).await,
+            (0, 3)
+        );
         // A retry of either of the last batches: its original offset, nothing appended.
-        assert_eq!(send(&mut raw, version, &name, idempotent_batch(3, pid, 1, 0)).await, (0, 0), "v{version}");
-        assert_eq!(send(&mut raw, version, &name, idempotent_batch(2, pid, 1, 3)).await, (0, 3), "v{version}");
+        assert_eq!(
+            send(&mut raw, version, &name, idempotent_batch(3, pid, 1, 0)).await,
+            (0, 0),
+            "v{version}"
+        );
+        assert_eq!(
+            send(&mut raw, version, &name, idempotent_batch(2, pid, 1, 3)).await,
+            (0, 3),
+            "v{version}"
+        );
         // A gap: OUT_OF_ORDER_SEQUENCE_NUMBER (45).
-        assert_eq!(send(&mut raw, version, &name, idempotent_batch(1, pid, 1, 9)).await.0, 45, "v{version}");
+        assert_eq!(
+            send(&mut raw, version, &name, idempotent_batch(1, pid, 1, 9)).await.0,
+            45,
+            "v{version}"
+        );
         // An older epoch: INVALID_PRODUCER_EPOCH (47).
-        assert_eq!(send(&mut raw, version, &name, idempotent_batch(1, pid, 0, 5)).await.0, 47, "v{version}");
+        assert_eq!(
+            send(&mut raw, version, &name, idempotent_batch(1, pid, 0, 5)).await.0,
+            47,
+            "v{version}"
+        );
         // A bumped epoch (KIP-360) restarts at sequence 0, and only there.
-        assert_eq!(send(&mut raw, version, &name, idempotent_batch(1, pid, 2, 7)).await.0, 45, "v{version}");
-        assert_eq!(send(&mut raw, version, &name, idempotent_batch(1, pid, 2, 0)).await, (0, 5), "v{version}");
+        assert_eq!(
+            send(&mut raw, version, &name, idempotent_batch(1, pid, 2, 7)).await.0,
+            45,
+            "v{version}"
+        );
+        assert_eq!(
+            send(&mut raw, version, &name, idempotent_batch(1, pid, 2, 0)).await,
+            (0, 5),
+            "v{version}"
+        );
         // The log holds exactly 6 records.
         let offsets = raw
             .call(
                 1,
-                &ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
-                    list_offsets_request::ListOffsetsTopic::default()
-                        .with_name(topic(&name))
-                        .with_partitions(vec![
-                            list_offsets_request::ListOffsetsPartition::default()
-                                .with_partition_index(0)
-                                .with_timestamp(-1),
-                        ]),
-                ]),
+                &ListOffsetsRequest::default()
+                    .with_replica_id(BrokerId(-1))
+                    .with_topics(vec![
+                        list_offsets_request::ListOffsetsTopic::default()
+                            .with_name(topic(&name))
+                            .with_partitions(vec![
+                                list_offsets_request::ListOffsetsPartition::default()
+                                    .with_partition_index(0)
+                                    .with_timestamp(-1),
+                            ]),
+                    ]),
             )
             .await;
         assert_eq!(offsets.topics[0].partitions[0].offset, 6, "v{version}");
@@ -156,9 +192,12 @@ async fn librdkafka_idempotent_producer_writes_every_record_once_in_order() {
     for i in 0..total {
         let value = format!("{i}");
         let key = format!("k{}", i % 3);
-        pending.push(producer.send_result(
-            FutureRecord::to(&name).key(&key).payload(&value).partition(0),
-        ).map_err(|(e, _)| e).unwrap());
+        pending.push(
+            producer
+                .send_result(FutureRecord::to(&name).key(&key).payload(&value).partition(0))
+                .map_err(|(e, _)| e)
+                .unwrap(),
+        );
     }
     for p in pending {
         p.await.unwrap().unwrap();

@@ -46,7 +46,11 @@ pub async fn handle(ctx: &Ctx, req: DescribeProducersRequest, _version: i16) -> 
             }
             partitions.push(out);
         }
-        topics.push(TopicResponse::default().with_name(topic.name).with_partitions(partitions));
+        topics.push(
+            TopicResponse::default()
+                .with_name(topic.name)
+                .with_partitions(partitions),
+        );
     }
     DescribeProducersResponse::default().with_topics(topics)
 }

@@ -4,8 +4,9 @@
 //! retention time · v6 committed leader epoch · v7 instance id · v8 flexible · v9 member epoch
 //! field (classic groups: the generation). Not served: v10 (topic ids).
 //! OffsetFetch (key 9): v1 baseline · v2 all topics (null list), top-level error · v3 throttle ·
-//! v5 leader epoch · v6 flexible · v7 require_stable (no transactions, so nothing is ever
-//! pending) · v8 batched groups · v9 member id and epoch (classic groups: not checked).
+//! v5 leader epoch · v6 flexible · v7 require_stable (a partition with an offset pending in an
+//! open transaction answers UNSTABLE_OFFSET_COMMIT, KIP-447) · v8 batched groups · v9 member id
+//! and epoch (classic groups: not checked).
 //! Not served: v10 (topic ids).
 //! OffsetDelete (key 47): v0.
 
@@ -92,6 +93,14 @@ type Wanted = Option<Vec<(String, Vec<i32>)>>;
 /// Per topic, each partition with its commit if any.
 type Found = Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>;
 
+/// The partition-level code of a fetch: with `require_stable` (v7+), an offset a transaction
+/// still holds pending is UNSTABLE_OFFSET_COMMIT and no offset (Kafka's
+/// `OffsetMetadataManager.fetchOffsets`); the client retries.
+fn stability(ctx: &Ctx, group: &str, require_stable: bool, topic: &str, partition: i32) -> Option<i16> {
+    (require_stable && ctx.coordinator.has_pending_txn_offset(group, topic, partition))
+        .then(|| ResponseError::UnstableOffsetCommit.code())
+}
+
 fn lookup(ctx: &Ctx, group: &str, wanted: Wanted) -> Found {
     let all = ctx.coordinator.fetch_offsets(group);
     match wanted {
@@ -146,12 +155,15 @@ pub async fn offset_fetch(ctx: &Ctx, req: OffsetFetchRequest, version: i16) -> O
                         let partitions = parts
                             .into_iter()
                             .map(|(p, c)| {
+                                let unstable = stability(ctx, &g.group_id.0, req.require_stable, &topic, p);
+                                let c = if unstable.is_some() { None } else { c };
                                 let (offset, epoch, metadata) = committed(c.as_ref());
                                 OffsetFetchResponsePartitions::default()
                                     .with_partition_index(p)
                                     .with_committed_offset(offset)
                                     .with_committed_leader_epoch(epoch)
                                     .with_metadata(Some(metadata))
+                                    .with_error_code(unstable.unwrap_or(0))
                             })
                             .collect();
                         OffsetFetchResponseTopics::default()
@@ -177,11 +189,18 @@ pub async fn offset_fetch(ctx: &Ctx, req: OffsetFetchRequest, version: i16) -> O
             let partitions = parts
                 .into_iter()
                 .map(|(p, c)| {
+                    let unstable = if version >= 7 {
+                        stability(ctx, &req.group_id.0, req.require_stable, &topic, p)
+                    } else {
+                        None
+                    };
+                    let c = if unstable.is_some() { None } else { c };
                     let (offset, epoch, metadata) = committed(c.as_ref());
                     let mut out = OffsetFetchResponsePartition::default()
                         .with_partition_index(p)
                         .with_committed_offset(offset)
-                        .with_metadata(Some(metadata));
+                        .with_metadata(Some(metadata))
+                        .with_error_code(unstable.unwrap_or(0));
                     if version >= 5 {
                         out.committed_leader_epoch = epoch;
                     }

@@ -182,6 +182,34 @@ pub fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcome {
                 partitions.push(record_error(index, ResponseError::InvalidRecord, record, text, version));
                 continue;
             }
+            // KIP-890 part 1: a transactional batch goes in only when its transaction holds the
+            // partition (AddPartitionsToTxn came first), so no transaction is left hanging.
+            if let Some(first) = batches.iter().find(|b| b.is_transactional()) {
+                let verified = match req.transactional_id.as_deref() {
+                    // Kafka refuses transactional records without a transactional id as an
+                    // authorization failure of the (absent) id.
+                    None => Err(ResponseError::TransactionalIdAuthorizationFailed.code()),
+                    Some(id) => {
+                        let tp = crate::replica::TopicPartition {
+                            topic: name.clone(),
+                            partition: index,
+                        };
+                        ctx.transactions
+                            .verify_partitions(id, first.producer_id(), first.producer_epoch(), &[tp])
+                            .and_then(|codes| match codes.first() {
+                                Some(0) => Ok(()),
+                                Some(c) => Err(*c),
+                                None => Err(ResponseError::UnknownServerError.code()),
+                            })
+                            .map_err(|c| crate::coordinator::transactions::produce_verification_code(c, version))
+                    }
+                };
+                if let Err(code) = verified {
+                    let text = format!("transactional produce to {name}-{index} refused by the transaction's state");
+                    partitions.push(error_response(index, code, Some(text), version));
+                    continue;
+                }
+            }
             let batches = match target_codec {
                 None => batches,
                 Some(codec) => {

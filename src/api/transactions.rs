@@ -4,10 +4,12 @@
 //! InitProducerId (key 22): v0 baseline · v1 same · v2 flexible · v3 producer id and epoch
 //! (KIP-360 bump) · v4 PRODUCER_FENCED · v5 same (KIP-890 marker version). Not served: v6 (2PC).
 //! AddPartitionsToTxn (key 24): v0 baseline · v1 same · v2 PRODUCER_FENCED · v3 flexible ·
-//! v4 batched transactions, verify_only (KIP-890 part 1) · v5 TRANSACTION_ABORTABLE.
+//! v4 batched transactions from brokers, verify_only (KIP-890 part 1), transaction version 2
+//! when adding · v5 TRANSACTION_ABORTABLE.
 //! AddOffsetsToTxn (key 25): v0 baseline · v2 PRODUCER_FENCED · v3 flexible · v4 same.
-//! EndTxn (key 26): v0 baseline · v2 PRODUCER_FENCED · v3 flexible · v4 same.
-//! Not served: v5 (transaction version 2, KIP-890 part 2: an epoch bump at every end).
+//! EndTxn (key 26): v0 baseline · v2 PRODUCER_FENCED · v3 flexible · v4 same · v5 transaction
+//! version 2 (KIP-890 part 2): every end bumps the epoch, the answer carries the producer id
+//! and epoch to go on with, an abort needs no partition.
 //! TxnOffsetCommit (key 28): v0 baseline · v2 leader epoch · v3 member id, generation, instance
 //! id (KIP-447), flexible · v4 TRANSACTION_ABORTABLE · v5 adds the offsets partition to the
 //! transaction itself.
@@ -35,7 +37,7 @@ use crate::replica::{TopicPartition, now_ms};
 pub const INIT_PRODUCER_ID_VERSIONS: Versions = Versions::new(ApiKey::InitProducerId, 0, 5);
 pub const ADD_PARTITIONS_VERSIONS: Versions = Versions::new(ApiKey::AddPartitionsToTxn, 0, 5);
 pub const ADD_OFFSETS_VERSIONS: Versions = Versions::new(ApiKey::AddOffsetsToTxn, 0, 4);
-pub const END_TXN_VERSIONS: Versions = Versions::new(ApiKey::EndTxn, 0, 4);
+pub const END_TXN_VERSIONS: Versions = Versions::new(ApiKey::EndTxn, 0, 5);
 pub const TXN_OFFSET_COMMIT_VERSIONS: Versions = Versions::new(ApiKey::TxnOffsetCommit, 0, 5);
 pub const DESCRIBE_VERSIONS: Versions = Versions::new(ApiKey::DescribeTransactions, 0, 0);
 pub const LIST_VERSIONS: Versions = Versions::new(ApiKey::ListTransactions, 0, 2);
@@ -172,9 +174,11 @@ async fn add_one(
                 .map_or(code(ResponseError::UnknownServerError), adjust),
         });
     }
+    // AddPartitionsToTxn v4+ comes from a broker adding a Produce's partition for a client
+    // of transaction version 2 (Kafka's `transactionVersionForAddPartitionsToTxn`).
     let c = result_code(
         ctx.transactions
-            .add_partitions(transactional_id, producer_id, producer_epoch, &wanted)
+            .add_partitions(transactional_id, producer_id, producer_epoch, &wanted, version >= 4)
             .await,
     );
     topic_results(topics, |_, _| adjust(c))
@@ -236,7 +240,13 @@ pub async fn add_offsets_to_txn(ctx: &Ctx, req: AddOffsetsToTxnRequest, version:
         let tp = offsets_partition(ctx, &req.group_id.0);
         result_code(
             ctx.transactions
-                .add_partitions(&req.transactional_id.0, req.producer_id.0, req.producer_epoch, &[tp])
+                .add_partitions(
+                    &req.transactional_id.0,
+                    req.producer_id.0,
+                    req.producer_epoch,
+                    &[tp],
+                    false,
+                )
                 .await,
         )
     };
@@ -244,12 +254,28 @@ pub async fn add_offsets_to_txn(ctx: &Ctx, req: AddOffsetsToTxnRequest, version:
 }
 
 pub async fn end_txn(ctx: &Ctx, req: EndTxnRequest, version: i16) -> EndTxnResponse {
-    let c = result_code(
-        ctx.transactions
-            .end_txn(&req.transactional_id.0, req.producer_id.0, req.producer_epoch, req.committed)
-            .await,
-    );
-    EndTxnResponse::default().with_error_code(fenced_for(c, version, 2))
+    // v5: transaction version 2 (Kafka's `transactionVersionForEndTxn`).
+    let ended = ctx
+        .transactions
+        .end_txn(
+            &req.transactional_id.0,
+            req.producer_id.0,
+            req.producer_epoch,
+            req.committed,
+            version >= 5,
+        )
+        .await;
+    let resp = EndTxnResponse::default();
+    match ended {
+        Ok((producer_id, epoch)) if version >= 5 => resp
+            .with_producer_id(ProducerId(producer_id))
+            .with_producer_epoch(epoch),
+        Ok(_) => resp,
+        Err(c) => resp
+            .with_error_code(fenced_for(c, version, 2))
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1),
+    }
 }
 
 pub async fn txn_offset_commit(ctx: &Ctx, req: TxnOffsetCommitRequest, version: i16) -> TxnOffsetCommitResponse {
@@ -287,7 +313,13 @@ pub async fn txn_offset_commit(ctx: &Ctx, req: TxnOffsetCommitRequest, version: 
         let txn = &req.transactional_id.0;
         if version >= 5 {
             ctx.transactions
-                .add_partitions(txn, req.producer_id.0, req.producer_epoch, std::slice::from_ref(&tp))
+                .add_partitions(
+                    txn,
+                    req.producer_id.0,
+                    req.producer_epoch,
+                    std::slice::from_ref(&tp),
+                    true,
+                )
                 .await
         } else {
             ctx.transactions

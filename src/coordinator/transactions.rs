@@ -13,8 +13,11 @@
 //! CompleteCommit or CompleteAbort. A transaction left in Prepare* (markers that failed, a
 //! crash) is finished by the timer task and at load.
 //!
-//! Transaction version 2 (KIP-890 part 2: an epoch bump at every end, EndTxn v5) is not served;
-//! every transaction is version 0/1 semantics.
+//! Transaction versions follow the request, as Kafka's `TransactionVersion.transactionVersionFor*`
+//! derive them: EndTxn v5 and AddPartitionsToTxn v4+ (the broker's add on a Produce) speak
+//! version 2 (KIP-890 part 2: every commit or abort bumps the epoch, an exhausted epoch moves to
+//! a new producer id at the end of a transaction, an abort needs no partition); older requests
+//! keep the version 0/1 rules.
 
 // Input from the network or disk becomes an `Error`, never a panic.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
@@ -116,6 +119,9 @@ pub struct TxnMetadata {
     pub transactional_id: String,
     pub producer_id: i64,
     pub previous_producer_id: i64,
+    /// The producer id the transaction moves to when it completes (version 2, the epoch
+    /// exhausted), or -1.
+    pub next_producer_id: i64,
     pub producer_epoch: i16,
     /// The epoch before the last bump, so a retried InitProducerId whose answer was lost gets
     /// the same answer (KIP-360); -1 after a bump by another producer.
@@ -126,6 +132,8 @@ pub struct TxnMetadata {
     /// When the ongoing transaction began (its first AddPartitions), or -1.
     pub start_ms: i64,
     pub last_update_ms: i64,
+    /// The transaction version of the client's last AddPartitions or EndTxn: 0 or 2.
+    pub client_transaction_version: i16,
     /// The state a write in flight moves to (Kafka's `pendingState`).
     pub pending: Option<TxnState>,
 }
@@ -135,6 +143,7 @@ pub struct TxnMetadata {
 pub struct Transit {
     pub producer_id: i64,
     pub previous_producer_id: i64,
+    pub next_producer_id: i64,
     pub producer_epoch: i16,
     pub last_producer_epoch: i16,
     pub timeout_ms: i32,
@@ -142,6 +151,7 @@ pub struct Transit {
     pub partitions: BTreeSet<TopicPartition>,
     pub start_ms: i64,
     pub last_update_ms: i64,
+    pub client_transaction_version: i16,
 }
 
 impl Transit {
@@ -159,14 +169,14 @@ impl Transit {
         TxnLogValue {
             producer_id: self.producer_id,
             previous_producer_id: self.previous_producer_id,
-            next_producer_id: NO_PRODUCER_ID,
+            next_producer_id: self.next_producer_id,
             producer_epoch: self.producer_epoch,
             transaction_timeout_ms: self.timeout_ms,
             transaction_status: self.state.id(),
             transaction_partitions: partitions,
             transaction_last_update_timestamp_ms: self.last_update_ms,
             transaction_start_timestamp_ms: self.start_ms,
-            client_transaction_version: 0,
+            client_transaction_version: self.client_transaction_version,
         }
     }
 }
@@ -177,6 +187,7 @@ impl TxnMetadata {
             transactional_id: transactional_id.to_string(),
             producer_id,
             previous_producer_id: NO_PRODUCER_ID,
+            next_producer_id: NO_PRODUCER_ID,
             producer_epoch: NO_PRODUCER_EPOCH,
             last_producer_epoch: NO_PRODUCER_EPOCH,
             timeout_ms,
@@ -184,6 +195,7 @@ impl TxnMetadata {
             partitions: BTreeSet::new(),
             start_ms: -1,
             last_update_ms: now,
+            client_transaction_version: 0,
             pending: None,
         }
     }
@@ -205,6 +217,7 @@ impl TxnMetadata {
             transactional_id: transactional_id.to_string(),
             producer_id: v.producer_id,
             previous_producer_id: v.previous_producer_id,
+            next_producer_id: v.next_producer_id,
             producer_epoch: v.producer_epoch,
             last_producer_epoch: NO_PRODUCER_EPOCH,
             timeout_ms: v.transaction_timeout_ms,
@@ -212,15 +225,18 @@ impl TxnMetadata {
             partitions,
             start_ms: v.transaction_start_timestamp_ms,
             last_update_ms: v.transaction_last_update_timestamp_ms,
+            client_transaction_version: v.client_transaction_version,
             pending: None,
         })
     }
 
     /// A transit from the current state; the caller changes what the transition changes.
+    /// As in Kafka's `prepareTransitionTo`, the previous producer id is the current one.
     fn transit(&self, state: TxnState, now: i64) -> Transit {
         Transit {
             producer_id: self.producer_id,
-            previous_producer_id: self.previous_producer_id,
+            previous_producer_id: self.producer_id,
+            next_producer_id: NO_PRODUCER_ID,
             producer_epoch: self.producer_epoch,
             last_producer_epoch: self.last_producer_epoch,
             timeout_ms: self.timeout_ms,
@@ -228,6 +244,7 @@ impl TxnMetadata {
             partitions: self.partitions.clone(),
             start_ms: self.start_ms,
             last_update_ms: now,
+            client_transaction_version: self.client_transaction_version,
         }
     }
 
@@ -245,6 +262,8 @@ impl TxnMetadata {
         );
         self.producer_id = t.producer_id;
         self.previous_producer_id = t.previous_producer_id;
+        self.next_producer_id = t.next_producer_id;
+        self.client_transaction_version = t.client_transaction_version;
         self.producer_epoch = t.producer_epoch;
         self.last_producer_epoch = t.last_producer_epoch;
         self.timeout_ms = t.timeout_ms;
@@ -280,7 +299,6 @@ impl TxnMetadata {
     /// Kafka's `prepareProducerIdRotation`: the epoch is exhausted, a new producer id starts at 0.
     fn prepare_rotation(&self, new_producer_id: i64, timeout_ms: i32, record_last_epoch: bool, now: i64) -> Transit {
         let mut t = self.transit(TxnState::Empty, now);
-        t.previous_producer_id = self.producer_id;
         t.producer_id = new_producer_id;
         t.producer_epoch = 0;
         t.last_producer_epoch = if record_last_epoch {
@@ -301,8 +319,28 @@ impl TxnMetadata {
         debug_assert_eq!(self.state, TxnState::Ongoing);
         self.producer_epoch = self.producer_epoch.saturating_add(1);
         self.last_producer_epoch = NO_PRODUCER_EPOCH;
-        let t = self.transit(TxnState::PrepareAbort, now);
+        let tv2 = self.client_transaction_version >= 2;
+        let start = self.start_ms;
+        let t = self.prepare_end(TxnState::PrepareAbort, tv2, NO_PRODUCER_ID, start, now);
         self.begin(t)
+    }
+
+    /// Kafka's `prepareAbortOrCommit`. Version 2 bumps the epoch (not past i16::MAX, where only
+    /// an abort can still go through) and may name the producer id the transaction moves to.
+    fn prepare_end(&self, state: TxnState, tv2: bool, next_producer_id: i64, start_ms: i64, now: i64) -> Transit {
+        let mut t = self.transit(state, now);
+        if tv2 {
+            if !(self.producer_epoch == i16::MAX && state == TxnState::PrepareAbort) {
+                t.producer_epoch = self.producer_epoch.saturating_add(1);
+            }
+            t.last_producer_epoch = self.producer_epoch;
+            t.client_transaction_version = 2;
+        } else {
+            t.client_transaction_version = 0;
+        }
+        t.next_producer_id = next_producer_id;
+        t.start_ms = start_ms;
+        t
     }
 }
 
@@ -320,8 +358,9 @@ pub enum InitStep {
 /// What EndTxn must do next.
 #[derive(Debug, Clone, PartialEq)]
 pub enum EndStep {
-    /// A retry of an EndTxn that already completed with the same result.
-    AlreadyDone,
+    /// A retry of an EndTxn that already completed with the same result: answered with the
+    /// current producer id and epoch (EndTxn v5 carries them).
+    AlreadyDone { producer_id: i64, producer_epoch: i16 },
     /// Write this PrepareCommit / PrepareAbort, then the markers, then complete.
     Write(Transit),
 }
@@ -424,6 +463,7 @@ impl TxnStates {
         producer_id: i64,
         producer_epoch: i16,
         partitions: &[TopicPartition],
+        tv2: bool,
         now: i64,
     ) -> Result<Option<Transit>, i16> {
         if transactional_id.is_empty() {
@@ -453,6 +493,7 @@ impl TxnStates {
                     t.partitions.clear();
                 }
                 t.partitions.extend(partitions.iter().cloned());
+                t.client_transaction_version = if tv2 { 2 } else { 0 };
                 Ok(Some(m.begin(t)))
             }
         }
@@ -496,13 +537,18 @@ impl TxnStates {
             .collect())
     }
 
-    /// EndTxn (Kafka's `endTransaction`, transaction version 0/1).
+    /// EndTxn (Kafka's `endTransaction`). `tv2` is an EndTxn v5 (transaction version 2: the
+    /// epoch is bumped at every end); `allocate` gives the next producer id when that bump
+    /// exhausts the epoch.
+    #[allow(clippy::too_many_arguments)]
     pub fn end_txn(
         &mut self,
         transactional_id: &str,
         producer_id: i64,
         producer_epoch: i16,
         commit: bool,
+        tv2: bool,
+        allocate: &mut dyn FnMut() -> Result<i64, i16>,
         now: i64,
     ) -> Result<EndStep, i16> {
         if transactional_id.is_empty() {
@@ -512,42 +558,104 @@ impl TxnStates {
             .txns
             .get_mut(transactional_id)
             .ok_or(code(ResponseError::InvalidProducerIdMapping))?;
-        if m.producer_id != producer_id {
+        let concurrent = || Err(code(ResponseError::ConcurrentTransactions));
+        let invalid = || Err(code(ResponseError::InvalidTxnState));
+        let next = if commit {
+            TxnState::PrepareCommit
+        } else {
+            TxnState::PrepareAbort
+        };
+        if !tv2 {
+            if m.producer_id != producer_id {
+                return Err(code(ResponseError::InvalidProducerIdMapping));
+            }
+            // Strict equality for the client: it never bumps the epoch itself.
+            if m.producer_epoch != producer_epoch {
+                return Err(code(ResponseError::ProducerFenced));
+            }
+            if m.pending.is_some() {
+                return concurrent();
+            }
+            return match (m.state, commit) {
+                (TxnState::Ongoing, _) => {
+                    let t = m.prepare_end(next, false, NO_PRODUCER_ID, m.start_ms, now);
+                    Ok(EndStep::Write(m.begin(t)))
+                }
+                (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) => Ok(EndStep::AlreadyDone {
+                    producer_id: m.producer_id,
+                    producer_epoch: m.producer_epoch,
+                }),
+                (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => concurrent(),
+                (TxnState::CompleteCommit, false)
+                | (TxnState::CompleteAbort, true)
+                | (TxnState::PrepareCommit, false)
+                | (TxnState::PrepareAbort, true)
+                | (TxnState::Empty, _) => invalid(),
+                (TxnState::Dead | TxnState::PrepareEpochFence, _) => concurrent(),
+            };
+        }
+        // Version 2: the same epoch names the next end, the epoch below it a retry of the
+        // last one (or, after an overflow, the last epoch of the previous producer id).
+        let retry_on_overflow = m.previous_producer_id == producer_id
+            && producer_epoch == i16::MAX - 1
+            && m.producer_epoch == 0
+            && m.producer_id != producer_id;
+        let retry_on_bump =
+            m.producer_id == producer_id && i32::from(m.producer_epoch) == i32::from(producer_epoch) + 1;
+        let valid = match m.state {
+            TxnState::Ongoing | TxnState::Empty | TxnState::Dead | TxnState::PrepareEpochFence => {
+                producer_epoch == m.producer_epoch
+            }
+            TxnState::PrepareCommit | TxnState::PrepareAbort => retry_on_bump,
+            TxnState::CompleteCommit | TxnState::CompleteAbort => {
+                retry_on_bump || retry_on_overflow || producer_epoch == m.producer_epoch
+            }
+        };
+        if m.producer_id != producer_id && !retry_on_overflow {
             return Err(code(ResponseError::InvalidProducerIdMapping));
         }
-        // Strict equality for the client: it never bumps the epoch itself.
-        if m.producer_epoch != producer_epoch {
+        if !valid {
             return Err(code(ResponseError::ProducerFenced));
         }
         if m.pending.is_some() {
-            return Err(code(ResponseError::ConcurrentTransactions));
+            return concurrent();
         }
-        let invalid = || Err(code(ResponseError::InvalidTxnState));
+        let is_retry = retry_on_bump || retry_on_overflow;
+        let done = EndStep::AlreadyDone {
+            producer_id: m.producer_id,
+            producer_epoch: m.producer_epoch,
+        };
+        let mut prepare = |m: &mut TxnMetadata, state: TxnState, no_partition_added: bool| -> Result<EndStep, i16> {
+            let next_producer_id = if epoch_exhausted(m.producer_epoch) {
+                allocate()?
+            } else {
+                NO_PRODUCER_ID
+            };
+            // An abort with no partition (allowed in version 2) starts now.
+            let start = if no_partition_added { now } else { m.start_ms };
+            let t = m.prepare_end(state, true, next_producer_id, start, now);
+            Ok(EndStep::Write(m.begin(t)))
+        };
         match (m.state, commit) {
-            (TxnState::Ongoing, _) => {
-                let next = if commit {
-                    TxnState::PrepareCommit
-                } else {
-                    TxnState::PrepareAbort
-                };
-                let t = m.transit(next, now);
-                Ok(EndStep::Write(m.begin(t)))
+            (TxnState::Ongoing, _) => prepare(m, next, false),
+            (TxnState::CompleteCommit, true) if is_retry => Ok(done),
+            (TxnState::CompleteCommit, true) => invalid(),
+            (TxnState::CompleteCommit, false) if is_retry => invalid(),
+            (TxnState::CompleteAbort, false) if is_retry => Ok(done),
+            (TxnState::CompleteCommit | TxnState::CompleteAbort | TxnState::Empty, false) => {
+                prepare(m, TxnState::PrepareAbort, true)
             }
-            (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) => Ok(EndStep::AlreadyDone),
-            (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
-                Err(code(ResponseError::ConcurrentTransactions))
-            }
-            (TxnState::CompleteCommit, false)
-            | (TxnState::CompleteAbort, true)
-            | (TxnState::PrepareCommit, false)
-            | (TxnState::PrepareAbort, true)
-            | (TxnState::Empty, _) => invalid(),
-            (TxnState::Dead | TxnState::PrepareEpochFence, _) => Err(code(ResponseError::ConcurrentTransactions)),
+            (TxnState::CompleteAbort | TxnState::Empty, true) => invalid(),
+            (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => concurrent(),
+            (TxnState::PrepareCommit, false) | (TxnState::PrepareAbort, true) => invalid(),
+            (TxnState::Dead | TxnState::PrepareEpochFence, _) => concurrent(),
         }
     }
 
     /// After Prepare* is written: the markers go out while CompleteCommit / CompleteAbort is
-    /// pending (Kafka's `prepareComplete`). None when the id is not in Prepare* or is busy.
+    /// pending (Kafka's `prepareComplete`). In version 2 a transaction whose epoch was exhausted
+    /// completes on its next producer id, at epoch 0. None when the id is not in Prepare* or is
+    /// busy.
     pub fn prepare_complete(&mut self, transactional_id: &str, now: i64) -> Option<Transit> {
         let m = self.txns.get_mut(transactional_id)?;
         if m.pending.is_some() {
@@ -560,6 +668,11 @@ impl TxnStates {
         };
         let mut t = m.transit(next, now);
         t.partitions.clear();
+        if m.client_transaction_version >= 2 && m.next_producer_id != NO_PRODUCER_ID {
+            t.producer_id = m.next_producer_id;
+            t.producer_epoch = 0;
+        }
+        t.next_producer_id = NO_PRODUCER_ID;
         Some(m.begin(t))
     }
 
@@ -643,7 +756,11 @@ pub struct MarkerWriter {
 }
 
 impl MarkerWriter {
-    pub fn new(controller: Arc<Controller>, replicas: Arc<ReplicaManager>, groups: Arc<GroupCoordinator>) -> MarkerWriter {
+    pub fn new(
+        controller: Arc<Controller>,
+        replicas: Arc<ReplicaManager>,
+        groups: Arc<GroupCoordinator>,
+    ) -> MarkerWriter {
         MarkerWriter {
             controller,
             replicas,
@@ -757,7 +874,11 @@ impl TransactionCoordinator {
     /// coordinator lookup.
     pub fn ensure_topic(&self) -> Result<(), Error> {
         if let Some(topic) = self.controller.image().topic(TRANSACTION_STATE_TOPIC) {
-            if self.replicas.get(TRANSACTION_STATE_TOPIC, topic.partitions - 1).is_some() {
+            if self
+                .replicas
+                .get(TRANSACTION_STATE_TOPIC, topic.partitions - 1)
+                .is_some()
+            {
                 return Ok(());
             }
             return self.replicas.apply_image(&self.controller.image());
@@ -821,7 +942,11 @@ impl TransactionCoordinator {
             }
         }
         if read > 0 {
-            tracing::info!(records = read, transactional_ids = states.txns.len(), "loaded transactions");
+            tracing::info!(
+                records = read,
+                transactional_ids = states.txns.len(),
+                "loaded transactions"
+            );
         }
         Ok(())
     }
@@ -888,19 +1013,35 @@ impl TransactionCoordinator {
         if !id.is_empty() && self.ensure_topic().is_err() {
             return Err(code(ResponseError::CoordinatorNotAvailable));
         }
+        // A new id gets its producer id before the lock is taken: allocation may write the
+        // metadata log, and Produce's verification waits on this lock.
+        let mut fresh = if self.lock().txns.contains_key(id) {
+            None
+        } else {
+            Some(self.allocate()?)
+        };
         let step = {
-            let mut allocate = || self.allocate();
+            let mut allocate = || fresh.take().map_or_else(|| self.allocate(), Ok);
             self.lock()
                 .init_producer_id(id, timeout_ms, expected, &mut allocate, now_ms())?
         };
         match step {
             InitStep::Write(t) => {
                 self.write(id, &t).await?;
-                tracing::info!(transactional_id = id, producer_id = t.producer_id, epoch = t.producer_epoch, "initialized");
+                tracing::info!(
+                    transactional_id = id,
+                    producer_id = t.producer_id,
+                    epoch = t.producer_epoch,
+                    "initialized"
+                );
                 Ok((t.producer_id, t.producer_epoch))
             }
             InitStep::FenceOngoing(t) => {
-                tracing::info!(transactional_id = id, producer_id = t.producer_id, "fencing the ongoing transaction");
+                tracing::info!(
+                    transactional_id = id,
+                    producer_id = t.producer_id,
+                    "fencing the ongoing transaction"
+                );
                 self.end_prepared(id, t).await?;
                 Err(code(ResponseError::ConcurrentTransactions))
             }
@@ -914,17 +1055,20 @@ impl TransactionCoordinator {
         })
     }
 
-    /// AddPartitionsToTxn (not verify_only) and AddOffsetsToTxn.
+    /// AddPartitionsToTxn (not verify_only) and AddOffsetsToTxn. `tv2` for AddPartitionsToTxn
+    /// v4+ and TxnOffsetCommit v5 (Kafka's `transactionVersionForAddPartitionsToTxn`): the
+    /// transaction then ends by version 2 rules when the coordinator ends it (fence, timeout).
     pub async fn add_partitions(
         &self,
         transactional_id: &str,
         producer_id: i64,
         producer_epoch: i16,
         partitions: &[TopicPartition],
+        tv2: bool,
     ) -> Result<(), i16> {
-        let step = self
-            .lock()
-            .add_partitions(transactional_id, producer_id, producer_epoch, partitions, now_ms())?;
+        let step =
+            self.lock()
+                .add_partitions(transactional_id, producer_id, producer_epoch, partitions, tv2, now_ms())?;
         match step {
             None => Ok(()),
             Some(t) => self.write(transactional_id, &t).await.map(|_| ()),
@@ -973,21 +1117,46 @@ impl TransactionCoordinator {
         result.map_err(|c| produce_verification_code(c, 10))
     }
 
-    /// EndTxn: Prepare* durable, markers, Complete*. Answers once Prepare* is durable, as
-    /// Kafka does; markers that fail are retried by the timer task.
+    /// EndTxn: Prepare* durable, then the markers and Complete*, then the answer: the
+    /// producer id and epoch the client goes on with (EndTxn v5; with `tv2` the epoch was
+    /// bumped, or the producer id moved on at an exhausted epoch). Kafka answers as soon as
+    /// Prepare* is durable; answering after the markers saves the client the
+    /// CONCURRENT_TRANSACTIONS retries of its next transaction. Markers that fail are retried
+    /// by the timer task, and the answer is still success: the outcome is decided.
     pub async fn end_txn(
         &self,
         transactional_id: &str,
         producer_id: i64,
         producer_epoch: i16,
         commit: bool,
-    ) -> Result<(), i16> {
-        let step = self
-            .lock()
-            .end_txn(transactional_id, producer_id, producer_epoch, commit, now_ms())?;
+        tv2: bool,
+    ) -> Result<(i64, i16), i16> {
+        let step = {
+            let mut allocate = || self.allocate();
+            self.lock().end_txn(
+                transactional_id,
+                producer_id,
+                producer_epoch,
+                commit,
+                tv2,
+                &mut allocate,
+                now_ms(),
+            )?
+        };
         match step {
-            EndStep::AlreadyDone => Ok(()),
-            EndStep::Write(t) => self.end_prepared(transactional_id, t).await,
+            EndStep::AlreadyDone {
+                producer_id,
+                producer_epoch,
+            } => Ok((producer_id, producer_epoch)),
+            EndStep::Write(t) => {
+                let next = if t.next_producer_id != NO_PRODUCER_ID {
+                    (t.next_producer_id, 0)
+                } else {
+                    (t.producer_id, t.producer_epoch)
+                };
+                self.end_prepared(transactional_id, t).await?;
+                Ok(next)
+            }
         }
     }
 
@@ -1006,7 +1175,9 @@ impl TransactionCoordinator {
         };
         let (partitions, producer_id, epoch) = {
             let states = self.lock();
-            let Some(m) = states.txns.get(transactional_id) else { return };
+            let Some(m) = states.txns.get(transactional_id) else {
+                return;
+            };
             (
                 m.partitions.iter().cloned().collect::<Vec<_>>(),
                 m.producer_id,
@@ -1023,7 +1194,11 @@ impl TransactionCoordinator {
             .filter_map(|(tp, r)| r.err().map(|c| format!("{tp}: {c}")))
             .collect();
         if !failed.is_empty() {
-            tracing::warn!(transactional_id, ?failed, "transaction markers not written; retrying later");
+            tracing::warn!(
+                transactional_id,
+                ?failed,
+                "transaction markers not written; retrying later"
+            );
             self.lock().fail(transactional_id);
             return;
         }
@@ -1119,7 +1294,11 @@ impl TransactionCoordinator {
             .filter(|m| filter.producer_ids.is_empty() || filter.producer_ids.contains(&m.producer_id))
             .filter(|m| states_wanted.is_empty() || states_wanted.contains(&m.state))
             .filter(|m| filter.duration_ms < 0 || now.saturating_sub(m.start_ms) > filter.duration_ms)
-            .filter(|m| pattern.as_ref().is_none_or(|re| re.is_match(m.transactional_id.as_str())))
+            .filter(|m| {
+                pattern
+                    .as_ref()
+                    .is_none_or(|re| re.is_match(m.transactional_id.as_str()))
+            })
             .map(|m| (m.transactional_id.clone(), m.producer_id, m.state))
             .collect();
         out.sort_by(|a, b| a.0.cmp(&b.0));
@@ -1195,7 +1374,13 @@ mod tests {
     }
 
     /// Runs InitProducerId to completion (the write succeeds).
-    fn init(s: &mut TxnStates, id: &str, expected: Option<(i64, i16)>, alloc: &mut dyn FnMut() -> Result<i64, i16>, now: i64) -> Result<(i64, i16), i16> {
+    fn init(
+        s: &mut TxnStates,
+        id: &str,
+        expected: Option<(i64, i16)>,
+        alloc: &mut dyn FnMut() -> Result<i64, i16>,
+        now: i64,
+    ) -> Result<(i64, i16), i16> {
         match s.init_producer_id(id, 60_000, expected, alloc, now)? {
             InitStep::Write(t) => {
                 s.complete(id, &t);
@@ -1211,15 +1396,15 @@ mod tests {
     }
 
     fn add(s: &mut TxnStates, id: &str, pid: i64, epoch: i16, parts: &[TopicPartition], now: i64) -> Result<(), i16> {
-        if let Some(t) = s.add_partitions(id, pid, epoch, parts, now)? {
+        if let Some(t) = s.add_partitions(id, pid, epoch, parts, false, now)? {
             s.complete(id, &t);
         }
         Ok(())
     }
 
     fn end(s: &mut TxnStates, id: &str, pid: i64, epoch: i16, commit: bool, now: i64) -> Result<(), i16> {
-        match s.end_txn(id, pid, epoch, commit, now)? {
-            EndStep::AlreadyDone => Ok(()),
+        match s.end_txn(id, pid, epoch, commit, false, &mut ids(), now)? {
+            EndStep::AlreadyDone { .. } => Ok(()),
             EndStep::Write(t) => {
                 s.complete(id, &t);
                 let done = s.prepare_complete(id, now).unwrap();
@@ -1248,7 +1433,10 @@ mod tests {
         assert_eq!(r, Err(code(ResponseError::InvalidTransactionTimeout)));
         let r = s.init_producer_id("t", 0, None, &mut alloc, 0);
         assert_eq!(r, Err(code(ResponseError::InvalidTransactionTimeout)));
-        assert_eq!(s.init_producer_id("", 1000, None, &mut alloc, 0), Err(code(ResponseError::InvalidRequest)));
+        assert_eq!(
+            s.init_producer_id("", 1000, None, &mut alloc, 0),
+            Err(code(ResponseError::InvalidRequest))
+        );
     }
 
     #[test]
@@ -1268,11 +1456,11 @@ mod tests {
         assert_eq!(init(&mut s, "t", None, &mut alloc, 3), Ok((pid, e0 + 2)));
         // The old producer is fenced everywhere.
         assert_eq!(
-            s.add_partitions("t", pid, e0, &[tp("a", 1)], 4),
+            s.add_partitions("t", pid, e0, &[tp("a", 1)], false, 4),
             Err(code(ResponseError::ProducerFenced))
         );
         assert_eq!(
-            s.end_txn("t", pid, e0, true, 4),
+            s.end_txn("t", pid, e0, true, false, &mut ids(), 4),
             Err(code(ResponseError::ProducerFenced))
         );
         assert_eq!(
@@ -1292,7 +1480,10 @@ mod tests {
         };
         assert_eq!((t.state, t.producer_epoch), (TxnState::PrepareAbort, e0 + 1));
         // While the abort is being written, the old producer cannot end or extend it.
-        assert_eq!(s.end_txn("t", pid, e0, true, 3), Err(code(ResponseError::ProducerFenced)));
+        assert_eq!(
+            s.end_txn("t", pid, e0, true, false, &mut ids(), 3),
+            Err(code(ResponseError::ProducerFenced))
+        );
         assert_eq!(
             s.init_producer_id("t", 60_000, None, &mut alloc, 3),
             Err(code(ResponseError::ConcurrentTransactions))
@@ -1309,13 +1500,25 @@ mod tests {
         end(&mut s, "t", pid, e, true, 2).unwrap();
         assert_eq!(s.txns["t"].state, TxnState::CompleteCommit);
         assert!(s.txns["t"].partitions.is_empty());
-        assert_eq!(s.end_txn("t", pid, e, true, 3), Ok(EndStep::AlreadyDone));
-        assert_eq!(s.end_txn("t", pid, e, false, 3), Err(code(ResponseError::InvalidTxnState)));
+        assert!(matches!(
+            s.end_txn("t", pid, e, true, false, &mut ids(), 3),
+            Ok(EndStep::AlreadyDone { .. })
+        ));
+        assert_eq!(
+            s.end_txn("t", pid, e, false, false, &mut ids(), 3),
+            Err(code(ResponseError::InvalidTxnState))
+        );
         // Abort side.
         add(&mut s, "t", pid, e, &[tp("a", 0)], 4).unwrap();
         end(&mut s, "t", pid, e, false, 5).unwrap();
-        assert_eq!(s.end_txn("t", pid, e, false, 6), Ok(EndStep::AlreadyDone));
-        assert_eq!(s.end_txn("t", pid, e, true, 6), Err(code(ResponseError::InvalidTxnState)));
+        assert!(matches!(
+            s.end_txn("t", pid, e, false, false, &mut ids(), 6),
+            Ok(EndStep::AlreadyDone { .. })
+        ));
+        assert_eq!(
+            s.end_txn("t", pid, e, true, false, &mut ids(), 6),
+            Err(code(ResponseError::InvalidTxnState))
+        );
     }
 
     #[test]
@@ -1323,28 +1526,37 @@ mod tests {
         let mut s = states();
         let mut alloc = ids();
         assert_eq!(
-            s.end_txn("nope", 1, 0, true, 0),
+            s.end_txn("nope", 1, 0, true, false, &mut ids(), 0),
             Err(code(ResponseError::InvalidProducerIdMapping))
         );
         let (pid, e) = init(&mut s, "t", None, &mut alloc, 0).unwrap();
         // EndTxn with nothing begun.
-        assert_eq!(s.end_txn("t", pid, e, true, 1), Err(code(ResponseError::InvalidTxnState)));
+        assert_eq!(
+            s.end_txn("t", pid, e, true, false, &mut ids(), 1),
+            Err(code(ResponseError::InvalidTxnState))
+        );
         // Wrong producer id.
         assert_eq!(
-            s.add_partitions("t", pid + 1, e, &[tp("a", 0)], 1),
+            s.add_partitions("t", pid + 1, e, &[tp("a", 0)], false, 1),
             Err(code(ResponseError::InvalidProducerIdMapping))
         );
         // While PrepareCommit is in flight: CONCURRENT_TRANSACTIONS for everything.
         add(&mut s, "t", pid, e, &[tp("a", 0)], 1).unwrap();
-        let EndStep::Write(t) = s.end_txn("t", pid, e, true, 2).unwrap() else {
+        let EndStep::Write(t) = s.end_txn("t", pid, e, true, false, &mut ids(), 2).unwrap() else {
             panic!()
         };
         s.complete("t", &t);
         assert_eq!(s.txns["t"].state, TxnState::PrepareCommit);
-        assert_eq!(s.end_txn("t", pid, e, true, 3), Err(code(ResponseError::ConcurrentTransactions)));
-        assert_eq!(s.end_txn("t", pid, e, false, 3), Err(code(ResponseError::InvalidTxnState)));
         assert_eq!(
-            s.add_partitions("t", pid, e, &[tp("a", 1)], 3),
+            s.end_txn("t", pid, e, true, false, &mut ids(), 3),
+            Err(code(ResponseError::ConcurrentTransactions))
+        );
+        assert_eq!(
+            s.end_txn("t", pid, e, false, false, &mut ids(), 3),
+            Err(code(ResponseError::InvalidTxnState))
+        );
+        assert_eq!(
+            s.add_partitions("t", pid, e, &[tp("a", 1)], false, 3),
             Err(code(ResponseError::ConcurrentTransactions))
         );
         assert_eq!(
@@ -1360,9 +1572,9 @@ mod tests {
         let mut alloc = ids();
         let (pid, e) = init(&mut s, "t", None, &mut alloc, 0).unwrap();
         let before = s.txns["t"].clone();
-        let _ = s.add_partitions("t", pid, e, &[tp("a", 0)], 1).unwrap().unwrap();
+        let _ = s.add_partitions("t", pid, e, &[tp("a", 0)], false, 1).unwrap().unwrap();
         assert_eq!(
-            s.add_partitions("t", pid, e, &[tp("a", 0)], 1),
+            s.add_partitions("t", pid, e, &[tp("a", 0)], false, 1),
             Err(code(ResponseError::ConcurrentTransactions))
         );
         s.fail("t");
@@ -1380,12 +1592,18 @@ mod tests {
         let out = s.fence_timed_out(61_001);
         assert_eq!(out.len(), 1);
         let (id, t) = &out[0];
-        assert_eq!((id.as_str(), t.state, t.producer_epoch), ("t", TxnState::PrepareAbort, e + 1));
+        assert_eq!(
+            (id.as_str(), t.state, t.producer_epoch),
+            ("t", TxnState::PrepareAbort, e + 1)
+        );
         s.complete("t", t);
         let done = s.prepare_complete("t", 61_002).unwrap();
         s.complete("t", &done);
         assert_eq!(s.txns["t"].state, TxnState::CompleteAbort);
-        assert_eq!(s.end_txn("t", pid, e, true, 61_003), Err(code(ResponseError::ProducerFenced)));
+        assert_eq!(
+            s.end_txn("t", pid, e, true, false, &mut ids(), 61_003),
+            Err(code(ResponseError::ProducerFenced))
+        );
         // The producer's own retry of InitProducerId with its old epoch is fenced (KIP-360).
         assert_eq!(
             s.init_producer_id("t", 60_000, Some((pid, e)), &mut alloc, 61_004),
@@ -1421,7 +1639,10 @@ mod tests {
         assert_eq!(epoch, 0);
         assert_eq!(s.txns["t"].previous_producer_id, pid);
         // Its answer was lost: the retry from the old id gets the same answer.
-        assert_eq!(init(&mut s, "t", Some((pid, i16::MAX - 1)), &mut alloc, 2), Ok((new_pid, 0)));
+        assert_eq!(
+            init(&mut s, "t", Some((pid, i16::MAX - 1)), &mut alloc, 2),
+            Ok((new_pid, 0))
+        );
         // A fresh InitProducerId at an exhausted epoch rotates too.
         s.txns.get_mut("t").unwrap().producer_epoch = i16::MAX - 1;
         let (third, epoch) = init(&mut s, "t", None, &mut alloc, 3).unwrap();
@@ -1442,10 +1663,19 @@ mod tests {
             s.verify("t", pid, e, &[tp("a", 0), tp("a", 1)]),
             Ok(vec![0, code(ResponseError::TransactionAbortable)])
         );
-        assert_eq!(produce_verification_code(code(ResponseError::TransactionAbortable), 9), 48);
-        assert_eq!(produce_verification_code(code(ResponseError::TransactionAbortable), 11), 120);
+        assert_eq!(
+            produce_verification_code(code(ResponseError::TransactionAbortable), 9),
+            48
+        );
+        assert_eq!(
+            produce_verification_code(code(ResponseError::TransactionAbortable), 11),
+            120
+        );
         assert_eq!(produce_verification_code(code(ResponseError::ProducerFenced), 9), 47);
-        assert_eq!(produce_verification_code(code(ResponseError::ConcurrentTransactions), 9), 19);
+        assert_eq!(
+            produce_verification_code(code(ResponseError::ConcurrentTransactions), 9),
+            19
+        );
     }
 
     #[test]
@@ -1469,7 +1699,10 @@ mod tests {
         let mut s = states();
         let mut alloc = ids();
         let (pid, e) = init(&mut s, "t", None, &mut alloc, 0).unwrap();
-        let t = s.add_partitions("t", pid, e, &[tp("a", 0), tp("b", 3)], 7).unwrap().unwrap();
+        let t = s
+            .add_partitions("t", pid, e, &[tp("a", 0), tp("b", 3)], false, 7)
+            .unwrap()
+            .unwrap();
         s.complete("t", &t);
         let mut loaded = states();
         loaded.load_record("t", Some(&t.to_record()));
@@ -1482,6 +1715,108 @@ mod tests {
         assert!(loaded.txns.is_empty(), "a tombstone removes the id");
     }
 
+    /// Runs a version 2 EndTxn to completion; the (producer id, epoch) to go on with.
+    fn end_v2(s: &mut TxnStates, id: &str, pid: i64, epoch: i16, commit: bool, now: i64) -> Result<(i64, i16), i16> {
+        match s.end_txn(id, pid, epoch, commit, true, &mut ids(), now)? {
+            EndStep::AlreadyDone {
+                producer_id,
+                producer_epoch,
+            } => Ok((producer_id, producer_epoch)),
+            EndStep::Write(t) => {
+                s.complete(id, &t);
+                let done = s.prepare_complete(id, now).unwrap();
+                s.complete(id, &done);
+                Ok((done.producer_id, done.producer_epoch))
+            }
+        }
+    }
+
+    #[test]
+    fn version_2_bumps_the_epoch_at_every_end_and_answers_retries() {
+        // KIP-890 part 2 (Kafka's endTransaction for TV_2): each end bumps the epoch; a retry
+        // names the epoch below the current one.
+        let mut s = states();
+        let mut alloc = ids();
+        let (pid, e) = init(&mut s, "t", None, &mut alloc, 0).unwrap();
+        let t = s.add_partitions("t", pid, e, &[tp("a", 0)], true, 1).unwrap().unwrap();
+        s.complete("t", &t);
+        assert_eq!(end_v2(&mut s, "t", pid, e, true, 2), Ok((pid, e + 1)));
+        assert_eq!(s.txns["t"].state, TxnState::CompleteCommit);
+        // The retry gets the same answer; the other result is refused.
+        assert_eq!(end_v2(&mut s, "t", pid, e, true, 3), Ok((pid, e + 1)));
+        assert_eq!(
+            end_v2(&mut s, "t", pid, e, false, 3),
+            Err(code(ResponseError::InvalidTxnState))
+        );
+        // An abort with no partition is allowed and bumps again; a commit of nothing is not.
+        assert_eq!(
+            end_v2(&mut s, "t", pid, e + 1, true, 4),
+            Err(code(ResponseError::InvalidTxnState))
+        );
+        assert_eq!(end_v2(&mut s, "t", pid, e + 1, false, 4), Ok((pid, e + 2)));
+        assert_eq!(s.txns["t"].start_ms, 4, "an empty abort starts when it ends");
+        // An epoch two behind is fenced.
+        assert_eq!(
+            end_v2(&mut s, "t", pid, e, false, 5),
+            Err(code(ResponseError::ProducerFenced))
+        );
+        // Version 0/1 requests keep their rules on the same id.
+        assert!(matches!(
+            s.end_txn("t", pid, e + 2, false, false, &mut ids(), 6),
+            Ok(EndStep::AlreadyDone { .. })
+        ));
+    }
+
+    #[test]
+    fn version_2_moves_to_the_next_producer_id_when_the_epoch_is_exhausted() {
+        let mut s = states();
+        let mut alloc = ids();
+        let (pid, _) = init(&mut s, "t", None, &mut alloc, 0).unwrap();
+        let last = i16::MAX - 1;
+        s.txns.get_mut("t").unwrap().producer_epoch = last;
+        let t = s
+            .add_partitions("t", pid, last, &[tp("a", 0)], true, 1)
+            .unwrap()
+            .unwrap();
+        s.complete("t", &t);
+        let EndStep::Write(prepare) = s.end_txn("t", pid, last, true, true, &mut alloc, 2).unwrap() else {
+            panic!("expected a write")
+        };
+        assert_eq!(prepare.producer_epoch, i16::MAX, "the markers carry the last epoch");
+        let next = prepare.next_producer_id;
+        assert!(next > pid);
+        s.complete("t", &prepare);
+        let done = s.prepare_complete("t", 3).unwrap();
+        assert_eq!(
+            (done.producer_id, done.producer_epoch, done.previous_producer_id),
+            (next, 0, pid)
+        );
+        s.complete("t", &done);
+        // A retry from the old producer id at its last epoch is answered with the new one.
+        assert_eq!(end_v2(&mut s, "t", pid, last, true, 4), Ok((next, 0)));
+        assert_eq!(
+            end_v2(&mut s, "t", pid, 3, true, 4),
+            Err(code(ResponseError::InvalidProducerIdMapping))
+        );
+    }
+
+    #[test]
+    fn version_2_fencing_bumps_for_the_fence_and_for_the_abort() {
+        let mut s = states();
+        let mut alloc = ids();
+        let (pid, e) = init(&mut s, "t", None, &mut alloc, 0).unwrap();
+        let t = s.add_partitions("t", pid, e, &[tp("a", 0)], true, 1).unwrap().unwrap();
+        s.complete("t", &t);
+        let InitStep::FenceOngoing(abort) = s.init_producer_id("t", 60_000, None, &mut alloc, 2).unwrap() else {
+            panic!("expected a fence")
+        };
+        assert_eq!(abort.producer_epoch, e + 2);
+        s.complete("t", &abort);
+        let done = s.prepare_complete("t", 3).unwrap();
+        s.complete("t", &done);
+        assert_eq!(init(&mut s, "t", None, &mut alloc, 4), Ok((pid, e + 3)));
+    }
+
     #[test]
     fn state_names_and_ids_match_kafka() {
         for s in TxnState::ALL {
@@ -1492,4 +1827,3 @@ mod tests {
         assert_eq!(TxnState::CompleteAbort.id(), 5);
     }
 }
-

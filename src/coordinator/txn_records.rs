@@ -284,7 +284,10 @@ mod tests {
             producer_epoch: 7,
             transaction_timeout_ms: 60_000,
             transaction_status: 1,
-            transaction_partitions: Some(vec![("orders".into(), vec![0, 2]), ("__consumer_offsets".into(), vec![17])]),
+            transaction_partitions: Some(vec![
+                ("orders".into(), vec![0, 2]),
+                ("__consumer_offsets".into(), vec![17]),
+            ]),
             transaction_last_update_timestamp_ms: 1_700_000_000_123,
             transaction_start_timestamp_ms: 1_700_000_000_000,
             client_transaction_version: 0,
@@ -304,7 +307,11 @@ mod tests {
                 transaction_partitions: None,
                 ..v.clone()
             };
-            assert_eq!(decode_value(&encode_value(&empty, version)).unwrap(), empty, "v{version}");
+            assert_eq!(
+                decode_value(&encode_value(&empty, version)).unwrap(),
+                empty,
+                "v{version}"
+            );
         }
         let tagged = TxnLogValue {
             next_producer_id: 5000,

@@ -2112,4 +2112,42 @@ mod tests {
         assert_eq!(log.aborted_transactions(0, 100).len(), 2);
         assert_eq!(log.aborted_transactions(6, 100).len(), 1);
     }
+
+    /// Issue 8's figure: recovery time of a partition with 10,000 live producer ids, from the
+    /// snapshot of a clean shutdown and by replaying the log after a crash. Run by hand:
+    /// `cargo test --release --lib log::tests::producer_state_recovery_time -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn producer_state_recovery_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let one = encode_batch(&[1], 100);
+        let producers = 10_000i64;
+        {
+            let mut log = Log::open(dir.path(), LogConfig::default(), NOW).unwrap();
+            for round in 0..3 {
+                for pid in 0..producers {
+                    log.append(from_producer(&one, pid, 0, round, false), 0, NOW).unwrap();
+                }
+            }
+            log.close().unwrap();
+        }
+        let start = std::time::Instant::now();
+        let log = Log::open(dir.path(), LogConfig::default(), NOW).unwrap();
+        let from_snapshot = start.elapsed();
+        assert_eq!(log.producer_state().producers().len(), producers as usize);
+        drop(log); // no close: the next open is a crash recovery
+        std::fs::remove_file(dir.path().join(producer_state_snapshot_name(30_000))).unwrap();
+        let start = std::time::Instant::now();
+        let log = Log::open(dir.path(), LogConfig::default(), NOW).unwrap();
+        let replayed = start.elapsed();
+        assert_eq!(log.producer_state().producers().len(), producers as usize);
+        println!(
+            "10,000 producers, 30,000 batches: open from snapshot {:?}, open by replay after a crash {:?}",
+            from_snapshot, replayed
+        );
+    }
+
+    fn producer_state_snapshot_name(offset: i64) -> String {
+        segment::file_name(offset, "snapshot")
+    }
 }
