@@ -166,6 +166,37 @@ async fn committed(raw: &mut Raw, group: &str, t: &str) -> i64 {
     resp.topics[0].partitions[0].committed_offset
 }
 
+/// OffsetFetch with require_stable (KIP-447): (partition error, offset).
+async fn fetch_stable(raw: &mut Raw, version: i16, group: &str, t: &str) -> (i16, i64) {
+    if version >= 8 {
+        let req = OffsetFetchRequest::default()
+            .with_require_stable(true)
+            .with_groups(vec![
+                offset_fetch_request::OffsetFetchRequestGroup::default()
+                    .with_group_id(GroupId(s(group)))
+                    .with_topics(Some(vec![
+                        offset_fetch_request::OffsetFetchRequestTopics::default()
+                            .with_name(topic(t))
+                            .with_partition_indexes(vec![0]),
+                    ])),
+            ]);
+        let resp = raw.call(version, &req).await;
+        let p = &resp.groups[0].topics[0].partitions[0];
+        return (p.error_code, p.committed_offset);
+    }
+    let req = OffsetFetchRequest::default()
+        .with_require_stable(true)
+        .with_group_id(GroupId(s(group)))
+        .with_topics(Some(vec![
+            OffsetFetchRequestTopic::default()
+                .with_name(topic(t))
+                .with_partition_indexes(vec![0]),
+        ]));
+    let resp = raw.call(version, &req).await;
+    let p = &resp.topics[0].partitions[0];
+    (p.error_code, p.committed_offset)
+}
+
 #[tokio::test]
 async fn init_producer_id_without_transactional_id_hands_out_fresh_ids_at_every_version() {
     // Kafka's TransactionCoordinator.handleInitProducerId: no transactional id → a new producer
@@ -511,8 +542,15 @@ async fn transactional_offsets_are_invisible_until_commit_and_dropped_on_abort()
             -1,
             "pending until the commit"
         );
+        assert_eq!(
+            fetch_stable(&mut raw, 7, &group, "input").await,
+            (88, -1),
+            "UNSTABLE_OFFSET_COMMIT"
+        );
+        assert_eq!(fetch_stable(&mut raw, 8, &group, "input").await, (88, -1));
         assert_eq!(end(&mut raw, 3, &id, pid, epoch, true).await, 0);
         assert_eq!(committed(&mut raw, &group, "input").await, 10, "v{version}");
+        assert_eq!(fetch_stable(&mut raw, 8, &group, "input").await, (0, 10));
         // An aborted commit is dropped.
         assert_eq!(add_offsets(&mut raw, 3, &id, pid, epoch, &group).await, 0);
         assert_eq!(
@@ -787,4 +825,285 @@ fn producer_with(bootstrap: &str, transactional_id: &str) -> rdkafka::producer::
         bootstrap,
         &[("transactional.id", transactional_id), ("enable.idempotence", "true")],
     )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn librdkafka_empty_transactions_commit_and_abort() {
+    // librdkafka 0103's do_test_empty_txn: transactions with nothing produced, with and without
+    // offsets, end cleanly.
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::producer::Producer;
+    use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+    let broker = TestBroker::start(&[("group.initial.rebalance.delay.ms", "0")]).await;
+    let bootstrap = broker.bootstrap();
+    let mut raw = Raw::connect(broker.addr).await;
+    create(&mut raw, "empty-in", 1).await;
+    let group = unique("empty-group");
+    let producer = producer_with(&bootstrap, &unique("empty-txn"));
+    let timeout = Duration::from_secs(30);
+    producer.init_transactions(timeout).unwrap();
+    let meta_consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("group.id", &group)
+        .create()
+        .unwrap();
+    let group_metadata = meta_consumer.group_metadata().unwrap();
+    for (send_offsets, commit) in [(false, true), (false, false), (true, true), (true, false)] {
+        producer.begin_transaction().unwrap();
+        if send_offsets {
+            let mut offsets = TopicPartitionList::new();
+            offsets
+                .add_partition_offset("empty-in", 0, Offset::Offset(if commit { 3 } else { 4 }))
+                .unwrap();
+            producer
+                .send_offsets_to_transaction(&offsets, &group_metadata, timeout)
+                .unwrap();
+        }
+        let ended = if commit {
+            producer.commit_transaction(timeout)
+        } else {
+            producer.abort_transaction(timeout)
+        };
+        ended.unwrap_or_else(|e| panic!("offsets {send_offsets}, commit {commit}: {e}"));
+    }
+    assert_eq!(committed(&mut raw, &group, "empty-in").await, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn librdkafka_a_fenced_producer_can_neither_produce_nor_commit() {
+    // librdkafka 0103's do_test_fenced_txn: a second producer with the same transactional.id
+    // aborts the first one's open transaction; the first gets a fatal fenced error.
+    use rdkafka::producer::{FutureRecord, Producer};
+    use rdkafka::{Message, Offset};
+
+    let broker = TestBroker::start(&[]).await;
+    let bootstrap = broker.bootstrap();
+    let mut raw = Raw::connect(broker.addr).await;
+    create(&mut raw, "fence-out", 1).await;
+    let id = unique("fence-txn");
+    let timeout = Duration::from_secs(30);
+    let first = producer_with(&bootstrap, &id);
+    first.init_transactions(timeout).unwrap();
+    first.begin_transaction().unwrap();
+    first
+        .send(FutureRecord::<(), _>::to("fence-out").payload("zombie"), timeout)
+        .await
+        .unwrap();
+
+    let second = producer_with(&bootstrap, &id);
+    second.init_transactions(timeout).unwrap();
+    let d = describe(&mut raw, &id).await;
+    assert_eq!(
+        d.transaction_state.as_str(),
+        "Empty",
+        "the zombie's transaction was aborted"
+    );
+
+    let produced = first
+        .send(
+            FutureRecord::<(), _>::to("fence-out").payload("late"),
+            Duration::from_secs(5),
+        )
+        .await;
+    let committed = first.commit_transaction(Duration::from_secs(10));
+    assert!(produced.is_err() || committed.is_err(), "the zombie is fenced");
+    assert!(committed.is_err());
+
+    second.begin_transaction().unwrap();
+    second
+        .send(FutureRecord::<(), _>::to("fence-out").payload("good"), timeout)
+        .await
+        .unwrap();
+    second.commit_transaction(timeout).unwrap();
+
+    let consumer = consumer(&bootstrap, &[("isolation.level", "read_committed")]);
+    assign(&consumer, "fence-out", &[0], Offset::Beginning);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut values = Vec::new();
+    while !values.contains(&"good".to_string()) && std::time::Instant::now() < deadline {
+        if let Some(m) = consumer.poll(Duration::from_millis(200)) {
+            values.push(String::from_utf8(m.unwrap().payload().unwrap().to_vec()).unwrap());
+        }
+    }
+    assert_eq!(values, vec!["good".to_string()], "nothing of the zombie is visible");
+}
+
+#[tokio::test]
+async fn transaction_state_survives_kill_9() {
+    // Every __transaction_state write is durable before it is answered: after kill -9 the
+    // ongoing transaction is there, and the next producer instance fences and aborts it.
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let broker = BrokerProcess::spawn(dir.path(), port, &[]);
+    let mut raw = Raw::connect(broker.addr).await;
+    create(&mut raw, "k9", 1).await;
+    let committed_id = unique("k9-done");
+    let (cpid, cepoch) = init_retrying(&mut raw, 4, &committed_id, 60_000).await;
+    assert_eq!(
+        add(&mut raw, 3, (&committed_id, cpid, cepoch), "k9", &[0], false).await,
+        vec![0]
+    );
+    assert_eq!(end(&mut raw, 3, &committed_id, cpid, cepoch, true).await, 0);
+    let id = unique("k9-open");
+    let (pid, epoch) = init_retrying(&mut raw, 4, &id, 60_000).await;
+    assert_eq!(add(&mut raw, 3, (&id, pid, epoch), "k9", &[0], false).await, vec![0]);
+    drop(raw);
+    broker.kill9();
+
+    let broker = BrokerProcess::spawn(dir.path(), port, &[]);
+    let mut raw = Raw::connect(broker.addr).await;
+    let done = describe(&mut raw, &committed_id).await;
+    assert_eq!(done.transaction_state.as_str(), "CompleteCommit");
+    assert_eq!(
+        end(&mut raw, 3, &committed_id, cpid, cepoch, true).await,
+        0,
+        "a retried EndTxn"
+    );
+    let open = describe(&mut raw, &id).await;
+    assert_eq!(
+        (open.transaction_state.as_str(), open.producer_id.0, open.producer_epoch),
+        ("Ongoing", pid, epoch)
+    );
+    assert_eq!(
+        init(&mut raw, 4, Some(&id), 60_000).await.error_code,
+        CONCURRENT_TRANSACTIONS
+    );
+    assert_eq!(init_retrying(&mut raw, 4, &id, 60_000).await, (pid, epoch + 2));
+    let fresh = init(&mut raw, 4, None, 0).await;
+    assert!(
+        fresh.producer_id.0 != pid && fresh.producer_id.0 != cpid,
+        "ids are never reissued"
+    );
+    broker.kill9();
+}
+
+/// A batch of `count` records from producer `pid` at `epoch`, first sequence `seq`,
+/// transactional.
+fn txn_batch(count: usize, pid: i64, epoch: i16, seq: i32) -> bytes::Bytes {
+    let records: Vec<(Option<bytes::Bytes>, Option<bytes::Bytes>, i64)> = (0..count)
+        .map(|i| {
+            (
+                Some(bytes::Bytes::from(format!("k{i}"))),
+                Some(bytes::Bytes::from("v")),
+                1000,
+            )
+        })
+        .collect();
+    let mut b = sluice::log::batch::encode_records(&records, kafka_protocol::records::Compression::None)
+        .unwrap()
+        .to_vec();
+    b[43..51].copy_from_slice(&pid.to_be_bytes());
+    b[51..53].copy_from_slice(&epoch.to_be_bytes());
+    b[53..57].copy_from_slice(&seq.to_be_bytes());
+    let attributes = i16::from_be_bytes([b[21], b[22]]) | 0x10;
+    b[21..23].copy_from_slice(&attributes.to_be_bytes());
+    let crc = crc32c::crc32c(&b[21..]);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    bytes::Bytes::from(b)
+}
+
+async fn produce_txn(raw: &mut Raw, version: i16, id: &str, t: &str, records: bytes::Bytes) -> i16 {
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    let req = ProduceRequest::default()
+        .with_transactional_id(Some(txn(id)))
+        .with_acks(-1)
+        .with_timeout_ms(10_000)
+        .with_topic_data(vec![
+            TopicProduceData::default()
+                .with_name(topic(t))
+                .with_partition_data(vec![
+                    PartitionProduceData::default()
+                        .with_index(0)
+                        .with_records(Some(records)),
+                ]),
+        ]);
+    raw.call(version, &req).await.responses[0].partition_responses[0].error_code
+}
+
+/// (records bytes, high watermark, last stable offset, aborted (producer id, first offset)).
+async fn fetch_committed(raw: &mut Raw, version: i16, t: &str) -> (usize, i64, i64, Vec<(i64, i64)>) {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    let req = FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(0)
+        .with_max_bytes(1 << 20)
+        .with_isolation_level(1)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default().with_topic(topic(t)).with_partitions(vec![
+                FetchPartition::default()
+                    .with_partition(0)
+                    .with_fetch_offset(0)
+                    .with_partition_max_bytes(1 << 20),
+            ])]);
+    let resp = raw.call(version, &req).await;
+    let p = &resp.responses[0].partitions[0];
+    assert_eq!(p.error_code, 0);
+    let aborted = p
+        .aborted_transactions
+        .as_ref()
+        .map(|a| a.iter().map(|x| (x.producer_id.0, x.first_offset)).collect())
+        .unwrap_or_default();
+    (
+        p.records.as_ref().map_or(0, |r| r.len()),
+        p.high_watermark,
+        p.last_stable_offset,
+        aborted,
+    )
+}
+
+async fn latest_committed(raw: &mut Raw, t: &str) -> i64 {
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    let req = ListOffsetsRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_isolation_level(1)
+        .with_topics(vec![ListOffsetsTopic::default().with_name(topic(t)).with_partitions(
+            vec![
+                ListOffsetsPartition::default().with_partition_index(0).with_timestamp(-1),
+            ],
+        )]);
+    raw.call(5, &req).await.topics[0].partitions[0].offset
+}
+
+#[tokio::test]
+async fn read_committed_stops_at_the_last_stable_offset_and_lists_aborted_transactions() {
+    // Kafka: the LSO (UnifiedLog.lastStableOffset), FetchResponse.aborted_transactions,
+    // ListOffsets with READ_COMMITTED; KIP-890 part 1 for the refused produce.
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    let t = unique("lso");
+    create(&mut raw, &t, 1).await;
+    let id = unique("lso-txn");
+    let (pid, epoch) = init_retrying(&mut raw, 4, &id, 60_000).await;
+    // Not yet added to the transaction: refused (INVALID_TXN_STATE up to v10,
+    // TRANSACTION_ABORTABLE from v11), nothing written.
+    assert_eq!(
+        produce_txn(&mut raw, 9, &id, &t, txn_batch(2, pid, epoch, 0)).await,
+        INVALID_TXN_STATE
+    );
+    assert_eq!(
+        produce_txn(&mut raw, 11, &id, &t, txn_batch(2, pid, epoch, 0)).await,
+        TRANSACTION_ABORTABLE
+    );
+    assert_eq!(add(&mut raw, 3, (&id, pid, epoch), &t, &[0], false).await, vec![0]);
+    assert_eq!(produce_txn(&mut raw, 9, &id, &t, txn_batch(2, pid, epoch, 0)).await, 0); // offsets 0-1
+    for version in [4, 7, 12] {
+        let (bytes, hw, lso, _) = fetch_committed(&mut raw, version, &t).await;
+        assert_eq!((bytes, hw, lso), (0, 2, 0), "v{version}: nothing is stable yet");
+    }
+    assert_eq!(latest_committed(&mut raw, &t).await, 0);
+    assert_eq!(end(&mut raw, 3, &id, pid, epoch, false).await, 0); // abort marker at 2
+    for version in [4, 7, 12] {
+        let (bytes, hw, lso, aborted) = fetch_committed(&mut raw, version, &t).await;
+        assert!(bytes > 0, "v{version}");
+        assert_eq!((hw, lso), (3, 3), "v{version}");
+        assert_eq!(aborted, vec![(pid, 0)], "v{version}");
+    }
+    assert_eq!(latest_committed(&mut raw, &t).await, 3);
+    // The aborted transaction is still listed after a restart (the .txnindex).
+    drop(raw);
+    let broker = broker.restart(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    let (_, _, lso, aborted) = fetch_committed(&mut raw, 12, &t).await;
+    assert_eq!((lso, aborted), (3, vec![(pid, 0)]));
 }

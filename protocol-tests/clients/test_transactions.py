@@ -128,8 +128,9 @@ class App:
                 line = self.q.get(timeout=left)
             except queue.Empty:
                 continue
-            expect(line is not None, f"{self.name} exited ({self.proc.wait()}) before {prefix!r}; "
-                   f"output: {self.lines[-15:]}")
+            if line is None:
+                raise AssertionError(f"{self.name} exited ({self.proc.wait()}) before {prefix!r}; "
+                                     f"output: {self.lines[-15:]}")
             if line.startswith(prefix):
                 return line
 

@@ -58,7 +58,7 @@ KVER=${TEST_KAFKA_VERSION:-3.9.0}
 SCENARIO=${TEST_SCENARIO:-default}
 # Tests whose quick mode skips whole sub-tests (SUB_TEST() rather than SUB_TEST_QUICK(), or
 # an early return), not only message counts: they always run in full mode.
-QUICK_DROPS_CASES=" 0018 0019 0022 0026 0030 0045 0055 0061 0081 0082 0098 0102 0103 0113 0122 0132 0137 "
+QUICK_DROPS_CASES=" 0018 0019 0022 0026 0030 0045 0055 0061 0081 0082 0094 0098 0102 0103 0113 0122 0132 0137 "
 
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
 die() { echo "run.sh: $*" >&2; exit 2; }

@@ -52,7 +52,11 @@ pub struct GroupEntry {
     /// Offsets committed in open transactions (TxnOffsetCommit), by producer id: applied to
     /// `offsets` when the commit marker reaches the group's `__consumer_offsets` partition,
     /// dropped on abort (Kafka's `pendingTransactionalOffsetCommits`).
-    pub pending_txn_offsets: BTreeMap<i64, BTreeMap<(String, i32), CommittedOffset>>,
+    pub pending_txn_offsets: BTreeMap<i64, PendingOffsets>,
+    /// The log offset of the record behind each entry of `offsets`: when transactional and
+    /// plain commits of a partition mix, the later record wins, whatever the marker's position
+    /// (Kafka's `replayEndTransactionMarker`), live and on replay alike.
+    committed_at: HashMap<(String, i32), i64>,
 }
 
 impl GroupEntry {
@@ -92,6 +96,9 @@ impl Slot {
         self.entry.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
+
+/// A producer's offsets in an open transaction, each with the log offset of its record.
+pub type PendingOffsets = BTreeMap<(String, i32), (CommittedOffset, i64)>;
 
 /// One partition's commit to make: (topic, partition, offset, leader epoch, metadata).
 pub type CommitRequest = (String, i32, i64, i32, Option<String>);
@@ -151,6 +158,7 @@ impl GroupCoordinator {
                         persisted_consumer: None,
                         offsets: BTreeMap::new(),
                         pending_txn_offsets: BTreeMap::new(),
+                        committed_at: HashMap::new(),
                     }),
                     wake: Notify::new(),
                     timer_running: AtomicBool::new(false),
@@ -248,7 +256,28 @@ impl GroupCoordinator {
                                     .pending_txn_offsets
                                     .entry(r.producer_id)
                                     .or_default()
-                                    .insert((topic, partition), value);
+                                    .insert((topic, partition), (value, r.offset));
+                                applied += 1;
+                            }
+                            Some(OffsetsRecord::Offset {
+                                group,
+                                topic,
+                                partition,
+                                value,
+                            }) => {
+                                let slot = self.slot_or_create(&group);
+                                let mut e = slot.lock();
+                                let key = (topic, partition);
+                                match value {
+                                    Some(v) => {
+                                        e.committed_at.insert(key.clone(), r.offset);
+                                        e.offsets.insert(key, v);
+                                    }
+                                    None => {
+                                        e.committed_at.remove(&key);
+                                        e.offsets.remove(&key);
+                                    }
+                                }
                                 applied += 1;
                             }
                             Some(record) => {
@@ -341,6 +370,11 @@ impl GroupCoordinator {
         if records.is_empty() {
             return Ok(());
         }
+        self.persist_at(group_id, records).await.map(|_| ())
+    }
+
+    /// `persist`, answering the log offset of the first record (the others follow it).
+    async fn persist_at(&self, group_id: &str, records: &[OffsetsRecord]) -> Result<i64, Error> {
         self.ensure_offsets_topic()?;
         let index = partition_for(group_id, self.config.offsets_topic_num_partitions);
         let partition = self
@@ -358,7 +392,8 @@ impl GroupCoordinator {
         let encoded = encode_records(&records, Compression::None)?;
         let batches = validate_batches(&encoded, usize::MAX)?;
         let info = partition.append(batches, true)?;
-        partition.wait_durable(info.last_offset).await
+        partition.wait_durable(info.last_offset).await?;
+        Ok(info.base_offset)
     }
 
     async fn persist_group(&self, group_id: &str, slot: &Slot) {
@@ -621,10 +656,16 @@ impl GroupCoordinator {
             };
             codes.push(code);
         }
-        match self.persist(group_id, &records).await {
-            Ok(()) => {
+        let persisted = if records.is_empty() {
+            Ok(0)
+        } else {
+            self.persist_at(group_id, &records).await
+        };
+        match persisted {
+            Ok(base) => {
                 let mut e = slot.lock();
-                for (_, key, value) in accepted {
+                for (at, (_, key, value)) in (base..).zip(accepted) {
+                    e.committed_at.insert(key.clone(), at);
                     e.offsets.insert(key, value);
                 }
             }
@@ -721,11 +762,11 @@ impl GroupCoordinator {
             .persist_transactional(group_id, producer_id, producer_epoch, &records)
             .await
         {
-            Ok(()) => {
+            Ok(base) => {
                 let mut e = slot.lock();
                 let pending = e.pending_txn_offsets.entry(producer_id).or_default();
-                for (_, key, value) in accepted {
-                    pending.insert(key, value);
+                for (at, (_, key, value)) in (base..).zip(accepted) {
+                    pending.insert(key, (value, at));
                 }
             }
             Err(err) => {
@@ -746,14 +787,15 @@ impl GroupCoordinator {
     }
 
     /// Appends offset records as one transactional batch of `producer_id` (attributes bit 4,
-    /// no sequence: Kafka's coordinator writes) and waits until durable.
+    /// no sequence: Kafka's coordinator writes) and waits until durable; answers the log offset
+    /// of the first record.
     async fn persist_transactional(
         &self,
         group_id: &str,
         producer_id: i64,
         producer_epoch: i16,
         records: &[OffsetsRecord],
-    ) -> Result<(), Error> {
+    ) -> Result<i64, Error> {
         let index = partition_for(group_id, self.config.offsets_topic_num_partitions);
         let partition = self
             .replicas
@@ -796,7 +838,8 @@ impl GroupCoordinator {
         .map_err(|e| Error::CorruptBatch(format!("encoding transactional offsets: {e}")))?;
         let batches = validate_batches(&buf.freeze(), usize::MAX)?;
         let info = partition.append_from(batches, true, crate::log::producer_state::Origin::Coordinator)?;
-        partition.wait_durable(info.last_offset).await
+        partition.wait_durable(info.last_offset).await?;
+        Ok(info.base_offset)
     }
 
     /// Settles a producer's transactional offsets in the groups of one `__consumer_offsets`
@@ -812,8 +855,15 @@ impl GroupCoordinator {
             let Some(pending) = e.pending_txn_offsets.remove(&producer_id) else {
                 continue;
             };
-            if commit {
-                e.offsets.extend(pending);
+            if !commit {
+                continue;
+            }
+            for (key, (value, at)) in pending {
+                let newer = !e.offsets.contains_key(&key) || e.committed_at.get(&key).is_none_or(|c| at > *c);
+                if newer {
+                    e.committed_at.insert(key.clone(), at);
+                    e.offsets.insert(key, value);
+                }
             }
         }
     }
@@ -1165,6 +1215,74 @@ mod tests {
         let c = Arc::new(GroupCoordinator::new(config, controller, replicas));
         c.load().unwrap();
         c
+    }
+
+    #[tokio::test]
+    async fn transactional_offsets_wait_for_their_marker_live_and_on_replay() {
+        // KIP-98 (Kafka's pendingTransactionalOffsetCommits): a TxnOffsetCommit is applied when
+        // the commit marker reaches the group's partition, dropped on abort; a reload replays
+        // the same rule from the batches and markers in __consumer_offsets.
+        let dir = tempfile::tempdir().unwrap();
+        let c = coordinator(dir.path()).await;
+        let offsets_partition = partition_for("g", 3);
+        let commit = |offset| vec![("t".to_string(), 0, offset, -1, Some("m".to_string()))];
+        assert_eq!(c.txn_commit("g", 7, 0, "", None, -1, commit(5)).await, vec![0]);
+        assert_eq!(c.txn_commit("other", 8, 0, "", None, -1, commit(6)).await, vec![0]);
+        assert!(c.fetch_offsets("g").is_empty(), "pending until the marker");
+        assert!(c.has_pending_txn_offset("g", "t", 0));
+        // A marker elsewhere, or for another producer, changes nothing.
+        c.complete_txn((offsets_partition + 1) % 3, 7, true);
+        c.complete_txn(offsets_partition, 9, true);
+        assert!(c.fetch_offsets("g").is_empty());
+        let partition = c.replicas.get(OFFSETS_TOPIC, offsets_partition).unwrap();
+        let info = partition.write_txn_marker(7, 0, 0, true).unwrap();
+        partition.wait_durable(info.last_offset).await.unwrap();
+        c.complete_txn(offsets_partition, 7, true);
+        assert_eq!(
+            c.fetch_offsets("g").get(&("t".to_string(), 0)).map(|o| o.offset),
+            Some(5)
+        );
+        // An aborted one is dropped.
+        assert_eq!(c.txn_commit("g", 7, 0, "", None, -1, commit(9)).await, vec![0]);
+        let info = partition.write_txn_marker(7, 0, 0, false).unwrap();
+        partition.wait_durable(info.last_offset).await.unwrap();
+        c.complete_txn(offsets_partition, 7, false);
+        assert_eq!(c.fetch_offsets("g")[&("t".to_string(), 0)].offset, 5);
+        assert!(!c.has_pending_txn_offset("g", "t", 0));
+
+        // Mixed with a plain commit, the later record wins, whichever the marker follows.
+        assert_eq!(c.txn_commit("g", 7, 0, "", None, -1, commit(20)).await, vec![0]);
+        assert_eq!(c.commit("g", "", None, -1, commit(30)).await, vec![0]);
+        let info = partition.write_txn_marker(7, 0, 0, true).unwrap();
+        partition.wait_durable(info.last_offset).await.unwrap();
+        c.complete_txn(offsets_partition, 7, true);
+        assert_eq!(
+            c.fetch_offsets("g")[&("t".to_string(), 0)].offset,
+            30,
+            "the plain commit came later"
+        );
+        assert_eq!(c.commit("g", "", None, -1, commit(40)).await, vec![0]);
+        assert_eq!(c.txn_commit("g", 7, 0, "", None, -1, commit(50)).await, vec![0]);
+        let info = partition.write_txn_marker(7, 0, 0, true).unwrap();
+        partition.wait_durable(info.last_offset).await.unwrap();
+        c.complete_txn(offsets_partition, 7, true);
+        assert_eq!(c.fetch_offsets("g")[&("t".to_string(), 0)].offset, 50);
+        assert_eq!(c.txn_commit("g", 7, 0, "", None, -1, commit(60)).await, vec![0]);
+        assert_eq!(c.commit("g", "", None, -1, commit(70)).await, vec![0]);
+        let info = partition.write_txn_marker(7, 0, 0, true).unwrap();
+        partition.wait_durable(info.last_offset).await.unwrap();
+        c.complete_txn(offsets_partition, 7, true);
+        assert_eq!(c.fetch_offsets("g")[&("t".to_string(), 0)].offset, 70);
+
+        drop((c, partition));
+        let c = coordinator(dir.path()).await;
+        assert_eq!(
+            c.fetch_offsets("g")[&("t".to_string(), 0)].offset,
+            70,
+            "replayed as it happened: aborted and older records lose"
+        );
+        assert!(c.fetch_offsets("other").is_empty(), "no marker yet");
+        assert!(c.has_pending_txn_offset("other", "t", 0));
     }
 
     #[tokio::test]

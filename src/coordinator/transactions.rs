@@ -768,8 +768,9 @@ impl MarkerWriter {
         }
     }
 
-    /// Writes a commit or abort marker to each partition and waits until each is durable.
-    /// A partition whose topic no longer exists counts as done (Kafka drops it too).
+    /// Writes a commit or abort marker to each partition and waits until each is durable (all
+    /// appended first, then one wait for all: the fsyncs overlap). A partition whose topic no
+    /// longer exists counts as done (Kafka drops it too).
     pub async fn write_markers(
         &self,
         producer_id: i64,
@@ -778,7 +779,8 @@ impl MarkerWriter {
         commit: bool,
         partitions: &[TopicPartition],
     ) -> Vec<(TopicPartition, Result<(), i16>)> {
-        let mut out = Vec::with_capacity(partitions.len());
+        let mut done = Vec::with_capacity(partitions.len());
+        let mut written = Vec::with_capacity(partitions.len());
         for tp in partitions {
             let Some(partition) = self.replicas.get(&tp.topic, tp.partition) else {
                 let gone = self
@@ -791,20 +793,27 @@ impl MarkerWriter {
                 } else {
                     Err(code(ResponseError::NotLeaderOrFollower))
                 };
-                out.push((tp.clone(), result));
+                done.push((tp.clone(), result));
                 continue;
             };
-            let written = match partition.write_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit) {
-                Ok(info) => partition.wait_durable(info.last_offset).await.map_err(|e| e.code()),
-                Err(e) => Err(e.code()),
-            };
-            if written.is_ok() && tp.topic == super::OFFSETS_TOPIC {
+            match partition.write_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit) {
+                Ok(info) => written.push((tp.clone(), partition, info.last_offset)),
+                Err(e) => done.push((tp.clone(), Err(e.code()))),
+            }
+        }
+        let waits = written
+            .iter()
+            .map(|(_, partition, offset)| partition.wait_durable(*offset));
+        let durable = futures::future::join_all(waits).await;
+        for ((tp, _, _), result) in written.into_iter().zip(durable) {
+            let result = result.map_err(|e| e.code());
+            if result.is_ok() && tp.topic == super::OFFSETS_TOPIC {
                 // Offsets committed in the transaction become visible, or are dropped.
                 self.groups.complete_txn(tp.partition, producer_id, commit);
             }
-            out.push((tp.clone(), written));
+            done.push((tp, result));
         }
-        out
+        done
     }
 }
 
@@ -1075,7 +1084,9 @@ impl TransactionCoordinator {
         }
     }
 
-    /// AddPartitionsToTxn v4+ verify_only: per partition, NONE or TRANSACTION_ABORTABLE.
+    /// AddPartitionsToTxn v4+ verify_only, TxnOffsetCommit and Produce (KIP-890 part 1): per
+    /// partition, NONE or TRANSACTION_ABORTABLE; Produce maps the codes with
+    /// `produce_verification_code`.
     pub fn verify_partitions(
         &self,
         transactional_id: &str,
@@ -1085,36 +1096,6 @@ impl TransactionCoordinator {
     ) -> Result<Vec<i16>, i16> {
         self.lock()
             .verify(transactional_id, producer_id, producer_epoch, partitions)
-    }
-
-    /// KIP-890 part 1, for Produce: Ok when the ongoing transaction of `transactional_id` at
-    /// this producer id and epoch includes the partition. Otherwise the code Kafka's Produce
-    /// answers after verification (`AddPartitionsToTxnManager` then `ReplicaManager`):
-    /// INVALID_PRODUCER_EPOCH for a fenced epoch, INVALID_TXN_STATE for a partition not in the
-    /// transaction (Kafka answers TRANSACTION_ABORTABLE instead to Produce v11+: see
-    /// `produce_verification_code`), INVALID_PRODUCER_ID_MAPPING for an unknown id or
-    /// producer, NOT_ENOUGH_REPLICAS (retriable) while the transaction is ending.
-    pub fn verify_partition(
-        &self,
-        transactional_id: &str,
-        producer_id: i64,
-        producer_epoch: i16,
-        topic: &str,
-        partition: i32,
-    ) -> Result<(), i16> {
-        let tp = TopicPartition {
-            topic: topic.to_string(),
-            partition,
-        };
-        let result = self
-            .lock()
-            .verify(transactional_id, producer_id, producer_epoch, std::slice::from_ref(&tp))
-            .and_then(|codes| match codes.first() {
-                Some(0) => Ok(()),
-                Some(c) => Err(*c),
-                None => Err(code(ResponseError::UnknownServerError)),
-            });
-        result.map_err(|c| produce_verification_code(c, 10))
     }
 
     /// EndTxn: Prepare* durable, then the markers and Complete*, then the answer: the
@@ -1815,6 +1796,104 @@ mod tests {
         let done = s.prepare_complete("t", 3).unwrap();
         s.complete("t", &done);
         assert_eq!(init(&mut s, "t", None, &mut alloc, 4), Ok((pid, e + 3)));
+    }
+
+    /// A coordinator over a data directory with topic `t` (2 partitions).
+    fn service(dir: &std::path::Path) -> TransactionCoordinator {
+        let config = Arc::new(BrokerConfig {
+            data_dir: dir.to_path_buf(),
+            offsets_topic_num_partitions: 3,
+            transaction_state_log_num_partitions: 3,
+            ..BrokerConfig::default()
+        });
+        let controller = Arc::new(Controller::open(dir, 1).unwrap());
+        let replicas = Arc::new(ReplicaManager::new(config.clone()));
+        if controller.image().topic("t").is_none() {
+            controller.create_topic("t", 2, 1, BTreeMap::new()).unwrap();
+        }
+        replicas.apply_image(&controller.image()).unwrap();
+        let groups = Arc::new(GroupCoordinator::new(
+            config.clone(),
+            controller.clone(),
+            replicas.clone(),
+        ));
+        groups.load().unwrap();
+        let c = TransactionCoordinator::new(config, controller, replicas, groups);
+        c.load().unwrap();
+        c
+    }
+
+    #[tokio::test]
+    async fn a_transaction_left_in_prepare_commit_is_finished_after_a_restart() {
+        // Kafka's TransactionStateManager.loadTransactionsForTxnTopicPartition: a transaction
+        // loaded in PrepareCommit/PrepareAbort gets its markers written and completes.
+        let dir = tempfile::tempdir().unwrap();
+        let c = service(dir.path());
+        let (pid, epoch) = c.init_producer_id(Some("t1"), 60_000, None).await.unwrap();
+        let parts = [tp("t", 0), tp("t", 1)];
+        c.add_partitions("t1", pid, epoch, &parts, false).await.unwrap();
+        // The broker dies right after PrepareCommit is durable: write it as the coordinator
+        // would, without markers.
+        let prepare = match c
+            .lock()
+            .end_txn("t1", pid, epoch, true, false, &mut ids(), now_ms())
+            .unwrap()
+        {
+            EndStep::Write(t) => t,
+            other => panic!("{other:?}"),
+        };
+        c.write("t1", &prepare).await.unwrap();
+        let ends_before: Vec<i64> = parts
+            .iter()
+            .map(|p| {
+                c.replicas
+                    .get(&p.topic, p.partition)
+                    .unwrap()
+                    .offsets()
+                    .unwrap()
+                    .log_end_offset
+            })
+            .collect();
+        drop(c);
+
+        let c = service(dir.path());
+        assert_eq!(c.describe("t1").unwrap().state, TxnState::PrepareCommit);
+        c.finish_unfinished().await;
+        let d = c.describe("t1").unwrap();
+        assert_eq!(
+            (d.state, d.producer_id, d.producer_epoch),
+            (TxnState::CompleteCommit, pid, epoch)
+        );
+        for (p, before) in parts.iter().zip(ends_before) {
+            let end = c
+                .replicas
+                .get(&p.topic, p.partition)
+                .unwrap()
+                .offsets()
+                .unwrap()
+                .log_end_offset;
+            assert_eq!(end, before + 1, "one marker in {p}");
+        }
+        // The client's retry of its EndTxn now succeeds.
+        assert_eq!(c.end_txn("t1", pid, epoch, true, false).await, Ok((pid, epoch)));
+    }
+
+    #[tokio::test]
+    async fn an_expired_transactional_id_is_gone_after_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = service(dir.path());
+        let (pid, _) = c.init_producer_id(Some("old"), 60_000, None).await.unwrap();
+        c.init_producer_id(Some("young"), 60_000, None).await.unwrap();
+        c.lock().txns.get_mut("old").unwrap().last_update_ms = 0;
+        c.expire_ids(now_ms()).await;
+        assert_eq!(c.describe("old"), Err(code(ResponseError::TransactionalIdNotFound)));
+        drop(c);
+        let c = service(dir.path());
+        assert_eq!(c.describe("old"), Err(code(ResponseError::TransactionalIdNotFound)));
+        assert!(c.describe("young").is_ok());
+        // A new producer for the expired id gets a new producer id.
+        let (again, epoch) = c.init_producer_id(Some("old"), 60_000, None).await.unwrap();
+        assert!(again != pid && epoch == 0);
     }
 
     #[test]
