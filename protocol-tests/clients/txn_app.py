@@ -54,11 +54,17 @@ def fenced(e):
 
 
 def main():
-    p = Producer({"bootstrap.servers": args.addr, "transactional.id": args.txn_id,
-                  "reconnect.backoff.max.ms": 1000})
-    c = Consumer({"bootstrap.servers": args.addr, "group.id": args.group,
-                  "isolation.level": "read_committed", "enable.auto.commit": False,
-                  "auto.offset.reset": "earliest", "reconnect.backoff.max.ms": 1000})
+    # metadata.recovery.strategy=none: with every broker down (ours is the only
+    # one, killed by the test) librdkafka >= 2.10 otherwise "re-bootstraps" and
+    # decommissions the broker it had cached as group coordinator, after which
+    # send_offsets_to_transaction waits forever for that broker to come back
+    # (librdkafka issues 5511 and 5456: its timeout is not applied).
+    # reconnect.backoff.max.ms=1000: reconnect promptly after a broker restart.
+    common = {"bootstrap.servers": args.addr, "reconnect.backoff.max.ms": 1000,
+              "metadata.recovery.strategy": "none"}
+    p = Producer({**common, "transactional.id": args.txn_id})
+    c = Consumer({**common, "group.id": args.group, "isolation.level": "read_committed",
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
     # Fences any predecessor with this transactional id and aborts its open
     # transaction before we read the committed offsets (which it may have touched).
     p.init_transactions(60)
