@@ -218,3 +218,34 @@ async fn librdkafka_idempotent_producer_writes_every_record_once_in_order() {
     assert_eq!(next, total);
     consumer.unsubscribe();
 }
+
+#[tokio::test]
+async fn a_control_batch_from_a_client_is_refused() {
+    // Kafka's LogValidator: "Clients are not allowed to write control records".
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    let name = unique("client-marker");
+    create(&mut raw, &name).await;
+    let marker = sluice::log::producer_state::encode_marker(
+        9,
+        0,
+        sluice::log::producer_state::Marker {
+            commit: true,
+            coordinator_epoch: 0,
+        },
+        1000,
+    );
+    // Without the transactional bit, so that the transactional-id check (which Kafka makes
+    // first: TRANSACTIONAL_ID_AUTHORIZATION_FAILED) does not answer instead.
+    let mut b = marker.to_vec();
+    let attributes = i16::from_be_bytes([b[21], b[22]]) & !0x10;
+    b[21..23].copy_from_slice(&attributes.to_be_bytes());
+    let crc = crc32c::crc32c(&b[21..]);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    let marker = Bytes::from(b);
+    for version in PRODUCE_VERSIONS {
+        assert_eq!(send(&mut raw, version, &name, marker.clone()).await.0, 87, "v{version}");
+    }
+    // Nothing was appended.
+    assert_eq!(send(&mut raw, 9, &name, idempotent_batch(1, 9, 0, 0)).await, (0, 0));
+}

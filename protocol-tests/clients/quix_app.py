@@ -27,6 +27,11 @@ app = Application(
     # A successor joins the group as soon as the killed member's session ends
     # (6 s is the broker's group.min.session.timeout.ms), not librdkafka's 45 s.
     consumer_extra_config={"session.timeout.ms": 6000, "heartbeat.interval.ms": 500},
+    # Quix gives each instance a random transactional.id, so nothing fences a
+    # killed instance: its open transaction holds the output's LSO (and so
+    # read_committed readers) until the coordinator aborts it after
+    # transaction.timeout.ms (librdkafka's default: 60 s).
+    producer_extra_config={"transaction.timeout.ms": 5000},
     loglevel="INFO",
 )
 input_topic = app.topic(inp, key_deserializer="str", value_deserializer="str")

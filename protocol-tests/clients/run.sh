@@ -3,12 +3,14 @@
 # unit tests cannot give (each client has its own idea of the protocol).
 #
 #   protocol-tests/clients/run.sh [TEST...]     TEST: confluent kafka_python aiokafka kcat
-#                                               (default: all)
+#                                               idempotence transactions txn_checker
+#                                               quixstreams (default: all)
 # Environment:
 #   SLUICE_BIN=target/release/sluice   the broker binary (build it first:
 #                                      cargo build --release)
 #   SLUICE_VENV=.venv                  virtualenv for the Python clients
-#                                      (created and filled on first use)
+#                                      (created and filled on first use; Quix
+#                                      Streams gets its own, $SLUICE_VENV/quix)
 #   SLUICE_KEEP=1                      keep the data dir and broker log
 #
 # Prints PASS/FAIL per test and a summary line; exits non-zero on any failure.
@@ -21,11 +23,14 @@ cd "$ROOT"
 BIN=${SLUICE_BIN:-target/release/sluice}
 VENV=${SLUICE_VENV:-.venv}
 TESTS=("$@")
-((${#TESTS[@]})) || TESTS=(confluent kafka_python aiokafka kcat)
+((${#TESTS[@]})) || TESTS=(confluent kafka_python aiokafka kcat idempotence transactions txn_checker quixstreams)
 
 # Exact versions, so a client release cannot change the result behind our
 # back; bump deliberately. (confluent-kafka bundles its own librdkafka.)
 PIP_PKGS=(confluent-kafka==2.16.1 kafka-python==3.0.12 aiokafka==0.14.0)
+# Quix Streams requires confluent-kafka < 2.13, so it lives in a virtualenv of
+# its own inside $VENV; pinned with the confluent-kafka it resolves to.
+QUIX_PKGS=(quixstreams==3.28.1 confluent-kafka==2.12.2)
 
 [[ -x $BIN ]] || { echo "run.sh: no broker binary at $BIN (cargo build --release)" >&2; exit 2; }
 
@@ -36,6 +41,11 @@ if [[ ! -x $VENV/bin/python ]]; then
 fi
 # pip is quiet and quick when everything is already at the pinned version.
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${PIP_PKGS[@]}"
+QUIX_VENV=$VENV/quix
+if [[ " ${TESTS[*]} " == *" quixstreams "* ]]; then
+    [[ -x $QUIX_VENV/bin/python ]] || python3 -m venv "$QUIX_VENV"
+    "$QUIX_VENV/bin/python" -m pip install -q --disable-pip-version-check "${QUIX_PKGS[@]}"
+fi
 
 # --- broker ------------------------------------------------------------------
 WORK=$(mktemp -d /tmp/sluice-clients.XXXXXX)
@@ -70,10 +80,18 @@ LOG=$WORK/broker.log
 # log.retention.check.interval.ms / log.cleaner.backoff.ms=200 (Kafka: 300000 /
 # 15000): a lowered retention.ms or a compaction takes effect within the tests'
 # waits instead of minutes later.
-"$BIN" serve --listen "$ADDR" --data-dir "$WORK/data" --set num.partitions=3 \
-    --set group.initial.rebalance.delay.ms=0 --set log.retention.check.interval.ms=200 \
-    --set log.cleaner.backoff.ms=200 >"$LOG" 2>&1 &
+# transaction.abort.timed.out.transaction.cleanup.interval.ms=500 (Kafka: 10000):
+# a transaction past its transaction.timeout.ms is aborted within half a second
+# (the Quix Streams test waits on that after killing its application).
+SERVE_ARGS=(--set num.partitions=3 --set group.initial.rebalance.delay.ms=0
+    --set log.retention.check.interval.ms=200 --set log.cleaner.backoff.ms=200
+    --set transaction.abort.timed.out.transaction.cleanup.interval.ms=500)
+"$BIN" serve --listen "$ADDR" --data-dir "$WORK/data" "${SERVE_ARGS[@]}" >"$LOG" 2>&1 &
 BROKER_PID=$!
+# For tests that start (and kill -9) a broker of their own, with the same settings.
+export SLUICE_BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
+export SLUICE_SERVE_ARGS="${SERVE_ARGS[*]}"
+export SLUICE_QUIX_PYTHON=$QUIX_VENV/bin/python
 
 # Ready = accepts TCP connections (the log line alone would not prove the
 # socket is bound to the address we chose).
@@ -93,7 +111,7 @@ echo "run.sh: broker $BIN on $ADDR (pid $BROKER_PID, data $WORK/data)"
 # --- tests -------------------------------------------------------------------
 run_one() { # name -> exit status of the test
     case $1 in
-        confluent | kafka_python | aiokafka)
+        confluent | kafka_python | aiokafka | idempotence | transactions | txn_checker | quixstreams)
             timeout 180 "$VENV/bin/python" "$HERE/test_$1.py" "$ADDR" ;;
         kcat)
             timeout 180 bash "$HERE/test_kcat.sh" "$ADDR" ;;

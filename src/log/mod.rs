@@ -304,11 +304,12 @@ impl Log {
             let stamped = batch::stamped_header(b, next_offset, leader_epoch, log_append_time);
             let header = BatchHeader::parse(&stamped)?;
             let marker = if b.is_control() {
-                let marker = producer_state::read_marker(b.bytes());
-                if marker.is_none() && origin == Origin::Client {
-                    return Err(Error::InvalidRecord("a control batch from a client".into()));
+                // Kafka's LogValidator: clients may not write control records (markers come
+                // from the transaction coordinator only).
+                if origin == Origin::Client {
+                    return Err(Error::InvalidRecord("clients may not write control batches".into()));
                 }
-                marker
+                producer_state::read_marker(b.bytes())
             } else {
                 None
             };
