@@ -18,6 +18,7 @@ order: record i of key k carries n = 1 + (records of k before i).
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -49,7 +50,10 @@ def expect(cond, what):
 
 
 class QuixApp:
+    started = []  # killed at exit, whatever happened
+
     def __init__(self, state_dir, log):
+        QuixApp.started.append(self)
         self.log = open(log, "ab")
         self.proc = subprocess.Popen([QUIX_PYTHON, APP, ADDR, INPUT, OUTPUT, GROUP, state_dir],
                                      stdout=self.log, stderr=subprocess.STDOUT)
@@ -106,6 +110,8 @@ class Reader:
 
 
 def main():
+    # run.sh's timeout ends us with SIGTERM: still stop the apps we started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("  FAILED: terminated (SIGTERM)"))
     work = tempfile.mkdtemp(prefix="sluice-quix-")
     state_dir, log = os.path.join(work, "state"), os.path.join(work, "app.log")
     try:
@@ -116,6 +122,9 @@ def main():
                   flush=True)
         raise
     finally:
+        for app in QuixApp.started:
+            if app.proc.poll() is None:
+                app.kill9()
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -26,6 +26,8 @@ usage: test_transactions.py HOST:PORT
 """
 import os
 import queue
+import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -102,8 +104,10 @@ def read_all(addr, topic, isolation, timeout=30):
 
 class App:
     """txn_app.py as a subprocess; its stdout lines are collected by a thread."""
+    started = []  # killed at exit, whatever happened
 
     def __init__(self, addr, inp, out, group, txn_id, *opts):
+        App.started.append(self)
         self.name = f"app({' '.join(opts) or 'plain'})"
         self.proc = subprocess.Popen([sys.executable, APP, addr, inp, out, group, txn_id, *opts],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -193,6 +197,8 @@ class Broker:
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait(30)
+        if os.environ.get("SLUICE_KEEP") != "1":
+            shutil.rmtree(self.dir, ignore_errors=True)
 
     def log_tail(self):
         with open(self.log.name, errors="replace") as f:
@@ -330,6 +336,56 @@ def test_app_killed_mid_transaction_successor_fences_and_output_is_exactly_once(
        "(bumped by each successor)")
 
 
+def test_transaction_left_open_past_its_timeout_is_aborted_by_the_coordinator():
+    """transaction.timeout.ms=3000 and the app hangs in its 2nd transaction: the
+    coordinator aborts it (DescribeTransactions: CompleteAbort, the epoch bumped),
+    read_committed readers move past it, the app's late commit does not
+    succeed, and the input is still processed exactly once."""
+    tag = uuid.uuid4().hex[:8]
+    inp, out, group, tid = f"txn-in-{tag}", f"txn-out-{tag}", f"txn-to-{tag}", f"txn-to-{tag}"
+    n = 100
+    create_topics(ADDR, inp, out)
+    produce_input(ADDR, inp, 0, n)
+    a1 = App(ADDR, inp, out, group, tid, "--hang-at", "2", "--txn-timeout-ms", "3000")
+    hung = int(a1.wait_for("HANG").split()[2])
+    t0 = time.time()
+    admin = KafkaAdminClient(bootstrap_servers=ADDR)
+    try:
+        first = admin.describe_transactions([tid])[tid]
+        expect(first.state.value == "Ongoing", f"describe_transactions while hung: {first}")
+        deadline = t0 + 30
+        while True:
+            d = admin.describe_transactions([tid])[tid]
+            if d.state.value == "CompleteAbort":
+                break
+            expect(time.time() < deadline, f"transaction not aborted 30 s after it was left open "
+                   f"(timeout 3 s): {d}")
+            time.sleep(0.1)
+    finally:
+        admin.close()
+    waited = time.time() - t0
+    expect(d.producer_epoch > first.producer_epoch, f"epoch not bumped by the abort: {first} -> {d}")
+    committed = a1.count("COMMIT")
+    rc = sum(map(len, read_all(ADDR, out, "read_committed").values()))
+    expect(rc == committed, f"read_committed sees {rc} records after the timeout abort; {committed} committed")
+    ok(f"transaction left open (timeout 3000 ms) aborted by the coordinator after {waited:.1f} s: "
+       f"CompleteAbort, epoch {first.producer_epoch} -> {d.producer_epoch}; read_committed past it "
+       f"({rc} records)")
+
+    a1.resume()
+    code = a1.exit_code()
+    expect(not any(line.startswith("COMMIT 2 ") for line in a1.lines),
+           f"the timed-out transaction committed after its abort: {a1.lines[-5:]}")
+    outcome = next((line for line in a1.lines if line.startswith(("ABORT 2 ", "FENCED"))), a1.lines[-1:])
+    if code != 0:  # fenced for good: a successor finishes the input
+        a2 = App(ADDR, inp, out, group, tid)
+        a2.wait_for("DONE")
+        expect(a2.exit_code() == 0, f"successor exit code; output {a2.lines[-10:]}")
+    n_out, hidden = expect_exactly_once(ADDR, inp, out, group, n, hung)
+    ok(f"the app's late commit refused ({outcome}, exit {code}); {n} inputs exactly once, "
+       f"{hidden} aborted records hidden")
+
+
 def test_broker_killed_mid_transaction_exactly_once_after_restart():
     broker = Broker()
     try:
@@ -370,8 +426,20 @@ def test_broker_killed_mid_transaction_exactly_once_after_restart():
 
 
 def main():
+    # run.sh's timeout ends us with SIGTERM: still stop the apps and the broker we started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("  FAILED: terminated (SIGTERM)"))
+    try:
+        tests()
+    finally:
+        for app in App.started:
+            if app.proc.poll() is None:
+                app.kill9()
+
+
+def tests():
     test_read_committed_stops_at_an_open_transaction_and_skips_it_once_aborted()
     test_app_killed_mid_transaction_successor_fences_and_output_is_exactly_once()
+    test_transaction_left_open_past_its_timeout_is_aborted_by_the_coordinator()
     test_broker_killed_mid_transaction_exactly_once_after_restart()
 
 

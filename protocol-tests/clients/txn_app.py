@@ -10,6 +10,7 @@ usage: txn_app.py HOST:PORT INPUT OUTPUT GROUP TRANSACTIONAL_ID [options]
                      output and its offsets added, print HANG and wait for a line on
                      stdin before committing (the test kills the app, the broker, or
                      fences the app meanwhile)
+  --txn-timeout-ms T transaction.timeout.ms (default librdkafka's 60000)
 
 For each input record "in-<i>" it writes "out-<i>|c" with the same key to
 OUTPUT, and commits the input offsets in the same transaction
@@ -41,6 +42,7 @@ ap.add_argument("txn_id")
 ap.add_argument("--batch", type=int, default=20)
 ap.add_argument("--abort-every", type=int, default=0)
 ap.add_argument("--hang-at", type=int, default=0)
+ap.add_argument("--txn-timeout-ms", type=int, default=60000)
 args = ap.parse_args()
 
 
@@ -62,7 +64,8 @@ def main():
     # reconnect.backoff.max.ms=1000: reconnect promptly after a broker restart.
     common = {"bootstrap.servers": args.addr, "reconnect.backoff.max.ms": 1000,
               "metadata.recovery.strategy": "none"}
-    p = Producer({**common, "transactional.id": args.txn_id})
+    p = Producer({**common, "transactional.id": args.txn_id,
+                  "transaction.timeout.ms": args.txn_timeout_ms})
     c = Consumer({**common, "group.id": args.group, "isolation.level": "read_committed",
                   "enable.auto.commit": False, "auto.offset.reset": "earliest"})
     # Fences any predecessor with this transactional id and aborts its open

@@ -312,6 +312,17 @@ impl Log {
         checkpoint::sync_dir(&dir)?;
         plan.decided = true;
         for group in &plan.groups {
+            // The aborted transactions of the segments merged into this one move to its
+            // `.txnindex` first (read_committed fetches need them; a crash may repeat an
+            // entry, which the log's open removes).
+            let kept = super::producer_state::read_txn_index(&dir, group.base_offset())?;
+            for &(base, _) in &group.old[1..] {
+                for entry in super::producer_state::read_txn_index(&dir, base)? {
+                    if !kept.contains(&entry) {
+                        super::producer_state::append_txn_index(&dir, group.base_offset(), &entry)?;
+                    }
+                }
+            }
             // Replaced segments go before the final rename: once no `.swap` is left, open has
             // nothing to tell which segments a cleaned one replaced.
             for &(base, _) in &group.old[1..] {
@@ -1096,6 +1107,61 @@ mod tests {
         assert_eq!(before.len(), 10_000);
         assert!(log.segments.len() > 10, "{} segments", log.segments.len());
         (dir, log, before)
+    }
+
+    #[test]
+    fn aborted_transactions_of_merged_segments_survive_cleaning_and_reopen() {
+        // Kafka's cleaner rewrites the transaction index of a cleaned segment: read_committed
+        // consumers must still learn of the aborted transactions.
+        let dir = TempDir::new().unwrap();
+        let mut log = Log::open(dir.path(), log_config(), NOW).unwrap();
+        // Small segments (rolled by hand), so that cleaning merges them.
+        append_records(&mut log, 0, 30, 10, NOW, Compression::None);
+        roll_and_flush(&mut log);
+        append_records(&mut log, 30, 30, 10, NOW, Compression::None);
+        let mut txn = keyed(
+            &[("t".to_string(), Some("aborted".to_string()))],
+            NOW,
+            Compression::None,
+        )
+        .remove(0)
+        .bytes()
+        .to_vec();
+        txn[43..51].copy_from_slice(&5i64.to_be_bytes());
+        txn[51..53].copy_from_slice(&0i16.to_be_bytes());
+        txn[53..57].copy_from_slice(&0i32.to_be_bytes());
+        let attributes = i16::from_be_bytes([txn[21], txn[22]]) | batch::TRANSACTIONAL;
+        txn[21..23].copy_from_slice(&attributes.to_be_bytes());
+        let crc = crc32c::crc32c(&txn[21..]);
+        txn[17..21].copy_from_slice(&crc.to_be_bytes());
+        let first = log
+            .append(validate_batches(&Bytes::from(txn), 1 << 20).unwrap(), 0, NOW)
+            .unwrap();
+        let abort = crate::log::producer_state::Marker {
+            commit: false,
+            coordinator_epoch: 0,
+        };
+        let marker = log.append_marker(5, 0, abort, 0, NOW).unwrap();
+        roll_and_flush(&mut log);
+        append_records(&mut log, 60, 30, 10, NOW, Compression::None);
+        roll_and_flush(&mut log);
+        let before = log.aborted_transactions(0, i64::MAX);
+        assert_eq!(before.len(), 1);
+        assert_eq!(
+            (before[0].first_offset, before[0].last_offset),
+            (first.base_offset, marker.base_offset)
+        );
+        let segments_before = log.segments.len();
+        let stats = log.clean(&config(), NOW).unwrap().unwrap();
+        assert!(
+            log.segments.len() < segments_before,
+            "the test needs merged segments: {segments_before} -> {} {stats:?}",
+            log.segments.len()
+        );
+        assert_eq!(log.aborted_transactions(0, i64::MAX), before);
+        drop(log); // a crash: the open reads the .txnindex files
+        let log = Log::open(dir.path(), log_config(), NOW).unwrap();
+        assert_eq!(log.aborted_transactions(0, i64::MAX), before);
     }
 
     #[test]

@@ -315,7 +315,8 @@ impl ProducerState {
 
     /// Adds aborted transactions read from `.txnindex` files at open.
     pub fn load_aborted(&mut self, mut entries: Vec<AbortedTxn>) {
-        entries.sort_by_key(|a| a.last_offset);
+        entries.sort_by_key(|a| (a.last_offset, a.producer_id, a.first_offset));
+        entries.dedup();
         self.aborted = entries;
     }
 
