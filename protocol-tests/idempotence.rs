@@ -249,3 +249,50 @@ async fn a_control_batch_from_a_client_is_refused() {
     // Nothing was appended.
     assert_eq!(send(&mut raw, 9, &name, idempotent_batch(1, 9, 0, 0)).await, (0, 0));
 }
+
+#[tokio::test]
+async fn idle_producers_expire_after_producer_id_expiration_ms() {
+    // Kafka's producer.id.expiration.ms: a producer idle that long (counted from its last
+    // batch's timestamp) is forgotten; its next write may use any sequence.
+    let broker = TestBroker::start(&[
+        ("producer.id.expiration.ms", "60000"),
+        ("producer.id.expiration.check.interval.ms", "50"),
+    ])
+    .await;
+    let mut raw = Raw::connect(broker.addr).await;
+    let name = unique("expire-producers");
+    create(&mut raw, &name).await;
+    // Timestamps of 1970: long idle. A second producer writes with the current time.
+    assert_eq!(send(&mut raw, 9, &name, idempotent_batch(1, 1, 0, 0)).await, (0, 0));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let mut fresh = idempotent_batch(1, 2, 0, 0).to_vec();
+    fresh[27..35].copy_from_slice(&now.to_be_bytes());
+    fresh[35..43].copy_from_slice(&now.to_be_bytes());
+    let crc = crc32c::crc32c(&fresh[21..]);
+    fresh[17..21].copy_from_slice(&crc.to_be_bytes());
+    assert_eq!(send(&mut raw, 9, &name, Bytes::from(fresh)).await, (0, 1));
+    let describe = DescribeProducersRequest::default().with_topics(vec![
+        TopicRequest::default()
+            .with_name(topic(&name))
+            .with_partition_indexes(vec![0]),
+    ]);
+    let mut ids = Vec::new();
+    for _ in 0..200 {
+        let resp = raw.call(0, &describe).await;
+        ids = resp.topics[0].partitions[0]
+            .active_producers
+            .iter()
+            .map(|p| p.producer_id.0)
+            .collect();
+        if ids == vec![2] {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(ids, vec![2], "producer 1 expired, producer 2 kept");
+    // The expired producer goes on at any sequence (Kafka accepts an unknown producer).
+    assert_eq!(send(&mut raw, 9, &name, idempotent_batch(1, 1, 0, 7)).await, (0, 2));
+}
