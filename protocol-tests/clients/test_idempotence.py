@@ -17,9 +17,21 @@ last_sequence = (records it wrote there) - 1: the batches really carried a
 producer id and sequences, and the broker tracked them. Reading the topic back
 gives exactly N records, each once, in send order per partition, at offsets
 0..n-1.
+
+Then the same three producers write to a broker of the test's own
+(own_broker.py; run.sh exports SLUICE_BIN and SLUICE_SERVE_ARGS) that is killed
+-9 twice while they write (when a quarter and a half of their records are
+acked) and restarted on the same data dir: the producers retry what was in
+flight, and the broker, its producer state rebuilt from the log, must take
+every record exactly once, in order (a retried batch that had reached the log
+answered with its first offset, not appended again). confluent-kafka gets
+batch.num.messages=200 there, so that its requests are small enough for the
+kills to find some in flight.
 """
 import asyncio
+import signal
 import sys
+import threading
 import time
 import uuid
 from collections import defaultdict
@@ -27,6 +39,8 @@ from collections import defaultdict
 from aiokafka import AIOKafkaProducer
 from confluent_kafka import Producer
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+
+from own_broker import Broker
 
 ADDR = sys.argv[1]
 N = 2000
@@ -43,9 +57,9 @@ def expect(cond, what):
         raise AssertionError(what)
 
 
-def records(tag):
+def records(tag, n=N):
     """[(key, value)]: value carries the send index."""
-    return [(f"key-{i % KEYS}".encode(), f"{tag}-{i}".encode()) for i in range(N)]
+    return [(f"key-{i % KEYS}".encode(), f"{tag}-{i}".encode()) for i in range(n)]
 
 
 def create_topic(admin, tag):
@@ -54,11 +68,11 @@ def create_topic(admin, tag):
     return topic
 
 
-def read_back(topic, tag, acked):
-    """Read every partition to its end; check exactly N records, each index
+def read_back(topic, tag, acked, addr=ADDR, n=N):
+    """Read every partition to its end; check exactly n records, each index
     once, in send order per partition, offsets 0..n-1, matching the acks.
     Returns {partition: record count}."""
-    c = KafkaConsumer(bootstrap_servers=ADDR, group_id=None, enable_auto_commit=False)
+    c = KafkaConsumer(bootstrap_servers=addr, group_id=None, enable_auto_commit=False)
     tps = [TopicPartition(topic, p) for p in range(PARTS)]
     c.assign(tps)
     c.seek_to_beginning(*tps)
@@ -70,8 +84,8 @@ def read_back(topic, tag, acked):
             got[tp.partition].extend(recs)
     c.close()
     total = sum(len(v) for v in got.values())
-    expect(total == N and sum(end.values()) == N,
-           f"{tag}: read {total} records, high watermarks {end} (sum {sum(end.values())}); sent {N}")
+    expect(total == n and sum(end.values()) == n,
+           f"{tag}: read {total} records, high watermarks {end} (sum {sum(end.values())}); sent {n}")
     seen = set()
     for p in range(PARTS):
         offs = [r.offset for r in got[p]]
@@ -83,7 +97,7 @@ def read_back(topic, tag, acked):
             expect(acked.get(i) == (p, r.offset),
                    f"{tag}: record {i} read at p{p}@{r.offset}, acked at {acked.get(i)}")
         seen.update(idx)
-    expect(seen == set(range(N)), f"{tag}: indexes read != 0..{N - 1} (missing {sorted(set(range(N)) - seen)[:10]})")
+    expect(seen == set(range(n)), f"{tag}: indexes read != 0..{n - 1} (missing {sorted(set(range(n)) - seen)[:10]})")
     counts = {p: len(got[p]) for p in range(PARTS)}
     expect(all(counts.values()), f"{tag}: keys landed on only some partitions {counts}")
     return counts
@@ -183,6 +197,135 @@ def test_aiokafka_enable_idempotence(admin):
     return pid
 
 
+NK = 30000  # records per producer in the kill -9 test: enough to be mid-stream at the kills
+
+
+class Killer(threading.Thread):
+    """Kills -9 and restarts `broker` when acked() reaches NK/4, and again at NK/2:
+    the producer has batches in flight or queued each time."""
+
+    def __init__(self, broker, acked):
+        super().__init__(daemon=True)
+        self.broker, self.acked, self.at, self.error = broker, acked, [], None
+        self.start()
+
+    def run(self):
+        try:
+            deadline = time.time() + 60
+            for mark in (NK // 4, NK // 2):
+                while self.acked() < mark:
+                    if time.time() > deadline:
+                        raise AssertionError(f"producer stuck at {self.acked()} acks")
+                    time.sleep(0.001)
+                self.broker.kill9_and_restart()
+                self.at.append(self.acked())
+        except Exception as e:
+            self.error = e
+
+    def finish(self, tag):
+        self.join(60)
+        expect(not self.is_alive() and self.error is None, f"{tag}: broker killer: {self.error}")
+        expect(self.at[1] < NK, f"{tag}: the kills came too late (at {self.at} acks of {NK}): "
+               "nothing was left in flight")
+        return self.at
+
+
+def test_producers_survive_broker_kill9_without_duplicates():
+    """Each client's idempotent producer (as above) against a broker of the
+    test's own, killed -9 and restarted twice while the producer writes NK
+    records: all NK read back once each, in order, at the acked offsets;
+    DescribeProducers after the restarts lists one producer per partition with
+    last_sequence = count - 1."""
+    broker = Broker("sluice-idem-")
+    admin = None
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=broker.addr)
+        recs = records("kill", NK)
+
+        def verify(tag, topic, acked, at, what):
+            expect(len(acked) == NK, f"{tag}: {len(acked)} of {NK} acked")
+            counts = read_back(topic, tag, acked, broker.addr, NK)
+            expect_producer_state(admin, topic, tag, counts)
+            ok(f"{what}, broker killed -9 and restarted at {at[0]} and {at[1]} acks: {NK} records once "
+               f"each, in order, at their acked offsets {counts}")
+
+        # kafka-python, default settings.
+        topic = create_topic(admin, "kpy-kill")
+        p = KafkaProducer(bootstrap_servers=broker.addr)
+        acked = {}
+        killer = Killer(broker, lambda: len(acked))
+        futs = []
+        for i, (k, v) in enumerate(recs):
+            f = p.send(topic, key=k, value=v)
+            f.add_callback(lambda md, i=i: acked.__setitem__(i, (md.partition, md.offset)))
+            futs.append(f)
+        p.flush(60)
+        for f in futs:
+            f.get(timeout=60)
+        p.close()
+        verify("kpy-kill", topic, acked, killer.finish("kafka-python"), "kafka-python default producer")
+
+        # confluent-kafka, enable.idempotence=True.
+        topic = create_topic(admin, "cfk-kill")
+        # metadata.recovery.strategy=none: see txn_app.py (librdkafka issue 5511).
+        # batch.num.messages=200 (librdkafka: 10000): many requests, so that the
+        # kills find some in flight rather than the whole topic in one.
+        p = Producer({"bootstrap.servers": broker.addr, "enable.idempotence": True,
+                      "batch.num.messages": 200, "reconnect.backoff.max.ms": 500,
+                      "metadata.recovery.strategy": "none", "log.connection.close": False})
+        acked, errors = {}, []
+        killer = Killer(broker, lambda: len(acked))
+
+        def cb(i):
+            def done(err, m):
+                if err is not None:
+                    errors.append((i, err))
+                else:
+                    acked[i] = (m.partition(), m.offset())
+            return done
+
+        for i, (k, v) in enumerate(recs):
+            p.produce(topic, key=k, value=v, on_delivery=cb(i))
+            p.poll(0)
+        expect(p.flush(60) == 0, "confluent: records still queued after flush(60)")
+        expect(not errors, f"confluent: delivery errors {errors[:3]}")
+        verify("cfk-kill", topic, acked, killer.finish("confluent"), "confluent-kafka enable.idempotence=True")
+
+        # aiokafka, enable_idempotence=True. The killer thread only reads len(acked).
+        topic = create_topic(admin, "aio-kill")
+
+        async def aio():
+            p = AIOKafkaProducer(bootstrap_servers=broker.addr, enable_idempotence=True)
+            await p.start()
+            acked = {}
+            killer = Killer(broker, lambda: len(acked))
+
+            def done(i, f):
+                if f.exception() is None:
+                    acked[i] = (f.result().partition, f.result().offset)
+
+            try:
+                futs = []
+                for i, (k, v) in enumerate(recs):
+                    f = await p.send(topic, key=k, value=v)
+                    f.add_done_callback(lambda f, i=i: done(i, f))
+                    futs.append(f)
+                await asyncio.wait_for(asyncio.gather(*futs), 60)
+            finally:
+                await p.stop()
+            return acked, killer
+
+        acked, killer = asyncio.run(aio())
+        verify("aio-kill", topic, acked, killer.finish("aiokafka"), "aiokafka enable_idempotence=True")
+    except AssertionError:
+        print(f"  broker log ({broker.log.name}), last lines:\n{broker.log_tail()}", flush=True)
+        raise
+    finally:
+        if admin is not None:
+            admin.close()
+        broker.stop()
+
+
 def main():
     admin = KafkaAdminClient(bootstrap_servers=ADDR)
     try:
@@ -193,9 +336,12 @@ def main():
         ok(f"three producers, three distinct producer ids {pids}")
     finally:
         admin.close()
+    test_producers_survive_broker_kill9_without_duplicates()
 
 
 if __name__ == "__main__":
+    # run.sh's timeout ends us with SIGTERM: still stop the broker we started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("  FAILED: terminated (SIGTERM)"))
     try:
         main()
     except AssertionError as e:

@@ -19,6 +19,9 @@ usage: test_transactions.py HOST:PORT
   each input record's result exactly once, no record of a transaction aborted
   on purpose or by fencing, and the group's committed offsets are the input's
   end.
+- A transaction left open past its transaction.timeout.ms: the coordinator
+  aborts it and bumps the epoch; read_committed readers move past it; the
+  application's late commit is refused.
 - The broker killed (-9) mid-transaction, and again at a moment the application
   does not choose: after each restart on the same data dir the application
   carries on (its transactions committed or aborted and redone) and the same
@@ -26,12 +29,9 @@ usage: test_transactions.py HOST:PORT
 """
 import os
 import queue
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -40,6 +40,8 @@ from collections import Counter, defaultdict
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaAdminClient
+
+from own_broker import Broker
 
 ADDR = sys.argv[1]
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -158,53 +160,6 @@ class App:
         return sum(int(line.split()[2]) for line in self.lines if line.startswith(word + " "))
 
 
-class Broker:
-    """A broker of this test's own, on a fixed port and data dir, for kill -9."""
-
-    def __init__(self):
-        self.bin = os.environ["SLUICE_BIN"]
-        self.args = os.environ.get("SLUICE_SERVE_ARGS", "").split()
-        self.dir = tempfile.mkdtemp(prefix="sluice-txn-")
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        self.port = s.getsockname()[1]
-        s.close()
-        self.addr = f"127.0.0.1:{self.port}"
-        self.log = open(os.path.join(self.dir, "broker.log"), "ab")
-        self.proc = None
-        self.start()
-
-    def start(self):
-        self.proc = subprocess.Popen([self.bin, "serve", "--listen", self.addr, "--data-dir",
-                                      os.path.join(self.dir, "data"), *self.args],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 30
-        while True:
-            expect(self.proc.poll() is None, f"broker exited ({self.proc.returncode}); log {self.log.name}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
-            except OSError:
-                expect(time.time() < deadline, f"broker not listening on {self.addr} after 30 s")
-                time.sleep(0.05)
-
-    def kill9_and_restart(self):
-        self.proc.kill()
-        self.proc.wait()
-        self.start()
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(30)
-        if os.environ.get("SLUICE_KEEP") != "1":
-            shutil.rmtree(self.dir, ignore_errors=True)
-
-    def log_tail(self):
-        with open(self.log.name, errors="replace") as f:
-            return "".join(f.readlines()[-20:])
-
-
 def committed_offsets(addr, group, topic):
     c = Consumer({"bootstrap.servers": addr, "group.id": group, "enable.auto.commit": False,
                   "isolation.level": "read_committed"})
@@ -284,6 +239,10 @@ def test_read_committed_stops_at_an_open_transaction_and_skips_it_once_aborted()
 
 
 def test_app_killed_mid_transaction_successor_fences_and_output_is_exactly_once():
+    """App 1 is killed -9 while its 3rd transaction is open (records flushed,
+    offsets added); app 2 (same transactional.id) takes over and hangs in its
+    2nd; app 3 fences app 2 and runs to the end; app 2, resumed, is refused.
+    Every 4th transaction of each app is aborted on purpose and redone."""
     tag = uuid.uuid4().hex[:8]
     inp, out, group, tid = f"txn-in-{tag}", f"txn-out-{tag}", f"txn-app-{tag}", f"txn-app-{tag}"
     n = 400
@@ -387,7 +346,12 @@ def test_transaction_left_open_past_its_timeout_is_aborted_by_the_coordinator():
 
 
 def test_broker_killed_mid_transaction_exactly_once_after_restart():
-    broker = Broker()
+    """A broker of the test's own is killed -9 while the app's 3rd transaction
+    is open, and restarted on the same data dir and port; the app resumes and
+    runs to the end. Then more input, and the broker killed -9 again after the
+    app's 3rd commit, wherever the app is. Every 5th transaction is aborted on
+    purpose."""
+    broker = Broker("sluice-txn-")
     try:
         tag = uuid.uuid4().hex[:8]
         inp, out, group, tid = f"txn-in-{tag}", f"txn-out-{tag}", f"txn-b-{tag}", f"txn-b-{tag}"
