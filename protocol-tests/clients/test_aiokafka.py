@@ -10,7 +10,8 @@ assignment (group_id=None), ListOffsets via beginning_offsets / end_offsets /
 offsets_for_times; then consumer groups: a subscribed member consuming and
 committing, a second member splitting the partitions, the admin group
 listing/description/offsets, and a new member resuming from the committed
-offsets. enable_idempotence stays off (no InitProducerId yet).
+offsets. Producers keep aiokafka's defaults (not idempotent; test_idempotence.py
+turns it on).
 """
 import asyncio
 import sys
@@ -99,7 +100,7 @@ async def admin_checks(admin):
 
 
 async def produce(msgs):
-    p = AIOKafkaProducer(bootstrap_servers=ADDR, acks="all", enable_idempotence=False, linger_ms=5)
+    p = AIOKafkaProducer(bootstrap_servers=ADDR, acks="all", linger_ms=5)
     await p.start()
     try:
         # send() only enqueues; gathering the futures afterwards lets the
@@ -251,7 +252,7 @@ async def wait_for(cond, what, members=(), timeout=30):
 
 async def produce_group(n, tag):
     """n records to GTOPIC over every partition; {(partition, offset): value}."""
-    p = AIOKafkaProducer(bootstrap_servers=ADDR, acks="all", enable_idempotence=False, linger_ms=5)
+    p = AIOKafkaProducer(bootstrap_servers=ADDR, acks="all", linger_ms=5)
     await p.start()
     try:
         vals = [f"{tag}-{i}".encode() for i in range(n)]

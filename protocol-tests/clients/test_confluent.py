@@ -17,7 +17,8 @@ broker configs), DescribeCluster, DeleteRecords and a lowered retention.ms
 taking effect. Every step checks what the broker sent back; the first mismatch
 raises and exits non-zero.
 
-The broker does not serve InitProducerId yet, so enable.idempotence=false.
+Producers keep librdkafka's defaults (not idempotent); test_idempotence.py and
+test_transactions.py cover enable.idempotence and transactional.id.
 """
 import sys
 import time
@@ -117,7 +118,7 @@ def admin_checks(admin):
 
 
 def produce(msgs):
-    p = Producer({"bootstrap.servers": ADDR, "acks": "all", "enable.idempotence": False,
+    p = Producer({"bootstrap.servers": ADDR, "acks": "all",
                   "linger.ms": 5, "allow.auto.create.topics": False})
     reports = [None] * len(msgs)
     errors = []
@@ -274,7 +275,7 @@ def group_topic(admin):
 
 def produce_group(n, tag):
     """n records to GTOPIC, spread over every partition; {(partition, offset): value}."""
-    p = Producer({"bootstrap.servers": ADDR, "acks": "all", "enable.idempotence": False,
+    p = Producer({"bootstrap.servers": ADDR, "acks": "all",
                   "linger.ms": 5, "allow.auto.create.topics": False})
     acked, errors = {}, []
 
@@ -634,7 +635,7 @@ def test_topic_configs(admin):
     expect_config(topic_configs(admin), "cleanup.policy", "compact", ConfigSource.DYNAMIC_TOPIC_CONFIG)
     ok("IncrementalAlterConfigs SUBTRACT delete from cleanup.policy: now compact")
 
-    p = Producer({"bootstrap.servers": ADDR, "acks": "all", "enable.idempotence": False,
+    p = Producer({"bootstrap.servers": ADDR, "acks": "all",
                   "allow.auto.create.topics": False, "message.send.max.retries": 0})
     results = []
     # Separate batches: a keyless record fails its whole batch (as in Kafka).
@@ -707,7 +708,7 @@ def test_describe_cluster_delete_records_retention(admin):
                                   config={"segment.bytes": "1024"})],
                         operation_timeout=10)[DTOPIC].result(timeout=15)
     n = 200
-    p = Producer({"bootstrap.servers": ADDR, "acks": "all", "enable.idempotence": False,
+    p = Producer({"bootstrap.servers": ADDR, "acks": "all",
                   "linger.ms": 5, "allow.auto.create.topics": False})
     errors = []
     for i in range(n):

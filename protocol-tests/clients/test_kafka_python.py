@@ -16,8 +16,9 @@ DeleteRecords and a lowered retention.ms taking effect.
 
 api_version is left to auto-detection (from ApiVersions): kafka-python then
 picks each request's version from what the broker advertises, which is the
-behaviour we want to exercise. enable_idempotence is off because the broker
-does not serve InitProducerId yet (kafka-python 3 turns it on by default).
+behaviour we want to exercise. Producers keep kafka-python 3's defaults, so they
+are idempotent (InitProducerId, sequence numbers); test_idempotence.py checks
+that they really are.
 """
 import sys
 import threading
@@ -105,7 +106,7 @@ def admin_checks(admin):
 
 
 def produce(msgs):
-    p = KafkaProducer(bootstrap_servers=ADDR, acks="all", enable_idempotence=False, linger_ms=5)
+    p = KafkaProducer(bootstrap_servers=ADDR, acks="all", linger_ms=5)
     futures = [p.send(TOPIC, key=k, value=v, headers=h, timestamp_ms=TS0 + i)
                for i, (k, v, h) in enumerate(msgs)]
     p.flush(30)
@@ -246,7 +247,7 @@ class Member(threading.Thread):
 
 def produce_group(n, tag):
     """n records to GTOPIC over every partition; {(partition, offset): value}."""
-    p = KafkaProducer(bootstrap_servers=ADDR, acks="all", enable_idempotence=False, linger_ms=5)
+    p = KafkaProducer(bootstrap_servers=ADDR, acks="all", linger_ms=5)
     futs = [(f"{tag}-{i}".encode(), p.send(GTOPIC, key=f"gk-{i % 40}".encode(), value=f"{tag}-{i}".encode()))
             for i in range(n)]
     p.flush(30)
@@ -548,7 +549,7 @@ def test_log_dirs_delete_records_retention(admin):
 
     admin.create_topics([NewTopic(DTOPIC, 2, 1, topic_configs={"segment.bytes": "1024"})], timeout_ms=10000)
     n = 200
-    p = KafkaProducer(bootstrap_servers=ADDR, acks="all", enable_idempotence=False, linger_ms=5)
+    p = KafkaProducer(bootstrap_servers=ADDR, acks="all", linger_ms=5)
     for f in [p.send(DTOPIC, key=f"k{i}".encode(), value=f"v{i}-".encode() + b"x" * 40, partition=0)
               for i in range(n)]:
         f.get(timeout=30)
