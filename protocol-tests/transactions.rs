@@ -1065,6 +1065,21 @@ async fn latest_committed(raw: &mut Raw, t: &str) -> i64 {
     raw.call(5, &req).await.topics[0].partitions[0].offset
 }
 
+async fn committed_at_timestamp(raw: &mut Raw, t: &str, timestamp: i64) -> i64 {
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    let req = ListOffsetsRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_isolation_level(1)
+        .with_topics(vec![ListOffsetsTopic::default().with_name(topic(t)).with_partitions(
+            vec![
+                ListOffsetsPartition::default()
+                    .with_partition_index(0)
+                    .with_timestamp(timestamp),
+            ],
+        )]);
+    raw.call(5, &req).await.topics[0].partitions[0].offset
+}
+
 #[tokio::test]
 async fn read_committed_stops_at_the_last_stable_offset_and_lists_aborted_transactions() {
     // Kafka: the LSO (UnifiedLog.lastStableOffset), FetchResponse.aborted_transactions,
@@ -1092,7 +1107,10 @@ async fn read_committed_stops_at_the_last_stable_offset_and_lists_aborted_transa
         assert_eq!((bytes, hw, lso), (0, 2, 0), "v{version}: nothing is stable yet");
     }
     assert_eq!(latest_committed(&mut raw, &t).await, 0);
+    // By timestamp (the records carry 1000), read_committed finds nothing below the LSO yet.
+    assert_eq!(committed_at_timestamp(&mut raw, &t, 0).await, -1);
     assert_eq!(end(&mut raw, 3, &id, pid, epoch, false).await, 0); // abort marker at 2
+    assert_eq!(committed_at_timestamp(&mut raw, &t, 0).await, 0);
     for version in [4, 7, 12] {
         let (bytes, hw, lso, aborted) = fetch_committed(&mut raw, version, &t).await;
         assert!(bytes > 0, "v{version}");

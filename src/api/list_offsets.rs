@@ -93,6 +93,8 @@ fn lookup(
         },
         EARLIEST_PENDING_UPLOAD if version >= 9 => none,
         t if t >= 0 => match p.offset_for_timestamp(t)? {
+            // Kafka's fetchOffsetByTimestamp: read_committed finds only offsets below the LSO.
+            Some((offset, _)) if read_committed && offset >= offsets.last_stable_offset => none,
             Some((offset, timestamp)) => (offset, timestamp, epoch),
             None => none,
         },
