@@ -278,6 +278,13 @@ async fn corrupt_and_oversized_batches_are_refused_and_leave_the_log_untouched()
         resp.responses[0].partition_responses[0].error_code, 17,
         "no appends to internal topics"
     );
+    let resp = raw
+        .call(9, &produce_request("__transaction_state", 0, batch(1, 1, 1), 1))
+        .await;
+    assert_eq!(
+        resp.responses[0].partition_responses[0].error_code, 17,
+        "no appends to internal topics"
+    );
     let resp = raw.call(9, &produce_request("guarded", 0, batch(1, 1, 1), 2)).await;
     assert_eq!(
         resp.responses[0].partition_responses[0].error_code, 21,

@@ -126,7 +126,9 @@ pub fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcome {
                 ));
                 continue;
             }
-            if name == crate::coordinator::OFFSETS_TOPIC {
+            if name == crate::coordinator::OFFSETS_TOPIC
+                || name == crate::coordinator::transactions::TRANSACTION_STATE_TOPIC
+            {
                 // Kafka: clients may not append to internal topics.
                 let text = format!("cannot append to internal topic {name}");
                 partitions.push(error_response(
