@@ -103,6 +103,9 @@ pub type PendingOffsets = BTreeMap<(String, i32), (CommittedOffset, i64)>;
 /// One partition's commit to make: (topic, partition, offset, leader epoch, metadata).
 pub type CommitRequest = (String, i32, i64, i32, Option<String>);
 
+/// A commit that passed the checks: its index among the request's, the partition, the value.
+type Accepted = (usize, (String, i32), CommittedOffset);
+
 pub struct GroupCoordinator {
     config: Arc<BrokerConfig>,
     controller: Arc<Controller>,
@@ -594,36 +597,14 @@ impl GroupCoordinator {
         Ok(codes)
     }
 
-    /// OffsetCommit: checks the member, then makes the offsets durable before answering.
-    /// Returns one code per requested partition, in order.
-    pub async fn commit(
+    /// Checks each commit (known partition, metadata size) and builds the records of those
+    /// accepted: one code per commit, the records, and (index, partition, value) per accepted
+    /// commit. Shared by OffsetCommit and TxnOffsetCommit.
+    fn offset_records(
         &self,
         group_id: &str,
-        member_id: &str,
-        instance_id: Option<&str>,
-        generation: i32,
         offsets: Vec<CommitRequest>,
-    ) -> Vec<i16> {
-        let all = |code: i16| vec![code; offsets.len()];
-        if group_id.is_empty() {
-            return all(ResponseError::InvalidGroupId.code());
-        }
-        let slot = match self.slot(group_id) {
-            Some(slot) => slot,
-            // Standalone consumers (generation -1) create the group by committing.
-            None if generation < 0 => self.slot_or_create(group_id),
-            None => return all(ResponseError::IllegalGeneration.code()),
-        };
-        {
-            let e = slot.lock();
-            let valid = match &e.consumer {
-                Some(c) => validate_consumer_commit(c, member_id, generation),
-                None => e.group.validate_commit(member_id, instance_id, generation),
-            };
-            if let Err(e) = valid {
-                return all(e.code());
-            }
-        }
+    ) -> (Vec<i16>, Vec<OffsetsRecord>, Vec<Accepted>) {
         let image = self.controller.image();
         let mut codes = Vec::with_capacity(offsets.len());
         let mut records = Vec::new();
@@ -656,6 +637,40 @@ impl GroupCoordinator {
             };
             codes.push(code);
         }
+        (codes, records, accepted)
+    }
+
+    /// OffsetCommit: checks the member, then makes the offsets durable before answering.
+    /// Returns one code per requested partition, in order.
+    pub async fn commit(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+        offsets: Vec<CommitRequest>,
+    ) -> Vec<i16> {
+        let all = |code: i16| vec![code; offsets.len()];
+        if group_id.is_empty() {
+            return all(ResponseError::InvalidGroupId.code());
+        }
+        let slot = match self.slot(group_id) {
+            Some(slot) => slot,
+            // Standalone consumers (generation -1) create the group by committing.
+            None if generation < 0 => self.slot_or_create(group_id),
+            None => return all(ResponseError::IllegalGeneration.code()),
+        };
+        {
+            let e = slot.lock();
+            let valid = match &e.consumer {
+                Some(c) => validate_consumer_commit(c, member_id, generation),
+                None => e.group.validate_commit(member_id, instance_id, generation),
+            };
+            if let Err(e) = valid {
+                return all(e.code());
+            }
+        }
+        let (mut codes, records, accepted) = self.offset_records(group_id, offsets);
         let persisted = if records.is_empty() {
             Ok(0)
         } else {
@@ -723,38 +738,7 @@ impl GroupCoordinator {
                 return all(e.code());
             }
         }
-        let image = self.controller.image();
-        let mut codes = Vec::with_capacity(offsets.len());
-        let mut records = Vec::new();
-        let mut accepted = Vec::new();
-        let now = now_ms();
-        for (topic, partition, offset, leader_epoch, metadata) in offsets {
-            let metadata = metadata.unwrap_or_default();
-            let code = if image
-                .topic(&topic)
-                .is_none_or(|t| partition < 0 || partition >= t.partitions)
-            {
-                ResponseError::UnknownTopicOrPartition.code()
-            } else if metadata.len() > self.config.offset_metadata_max_bytes {
-                ResponseError::OffsetMetadataTooLarge.code()
-            } else {
-                let value = CommittedOffset {
-                    offset,
-                    leader_epoch,
-                    metadata,
-                    commit_timestamp: now,
-                };
-                records.push(OffsetsRecord::Offset {
-                    group: group_id.to_string(),
-                    topic: topic.clone(),
-                    partition,
-                    value: Some(value.clone()),
-                });
-                accepted.push((codes.len(), (topic, partition), value));
-                0
-            };
-            codes.push(code);
-        }
+        let (mut codes, records, accepted) = self.offset_records(group_id, offsets);
         if records.is_empty() {
             return codes;
         }
