@@ -338,14 +338,17 @@ impl Partition {
         };
         handle.sync()?;
         let flushed = handle.flushed_offset;
-        if let Some(log) = self.lock().as_mut() {
-            log.mark_flushed(flushed)?;
-        }
+        // Durable from here: acknowledge first, then record the recovery point (a checkpoint
+        // file written through a rename, which acks=all waiters need not wait for; a crash
+        // before it only makes the next recovery validate more).
         self.durable_offset.send_if_modified(|durable| {
             let moved = *durable < flushed;
             *durable = (*durable).max(flushed);
             moved
         });
+        if let Some(log) = self.lock().as_mut() {
+            log.mark_flushed(flushed)?;
+        }
         Ok(())
     }
 
