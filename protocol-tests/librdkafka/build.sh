@@ -67,7 +67,8 @@ if [[ -z $SRC || ! -f $SRC/.sluice-unpacked ]]; then
                  /(^|\n)Types:[^\n]*deb([ \n]|$)/ && !/deb-src/ && /URIs:[^\n]*debian/ {
                      sub(/Types:[^\n]*/, "Types: deb-src"); print }' "$f"
         done | "${AS_ROOT[@]}" tee /etc/apt/sources.list.d/sluice-deb-src.sources >/dev/null
-        cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
+        # (a machine may have no sources.list at all: cat's failure must not end the script)
+        { cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null || true; } |
             sed -n 's/^deb \(.*debian.*\)$/deb-src \1/p' |
             "${AS_ROOT[@]}" tee /etc/apt/sources.list.d/sluice-deb-src.list >/dev/null
         quiet "${AS_ROOT[@]}" apt-get update
