@@ -12,20 +12,23 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::message::{Header, Headers, OwnedHeaders};
 use rdkafka::producer::FutureRecord;
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::util::Timeout;
 
 async fn create_topic(bootstrap: &str, name: &str, partitions: i32) {
+    create_topic_with(bootstrap, name, partitions, &[]).await;
+}
+
+async fn create_topic_with(bootstrap: &str, name: &str, partitions: i32, configs: &[(&str, &str)]) {
     let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .create()
         .unwrap();
-    let results = admin
-        .create_topics(
-            &[NewTopic::new(name, partitions, TopicReplication::Fixed(1))],
-            &AdminOptions::new(),
-        )
-        .await
-        .unwrap();
+    let mut topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+    for (k, v) in configs {
+        topic = topic.set(k, v);
+    }
+    let results = admin.create_topics(&[topic], &AdminOptions::new()).await.unwrap();
     assert!(results[0].is_ok(), "{results:?}");
 }
 
@@ -270,5 +273,60 @@ async fn a_waiting_consumer_is_woken_by_the_append_not_the_timeout() {
         latency < Duration::from_secs(5),
         "the fetch was not woken by the append ({latency:?})"
     );
+    broker.handle.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_keyless_records_of_a_batch_fail_in_a_compacted_topic() {
+    // KIP-467 as librdkafka (>= 2.4) applies it: with more than one RecordError in the answer,
+    // the named records fail with INVALID_RECORD and the rest of the batch with
+    // _INVALID_DIFFERENT_RECORD, which the application may send again (librdkafka does not).
+    let broker = TestBroker::start(&[]).await;
+    let topic = unique("compacted-keys");
+    create_topic_with(&broker.bootstrap(), &topic, 1, &[("cleanup.policy", "compact")]).await;
+    // A long linger puts the 100 records in one batch, so one answer names all 10.
+    let producer = producer(&broker.bootstrap(), &[("linger.ms", "500")]);
+    let keyless: Vec<usize> = (0..10).map(|i| i * 10 + 3).collect();
+    let values: Vec<String> = (0..100).map(|i| format!("value-{i}")).collect();
+    let keys: Vec<String> = (0..100).map(|i| format!("key-{i}")).collect();
+    let send = |i: usize| {
+        let record = FutureRecord::to(&topic).payload(&values[i]).partition(0);
+        let record = if keyless.contains(&i) {
+            record
+        } else {
+            record.key(&keys[i])
+        };
+        producer.send_result(record).map_err(|(e, _)| e).unwrap()
+    };
+    let pending: Vec<_> = (0..100).map(|i| (i, send(i))).collect();
+    let mut refused = Vec::new();
+    let mut bystanders = Vec::new();
+    for (i, f) in pending {
+        match f.await.unwrap() {
+            Ok(d) => panic!("record {i} delivered at {} from a refused batch", d.offset),
+            Err((e, _)) => match e.rdkafka_error_code() {
+                Some(RDKafkaErrorCode::InvalidRecord) => refused.push(i),
+                Some(RDKafkaErrorCode::InvalidDifferentRecord) => bystanders.push(i),
+                other => panic!("record {i}: {other:?} ({e})"),
+            },
+        }
+    }
+    assert_eq!(refused, keyless, "exactly the keyless records fail with INVALID_RECORD");
+    assert_eq!(bystanders.len(), 90);
+    // Sent again, the 90 keyed records go in, in order, from offset 0.
+    let again: Vec<_> = bystanders.iter().map(|&i| (i, send(i))).collect();
+    for (n, (i, f)) in again.into_iter().enumerate() {
+        let d = f.await.unwrap().unwrap_or_else(|(e, _)| panic!("record {i}: {e}"));
+        assert_eq!((d.partition, d.offset), (0, n as i64));
+    }
+    let consumer = consumer(&broker.bootstrap(), &[]);
+    assign(&consumer, &topic, &[0], rdkafka::Offset::Beginning);
+    let got = consume_n(&consumer, 90);
+    let want: Vec<_> = bystanders
+        .iter()
+        .map(|&i| (Some(keys[i].clone().into_bytes()), Some(values[i].clone().into_bytes())))
+        .collect();
+    let got: Vec<_> = got.into_iter().map(|(_, _, k, v)| (k, v)).collect();
+    assert_eq!(got, want);
     broker.handle.shutdown().await;
 }

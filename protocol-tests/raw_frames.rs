@@ -761,3 +761,134 @@ async fn an_array_claiming_billions_of_elements_closes_only_its_connection() {
     still_serves(&broker).await;
     broker.handle.shutdown().await;
 }
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// Produces `records` as one batch to partition 0 of `name` in every Produce version served,
+/// returning each version's partition answer.
+async fn produce_in_every_version(
+    raw: &mut Raw,
+    name: &str,
+    records: &[(Option<Bytes>, Option<Bytes>, i64)],
+) -> Vec<(i16, produce_response::PartitionProduceResponse)> {
+    let batch = sluice::log::batch::encode_records(records, Compression::None).unwrap();
+    let versions = sluice::api::produce::VERSIONS;
+    let mut answers = Vec::new();
+    for version in versions.min..=versions.max {
+        let resp = raw.call(version, &produce_request(name, 0, batch.clone(), -1)).await;
+        answers.push((version, resp.responses[0].partition_responses[0].clone()));
+    }
+    answers
+}
+
+#[tokio::test]
+async fn every_keyless_record_of_a_batch_is_named_in_a_compacted_topic() {
+    // KIP-467, Kafka's LogValidator: every record failing validateKey is a RecordError named by
+    // its index in the batch; the partition answers INVALID_RECORD. Produce v3-v7 have no
+    // record_errors or error_message field (ignorable in ProduceResponse.json): the code alone.
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    assert_eq!(
+        create(&mut raw, "named-keyless", 1, &[("cleanup.policy", "compact")]).await,
+        0
+    );
+    let keyless = [3, 9, 17, 25, 33, 50, 61, 77, 88, 99];
+    let now = now_ms();
+    let records: Vec<_> = (0..100)
+        .map(|i| {
+            let key = (!keyless.contains(&i)).then(|| Bytes::from(format!("k{i}")));
+            (key, Some(Bytes::from(format!("v{i}"))), now)
+        })
+        .collect();
+    let text = "Compacted topic cannot accept message without key in topic partition named-keyless-0";
+    for (version, p) in produce_in_every_version(&mut raw, "named-keyless", &records).await {
+        assert_eq!((p.error_code, p.base_offset), (87, -1), "INVALID_RECORD in v{version}");
+        if version < 8 {
+            assert!(p.record_errors.is_empty(), "v{version}");
+            assert_eq!(p.error_message, None, "v{version}");
+            continue;
+        }
+        let named: Vec<i32> = p.record_errors.iter().map(|e| e.batch_index).collect();
+        assert_eq!(named, keyless, "v{version}: exactly the keyless records");
+        for e in &p.record_errors {
+            assert_eq!(e.batch_index_error_message.as_deref(), Some(text), "v{version}");
+        }
+        let summary = p.error_message.as_deref().unwrap_or_default();
+        assert!(
+            summary.starts_with(
+                "One or more records have been rejected due to 10 record errors in total, and only \
+                 showing the first three errors at most: [RecordError(batchIndex=3, message='Compacted"
+            ),
+            "v{version}: {summary}"
+        );
+    }
+    assert_eq!(latest_offset(&mut raw, "named-keyless").await, 0, "nothing appended");
+    broker.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn every_record_with_an_out_of_bounds_timestamp_is_named() {
+    // KIP-467 and KIP-937, Kafka's LogValidator.validateTimestamp: every record outside
+    // [now - before.max.ms, now + after.max.ms] is named; the partition answers INVALID_TIMESTAMP
+    // with "One or more records have been rejected due to invalid timestamp".
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    let bounds = [
+        ("message.timestamp.before.max.ms", "3600000"),
+        ("message.timestamp.after.max.ms", "60000"),
+    ];
+    assert_eq!(create(&mut raw, "named-timestamps", 1, &bounds).await, 0);
+    let now = now_ms();
+    let too_old = [0, 14, 42, 43, 98];
+    let too_new = [7, 60];
+    let records: Vec<_> = (0..100)
+        .map(|i| {
+            let timestamp = if too_old.contains(&i) {
+                1_000 + i64::from(i)
+            } else if too_new.contains(&i) {
+                now + 7_200_000
+            } else {
+                now
+            };
+            (Some(Bytes::from(format!("k{i}"))), Some(Bytes::from("v")), timestamp)
+        })
+        .collect();
+    let mut expected: Vec<i32> = too_old.iter().chain(&too_new).copied().collect();
+    expected.sort_unstable();
+    for (version, p) in produce_in_every_version(&mut raw, "named-timestamps", &records).await {
+        assert_eq!(
+            (p.error_code, p.base_offset),
+            (32, -1),
+            "INVALID_TIMESTAMP in v{version}"
+        );
+        if version < 8 {
+            assert!(p.record_errors.is_empty(), "v{version}");
+            assert_eq!(p.error_message, None, "v{version}");
+            continue;
+        }
+        let named: Vec<i32> = p.record_errors.iter().map(|e| e.batch_index).collect();
+        assert_eq!(named, expected, "v{version}: exactly the out-of-bounds records");
+        let first = p.record_errors[0]
+            .batch_index_error_message
+            .as_deref()
+            .unwrap_or_default();
+        assert!(
+            first.starts_with(
+                "Timestamp 1000 of message with offset 0 is out of range. The timestamp should be within ["
+            ),
+            "v{version}: {first}"
+        );
+        assert_eq!(
+            p.error_message.as_deref(),
+            Some("One or more records have been rejected due to invalid timestamp"),
+            "v{version}"
+        );
+    }
+    assert_eq!(latest_offset(&mut raw, "named-timestamps").await, 0, "nothing appended");
+    broker.handle.shutdown().await;
+}

@@ -1,8 +1,9 @@
 //! Produce (key 0): append record batches to partition leaders.
 //! v3 baseline here (record batch v2, transactional id field) · v4 same · v5 log_start_offset in
-//! the answer · v6-v7 same · v8 record errors and error message (KIP-467) · v9 flexible ·
-//! v10-v11 current leader / node endpoints tagged fields (left empty: no leader moves on one
-//! node) · v12 same as v11. Not served: v13 (topic ids), magic 0/1 message sets.
+//! the answer · v6-v7 same · v8 record errors (every invalid record named) and error message
+//! (KIP-467) · v9 flexible · v10-v11 current leader / node endpoints tagged fields (left empty:
+//! no leader moves on one node) · v12 same as v11. Not served: v13 (topic ids), magic 0/1
+//! message sets.
 //! acks 0 (no response), 1 (answered once written), -1 (answered when the records are durable
 //! by the flush policy, fsynced by default; REQUEST_TIMED_OUT after `timeout_ms`).
 
@@ -16,8 +17,10 @@ use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
 };
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
+use kafka_protocol::protocol::StrBytes;
 
 use super::{Ctx, Versions, message};
+use crate::error::{Error, Result};
 use crate::log::{batch, validate_batches};
 use crate::replica::Partition;
 
@@ -49,24 +52,11 @@ fn error_response(index: i32, code: i16, text: Option<String>, version: i16) -> 
     p
 }
 
-/// A partition refused for one record (KIP-467: from v8 the record is named); nothing of the
-/// partition's batches is appended.
-fn record_error(index: i32, code: ResponseError, record: i32, text: String, version: i16) -> PartitionProduceResponse {
-    let mut p = error_response(index, code.code(), Some(text.clone()), version);
-    if version >= 8 {
-        p.record_errors = vec![
-            BatchIndexAndErrorMessage::default()
-                .with_batch_index(record)
-                .with_batch_index_error_message(message(text)),
-        ];
-    }
-    p
-}
-
 /// Appends synchronously (in request order) and returns the response or the wait for it.
 pub fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcome {
     let acks = req.acks;
     let image = ctx.controller.image();
+    let now_ms = crate::replica::now_ms();
     let mut waits = Vec::new();
     let mut responses = Vec::with_capacity(req.topic_data.len());
     for (ti, topic) in req.topic_data.into_iter().enumerate() {
@@ -166,23 +156,24 @@ pub fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcome {
                     continue;
                 }
             };
-            if let Some((before, after)) = timestamp_bounds
-                && let Some((record, timestamp)) = first_out_of_bounds(&batches, before, after)
-            {
-                let text = format!("timestamp {timestamp} of a record in {name}-{index} is outside the topic's bounds");
-                partitions.push(record_error(
-                    index,
-                    ResponseError::InvalidTimestamp,
-                    record,
-                    text,
-                    version,
-                ));
-                continue;
-            }
-            if compacted && let Some(record) = first_keyless_record(&batches) {
-                let text = format!("compacted topic cannot accept a record without a key in {name}-{index}");
-                partitions.push(record_error(index, ResponseError::InvalidRecord, record, text, version));
-                continue;
+            if compacted || timestamp_bounds.is_some() {
+                let rules = RecordRules {
+                    compacted,
+                    timestamp_bounds,
+                    now_ms,
+                };
+                let partition_name = format!("{name}-{index}");
+                match invalid_records(&batches, &rules, &partition_name, version >= 8) {
+                    Ok(None) => {}
+                    Ok(Some(refused)) => {
+                        partitions.push(refused.into_response(index, version));
+                        continue;
+                    }
+                    Err(e) => {
+                        partitions.push(error_response(index, e.code(), Some(e.to_string()), version));
+                        continue;
+                    }
+                }
             }
             // KIP-890 part 1: a transactional batch goes in only when its transaction holds the
             // partition (AddPartitionsToTxn came first), so no transaction is left hanging.
@@ -297,40 +288,278 @@ pub fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcome {
     }))
 }
 
-/// The index (across the request's batches) of the first record without a key, if any; a batch
-/// that cannot be decoded counts as keyless (it would be refused anyway).
-fn first_keyless_record(batches: &[crate::log::ValidBatch]) -> Option<i32> {
-    let mut index = 0i32;
-    for batch in batches {
-        let Ok(set) = batch::decode_records(batch.bytes()) else {
-            return Some(index);
-        };
-        for record in &set.records {
-            if record.key.is_none() {
-                return Some(index);
-            }
-            index += 1;
-        }
-    }
-    None
+/// What Kafka's `LogValidator.validateRecord` checks of each produced record here.
+struct RecordRules {
+    /// cleanup.policy includes `compact`: every record needs a key.
+    compacted: bool,
+    /// (message.timestamp.before.max.ms, message.timestamp.after.max.ms) when CreateTime
+    /// timestamps are bounded (KIP-937).
+    timestamp_bounds: Option<(i64, i64)>,
+    now_ms: i64,
 }
 
-/// The index and timestamp of the first record whose timestamp is more than `before` ms in the
-/// past or `after` ms in the future (message.timestamp.before/after.max.ms, KIP-937).
-fn first_out_of_bounds(batches: &[crate::log::ValidBatch], before: i64, after: i64) -> Option<(i32, i64)> {
-    let now = crate::replica::now_ms();
-    let (low, high) = (now.saturating_sub(before), now.saturating_add(after));
-    let mut index = 0i32;
-    for batch in batches {
-        let Ok(set) = batch::decode_records(batch.bytes()) else {
-            return Some((index, -1));
+/// A partition refused for the records of one batch that failed validation (KIP-467).
+struct RefusedRecords {
+    /// Kafka's `processRecordErrors`: INVALID_TIMESTAMP when any record's timestamp is out of
+    /// bounds, else INVALID_RECORD.
+    invalid_timestamp: bool,
+    /// How many records were refused.
+    count: usize,
+    /// Every refused record, by its index in its batch, with Kafka's message; left empty when
+    /// the answer cannot carry them (Produce v0-v7).
+    named: Vec<BatchIndexAndErrorMessage>,
+}
+
+impl RefusedRecords {
+    /// The partition's answer: Kafka's exception message at the top, the records below (v8+;
+    /// older versions carry only the error code, which Kafka sends them unchanged).
+    fn into_response(self, index: i32, version: i16) -> PartitionProduceResponse {
+        let (code, text) = if self.invalid_timestamp {
+            (
+                ResponseError::InvalidTimestamp,
+                "One or more records have been rejected due to invalid timestamp".to_string(),
+            )
+        } else {
+            // Kafka's InvalidRecordException text, RecordError's toString included.
+            let first: Vec<String> = self
+                .named
+                .iter()
+                .take(3)
+                .map(|e| {
+                    let text = e.batch_index_error_message.as_deref().unwrap_or("null");
+                    format!("RecordError(batchIndex={}, message='{text}')", e.batch_index)
+                })
+                .collect();
+            (
+                ResponseError::InvalidRecord,
+                format!(
+                    "One or more records have been rejected due to {} record errors in total, and only \
+                     showing the first three errors at most: [{}]",
+                    self.count,
+                    first.join(", ")
+                ),
+            )
         };
-        for record in &set.records {
-            if record.timestamp < low || record.timestamp > high {
-                return Some((index, record.timestamp));
+        let mut p = error_response(index, code.code(), Some(text), version);
+        if version >= 8 {
+            p.record_errors = self.named;
+        }
+        p
+    }
+}
+
+/// The records of the first batch with any invalid record (None when every record is valid).
+/// Like Kafka's `LogValidator`, a record is named by its index within its batch, fails on its
+/// key before its timestamp, and validation stops after the first batch with an invalid record
+/// (Kafka refuses several batches per partition outright, so this only differs from it there).
+/// Each batch is decompressed once and walked without materialising records; with `name` false
+/// (Produce v0-v7) nothing is allocated per record. A batch whose records do not fit is `InvalidRecord`.
+fn invalid_records(
+    batches: &[crate::log::ValidBatch],
+    rules: &RecordRules,
+    partition: &str,
+    name: bool,
+) -> Result<Option<RefusedRecords>> {
+    // Kafka's texts (LogValidator.validateKey / validateTimestamp). The keyless one is the same
+    // for every record, so the records share one copy.
+    let keyless = message(format!(
+        "Compacted topic cannot accept message without key in topic partition {partition}"
+    ));
+    let bounds = rules
+        .timestamp_bounds
+        .map(|(before, after)| (rules.now_ms.saturating_sub(before), rules.now_ms.saturating_add(after)));
+    for batch in batches {
+        let mut refused = RefusedRecords {
+            invalid_timestamp: false,
+            count: 0,
+            named: Vec::new(),
+        };
+        let mut batch_index = 0i32;
+        batch::scan_records(batch.bytes(), |record| {
+            // -1 is Kafka's NO_TIMESTAMP, never out of bounds.
+            let out_of_bounds = bounds
+                .filter(|(low, high)| record.timestamp != -1 && (record.timestamp < *low || record.timestamp > *high));
+            if rules.compacted && !record.has_key {
+                refused.count += 1;
+                if name {
+                    refused.named.push(named(batch_index, keyless.clone()));
+                }
+            } else if let Some((low, high)) = out_of_bounds {
+                refused.count += 1;
+                refused.invalid_timestamp = true;
+                if name {
+                    let (timestamp, offset) = (record.timestamp, record.offset);
+                    let text = message(format!(
+                        "Timestamp {timestamp} of message with offset {offset} is out of range. The timestamp \
+                         should be within [{low}, {high}]"
+                    ));
+                    refused.named.push(named(batch_index, text));
+                }
             }
-            index += 1;
+            batch_index = batch_index.saturating_add(1);
+        })
+        .map_err(|e| match e {
+            // Kafka's record iterator throws InvalidRecordException at a record that does not
+            // fit: the non-retriable INVALID_RECORD, not the retriable CORRUPT_MESSAGE.
+            Error::CorruptBatch(text) => Error::InvalidRecord(format!("{text} in topic partition {partition}")),
+            other => other,
+        })?;
+        if refused.count > 0 {
+            return Ok(Some(refused));
         }
     }
-    None
+    Ok(None)
+}
+
+/// One RecordError of the answer.
+fn named(batch_index: i32, text: Option<StrBytes>) -> BatchIndexAndErrorMessage {
+    BatchIndexAndErrorMessage::default()
+        .with_batch_index(batch_index)
+        .with_batch_index_error_message(text)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use bytes::{Bytes, BytesMut};
+    use kafka_protocol::records::Compression;
+
+    use super::*;
+    use crate::log::batch::encode_records;
+
+    const NOW: i64 = 1_700_000_000_000;
+
+    /// One validated batch per element of `batches`, each (key?, timestamp) per record.
+    fn batches(batches: &[&[(bool, i64)]]) -> Vec<crate::log::ValidBatch> {
+        let mut all = BytesMut::new();
+        for records in batches {
+            let records: Vec<_> = records
+                .iter()
+                .enumerate()
+                .map(|(i, (keyed, timestamp))| {
+                    let key = keyed.then(|| Bytes::from(format!("k{i}")));
+                    (key, Some(Bytes::from_static(b"v")), *timestamp)
+                })
+                .collect();
+            all.extend_from_slice(&encode_records(&records, Compression::None).unwrap());
+        }
+        validate_batches(&all.freeze(), 1 << 20).unwrap()
+    }
+
+    fn rules(compacted: bool, timestamp_bounds: Option<(i64, i64)>) -> RecordRules {
+        RecordRules {
+            compacted,
+            timestamp_bounds,
+            now_ms: NOW,
+        }
+    }
+
+    fn indexes(refused: &RefusedRecords) -> Vec<i32> {
+        refused.named.iter().map(|e| e.batch_index).collect()
+    }
+
+    #[test]
+    fn every_keyless_record_is_named_by_its_index_in_the_batch() {
+        // Kafka's LogValidator.validateKey, one RecordError per keyless record (KIP-467).
+        let b = batches(&[&[(true, NOW), (false, NOW), (true, NOW), (false, NOW), (false, NOW)]]);
+        let refused = invalid_records(&b, &rules(true, None), "t-0", true).unwrap().unwrap();
+        assert_eq!(indexes(&refused), [1, 3, 4]);
+        assert!(!refused.invalid_timestamp);
+        let text = refused.named[0].batch_index_error_message.as_deref();
+        assert_eq!(
+            text,
+            Some("Compacted topic cannot accept message without key in topic partition t-0")
+        );
+        assert!(invalid_records(&b, &rules(false, None), "t-0", true).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_record_fails_on_its_key_before_its_timestamp_and_any_timestamp_error_sets_the_code() {
+        // Kafka's validateRecord: validateKey first, validateTimestamp only for a keyed record;
+        // processRecordErrors answers INVALID_TIMESTAMP when any error is a timestamp's.
+        let bounds = Some((1_000, 1_000));
+        let b = batches(&[&[(false, 5), (true, 5), (true, NOW), (true, -1), (true, NOW + 1_001)]]);
+        let refused = invalid_records(&b, &rules(true, bounds), "t-0", true).unwrap().unwrap();
+        assert_eq!(indexes(&refused), [0, 1, 4], "-1 (NO_TIMESTAMP) is never out of bounds");
+        assert!(refused.invalid_timestamp);
+        assert!(
+            refused.named[0]
+                .batch_index_error_message
+                .as_deref()
+                .unwrap()
+                .starts_with("Compacted")
+        );
+        assert_eq!(
+            refused.named[1].batch_index_error_message.as_deref(),
+            Some(
+                "Timestamp 5 of message with offset 1 is out of range. The timestamp should be within \
+                 [1699999999000, 1700000001000]"
+            )
+        );
+        let p = refused.into_response(0, 8);
+        assert_eq!(p.error_code, ResponseError::InvalidTimestamp.code());
+        assert_eq!(p.record_errors.len(), 3);
+    }
+
+    #[test]
+    fn indexes_restart_in_each_batch_and_only_the_first_refused_batch_is_named() {
+        // LogValidator numbers records within their batch and throws after the first batch with
+        // record errors.
+        let b = batches(&[
+            &[(true, NOW), (true, NOW)],
+            &[(true, NOW), (false, NOW), (true, NOW), (false, NOW)],
+            &[(false, NOW)],
+        ]);
+        let refused = invalid_records(&b, &rules(true, None), "t-0", true).unwrap().unwrap();
+        assert_eq!(indexes(&refused), [1, 3]);
+    }
+
+    #[test]
+    fn a_record_that_does_not_fit_refuses_the_partition_as_invalid() {
+        let good = encode_records(&[(None, Some(Bytes::from_static(b"v")), NOW)], Compression::None).unwrap();
+        let mut bad = BytesMut::from(&good[..]);
+        bad[batch::HEADER_LEN] = 0x7e; // the record claims 63 bytes
+        let crc = crc32c::crc32c(&bad[batch::ATTRIBUTES..]);
+        bad[batch::CRC..batch::CRC + 4].copy_from_slice(&crc.to_be_bytes());
+        let b = validate_batches(&bad.freeze(), 1 << 20).unwrap();
+        let err = invalid_records(&b, &rules(true, None), "t-0", true).err().unwrap();
+        assert_eq!(err.code(), ResponseError::InvalidRecord.code(), "{err}");
+    }
+
+    #[test]
+    fn before_v8_the_answer_is_the_code_alone_and_nothing_is_named() {
+        let b = batches(&[&[(false, NOW), (false, NOW), (true, NOW)]]);
+        let refused = invalid_records(&b, &rules(true, None), "t-0", false).unwrap().unwrap();
+        assert_eq!((refused.count, refused.named.len()), (2, 0));
+        let p = refused.into_response(4, 7);
+        assert_eq!(
+            (p.index, p.error_code, p.base_offset),
+            (4, ResponseError::InvalidRecord.code(), -1)
+        );
+        assert!(p.record_errors.is_empty());
+        assert_eq!(p.error_message, None);
+    }
+
+    #[test]
+    fn the_invalid_record_summary_counts_every_error_and_shows_three() {
+        // Kafka's processRecordErrors message for InvalidRecordException.
+        let b = batches(&[&[(false, NOW); 5]]);
+        let p = invalid_records(&b, &rules(true, None), "t-0", true)
+            .unwrap()
+            .unwrap()
+            .into_response(0, 12);
+        let record = "message='Compacted topic cannot accept message without key in topic partition t-0'";
+        assert_eq!(
+            p.error_message.as_deref(),
+            Some(
+                format!(
+                    "One or more records have been rejected due to 5 record errors in total, and only showing \
+                     the first three errors at most: [RecordError(batchIndex=0, {record}), \
+                     RecordError(batchIndex=1, {record}), RecordError(batchIndex=2, {record})]"
+                )
+                .as_str()
+            )
+        );
+        assert_eq!(p.record_errors.len(), 5);
+    }
 }

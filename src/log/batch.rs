@@ -415,23 +415,34 @@ fn read_varint(b: &[u8], at: &mut usize) -> Option<i64> {
     read_uvarint(b, at).map(|v| ((v >> 1) as i64) ^ -((v & 1) as i64))
 }
 
-/// Decodes the records of a framed batch (any codec) after checking that every length and
-/// count in them fits in the bytes that hold them. kafka-protocol's decoder allocates what a
-/// count claims before reading: one record claiming 2^30 headers costs it 3 s and 2 GB. A batch
-/// only needs a valid CRC to be stored, so every decode of stored or produced records goes
-/// through here.
-pub fn decode_records(bytes: &Bytes) -> Result<kafka_protocol::records::RecordSet> {
+/// What validation reads of one record, straight from the batch bytes: no copy, no allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordFields {
+    /// The batch's baseTimestamp plus the record's delta.
+    pub timestamp: i64,
+    /// The batch's baseOffset plus the record's delta: the offset as the producer numbered it.
+    pub offset: i64,
+    /// False for a null key (length -1); an empty key is a key, as in Kafka's `Record.hasKey`.
+    pub has_key: bool,
+}
+
+/// Calls `each` with the fields of every record of a framed batch (any codec), in order, after
+/// the bounds checks of [`decode_records`]: the records section is decompressed once and no
+/// record is materialised. Stops with `CorruptBatch` at the first record that does not fit.
+pub fn scan_records(bytes: &Bytes, each: impl FnMut(RecordFields)) -> Result<()> {
     let raw = records_section(bytes)?;
-    let count = i32::from_be_bytes([
-        bytes[HEADER_LEN - 4],
-        bytes[HEADER_LEN - 3],
-        bytes[HEADER_LEN - 2],
-        bytes[HEADER_LEN - 1],
-    ]);
+    walk_records(bytes, &raw, each)
+}
+
+/// Walks the `recordsCount` records of `raw` (the decompressed records section of the batch
+/// `bytes`), checking every length and count against the bytes that hold them.
+fn walk_records(bytes: &[u8], raw: &[u8], mut each: impl FnMut(RecordFields)) -> Result<()> {
+    let (base_offset, base_timestamp) = (be_i64(bytes, BASE_OFFSET), be_i64(bytes, BASE_TIMESTAMP));
+    let count = be_i32(bytes, RECORDS_COUNT);
     let bad = |what: &str| Error::CorruptBatch(format!("record {what} does not fit in the batch"));
     let mut at = 0usize;
     for _ in 0..count.max(0) {
-        let len = read_varint(&raw, &mut at).ok_or_else(|| bad("length"))?;
+        let len = read_varint(raw, &mut at).ok_or_else(|| bad("length"))?;
         let len = usize::try_from(len).map_err(|_| bad("length"))?;
         let end = at
             .checked_add(len)
@@ -439,13 +450,15 @@ pub fn decode_records(bytes: &Bytes) -> Result<kafka_protocol::records::RecordSe
             .ok_or_else(|| bad("length"))?;
         let record = &raw[..end];
         let mut p = at + 1; // attributes
-        read_varint(record, &mut p).ok_or_else(|| bad("timestamp"))?;
-        read_varint(record, &mut p).ok_or_else(|| bad("offset delta"))?;
-        for field in ["key", "value"] {
-            let n = read_varint(record, &mut p).ok_or_else(|| bad(field))?;
-            if n >= 0 {
+        let timestamp_delta = read_varint(record, &mut p).ok_or_else(|| bad("timestamp"))?;
+        let offset_delta = read_varint(record, &mut p).ok_or_else(|| bad("offset delta"))?;
+        // Key then value: a length (-1 for null) and that many bytes.
+        let mut lengths = [0i64; 2];
+        for (field, length) in ["key", "value"].into_iter().zip(&mut lengths) {
+            *length = read_varint(record, &mut p).ok_or_else(|| bad(field))?;
+            if *length >= 0 {
                 p = p
-                    .checked_add(usize::try_from(n).map_err(|_| bad(field))?)
+                    .checked_add(usize::try_from(*length).map_err(|_| bad(field))?)
                     .filter(|q| *q <= end)
                     .ok_or_else(|| bad(field))?;
             }
@@ -455,8 +468,25 @@ pub fn decode_records(bytes: &Bytes) -> Result<kafka_protocol::records::RecordSe
         if headers < 0 || headers as u64 > (end.saturating_sub(p) / 2) as u64 {
             return Err(bad("header count"));
         }
+        // Kafka's DefaultRecord adds the deltas in Java's wrapping arithmetic.
+        each(RecordFields {
+            timestamp: base_timestamp.wrapping_add(timestamp_delta),
+            offset: base_offset.wrapping_add(offset_delta),
+            has_key: lengths[0] >= 0,
+        });
         at = end;
     }
+    Ok(())
+}
+
+/// Decodes the records of a framed batch (any codec) after checking that every length and
+/// count in them fits in the bytes that hold them. kafka-protocol's decoder allocates what a
+/// count claims before reading: one record claiming 2^30 headers costs it 3 s and 2 GB. A batch
+/// only needs a valid CRC to be stored, so every decode of stored or produced records goes
+/// through here.
+pub fn decode_records(bytes: &Bytes) -> Result<kafka_protocol::records::RecordSet> {
+    let raw = records_section(bytes)?;
+    walk_records(bytes, &raw, |_| {})?;
     kafka_protocol::records::RecordBatchDecoder::decode(&mut bytes.clone())
         .map_err(|e| Error::CorruptBatch(format!("cannot decode records: {e:#}")))
 }
@@ -660,6 +690,32 @@ mod decode_tests {
         );
         // A record with no headers decodes.
         assert_eq!(decode_records(&claiming_headers(0)).unwrap().records.len(), 1);
+    }
+
+    #[test]
+    fn scanning_reads_each_record_without_decoding_it() {
+        let records = [
+            (None, Some(Bytes::from("v")), 1_000),
+            (Some(Bytes::new()), None, 990),
+            (Some(Bytes::from("k")), Some(Bytes::from("v")), -1),
+        ];
+        for codec in [Compression::None, Compression::Zstd] {
+            let mut seen = Vec::new();
+            scan_records(&encode_records(&records, codec).unwrap(), |r| seen.push(r)).unwrap();
+            let want: Vec<_> = [(1_000, 0, false), (990, 1, true), (-1, 2, true)]
+                .into_iter()
+                .map(|(timestamp, offset, has_key)| RecordFields {
+                    timestamp,
+                    offset,
+                    has_key,
+                })
+                .collect();
+            assert_eq!(seen, want, "an empty key is a key ({codec:?})");
+        }
+        assert!(matches!(
+            scan_records(&claiming_headers(1 << 30), |_| {}),
+            Err(Error::CorruptBatch(_))
+        ));
     }
 
     #[test]
