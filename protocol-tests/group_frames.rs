@@ -55,6 +55,23 @@ fn join_request(group: &str, member: &str, protocols: &[&str], topics: &[&str]) 
         )
 }
 
+/// A SyncGroup at `version`: from v5 with the protocol type and name the group chose
+/// (mandatory there, KIP-559), from v3 with `instance`.
+fn sync_request(version: i16, group: &str, member: &str, instance: Option<&str>, generation: i32) -> SyncGroupRequest {
+    let mut req = SyncGroupRequest::default()
+        .with_group_id(gid(group))
+        .with_generation_id(generation)
+        .with_member_id(s(member));
+    if version >= 3 {
+        req.group_instance_id = instance.map(s);
+    }
+    if version >= 5 {
+        req.protocol_type = Some(s("consumer"));
+        req.protocol_name = Some(s("range"));
+    }
+    req
+}
+
 /// Joins `group` as its single member at `version` (with the KIP-394 round trip from v4), syncs
 /// and returns (member id, generation).
 async fn join_alone(raw: &mut Raw, group: &str, version: i16, topics: &[&str]) -> (String, i32) {
@@ -70,15 +87,11 @@ async fn join_alone(raw: &mut Raw, group: &str, version: i16, topics: &[&str]) -
     assert_eq!(resp.members.len(), 1);
     let id = resp.member_id.to_string();
     let sync_version = version.min(5);
-    let sync = SyncGroupRequest::default()
-        .with_group_id(gid(group))
-        .with_generation_id(resp.generation_id)
-        .with_member_id(s(&id))
-        .with_assignments(vec![
-            SyncGroupRequestAssignment::default()
-                .with_member_id(s(&id))
-                .with_assignment(Bytes::from_static(b"mine")),
-        ]);
+    let sync = sync_request(sync_version, group, &id, None, resp.generation_id).with_assignments(vec![
+        SyncGroupRequestAssignment::default()
+            .with_member_id(s(&id))
+            .with_assignment(Bytes::from_static(b"mine")),
+    ]);
     let synced = raw.call(sync_version, &sync).await;
     assert_eq!(
         (synced.error_code, synced.assignment.as_ref()),
@@ -292,11 +305,13 @@ async fn offset_commit_and_fetch_at_every_version() {
         .call(9, &commit("members", &member, generation, "t", 0, 5, ""))
         .await;
     assert_eq!(resp.topics[0].partitions[0].error_code, 0);
+    // A generation for a group that does not exist: Kafka 4's OffsetMetadataManager answers
+    // GROUP_ID_NOT_FOUND from v9 (this test asserted ILLEGAL_GENERATION at v9 before), and
+    // ILLEGAL_GENERATION below.
     let resp = raw.call(9, &commit("nobody-home", "x", 3, "t", 0, 5, "")).await;
-    assert_eq!(
-        resp.topics[0].partitions[0].error_code, 22,
-        "a generation for a group that does not exist"
-    );
+    assert_eq!(resp.topics[0].partitions[0].error_code, 69, "GROUP_ID_NOT_FOUND");
+    let resp = raw.call(8, &commit("nobody-home", "x", 3, "t", 0, 5, "")).await;
+    assert_eq!(resp.topics[0].partitions[0].error_code, 22, "ILLEGAL_GENERATION");
 
     // OffsetDelete: refused while a member subscribes to the topic, allowed otherwise.
     let del = |group: &str| {
@@ -356,12 +371,7 @@ async fn join_and_sync_misuse_gets_kafkas_error_codes() {
     // A second member with a protocol the group does not share.
     let resp = raw.call(5, &join_request("g", "", &["sticky"], &["t"])).await;
     assert_eq!(resp.error_code, 23, "INCONSISTENT_GROUP_PROTOCOL");
-    let sync = |member: &str, generation: i32| {
-        SyncGroupRequest::default()
-            .with_group_id(gid("g"))
-            .with_generation_id(generation)
-            .with_member_id(s(member))
-    };
+    let sync = |member: &str, generation: i32| sync_request(5, "g", member, None, generation);
     assert_eq!(
         raw.call(5, &sync(&member, generation + 5)).await.error_code,
         22,
@@ -400,11 +410,9 @@ async fn join_and_sync_misuse_gets_kafkas_error_codes() {
     assert_eq!(raw.call(9, &static_join).await.error_code, 82, "FENCED_INSTANCE_ID");
 
     // An assignment too large to store is refused as Kafka does (UNKNOWN_SERVER_ERROR).
-    let big = SyncGroupRequest::default()
-        .with_group_id(gid("big"))
-        .with_assignments(vec![
-            SyncGroupRequestAssignment::default().with_assignment(Bytes::from(vec![0u8; 2_000_000])),
-        ]);
+    let big = sync_request(5, "big", "", None, 0).with_assignments(vec![
+        SyncGroupRequestAssignment::default().with_assignment(Bytes::from(vec![0u8; 2_000_000])),
+    ]);
     let mut resp = raw.call(9, &join_request("big", "", &["range"], &["t"])).await;
     resp = raw
         .call(9, &join_request("big", &resp.member_id, &["range"], &["t"]))
@@ -564,5 +572,646 @@ async fn a_consumer_group_survives_a_broker_restart() {
         g.members[0].assignment.topic_partitions[0].partitions, assigned,
         "same partitions"
     );
+    broker.handle.shutdown().await;
+}
+
+// Kafka 4's order of checks for the member-bound group APIs (ClassicGroup.validateMember and
+// validateOffsetCommit, OffsetMetadataManager.validateOffsetCommit and
+// validateTransactionalOffsetCommit, GroupMetadataManager.classicGroupSync and
+// classicGroupHeartbeat, ConsumerGroup.validateOffsetCommit): the member and its generation
+// come before the group's rebalance state.
+
+const ILLEGAL_GENERATION: i16 = 22;
+const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
+const UNKNOWN_MEMBER_ID: i16 = 25;
+const REBALANCE_IN_PROGRESS: i16 = 27;
+const UNSUPPORTED_VERSION: i16 = 35;
+const GROUP_ID_NOT_FOUND: i16 = 69;
+const FENCED_INSTANCE_ID: i16 = 82;
+const STALE_MEMBER_EPOCH: i16 = 113;
+
+async fn create_topic_t(raw: &mut Raw) {
+    raw.call(
+        12,
+        &MetadataRequest::default().with_topics(Some(vec![
+            kafka_protocol::messages::metadata_request::MetadataRequestTopic::default().with_name(Some(topic("t"))),
+        ])),
+    )
+    .await;
+}
+
+/// OffsetCommit of partition t-0 at `version` (the instance id from v7); the partition's code.
+async fn commit_code(
+    raw: &mut Raw,
+    version: i16,
+    group: &str,
+    member: &str,
+    instance: Option<&str>,
+    generation: i32,
+) -> i16 {
+    let mut req = commit(group, member, generation, "t", 0, 1, "");
+    if version >= 7 {
+        req.group_instance_id = instance.map(s);
+    }
+    raw.call(version, &req).await.topics[0].partitions[0].error_code
+}
+
+async fn heartbeat_code(
+    raw: &mut Raw,
+    version: i16,
+    group: &str,
+    member: &str,
+    instance: Option<&str>,
+    generation: i32,
+) -> i16 {
+    let mut req = HeartbeatRequest::default()
+        .with_group_id(gid(group))
+        .with_generation_id(generation)
+        .with_member_id(s(member));
+    if version >= 3 {
+        req.group_instance_id = instance.map(s);
+    }
+    raw.call(version, &req).await.error_code
+}
+
+async fn sync_code(
+    raw: &mut Raw,
+    version: i16,
+    group: &str,
+    member: &str,
+    instance: Option<&str>,
+    generation: i32,
+) -> i16 {
+    raw.call(version, &sync_request(version, group, member, instance, generation))
+        .await
+        .error_code
+}
+
+async fn group_state(raw: &mut Raw, group: &str) -> String {
+    let resp = raw
+        .call(5, &DescribeGroupsRequest::default().with_groups(vec![gid(group)]))
+        .await;
+    resp.groups[0].group_state.to_string()
+}
+
+/// The only member of `group` joins again with its own id: the join phase completes at once
+/// and the group waits in CompletingRebalance for its SyncGroup. Returns the new generation.
+async fn rejoin(raw: &mut Raw, group: &str, member: &str) -> i32 {
+    let resp = raw.call(9, &join_request(group, member, &["range"], &["t"])).await;
+    assert_eq!(resp.error_code, 0, "rejoin");
+    assert_eq!(group_state(raw, group).await, "CompletingRebalance");
+    resp.generation_id
+}
+
+/// A static member (KIP-345) of `group`, alone and synced: (member id, generation).
+async fn join_static(raw: &mut Raw, group: &str, instance: &str) -> (String, i32) {
+    let req = join_request(group, "", &["range"], &["t"]).with_group_instance_id(Some(s(instance)));
+    let joined = raw.call(9, &req).await;
+    assert_eq!(joined.error_code, 0, "static members get their id at once");
+    let id = joined.member_id.to_string();
+    let synced = raw
+        .call(5, &sync_request(5, group, &id, Some(instance), joined.generation_id))
+        .await;
+    assert_eq!(synced.error_code, 0);
+    (id, joined.generation_id)
+}
+
+#[tokio::test]
+async fn offset_commit_checks_the_member_and_generation_before_the_rebalance_state() {
+    // ClassicGroup.validateOffsetCommit (Kafka 4): dead group, commit without generation to an
+    // empty group, member and generation, and only then CompletingRebalance.
+    let broker = TestBroker::start(BROKER).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    create_topic_t(&mut raw).await;
+    for version in 2..=9 {
+        let group = format!("rejoin-v{version}");
+        let (a, old) = join_alone(&mut raw, &group, 9, &["t"]).await;
+        let new = rejoin(&mut raw, &group, &a).await;
+        assert_eq!(new, old + 1);
+        assert_eq!(
+            commit_code(&mut raw, version, &group, &a, None, old).await,
+            ILLEGAL_GENERATION,
+            "v{version}: the old generation during the member's own rejoin"
+        );
+        assert_eq!(
+            commit_code(&mut raw, version, &group, &a, None, new).await,
+            REBALANCE_IN_PROGRESS,
+            "v{version}: the new generation before its SyncGroup"
+        );
+        assert_eq!(
+            commit_code(&mut raw, version, &group, "stranger", None, new).await,
+            UNKNOWN_MEMBER_ID,
+            "v{version}"
+        );
+        assert_eq!(
+            commit_code(&mut raw, version, &group, "", None, -1).await,
+            UNKNOWN_MEMBER_ID,
+            "v{version}: no member named while the group has one"
+        );
+        let synced = raw.call(5, &sync_request(5, &group, &a, None, new)).await;
+        assert_eq!(synced.error_code, 0);
+        assert_eq!(
+            commit_code(&mut raw, version, &group, &a, None, new).await,
+            0,
+            "v{version}"
+        );
+        assert_eq!(
+            commit_code(&mut raw, version, &group, &a, None, old).await,
+            ILLEGAL_GENERATION,
+            "v{version}: Stable"
+        );
+        // The member leaves: the group is Empty and takes commits without generation, whatever
+        // member id they name, and no others.
+        let leave = LeaveGroupRequest::default()
+            .with_group_id(gid(&group))
+            .with_member_id(s(&a));
+        assert_eq!(raw.call(0, &leave).await.error_code, 0);
+        assert_eq!(
+            commit_code(&mut raw, version, &group, "", None, -1).await,
+            0,
+            "v{version}"
+        );
+        assert_eq!(
+            commit_code(&mut raw, version, &group, "ghost", None, -1).await,
+            0,
+            "v{version}"
+        );
+        assert_eq!(
+            commit_code(&mut raw, version, &group, &a, None, new).await,
+            UNKNOWN_MEMBER_ID,
+            "v{version}: Empty"
+        );
+        // A group that does not exist: created by a commit without generation; otherwise
+        // GROUP_ID_NOT_FOUND from v9, ILLEGAL_GENERATION before.
+        let missing = format!("missing-v{version}");
+        let expected = if version >= 9 {
+            GROUP_ID_NOT_FOUND
+        } else {
+            ILLEGAL_GENERATION
+        };
+        assert_eq!(
+            commit_code(&mut raw, version, &missing, "x", None, 3).await,
+            expected,
+            "v{version}"
+        );
+        assert_eq!(
+            commit_code(&mut raw, version, &missing, "", None, -1).await,
+            0,
+            "v{version}"
+        );
+    }
+    // Static members (v7+ name their instance): the instance id first, then the member id,
+    // then the generation.
+    let (id, generation) = join_static(&mut raw, "static", "inst").await;
+    for version in 7..=9 {
+        assert_eq!(
+            commit_code(&mut raw, version, "static", "stranger", Some("inst"), generation + 5).await,
+            FENCED_INSTANCE_ID,
+            "v{version}"
+        );
+        assert_eq!(
+            commit_code(&mut raw, version, "static", &id, Some("other"), generation).await,
+            UNKNOWN_MEMBER_ID,
+            "v{version}: an instance id the group does not know"
+        );
+        assert_eq!(
+            commit_code(&mut raw, version, "static", &id, Some("inst"), generation + 5).await,
+            ILLEGAL_GENERATION,
+            "v{version}"
+        );
+        assert_eq!(
+            commit_code(&mut raw, version, "static", &id, Some("inst"), generation).await,
+            0,
+            "v{version}"
+        );
+    }
+    broker.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn heartbeat_and_sync_check_the_member_and_generation_before_the_state() {
+    // GroupMetadataManager.classicGroupHeartbeat and classicGroupSync (Kafka 4).
+    let broker = TestBroker::start(BROKER).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    create_topic_t(&mut raw).await;
+    let (a, old) = join_alone(&mut raw, "hb", 9, &["t"]).await;
+    // A second member's join (v3: no KIP-394 round trip) waits for `a` to rejoin.
+    let mut other = Raw::connect(broker.addr).await;
+    let second = tokio::spawn(async move { other.call(3, &join_request("hb", "", &["range"], &["t"])).await });
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while group_state(&mut raw, "hb").await != "PreparingRebalance" {
+        assert!(tokio::time::Instant::now() < deadline, "the second join never arrived");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    for version in 0..=4 {
+        assert_eq!(
+            heartbeat_code(&mut raw, version, "hb", &a, None, old).await,
+            REBALANCE_IN_PROGRESS,
+            "Heartbeat v{version}: rejoin"
+        );
+        assert_eq!(
+            heartbeat_code(&mut raw, version, "hb", &a, None, old - 1).await,
+            ILLEGAL_GENERATION,
+            "Heartbeat v{version}: a stale generation, whatever the state"
+        );
+        assert_eq!(
+            heartbeat_code(&mut raw, version, "hb", "stranger", None, old - 1).await,
+            UNKNOWN_MEMBER_ID,
+            "Heartbeat v{version}: the member before the generation"
+        );
+        if version >= 3 {
+            assert_eq!(
+                heartbeat_code(&mut raw, version, "hb", &a, Some("nope"), old).await,
+                UNKNOWN_MEMBER_ID,
+                "Heartbeat v{version}: an instance id the group does not know"
+            );
+        }
+    }
+    for version in 0..=5 {
+        assert_eq!(
+            sync_code(&mut raw, version, "hb", &a, None, old).await,
+            REBALANCE_IN_PROGRESS,
+            "SyncGroup v{version}"
+        );
+        assert_eq!(
+            sync_code(&mut raw, version, "hb", &a, None, old + 1).await,
+            ILLEGAL_GENERATION,
+            "SyncGroup v{version}"
+        );
+        assert_eq!(
+            sync_code(&mut raw, version, "hb", "stranger", None, old + 1).await,
+            UNKNOWN_MEMBER_ID,
+            "SyncGroup v{version}: the member before the generation"
+        );
+        if version >= 3 {
+            assert_eq!(
+                sync_code(&mut raw, version, "hb", &a, Some("nope"), old).await,
+                UNKNOWN_MEMBER_ID,
+                "SyncGroup v{version}: an instance id the group does not know"
+            );
+        }
+    }
+    // v5: the generation before the protocol, the protocol before the state; a request
+    // without protocol type or name is refused before anything else.
+    let mismatched = sync_request(5, "hb", &a, None, old).with_protocol_name(Some(s("roundrobin")));
+    assert_eq!(raw.call(5, &mismatched).await.error_code, INCONSISTENT_GROUP_PROTOCOL);
+    let mismatched = mismatched.with_generation_id(old + 1);
+    assert_eq!(raw.call(5, &mismatched).await.error_code, ILLEGAL_GENERATION);
+    let mismatched = mismatched.with_member_id(s("stranger"));
+    assert_eq!(raw.call(5, &mismatched).await.error_code, UNKNOWN_MEMBER_ID);
+    let bare = sync_request(5, "hb", &a, None, old).with_protocol_type(None);
+    assert_eq!(raw.call(5, &bare).await.error_code, INCONSISTENT_GROUP_PROTOCOL);
+    let bare = sync_request(5, "no-such-group", "x", None, 1).with_protocol_name(None);
+    assert_eq!(raw.call(5, &bare).await.error_code, INCONSISTENT_GROUP_PROTOCOL);
+
+    // `a` rejoins: the join phase completes for both, the group waits for the leader's sync.
+    let joined = raw.call(9, &join_request("hb", &a, &["range"], &["t"])).await;
+    let b = second.await.unwrap();
+    assert_eq!((joined.error_code, b.error_code), (0, 0));
+    let new = joined.generation_id;
+    assert_eq!(
+        (new, b.generation_id, joined.leader.as_str()),
+        (old + 1, new, a.as_str())
+    );
+    let b = b.member_id.to_string();
+    assert_eq!(group_state(&mut raw, "hb").await, "CompletingRebalance");
+    for version in 0..=4 {
+        assert_eq!(
+            heartbeat_code(&mut raw, version, "hb", &b, None, new).await,
+            0,
+            "Heartbeat v{version}: a member between its join and its sync"
+        );
+        assert_eq!(
+            heartbeat_code(&mut raw, version, "hb", &a, None, old).await,
+            ILLEGAL_GENERATION,
+            "Heartbeat v{version}"
+        );
+    }
+    for version in 0..=5 {
+        assert_eq!(
+            sync_code(&mut raw, version, "hb", &a, None, old).await,
+            ILLEGAL_GENERATION,
+            "SyncGroup v{version}"
+        );
+        assert_eq!(
+            sync_code(&mut raw, version, "hb", "stranger", None, new).await,
+            UNKNOWN_MEMBER_ID,
+            "SyncGroup v{version}"
+        );
+    }
+    let leader_sync = sync_request(5, "hb", &a, None, new).with_assignments(vec![
+        SyncGroupRequestAssignment::default()
+            .with_member_id(s(&a))
+            .with_assignment(Bytes::from_static(b"A")),
+        SyncGroupRequestAssignment::default()
+            .with_member_id(s(&b))
+            .with_assignment(Bytes::from_static(b"B")),
+    ]);
+    assert_eq!(raw.call(5, &leader_sync).await.assignment.as_ref(), b"A");
+    assert_eq!(
+        raw.call(3, &sync_request(3, "hb", &b, None, new))
+            .await
+            .assignment
+            .as_ref(),
+        b"B",
+        "Stable: a follower's late sync gets its assignment"
+    );
+
+    // Both leave: an Empty group knows no member, whatever the request says.
+    let leave = LeaveGroupRequest::default().with_group_id(gid("hb")).with_members(vec![
+        MemberIdentity::default().with_member_id(s(&a)),
+        MemberIdentity::default().with_member_id(s(&b)),
+    ]);
+    assert_eq!(raw.call(3, &leave).await.error_code, 0);
+    for version in 0..=4 {
+        assert_eq!(
+            heartbeat_code(&mut raw, version, "hb", &a, None, new).await,
+            UNKNOWN_MEMBER_ID,
+            "Heartbeat v{version}: Empty"
+        );
+        assert_eq!(
+            heartbeat_code(&mut raw, version, "nowhere", &a, None, new).await,
+            UNKNOWN_MEMBER_ID,
+            "Heartbeat v{version}: no such group"
+        );
+    }
+    for version in 0..=5 {
+        assert_eq!(
+            sync_code(&mut raw, version, "hb", &a, None, new + 7).await,
+            UNKNOWN_MEMBER_ID,
+            "SyncGroup v{version}: Empty"
+        );
+        assert_eq!(
+            sync_code(&mut raw, version, "nowhere", &a, None, new).await,
+            UNKNOWN_MEMBER_ID,
+            "SyncGroup v{version}: no such group"
+        );
+    }
+
+    // Static members: the instance id before the member id and the generation.
+    let (id, generation) = join_static(&mut raw, "static-hb", "inst").await;
+    for version in 3..=4 {
+        assert_eq!(
+            heartbeat_code(&mut raw, version, "static-hb", "stranger", Some("inst"), generation + 5).await,
+            FENCED_INSTANCE_ID,
+            "Heartbeat v{version}"
+        );
+        assert_eq!(
+            heartbeat_code(&mut raw, version, "static-hb", &id, Some("inst"), generation).await,
+            0,
+            "Heartbeat v{version}"
+        );
+    }
+    for version in 3..=5 {
+        assert_eq!(
+            sync_code(&mut raw, version, "static-hb", "stranger", Some("inst"), generation + 5).await,
+            FENCED_INSTANCE_ID,
+            "SyncGroup v{version}"
+        );
+    }
+    broker.handle.shutdown().await;
+}
+
+mod txn {
+    //! A transactional producer's TxnOffsetCommit, by raw frames.
+    use super::*;
+    use kafka_protocol::messages::txn_offset_commit_request::{
+        TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+    };
+
+    /// A producer of `id` with an open transaction that holds the offsets partitions of
+    /// `groups` (AddOffsetsToTxn; TxnOffsetCommit v5 would add them itself).
+    pub async fn begin(raw: &mut Raw, id: &str, groups: &[&str]) -> (i64, i16) {
+        let init = InitProducerIdRequest::default()
+            .with_transactional_id(Some(TransactionalId(s(id))))
+            .with_transaction_timeout_ms(60_000);
+        let resp = raw.call(4, &init).await;
+        assert_eq!(resp.error_code, 0, "InitProducerId");
+        let (pid, epoch) = (resp.producer_id.0, resp.producer_epoch);
+        for group in groups {
+            let add = AddOffsetsToTxnRequest::default()
+                .with_transactional_id(TransactionalId(s(id)))
+                .with_producer_id(ProducerId(pid))
+                .with_producer_epoch(epoch)
+                .with_group_id(gid(group));
+            assert_eq!(raw.call(3, &add).await.error_code, 0, "AddOffsetsToTxn {group}");
+        }
+        (pid, epoch)
+    }
+
+    /// TxnOffsetCommit of t-0 at `version`; member, generation and instance id from v3.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn commit_code(
+        raw: &mut Raw,
+        version: i16,
+        producer: (&str, i64, i16),
+        group: &str,
+        member: &str,
+        instance: Option<&str>,
+        generation: i32,
+    ) -> i16 {
+        let (id, pid, epoch) = producer;
+        let mut req = TxnOffsetCommitRequest::default()
+            .with_transactional_id(TransactionalId(s(id)))
+            .with_group_id(gid(group))
+            .with_producer_id(ProducerId(pid))
+            .with_producer_epoch(epoch)
+            .with_topics(vec![
+                TxnOffsetCommitRequestTopic::default()
+                    .with_name(topic("t"))
+                    .with_partitions(vec![
+                        TxnOffsetCommitRequestPartition::default()
+                            .with_partition_index(0)
+                            .with_committed_offset(1)
+                            .with_committed_leader_epoch(-1),
+                    ]),
+            ]);
+        if version >= 3 {
+            req.member_id = s(member);
+            req.group_instance_id = instance.map(s);
+            req.generation_id = generation;
+        }
+        raw.call(version, &req).await.topics[0].partitions[0].error_code
+    }
+
+    pub async fn abort(raw: &mut Raw, producer: (&str, i64, i16)) {
+        let (id, pid, epoch) = producer;
+        let end = EndTxnRequest::default()
+            .with_transactional_id(TransactionalId(s(id)))
+            .with_producer_id(ProducerId(pid))
+            .with_producer_epoch(epoch)
+            .with_committed(false);
+        assert_eq!(raw.call(3, &end).await.error_code, 0, "EndTxn");
+    }
+}
+
+#[tokio::test]
+async fn txn_offset_commit_checks_the_member_and_generation_but_not_the_rebalance_state() {
+    // OffsetMetadataManager.validateTransactionalOffsetCommit and ClassicGroup
+    // .validateOffsetCommit with isTransactional (Kafka 4): v3+ name a member (KIP-447), which
+    // is checked with its generation; the rebalance state is not.
+    let broker = TestBroker::start(BROKER).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    create_topic_t(&mut raw).await;
+    let (a, old) = join_alone(&mut raw, "txg", 9, &["t"]).await;
+    let new = rejoin(&mut raw, "txg", &a).await;
+    let (s_id, s_generation) = join_static(&mut raw, "txg-static", "inst").await;
+    for version in 0..=5 {
+        let id = format!("tx-v{version}");
+        let missing = format!("txg-missing-v{version}");
+        let (pid, epoch) = txn::begin(&mut raw, &id, &["txg", "txg-static", &missing]).await;
+        let producer = (id.as_str(), pid, epoch);
+        assert_eq!(
+            txn::commit_code(&mut raw, version, producer, "txg", "", None, -1).await,
+            0,
+            "v{version}: naming no member is accepted even with members and mid-rebalance"
+        );
+        if version >= 3 {
+            assert_eq!(
+                txn::commit_code(&mut raw, version, producer, "txg", &a, None, old).await,
+                ILLEGAL_GENERATION,
+                "v{version}: the old generation during the member's own rejoin"
+            );
+            assert_eq!(
+                txn::commit_code(&mut raw, version, producer, "txg", &a, None, new).await,
+                0,
+                "v{version}: CompletingRebalance does not matter to a transaction"
+            );
+            assert_eq!(
+                txn::commit_code(&mut raw, version, producer, "txg", "stranger", None, new).await,
+                UNKNOWN_MEMBER_ID,
+                "v{version}"
+            );
+            assert_eq!(
+                txn::commit_code(&mut raw, version, producer, "txg-static", "stranger", Some("inst"), 99).await,
+                FENCED_INSTANCE_ID,
+                "v{version}"
+            );
+            assert_eq!(
+                txn::commit_code(
+                    &mut raw,
+                    version,
+                    producer,
+                    "txg-static",
+                    &s_id,
+                    Some("other"),
+                    s_generation
+                )
+                .await,
+                UNKNOWN_MEMBER_ID,
+                "v{version}: an instance id the group does not know"
+            );
+            assert_eq!(
+                txn::commit_code(
+                    &mut raw,
+                    version,
+                    producer,
+                    "txg-static",
+                    &s_id,
+                    Some("inst"),
+                    s_generation
+                )
+                .await,
+                0,
+                "v{version}"
+            );
+            assert_eq!(
+                txn::commit_code(&mut raw, version, producer, &missing, "x", None, 3).await,
+                ILLEGAL_GENERATION,
+                "v{version}: a generation for a group that does not exist"
+            );
+        }
+        assert_eq!(
+            txn::commit_code(&mut raw, version, producer, &missing, "", None, -1).await,
+            0,
+            "v{version}: creates the group"
+        );
+        txn::abort(&mut raw, producer).await;
+    }
+    broker.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_consumer_group_checks_the_member_then_the_version_then_the_epoch() {
+    // ConsumerGroup.validateOffsetCommit (Kafka 4, KIP-848): a member of the consumer protocol
+    // must commit with OffsetCommit v9; a wrong epoch is STALE_MEMBER_EPOCH there and
+    // ILLEGAL_GENERATION in TxnOffsetCommit, which has no such code.
+    use kafka_protocol::messages::ConsumerGroupHeartbeatRequest;
+    let broker = TestBroker::start(BROKER).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    create_topic_t(&mut raw).await;
+    let beat = |epoch: i32| {
+        let mut req = ConsumerGroupHeartbeatRequest::default()
+            .with_group_id(gid("kc"))
+            .with_member_id(s("m1"))
+            .with_member_epoch(epoch)
+            .with_rebalance_timeout_ms(30_000);
+        if epoch == 0 {
+            req.subscribed_topic_names = Some(vec![topic("t")]);
+            req.topic_partitions = Some(vec![]);
+        }
+        req
+    };
+    let joined = raw.call(1, &beat(0)).await;
+    assert_eq!((joined.error_code, joined.member_epoch), (0, 1));
+    for version in 2..=8 {
+        assert_eq!(
+            commit_code(&mut raw, version, "kc", "m1", None, 1).await,
+            UNSUPPORTED_VERSION,
+            "OffsetCommit v{version}"
+        );
+        assert_eq!(
+            commit_code(&mut raw, version, "kc", "ghost", None, 1).await,
+            UNKNOWN_MEMBER_ID,
+            "OffsetCommit v{version}: the member before the version"
+        );
+        assert_eq!(
+            commit_code(&mut raw, version, "kc", "", None, -1).await,
+            UNKNOWN_MEMBER_ID,
+            "OffsetCommit v{version}: no member named while the group has one"
+        );
+    }
+    for epoch in [0, 2] {
+        assert_eq!(
+            commit_code(&mut raw, 9, "kc", "m1", None, epoch).await,
+            STALE_MEMBER_EPOCH,
+            "epoch {epoch}"
+        );
+    }
+    assert_eq!(commit_code(&mut raw, 9, "kc", "m1", None, 1).await, 0);
+    for version in 0..=5 {
+        let id = format!("kc-tx-v{version}");
+        let (pid, epoch) = txn::begin(&mut raw, &id, &["kc"]).await;
+        let producer = (id.as_str(), pid, epoch);
+        assert_eq!(
+            txn::commit_code(&mut raw, version, producer, "kc", "", None, -1).await,
+            0,
+            "TxnOffsetCommit v{version}: naming no member"
+        );
+        if version >= 3 {
+            for stale in [0, 2] {
+                assert_eq!(
+                    txn::commit_code(&mut raw, version, producer, "kc", "m1", None, stale).await,
+                    ILLEGAL_GENERATION,
+                    "TxnOffsetCommit v{version}: epoch {stale}"
+                );
+            }
+            assert_eq!(
+                txn::commit_code(&mut raw, version, producer, "kc", "ghost", None, 1).await,
+                UNKNOWN_MEMBER_ID,
+                "TxnOffsetCommit v{version}"
+            );
+            assert_eq!(
+                txn::commit_code(&mut raw, version, producer, "kc", "m1", None, 1).await,
+                0,
+                "TxnOffsetCommit v{version}"
+            );
+        }
+        txn::abort(&mut raw, producer).await;
+    }
+    // Once the group has no members, a commit without epoch goes through whatever it names.
+    let left = raw.call(1, &beat(-1)).await;
+    assert_eq!(left.error_code, 0);
+    assert_eq!(commit_code(&mut raw, 9, "kc", "m1", None, -1).await, 0);
     broker.handle.shutdown().await;
 }

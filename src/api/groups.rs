@@ -5,7 +5,8 @@
 //! JoinGroup (key 11): v0 baseline (rebalance timeout = session timeout) · v1 rebalance timeout
 //! · v2-v3 same · v4 MEMBER_ID_REQUIRED round trip (KIP-394) · v5 group.instance.id (KIP-345) ·
 //! v6 flexible · v7 protocol type and name in answers · v8 reason · v9 skip_assignment (KIP-814).
-//! SyncGroup (key 14): v0 baseline · v3 instance id · v4 flexible · v5 protocol type and name.
+//! SyncGroup (key 14): v0 baseline · v3 instance id · v4 flexible · v5 protocol type and name
+//! (mandatory: INCONSISTENT_GROUP_PROTOCOL without them).
 //! Heartbeat (key 12): v0 baseline · v3 instance id · v4 flexible.
 //! LeaveGroup (key 13): v0 baseline · v3 batched members with instance ids · v4 flexible ·
 //! v5 reason.
@@ -171,6 +172,11 @@ pub async fn join_group(ctx: &Ctx, caller: &Caller, req: JoinGroupRequest, versi
 }
 
 pub async fn sync_group(ctx: &Ctx, req: SyncGroupRequest, version: i16) -> SyncGroupResponse {
+    // KIP-559: from v5 both are mandatory; Kafka's `KafkaApis.handleSyncGroupRequest` refuses a
+    // request without them before looking at the group.
+    if version >= 5 && (req.protocol_type.is_none() || req.protocol_name.is_none()) {
+        return SyncGroupResponse::default().with_error_code(ResponseError::InconsistentGroupProtocol.code());
+    }
     let instance_id = if version >= 3 {
         opt(req.group_instance_id.as_ref())
     } else {

@@ -2,7 +2,9 @@
 //! OffsetCommit (key 8): v2 baseline here (retention_time_ms accepted and ignored: retention is
 //! the broker's `offsets.retention.minutes`, as in Kafka since KIP-211) · v3 throttle · v5 drops
 //! retention time · v6 committed leader epoch · v7 instance id · v8 flexible · v9 member epoch
-//! field (classic groups: the generation). Not served: v10 (topic ids).
+//! field (classic groups: the generation), GROUP_ID_NOT_FOUND for a group that does not exist
+//! (ILLEGAL_GENERATION before), and the only version a KIP-848 member may commit with (older
+//! ones: UNSUPPORTED_VERSION). Not served: v10 (topic ids).
 //! OffsetFetch (key 9): v1 baseline · v2 all topics (null list), top-level error · v3 throttle ·
 //! v5 leader epoch · v6 flexible · v7 require_stable (a partition with an offset pending in an
 //! open transaction answers UNSTABLE_OFFSET_COMMIT, KIP-447) · v8 batched groups · v9 member id
@@ -55,6 +57,7 @@ pub async fn offset_commit(ctx: &Ctx, req: OffsetCommitRequest, version: i16) ->
             instance_id.as_deref(),
             req.generation_id_or_member_epoch,
             wanted,
+            version,
         )
         .await;
     let mut codes = codes.into_iter();

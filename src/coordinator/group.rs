@@ -657,18 +657,67 @@ impl Group {
         }
     }
 
-    /// Checks a member's identity for sync, heartbeat and commit (Kafka's validateMember).
+    /// Checks a member's identity for sync, heartbeat, leave and commit (Kafka's
+    /// `ClassicGroup.validateMember`): an instance id must be the group's and name this member
+    /// (an instance id the group does not know is UNKNOWN_MEMBER_ID, one held by another
+    /// member FENCED_INSTANCE_ID), then the member id must be in the group.
     fn validate_member(&self, member_id: &str, instance_id: Option<&str>) -> Result<(), ResponseError> {
-        if let Some(instance) = instance_id
-            && let Some(current) = self.static_members.get(instance)
-            && current != member_id
-        {
-            return Err(ResponseError::FencedInstanceId);
+        if let Some(instance) = instance_id {
+            match self.static_members.get(instance) {
+                None => return Err(ResponseError::UnknownMemberId),
+                Some(current) if current != member_id => return Err(ResponseError::FencedInstanceId),
+                Some(_) => {}
+            }
         }
         if !self.members.contains_key(member_id) {
             return Err(ResponseError::UnknownMemberId);
         }
         Ok(())
+    }
+
+    /// SyncGroup's checks, in the order of Kafka's `GroupMetadataManager.classicGroupSync` and
+    /// `validateSyncGroup`: an Empty group knows no member, a Dead one sends the member to find
+    /// the coordinator again; then the member, its generation, and last the protocol type and
+    /// name (v5+), which only disagree when both the request and the group have one.
+    pub fn validate_sync(
+        &self,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+        protocol_type: Option<&str>,
+        protocol: Option<&str>,
+    ) -> Result<(), ResponseError> {
+        match self.state {
+            GroupState::Empty => return Err(ResponseError::UnknownMemberId),
+            GroupState::Dead => return Err(ResponseError::CoordinatorNotAvailable),
+            _ => {}
+        }
+        self.validate_member(member_id, instance_id)?;
+        if generation != self.generation {
+            return Err(ResponseError::IllegalGeneration);
+        }
+        let differs = |asked: Option<&str>, ours: Option<&str>| asked.zip(ours).is_some_and(|(a, o)| a != o);
+        if differs(protocol_type, self.protocol_type.as_deref()) || differs(protocol, self.protocol.as_deref()) {
+            return Err(ResponseError::InconsistentGroupProtocol);
+        }
+        Ok(())
+    }
+
+    /// True when this SyncGroup passes the checks and is the leader's of the generation being
+    /// completed: the one whose assignment would be stored.
+    pub fn sync_completes(
+        &self,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+        protocol_type: Option<&str>,
+        protocol: Option<&str>,
+    ) -> bool {
+        self.state == GroupState::CompletingRebalance
+            && self.leader.as_deref() == Some(member_id)
+            && self
+                .validate_sync(member_id, instance_id, generation, protocol_type, protocol)
+                .is_ok()
     }
 
     /// SyncGroup. The leader's call completes the rebalance for everyone.
@@ -684,18 +733,8 @@ impl Group {
         now: Instant,
         reply: SyncReply,
     ) -> bool {
-        if let Err(e) = self.validate_member(member_id, instance_id) {
+        if let Err(e) = self.validate_sync(member_id, instance_id, generation, protocol_type, protocol) {
             let _ = reply.send(SyncResult::error(e));
-            return false;
-        }
-        if generation != self.generation {
-            let _ = reply.send(SyncResult::error(ResponseError::IllegalGeneration));
-            return false;
-        }
-        if protocol_type.is_some_and(|t| Some(t) != self.protocol_type.as_deref())
-            || protocol.is_some_and(|p| Some(p) != self.protocol.as_deref())
-        {
-            let _ = reply.send(SyncResult::error(ResponseError::InconsistentGroupProtocol));
             return false;
         }
         if let Some(m) = self.members.get_mut(member_id) {
@@ -732,8 +771,13 @@ impl Group {
                 }
                 true
             }
-            GroupState::Empty | GroupState::Dead => {
+            // validate_sync answered these.
+            GroupState::Empty => {
                 let _ = reply.send(SyncResult::error(ResponseError::UnknownMemberId));
+                false
+            }
+            GroupState::Dead => {
+                let _ = reply.send(SyncResult::error(ResponseError::CoordinatorNotAvailable));
                 false
             }
         }
@@ -776,10 +820,14 @@ impl Group {
         }
     }
 
-    /// Heartbeat: keeps the session alive and tells the member when to rejoin.
+    /// Heartbeat: keeps the session alive and tells the member when to rejoin. The checks go in
+    /// the order of Kafka's `GroupMetadataManager.classicGroupHeartbeatToClassicGroup`: a Dead
+    /// group, the member, its generation, then the state; so a member of an old generation
+    /// learns ILLEGAL_GENERATION even while a rebalance is under way. A member that has its
+    /// JoinGroup answer may heartbeat in CompletingRebalance, before its SyncGroup.
     pub fn heartbeat(&mut self, member_id: &str, instance_id: Option<&str>, generation: i32, now: Instant) -> i16 {
-        if matches!(self.state, GroupState::Empty | GroupState::Dead) {
-            return ResponseError::UnknownMemberId.code();
+        if self.state == GroupState::Dead {
+            return ResponseError::CoordinatorNotAvailable.code();
         }
         if let Err(e) = self.validate_member(member_id, instance_id) {
             return e.code();
@@ -787,12 +835,29 @@ impl Group {
         if generation != self.generation {
             return ResponseError::IllegalGeneration.code();
         }
-        if let Some(m) = self.members.get_mut(member_id) {
-            m.session_deadline = now + m.session_timeout;
+        // Known member, so the group is not Empty; Kafka still answers that state so.
+        if self.state == GroupState::Empty {
+            return ResponseError::UnknownMemberId.code();
         }
+        self.keep_session(member_id, now);
         match self.state {
             GroupState::PreparingRebalance => ResponseError::RebalanceInProgress.code(),
             _ => 0,
+        }
+    }
+
+    fn keep_session(&mut self, member_id: &str, now: Instant) {
+        if let Some(m) = self.members.get_mut(member_id) {
+            m.session_deadline = now + m.session_timeout;
+        }
+    }
+
+    /// An accepted OffsetCommit counts as a heartbeat while the group is Stable or
+    /// PreparingRebalance (Kafka's `OffsetMetadataManager.commitOffset`); TxnOffsetCommit does
+    /// not.
+    pub fn commit_keeps_session(&mut self, member_id: &str, now: Instant) {
+        if matches!(self.state, GroupState::Stable | GroupState::PreparingRebalance) {
+            self.keep_session(member_id, now);
         }
     }
 
@@ -885,29 +950,41 @@ impl Group {
         self.state = GroupState::Dead;
     }
 
-    /// Checks a commit's generation and member (Kafka's `GroupCoordinator.doCommitOffsets`).
+    /// Checks an OffsetCommit (or, `transactional`, a TxnOffsetCommit) in the order of Kafka's
+    /// `ClassicGroup.validateOffsetCommit` (4.x; the API version plays no part): a Dead group;
+    /// a commit without generation (-1) to an Empty group, accepted whatever member id it
+    /// names; then the member and its generation whenever the commit names either; only last
+    /// the rebalance state. So a member that commits with its old generation while its own
+    /// rejoin is under way learns ILLEGAL_GENERATION (its offsets belong to a generation that
+    /// is gone), not REBALANCE_IN_PROGRESS (the same commit will do after the rebalance):
+    /// clients act differently on the two. TxnOffsetCommit v0-2 carry no member at all, so a
+    /// transactional commit naming none is accepted, and transactions ignore the state.
     pub fn validate_commit(
         &self,
         member_id: &str,
         instance_id: Option<&str>,
         generation: i32,
+        transactional: bool,
     ) -> Result<(), ResponseError> {
-        match self.state {
-            GroupState::Dead => return Err(ResponseError::CoordinatorNotAvailable),
-            // Standalone consumers (no group membership) commit with generation -1.
-            GroupState::Empty if generation < 0 => return Ok(()),
-            GroupState::CompletingRebalance => {
-                self.validate_member(member_id, instance_id)?;
-                return Err(ResponseError::RebalanceInProgress);
-            }
-            _ => {}
+        if self.state == GroupState::Dead {
+            return Err(ResponseError::CoordinatorNotAvailable);
         }
-        if generation < 0 && member_id.is_empty() && self.members.is_empty() {
+        // The admin client or a consumer that assigns itself partitions (no group membership).
+        if generation < 0 && self.state == GroupState::Empty {
             return Ok(());
         }
-        self.validate_member(member_id, instance_id)?;
-        if generation != self.generation {
-            return Err(ResponseError::IllegalGeneration);
+        if generation >= 0 || !member_id.is_empty() || instance_id.is_some() {
+            self.validate_member(member_id, instance_id)?;
+            if generation != self.generation {
+                return Err(ResponseError::IllegalGeneration);
+            }
+        } else if !transactional {
+            // Naming no member, a plain commit is only for a group without members.
+            return Err(ResponseError::UnknownMemberId);
+        }
+        // The member has its JoinGroup answer for this generation but not yet its assignment.
+        if !transactional && self.state == GroupState::CompletingRebalance {
+            return Err(ResponseError::RebalanceInProgress);
         }
         Ok(())
     }
@@ -1148,7 +1225,7 @@ mod tests {
             "still a consumer group, not a simple one"
         );
         assert!(
-            g.validate_commit("", None, -1).is_ok(),
+            g.validate_commit("", None, -1, false).is_ok(),
             "standalone commits on an empty group"
         );
         assert_eq!(g.leave(&a, None, &limits(), now), ResponseError::UnknownMemberId.code());
@@ -1160,12 +1237,225 @@ mod tests {
         let mut g = Group::new("g", now);
         let (a, mut ra) = join_new(&mut g, &["range"], now);
         ra.try_recv().unwrap();
-        assert_eq!(g.validate_commit(&a, None, 1), Err(ResponseError::RebalanceInProgress));
+        assert_eq!(
+            g.validate_commit(&a, None, 1, false),
+            Err(ResponseError::RebalanceInProgress)
+        );
         sync(&mut g, &a, 1, vec![], now);
-        assert_eq!(g.validate_commit(&a, None, 1), Ok(()));
-        assert_eq!(g.validate_commit(&a, None, 0), Err(ResponseError::IllegalGeneration));
-        assert_eq!(g.validate_commit("x", None, 1), Err(ResponseError::UnknownMemberId));
-        assert_eq!(g.validate_commit("", None, -1), Err(ResponseError::UnknownMemberId));
+        assert_eq!(g.validate_commit(&a, None, 1, false), Ok(()));
+        assert_eq!(
+            g.validate_commit(&a, None, 0, false),
+            Err(ResponseError::IllegalGeneration)
+        );
+        assert_eq!(
+            g.validate_commit("x", None, 1, false),
+            Err(ResponseError::UnknownMemberId)
+        );
+        assert_eq!(
+            g.validate_commit("", None, -1, false),
+            Err(ResponseError::UnknownMemberId)
+        );
+    }
+
+    /// A single member, Stable at generation 1, that rejoined: generation 2, CompletingRebalance.
+    fn rejoined_alone(now: Instant) -> (Group, String) {
+        let mut g = Group::new("g", now);
+        let (a, mut ra) = join_new(&mut g, &["range"], now);
+        ra.try_recv().unwrap();
+        sync(&mut g, &a, 1, vec![], now);
+        let mut ra = join(&mut g, join_req(&a, &["range"]), now);
+        assert_eq!(
+            ra.try_recv().unwrap().generation,
+            2,
+            "the leader's rejoin rebalances at once"
+        );
+        assert_eq!(g.state, GroupState::CompletingRebalance);
+        (g, a)
+    }
+
+    #[test]
+    fn a_commit_of_the_old_generation_during_the_members_own_rejoin_is_illegal_generation() {
+        // Kafka's ClassicGroup.validateOffsetCommit: member and generation before the state.
+        let (g, a) = rejoined_alone(Instant::now());
+        assert_eq!(
+            g.validate_commit(&a, None, 1, false),
+            Err(ResponseError::IllegalGeneration)
+        );
+        assert_eq!(
+            g.validate_commit(&a, None, 2, false),
+            Err(ResponseError::RebalanceInProgress),
+            "the new generation, not yet synced"
+        );
+        assert_eq!(
+            g.validate_commit("x", None, 1, false),
+            Err(ResponseError::UnknownMemberId)
+        );
+        assert_eq!(
+            g.validate_commit("", None, -1, false),
+            Err(ResponseError::UnknownMemberId),
+            "no member named, and the group has one"
+        );
+        // Transactional commits (TxnOffsetCommit) check the member but not the state, and
+        // accept a commit naming no member (v0-2 cannot name one).
+        assert_eq!(g.validate_commit(&a, None, 2, true), Ok(()));
+        assert_eq!(
+            g.validate_commit(&a, None, 1, true),
+            Err(ResponseError::IllegalGeneration)
+        );
+        assert_eq!(
+            g.validate_commit("x", None, 2, true),
+            Err(ResponseError::UnknownMemberId)
+        );
+        assert_eq!(g.validate_commit("", None, -1, true), Ok(()));
+        assert_eq!(
+            g.validate_commit("", None, 2, true),
+            Err(ResponseError::UnknownMemberId),
+            "a generation names a member"
+        );
+    }
+
+    #[test]
+    fn commits_check_the_instance_id_first_then_the_member_then_the_generation() {
+        // Kafka's ClassicGroup.validateMember (KIP-345).
+        let now = Instant::now();
+        let mut g = Group::new("g", now);
+        let mut req = join_req("", &["range"]);
+        req.instance_id = Some("i-1".into());
+        let mut r = join(&mut g, req, now);
+        let id = r.try_recv().unwrap().member_id;
+        sync(&mut g, &id, 1, vec![], now);
+        for transactional in [false, true] {
+            assert_eq!(
+                g.validate_commit("other", Some("i-1"), 7, transactional),
+                Err(ResponseError::FencedInstanceId)
+            );
+            assert_eq!(
+                g.validate_commit(&id, Some("i-2"), 7, transactional),
+                Err(ResponseError::UnknownMemberId),
+                "an instance id the group does not know"
+            );
+            assert_eq!(
+                g.validate_commit(&id, Some("i-1"), 7, transactional),
+                Err(ResponseError::IllegalGeneration)
+            );
+            assert_eq!(g.validate_commit(&id, Some("i-1"), 1, transactional), Ok(()));
+            assert_eq!(g.validate_commit(&id, None, 1, transactional), Ok(()));
+        }
+    }
+
+    #[test]
+    fn an_empty_group_takes_commits_without_generation_and_a_dead_one_none() {
+        let now = Instant::now();
+        let mut g = Group::new("g", now);
+        for transactional in [false, true] {
+            assert_eq!(
+                g.validate_commit("ghost", None, -1, transactional),
+                Ok(()),
+                "generation -1 on an Empty group, whatever the member id"
+            );
+            assert_eq!(
+                g.validate_commit("ghost", None, 0, transactional),
+                Err(ResponseError::UnknownMemberId)
+            );
+        }
+        g.kill();
+        for transactional in [false, true] {
+            assert_eq!(
+                g.validate_commit("", None, -1, transactional),
+                Err(ResponseError::CoordinatorNotAvailable)
+            );
+        }
+        assert_eq!(
+            g.heartbeat("", None, 0, now),
+            ResponseError::CoordinatorNotAvailable.code()
+        );
+        let mut s = sync(&mut g, "", 0, vec![], now);
+        assert_eq!(
+            s.try_recv().unwrap().error,
+            ResponseError::CoordinatorNotAvailable.code()
+        );
+    }
+
+    #[test]
+    fn heartbeats_check_the_member_and_generation_before_the_state() {
+        // Kafka's GroupMetadataManager.classicGroupHeartbeatToClassicGroup.
+        let now = Instant::now();
+        let mut g = Group::new("g", now);
+        let (a, mut ra) = join_new(&mut g, &["range"], now);
+        ra.try_recv().unwrap();
+        sync(&mut g, &a, 1, vec![], now);
+        let (_b, _rb) = join_new(&mut g, &["range"], now);
+        assert_eq!(g.state, GroupState::PreparingRebalance, "b waits for a");
+        assert_eq!(g.heartbeat(&a, None, 0, now), ResponseError::IllegalGeneration.code());
+        assert_eq!(g.heartbeat("x", None, 1, now), ResponseError::UnknownMemberId.code());
+        assert_eq!(
+            g.heartbeat(&a, Some("i-1"), 1, now),
+            ResponseError::UnknownMemberId.code(),
+            "an instance id the group does not know"
+        );
+        assert_eq!(g.heartbeat(&a, None, 1, now), ResponseError::RebalanceInProgress.code());
+        let (mut g, a) = rejoined_alone(now);
+        assert_eq!(g.heartbeat(&a, None, 1, now), ResponseError::IllegalGeneration.code());
+        assert_eq!(g.heartbeat(&a, None, 2, now), 0, "CompletingRebalance: before its sync");
+    }
+
+    #[test]
+    fn sync_checks_the_member_then_the_generation_then_the_protocol() {
+        // Kafka's GroupMetadataManager.classicGroupSync and validateSyncGroup.
+        let now = Instant::now();
+        let g = Group::new("g", now);
+        assert_eq!(
+            g.validate_sync("x", None, 9, Some("other"), None),
+            Err(ResponseError::UnknownMemberId),
+            "an Empty group knows no member"
+        );
+        let (mut g, a) = rejoined_alone(now);
+        assert_eq!(
+            g.validate_sync("x", None, 9, Some("other"), None),
+            Err(ResponseError::UnknownMemberId)
+        );
+        assert_eq!(
+            g.validate_sync(&a, None, 1, Some("other"), Some("other")),
+            Err(ResponseError::IllegalGeneration)
+        );
+        assert_eq!(
+            g.validate_sync(&a, None, 2, Some("other"), None),
+            Err(ResponseError::InconsistentGroupProtocol)
+        );
+        assert_eq!(
+            g.validate_sync(&a, None, 2, Some("consumer"), Some("roundrobin")),
+            Err(ResponseError::InconsistentGroupProtocol)
+        );
+        assert_eq!(g.validate_sync(&a, None, 2, Some("consumer"), Some("range")), Ok(()));
+        assert_eq!(g.validate_sync(&a, None, 2, None, None), Ok(()), "v0-4 name neither");
+        assert!(
+            g.sync_completes(&a, None, 2, None, None),
+            "the leader completes the generation"
+        );
+        assert!(!g.sync_completes(&a, None, 1, None, None));
+        let mut s = sync(&mut g, &a, 2, vec![(a.clone(), "A".into())], now);
+        assert_eq!(s.try_recv().unwrap().assignment, Bytes::from_static(b"A"));
+        assert!(
+            !g.sync_completes(&a, None, 2, None, None),
+            "Stable: nothing to complete"
+        );
+    }
+
+    #[test]
+    fn an_accepted_commit_keeps_the_session_alive() {
+        // Kafka's OffsetMetadataManager.commitOffset reschedules the member's heartbeat.
+        let now = Instant::now();
+        let mut g = Group::new("g", now);
+        let (a, mut ra) = join_new(&mut g, &["range"], now);
+        ra.try_recv().unwrap();
+        sync(&mut g, &a, 1, vec![], now);
+        g.commit_keeps_session(&a, now + Duration::from_secs(8));
+        assert!(
+            !g.expire(&limits(), now + Duration::from_secs(11)),
+            "a commit at 8 s kept it"
+        );
+        assert!(g.expire(&limits(), now + Duration::from_secs(19)));
+        assert!(!g.members.contains_key(&a));
     }
 
     #[test]

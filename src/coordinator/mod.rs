@@ -28,7 +28,7 @@ use kafka_protocol::records::Compression;
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
-use crate::cluster::Controller;
+use crate::cluster::{Controller, MetadataImage};
 use crate::config::BrokerConfig;
 use crate::error::Error;
 use crate::log::batch::encode_records;
@@ -140,6 +140,27 @@ impl GroupCoordinator {
             limits,
             consumer_limits,
         }
+    }
+
+    /// The broker's `group.consumer.*` limits with the group's own configs (KIP-848 group
+    /// configs, validated when set) over them.
+    fn consumer_limits_of(&self, group_id: &str, image: &MetadataImage) -> ConsumerLimits {
+        let mut limits = self.consumer_limits;
+        if let Some(configs) = image.group_configs.get(group_id) {
+            let ms = |key: &str| {
+                configs
+                    .get(key)
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .map(Duration::from_millis)
+            };
+            if let Some(d) = ms("consumer.session.timeout.ms") {
+                limits.session_timeout = d;
+            }
+            if let Some(d) = ms("consumer.heartbeat.interval.ms") {
+                limits.heartbeat_interval = d;
+            }
+        }
+        limits
     }
 
     fn map(&self) -> MutexGuard<'_, HashMap<String, Arc<Slot>>> {
@@ -346,7 +367,7 @@ impl GroupCoordinator {
                     &group,
                     snapshot,
                     &topics,
-                    &self.consumer_limits,
+                    &self.consumer_limits_of(&group, &image),
                     now,
                 ));
             }
@@ -528,34 +549,41 @@ impl GroupCoordinator {
         };
         let (tx, rx) = oneshot::channel();
         // The assignment is stored in one `__consumer_offsets` record, which must fit in a
-        // batch; Kafka answers an assignment that does not fit with UNKNOWN_SERVER_ERROR.
+        // batch; Kafka answers an assignment that does not fit with UNKNOWN_SERVER_ERROR. Only
+        // the leader's SyncGroup that passes the checks stores one, so only it can fail so.
         let assignment_bytes: usize = assignments.iter().map(|(m, a)| m.len() + a.len()).sum();
-        if assignment_bytes > self.config.log.max_message_bytes {
-            tracing::warn!(
-                group = group_id,
-                assignment_bytes,
-                "group assignment too large to store"
-            );
-            slot.lock().group.abort_sync(
-                member_id,
-                ResponseError::UnknownServerError,
-                &self.limits,
-                Instant::now(),
-                tx,
-            );
-            self.ensure_timer(&slot);
-            return rx.await.unwrap_or_default();
-        }
-        let completed = slot.lock().group.sync(
-            member_id,
-            instance_id,
-            generation,
-            protocol_type,
-            protocol,
-            assignments,
-            Instant::now(),
-            tx,
-        );
+        let completed = {
+            let mut e = slot.lock();
+            if assignment_bytes > self.config.log.max_message_bytes
+                && e.group
+                    .sync_completes(member_id, instance_id, generation, protocol_type, protocol)
+            {
+                tracing::warn!(
+                    group = group_id,
+                    assignment_bytes,
+                    "group assignment too large to store"
+                );
+                e.group.abort_sync(
+                    member_id,
+                    ResponseError::UnknownServerError,
+                    &self.limits,
+                    Instant::now(),
+                    tx,
+                );
+                false
+            } else {
+                e.group.sync(
+                    member_id,
+                    instance_id,
+                    generation,
+                    protocol_type,
+                    protocol,
+                    assignments,
+                    Instant::now(),
+                    tx,
+                )
+            }
+        };
         if completed {
             self.persist_group(group_id, &slot).await;
         }
@@ -640,8 +668,9 @@ impl GroupCoordinator {
         (codes, records, accepted)
     }
 
-    /// OffsetCommit: checks the member, then makes the offsets durable before answering.
-    /// Returns one code per requested partition, in order.
+    /// OffsetCommit at `version`: checks the member as Kafka's
+    /// `OffsetMetadataManager.validateOffsetCommit` does, then makes the offsets durable before
+    /// answering. Returns one code per requested partition, in order.
     pub async fn commit(
         &self,
         group_id: &str,
@@ -649,6 +678,7 @@ impl GroupCoordinator {
         instance_id: Option<&str>,
         generation: i32,
         offsets: Vec<CommitRequest>,
+        version: i16,
     ) -> Vec<i16> {
         let all = |code: i16| vec![code; offsets.len()];
         if group_id.is_empty() {
@@ -658,16 +688,21 @@ impl GroupCoordinator {
             Some(slot) => slot,
             // Standalone consumers (generation -1) create the group by committing.
             None if generation < 0 => self.slot_or_create(group_id),
+            // From v9 the answer serves both protocols; before, ILLEGAL_GENERATION as always.
+            None if version >= 9 => return all(ResponseError::GroupIdNotFound.code()),
             None => return all(ResponseError::IllegalGeneration.code()),
         };
         {
-            let e = slot.lock();
+            let mut e = slot.lock();
             let valid = match &e.consumer {
-                Some(c) => validate_consumer_commit(c, member_id, generation),
-                None => e.group.validate_commit(member_id, instance_id, generation),
+                Some(c) => validate_consumer_commit(c, member_id, instance_id, generation, false, version),
+                None => e.group.validate_commit(member_id, instance_id, generation, false),
             };
             if let Err(e) = valid {
                 return all(e.code());
+            }
+            if e.consumer.is_none() {
+                e.group.commit_keeps_session(member_id, Instant::now());
             }
         }
         let (mut codes, records, accepted) = self.offset_records(group_id, offsets);
@@ -698,7 +733,8 @@ impl GroupCoordinator {
         codes
     }
 
-    /// TxnOffsetCommit: checks the member as Kafka's `validateTransactionalOffsetCommit` does,
+    /// TxnOffsetCommit: checks the member as Kafka's `validateTransactionalOffsetCommit` does
+    /// (v0-2 name no member: `member_id` "", `generation` -1, no instance id),
     /// then writes the offsets to the group's `__consumer_offsets` partition as a
     /// transactional batch of the producer. They stay pending (invisible to OffsetFetch) until
     /// `complete_txn`. Returns one code per requested partition, in order. The caller has
@@ -731,8 +767,14 @@ impl GroupCoordinator {
         {
             let e = slot.lock();
             let valid = match &e.consumer {
-                Some(c) => validate_consumer_txn_commit(c, member_id, instance_id, generation),
-                None => validate_classic_txn_commit(&e.group, member_id, instance_id, generation),
+                Some(c) => validate_consumer_commit(c, member_id, instance_id, generation, true, 0)
+                    // The TxnOffsetCommit API knows no STALE_MEMBER_EPOCH (Kafka's
+                    // `OffsetMetadataManager.validateTransactionalOffsetCommit`).
+                    .map_err(|e| match e {
+                        ResponseError::StaleMemberEpoch => ResponseError::IllegalGeneration,
+                        other => other,
+                    }),
+                None => e.group.validate_commit(member_id, instance_id, generation, true),
             };
             if let Err(e) = valid {
                 return all(e.code());
@@ -927,7 +969,7 @@ impl GroupCoordinator {
                 e.consumer = Some(ConsumerGroup::new(group_id, Instant::now()));
             }
             match e.consumer.as_mut() {
-                Some(c) => c.heartbeat(req, &topics, &self.consumer_limits, Instant::now()),
+                Some(c) => c.heartbeat(req, &topics, &self.consumer_limits_of(group_id, &image), Instant::now()),
                 None => fail(ResponseError::CoordinatorNotAvailable, "no group".into()),
             }
         };
@@ -1103,78 +1145,32 @@ impl GroupCoordinator {
     }
 }
 
-/// OffsetCommit checks for a KIP-848 group: the member and its current epoch; standalone
-/// commits (no member id, negative epoch) only while the group has no members.
-fn validate_consumer_commit(group: &ConsumerGroup, member_id: &str, epoch: i32) -> Result<(), ResponseError> {
-    if member_id.is_empty() && epoch < 0 {
-        return if group.members.is_empty() {
-            Ok(())
-        } else {
-            Err(ResponseError::UnknownMemberId)
-        };
-    }
-    let member = group.members.get(member_id).ok_or(ResponseError::UnknownMemberId)?;
-    if epoch != member.epoch {
-        return Err(ResponseError::StaleMemberEpoch);
-    }
-    Ok(())
-}
-
-/// TxnOffsetCommit checks for a classic group (Kafka's `ClassicGroup.validateOffsetCommit`
-/// with `isTransactional`): member id, generation and instance id are checked only when one
-/// is given (v3+ send them); no check of the rebalance state.
-fn validate_classic_txn_commit(
-    group: &Group,
-    member_id: &str,
-    instance_id: Option<&str>,
-    generation: i32,
-) -> Result<(), ResponseError> {
-    if group.state == GroupState::Dead {
-        return Err(ResponseError::CoordinatorNotAvailable);
-    }
-    if generation < 0 && group.state == GroupState::Empty {
-        return Ok(());
-    }
-    if generation >= 0 || !member_id.is_empty() || instance_id.is_some() {
-        if let Some(instance) = instance_id
-            && group
-                .members
-                .values()
-                .any(|m| m.instance_id.as_deref() == Some(instance) && m.id != member_id)
-        {
-            return Err(ResponseError::FencedInstanceId);
-        }
-        if !group.members.contains_key(member_id) {
-            return Err(ResponseError::UnknownMemberId);
-        }
-        if generation != group.generation {
-            return Err(ResponseError::IllegalGeneration);
-        }
-    }
-    Ok(())
-}
-
-/// TxnOffsetCommit checks for a KIP-848 group (Kafka's `ConsumerGroup.validateOffsetCommit`
-/// with `isTransactional`; a stale epoch is ILLEGAL_GENERATION, as the TxnOffsetCommit API
-/// knows no STALE_MEMBER_EPOCH).
-fn validate_consumer_txn_commit(
+/// OffsetCommit (or, `transactional`, TxnOffsetCommit) checks for a KIP-848 group, in the
+/// order of Kafka's `ConsumerGroup.validateOffsetCommit` (4.x): a commit without epoch while the
+/// group has no members; a transactional commit naming nobody (TxnOffsetCommit v0-2); then the
+/// member, the API version, the epoch. Every member here speaks the consumer protocol (classic
+/// members cannot join a consumer group), so a plain commit needs OffsetCommit v9 and a wrong
+/// epoch is STALE_MEMBER_EPOCH, never the ILLEGAL_GENERATION of a classic member.
+fn validate_consumer_commit(
     group: &ConsumerGroup,
     member_id: &str,
     instance_id: Option<&str>,
     epoch: i32,
+    transactional: bool,
+    version: i16,
 ) -> Result<(), ResponseError> {
     if epoch < 0 && group.members.is_empty() {
         return Ok(());
     }
-    if epoch == -1 && member_id.is_empty() && instance_id.is_none() {
+    if transactional && epoch == -1 && member_id.is_empty() && instance_id.is_none() {
         return Ok(());
     }
     let member = group.members.get(member_id).ok_or(ResponseError::UnknownMemberId)?;
-    if epoch > member.epoch {
-        return Err(ResponseError::FencedMemberEpoch);
+    if !transactional && version < 9 {
+        return Err(ResponseError::UnsupportedVersion);
     }
-    if epoch < member.epoch {
-        return Err(ResponseError::IllegalGeneration);
+    if epoch != member.epoch {
+        return Err(ResponseError::StaleMemberEpoch);
     }
     Ok(())
 }
@@ -1236,7 +1232,7 @@ mod tests {
 
         // Mixed with a plain commit, the later record wins, whichever the marker follows.
         assert_eq!(c.txn_commit("g", 7, 0, "", None, -1, commit(20)).await, vec![0]);
-        assert_eq!(c.commit("g", "", None, -1, commit(30)).await, vec![0]);
+        assert_eq!(c.commit("g", "", None, -1, commit(30), 9).await, vec![0]);
         let info = partition.write_txn_marker(7, 0, 0, true).unwrap();
         partition.wait_durable(info.last_offset).await.unwrap();
         c.complete_txn(offsets_partition, 7, true);
@@ -1245,14 +1241,14 @@ mod tests {
             30,
             "the plain commit came later"
         );
-        assert_eq!(c.commit("g", "", None, -1, commit(40)).await, vec![0]);
+        assert_eq!(c.commit("g", "", None, -1, commit(40), 9).await, vec![0]);
         assert_eq!(c.txn_commit("g", 7, 0, "", None, -1, commit(50)).await, vec![0]);
         let info = partition.write_txn_marker(7, 0, 0, true).unwrap();
         partition.wait_durable(info.last_offset).await.unwrap();
         c.complete_txn(offsets_partition, 7, true);
         assert_eq!(c.fetch_offsets("g")[&("t".to_string(), 0)].offset, 50);
         assert_eq!(c.txn_commit("g", 7, 0, "", None, -1, commit(60)).await, vec![0]);
-        assert_eq!(c.commit("g", "", None, -1, commit(70)).await, vec![0]);
+        assert_eq!(c.commit("g", "", None, -1, commit(70), 9).await, vec![0]);
         let info = partition.write_txn_marker(7, 0, 0, true).unwrap();
         partition.wait_durable(info.last_offset).await.unwrap();
         c.complete_txn(offsets_partition, 7, true);
@@ -1274,10 +1270,12 @@ mod tests {
         // KIP-211: offsets.retention.minutes counts from when the group became empty.
         let dir = tempfile::tempdir().unwrap();
         let c = coordinator(dir.path()).await;
-        let codes = c.commit("solo", "", None, -1, vec![("t".into(), 0, 5, -1, None)]).await;
+        let codes = c
+            .commit("solo", "", None, -1, vec![("t".into(), 0, 5, -1, None)], 9)
+            .await;
         assert_eq!(codes, vec![0]);
         let kept = c
-            .commit("busy", "", None, -1, vec![("t".into(), 1, 9, -1, Some("m".into()))])
+            .commit("busy", "", None, -1, vec![("t".into(), 1, 9, -1, Some("m".into()))], 9)
             .await;
         assert_eq!(kept, vec![0]);
         // Give "busy" a member: its offsets must survive retention.
