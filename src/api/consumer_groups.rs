@@ -1,8 +1,9 @@
 //! Next-generation consumer groups (KIP-848), served by `coordinator::consumer`.
-//! ConsumerGroupHeartbeat (key 68): v0 baseline (the broker may generate member ids) · v1
-//! members generate their own ids (KIP-1082) and the regex field exists. Server-side regex
-//! subscriptions are not served yet: a heartbeat carrying one gets INVALID_REQUEST naming it.
-//! ConsumerGroupDescribe (key 69): v0 baseline · v1 member type.
+//! ConsumerGroupHeartbeat (key 68): v0 baseline (the broker may generate member ids), static
+//! members (instance ids, leave with epoch -2) · v1 members generate their own ids (KIP-1082);
+//! SubscribedTopicRegex, resolved by the coordinator against the topics (RE2 syntax, whole
+//! names), alone or with topic names.
+//! ConsumerGroupDescribe (key 69): v0 baseline, with each member's regex · v1 member type.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -52,9 +53,6 @@ pub async fn heartbeat(
     if version >= 1 && req.member_id.is_empty() {
         return refuse("the member id must be set by the member (KIP-1082)");
     }
-    if req.subscribed_topic_regex.as_ref().is_some_and(|r| !r.is_empty()) {
-        return refuse("regular expression subscriptions are not supported by this broker yet");
-    }
     let owned = req.topic_partitions.map(|tps| {
         tps.into_iter()
             .flat_map(|t| t.partitions.into_iter().map(move |p| (t.topic_id, p)))
@@ -69,6 +67,7 @@ pub async fn heartbeat(
         subscribed: req
             .subscribed_topic_names
             .map(|names| names.into_iter().map(|n| n.0.to_string()).collect()),
+        subscribed_regex: req.subscribed_topic_regex.map(|r| r.to_string()),
         server_assignor: req.server_assignor.map(|a| a.to_string()),
         owned,
         client_id: caller.client_id.clone(),
@@ -128,6 +127,7 @@ pub async fn describe(ctx: &Ctx, req: ConsumerGroupDescribeRequest, version: i16
                             .with_client_id(s(&m.client_id))
                             .with_client_host(s(&m.client_host))
                             .with_subscribed_topic_names(m.subscribed.iter().map(|t| topic_name(t)).collect())
+                            .with_subscribed_topic_regex(m.subscribed_regex.as_deref().map(s))
                             .with_assignment(names(&m.assigned))
                             .with_target_assignment(names(&c.target_of(&m.id)));
                         if version >= 1 {

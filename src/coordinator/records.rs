@@ -65,7 +65,8 @@ impl OffsetsRecord {
                 put_string(&mut key, group);
                 let value = value.as_ref().map(|g| {
                     let mut b = BytesMut::new();
-                    b.put_i16(0); // Sluice snapshot format version
+                    // Sluice snapshot format: version 1 adds each member's regex.
+                    b.put_i16(1);
                     b.put_i32(g.epoch);
                     put_string(&mut b, &g.assignor);
                     b.put_i32(i32::try_from(g.members.len()).unwrap_or(i32::MAX));
@@ -81,6 +82,7 @@ impl OffsetsRecord {
                         for t in &m.subscribed {
                             put_string(&mut b, t);
                         }
+                        put_nullable_string(&mut b, m.subscribed_regex.as_deref());
                         b.put_i32(i32::try_from(m.assigned.len()).unwrap_or(i32::MAX));
                         for (topic, partition) in &m.assigned {
                             b.put_slice(topic.as_bytes());
@@ -180,7 +182,8 @@ impl OffsetsRecord {
                     None => None,
                     Some(v) => {
                         let mut r = Reader(v.clone());
-                        if r.i16()? != 0 {
+                        let version = r.i16()?;
+                        if !(0..=1).contains(&version) {
                             return None;
                         }
                         let epoch = r.i32()?;
@@ -199,6 +202,7 @@ impl OffsetsRecord {
                             for _ in 0..r.i32()?.max(0) {
                                 subscribed.push(r.string()?);
                             }
+                            let subscribed_regex = if version >= 1 { r.nullable_string()? } else { None };
                             let mut assigned = Vec::new();
                             for _ in 0..r.i32()?.max(0) {
                                 let id = r.uuid()?;
@@ -213,6 +217,7 @@ impl OffsetsRecord {
                                 rebalance_timeout_ms,
                                 member_epoch,
                                 subscribed,
+                                subscribed_regex,
                                 assigned,
                             });
                         }
@@ -395,6 +400,7 @@ mod tests {
                     rebalance_timeout_ms: 30_000,
                     member_epoch: 7,
                     subscribed: vec!["t".into()],
+                    subscribed_regex: Some("t-.*".into()),
                     assigned: vec![(uuid::Uuid::from_u128(9), 0), (uuid::Uuid::from_u128(9), 3)],
                 }],
             }),
@@ -416,5 +422,40 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn consumer_group_snapshots_of_version_0_still_load() {
+        // Version 0 had no regex: the same bytes without the member's nullable string.
+        let member = ConsumerMemberSnapshot {
+            member_id: "m".into(),
+            instance_id: Some("i".into()),
+            rack_id: None,
+            client_id: "c".into(),
+            client_host: "/h".into(),
+            rebalance_timeout_ms: 30_000,
+            member_epoch: -2,
+            subscribed: vec!["t".into()],
+            subscribed_regex: None,
+            assigned: vec![],
+        };
+        let record = OffsetsRecord::ConsumerGroup {
+            group: "cg".into(),
+            value: Some(ConsumerGroupSnapshot {
+                epoch: 3,
+                assignor: "range".into(),
+                members: vec![member],
+            }),
+        };
+        let (k, v) = record.encode();
+        let v1 = v.unwrap();
+        // The regex (i16 -1) sits just before the empty assignment's count (i32 0).
+        let cut = v1.len() - 6;
+        assert_eq!(&v1[cut..], &[0xff, 0xff, 0, 0, 0, 0]);
+        let mut v0 = BytesMut::new();
+        v0.put_i16(0);
+        v0.put_slice(&v1[2..cut]);
+        v0.put_slice(&v1[cut + 2..]);
+        assert_eq!(OffsetsRecord::decode(&k, Some(&v0.freeze())), Some(record));
     }
 }
