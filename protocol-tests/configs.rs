@@ -326,3 +326,239 @@ async fn describe_cluster_and_log_dirs() {
     }
     broker.handle.shutdown().await;
 }
+
+/// KIP-848 group configs: a GROUP resource (type 32) carries a consumer group's own
+/// `consumer.session.timeout.ms` and `consumer.heartbeat.interval.ms`, validated against the
+/// broker's `group.consumer.min/max.*` bounds, stored durably, and used by the group's heartbeats.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_configs_are_described_altered_validated_and_applied() {
+    use kafka_protocol::messages::alter_configs_request::{AlterConfigsResource, AlterableConfig};
+    use kafka_protocol::messages::incremental_alter_configs_request::{
+        AlterConfigsResource as IncResource, AlterableConfig as IncConfig,
+    };
+    const GROUP: i8 = 32;
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    let describe_group = |name: &str| {
+        DescribeConfigsRequest::default()
+            .with_resources(vec![
+                DescribeConfigsResource::default()
+                    .with_resource_type(GROUP)
+                    .with_resource_name(s(name))
+                    .with_configuration_keys(None),
+            ])
+            .with_include_synonyms(true)
+    };
+    let entry = |resp: &DescribeConfigsResponse, key: &str| {
+        let c = resp.results[0]
+            .configs
+            .iter()
+            .find(|c| c.name.as_str() == key)
+            .unwrap_or_else(|| panic!("{key} described"));
+        (
+            c.value.as_ref().map(|v| v.to_string()).unwrap_or_default(),
+            c.config_source,
+        )
+    };
+    let inc = |name: &str, ops: Vec<(&str, i8, Option<&str>)>, validate_only: bool| {
+        IncrementalAlterConfigsRequest::default()
+            .with_resources(vec![
+                IncResource::default()
+                    .with_resource_type(GROUP)
+                    .with_resource_name(s(name))
+                    .with_configs(
+                        ops.into_iter()
+                            .map(|(k, op, v)| {
+                                IncConfig::default()
+                                    .with_name(s(k))
+                                    .with_config_operation(op)
+                                    .with_value(v.map(s))
+                            })
+                            .collect(),
+                    ),
+            ])
+            .with_validate_only(validate_only)
+    };
+
+    // Every DescribeConfigs version: a group without overrides shows the broker defaults
+    // (DEFAULT_CONFIG); the group need not exist.
+    for version in 1..=4 {
+        let resp = raw.call(version, &describe_group("cg")).await;
+        assert_eq!(resp.results[0].error_code, 0, "DescribeConfigs v{version}");
+        assert_eq!(resp.results[0].resource_type, GROUP);
+        assert_eq!(resp.results[0].configs.len(), 2);
+        assert_eq!(entry(&resp, "consumer.session.timeout.ms"), ("45000".into(), 5));
+        assert_eq!(entry(&resp, "consumer.heartbeat.interval.ms"), ("5000".into(), 5));
+    }
+
+    // Validation, each IncrementalAlterConfigs version: Kafka's GroupConfig rules, INVALID_CONFIG
+    // (40) naming the key; an empty group name is INVALID_REQUEST (42).
+    type Ops<'a> = Vec<(&'a str, i8, Option<&'a str>)>;
+    let refusals: Vec<(&str, Ops, i16, &str)> = vec![
+        (
+            "cg",
+            vec![("consumer.session.timeout.ms", 0, Some("30000"))],
+            40,
+            "consumer.session.timeout.ms",
+        ),
+        (
+            "cg",
+            vec![("consumer.session.timeout.ms", 0, Some("70000"))],
+            40,
+            "consumer.session.timeout.ms",
+        ),
+        (
+            "cg",
+            vec![("consumer.heartbeat.interval.ms", 0, Some("4000"))],
+            40,
+            "consumer.heartbeat.interval.ms",
+        ),
+        (
+            "cg",
+            vec![("consumer.heartbeat.interval.ms", 0, Some("16000"))],
+            40,
+            "consumer.heartbeat.interval.ms",
+        ),
+        (
+            "cg",
+            vec![("consumer.session.timeout.ms", 0, Some("soon"))],
+            40,
+            "consumer.session.timeout.ms",
+        ),
+        (
+            "cg",
+            vec![("session.timeout.ms", 0, Some("50000"))],
+            40,
+            "session.timeout.ms",
+        ),
+        (
+            "cg",
+            vec![("consumer.session.timeout.ms", 2, Some("50000"))],
+            40,
+            "consumer.session.timeout.ms",
+        ),
+        ("", vec![("consumer.session.timeout.ms", 0, Some("50000"))], 42, ""),
+    ];
+    for version in 0..=1 {
+        for (name, ops, code, key) in &refusals {
+            let resp = raw.call(version, &inc(name, ops.clone(), false)).await;
+            let r = &resp.responses[0];
+            assert_eq!(r.error_code, *code, "v{version} {ops:?}");
+            assert!(
+                r.error_message.as_deref().unwrap_or("").contains(key),
+                "{:?}",
+                r.error_message
+            );
+        }
+    }
+    // validate_only checks and stores nothing.
+    let resp = raw
+        .call(
+            1,
+            &inc("cg", vec![("consumer.session.timeout.ms", 0, Some("50000"))], true),
+        )
+        .await;
+    assert_eq!(resp.responses[0].error_code, 0);
+    let resp = raw.call(4, &describe_group("cg")).await;
+    assert_eq!(entry(&resp, "consumer.session.timeout.ms"), ("45000".into(), 5));
+
+    // SET: the override is described as GROUP_CONFIG (8), with its synonyms.
+    let resp = raw
+        .call(
+            1,
+            &inc(
+                "cg",
+                vec![
+                    ("consumer.session.timeout.ms", 0, Some("50000")),
+                    ("consumer.heartbeat.interval.ms", 0, Some("6000")),
+                ],
+                false,
+            ),
+        )
+        .await;
+    assert_eq!(resp.responses[0].error_code, 0, "{:?}", resp.responses[0].error_message);
+    let resp = raw.call(4, &describe_group("cg")).await;
+    assert_eq!(entry(&resp, "consumer.session.timeout.ms"), ("50000".into(), 8));
+    assert_eq!(entry(&resp, "consumer.heartbeat.interval.ms"), ("6000".into(), 8));
+    let session = resp.results[0]
+        .configs
+        .iter()
+        .find(|c| c.name.as_str() == "consumer.session.timeout.ms")
+        .unwrap();
+    let synonyms: Vec<(String, i8)> = session
+        .synonyms
+        .iter()
+        .map(|y| (y.name.to_string(), y.source))
+        .collect();
+    assert_eq!(
+        synonyms,
+        vec![
+            ("consumer.session.timeout.ms".to_string(), 8),
+            ("group.consumer.session.timeout.ms".to_string(), 5)
+        ]
+    );
+    // The merged set is checked: a heartbeat interval at the session timeout is refused.
+    let resp = raw
+        .call(
+            1,
+            &inc("cg", vec![("consumer.session.timeout.ms", 0, Some("45000"))], false),
+        )
+        .await;
+    assert_eq!(resp.responses[0].error_code, 0);
+    let resp = raw
+        .call(
+            1,
+            &inc(
+                "cg2",
+                vec![
+                    ("consumer.session.timeout.ms", 0, Some("45000")),
+                    ("consumer.heartbeat.interval.ms", 0, Some("15000")),
+                ],
+                false,
+            ),
+        )
+        .await;
+    assert_eq!(resp.responses[0].error_code, 0, "15000 < 45000 is fine");
+
+    // The group's heartbeat interval reaches its members (ConsumerGroupHeartbeat).
+    let join = ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(s("cg")))
+        .with_member_epoch(0)
+        .with_rebalance_timeout_ms(30_000)
+        .with_subscribed_topic_names(Some(vec![]));
+    let joined = raw.call(0, &join).await;
+    assert_eq!(joined.error_code, 0, "{:?}", joined.error_message);
+    assert_eq!(joined.heartbeat_interval_ms, 6000);
+
+    // Legacy AlterConfigs, every version, replaces the whole set; DELETE goes back to defaults.
+    for version in 0..=2 {
+        let req = AlterConfigsRequest::default().with_resources(vec![
+            AlterConfigsResource::default()
+                .with_resource_type(GROUP)
+                .with_resource_name(s("cg"))
+                .with_configs(vec![
+                    AlterableConfig::default()
+                        .with_name(s("consumer.heartbeat.interval.ms"))
+                        .with_value(Some(s(&format!("{}", 7000 + version)))),
+                ]),
+        ]);
+        let resp = raw.call(version, &req).await;
+        assert_eq!(resp.responses[0].error_code, 0, "AlterConfigs v{version}");
+        assert_eq!(resp.responses[0].resource_type, GROUP);
+    }
+    let resp = raw.call(4, &describe_group("cg")).await;
+    assert_eq!(entry(&resp, "consumer.heartbeat.interval.ms"), ("7002".into(), 8));
+    assert_eq!(entry(&resp, "consumer.session.timeout.ms"), ("45000".into(), 5));
+
+    // Durable: the overrides come back after a restart.
+    let broker = broker.restart(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    let resp = raw.call(4, &describe_group("cg")).await;
+    assert_eq!(entry(&resp, "consumer.heartbeat.interval.ms"), ("7002".into(), 8));
+    let resp = raw
+        .call(0, &inc("cg", vec![("consumer.heartbeat.interval.ms", 1, None)], false))
+        .await;
+    assert_eq!(resp.responses[0].error_code, 0);
+    let resp = raw.call(4, &describe_group("cg")).await;
+    assert_eq!(entry(&resp, "consumer.heartbeat.interval.ms"), ("5000".into(), 5));
+}

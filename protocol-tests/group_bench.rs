@@ -77,6 +77,7 @@ async fn bench_three_member_rebalance() {
         let broker = TestBroker::start(&[
             ("group.initial.rebalance.delay.ms", "0"),
             ("group.min.session.timeout.ms", "1000"),
+            ("group.consumer.min.heartbeat.interval.ms", "100"),
             ("group.consumer.heartbeat.interval.ms", "100"),
             ("num.partitions", "4"),
         ])

@@ -394,7 +394,9 @@ async fn list_describe_and_delete_groups_through_librdkafka() {
 async fn kip848_members_share_partitions_through_consumer_group_heartbeat() {
     // KIP-848: librdkafka's group.protocol=consumer; the broker assigns (uniform by default).
     let settings = [
+        ("group.consumer.min.heartbeat.interval.ms", "100"),
         ("group.consumer.heartbeat.interval.ms", "300"),
+        ("group.consumer.min.session.timeout.ms", "1000"),
         ("group.consumer.session.timeout.ms", "6000"),
         ("group.min.session.timeout.ms", "1000"),
     ];

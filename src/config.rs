@@ -91,6 +91,14 @@ pub struct BrokerConfig {
     pub group_consumer_heartbeat_interval_ms: u64,
     /// `group.consumer.max.size`: members per KIP-848 group.
     pub group_consumer_max_size: usize,
+    /// `group.consumer.min.session.timeout.ms` / `max`: the bounds of a group's
+    /// `consumer.session.timeout.ms` (and of the broker default above).
+    pub group_consumer_min_session_timeout_ms: u64,
+    pub group_consumer_max_session_timeout_ms: u64,
+    /// `group.consumer.min.heartbeat.interval.ms` / `max`: the bounds of a group's
+    /// `consumer.heartbeat.interval.ms`.
+    pub group_consumer_min_heartbeat_interval_ms: u64,
+    pub group_consumer_max_heartbeat_interval_ms: u64,
     /// `producer.id.expiration.ms`: a producer id idle this long (no write, no open
     /// transaction) is forgotten by a partition; its next write may use any sequence.
     pub producer_id_expiration_ms: i64,
@@ -145,6 +153,10 @@ impl Default for BrokerConfig {
             group_consumer_session_timeout_ms: 45_000,
             group_consumer_heartbeat_interval_ms: 5_000,
             group_consumer_max_size: 1_000_000,
+            group_consumer_min_session_timeout_ms: 45_000,
+            group_consumer_max_session_timeout_ms: 60_000,
+            group_consumer_min_heartbeat_interval_ms: 5_000,
+            group_consumer_max_heartbeat_interval_ms: 15_000,
             producer_id_expiration_ms: 86_400_000,
             producer_id_expiration_check_interval_ms: 600_000,
             transaction_state_log_num_partitions: 50,
@@ -240,6 +252,10 @@ impl BrokerConfig {
         "group.consumer.session.timeout.ms",
         "group.consumer.heartbeat.interval.ms",
         "group.consumer.max.size",
+        "group.consumer.min.session.timeout.ms",
+        "group.consumer.max.session.timeout.ms",
+        "group.consumer.min.heartbeat.interval.ms",
+        "group.consumer.max.heartbeat.interval.ms",
         "producer.id.expiration.ms",
         "producer.id.expiration.check.interval.ms",
         "transaction.state.log.num.partitions",
@@ -292,6 +308,10 @@ impl BrokerConfig {
             "group.consumer.session.timeout.ms" => self.group_consumer_session_timeout_ms.to_string(),
             "group.consumer.heartbeat.interval.ms" => self.group_consumer_heartbeat_interval_ms.to_string(),
             "group.consumer.max.size" => self.group_consumer_max_size.to_string(),
+            "group.consumer.min.session.timeout.ms" => self.group_consumer_min_session_timeout_ms.to_string(),
+            "group.consumer.max.session.timeout.ms" => self.group_consumer_max_session_timeout_ms.to_string(),
+            "group.consumer.min.heartbeat.interval.ms" => self.group_consumer_min_heartbeat_interval_ms.to_string(),
+            "group.consumer.max.heartbeat.interval.ms" => self.group_consumer_max_heartbeat_interval_ms.to_string(),
             "producer.id.expiration.ms" => self.producer_id_expiration_ms.to_string(),
             "producer.id.expiration.check.interval.ms" => self.producer_id_expiration_check_interval_ms.to_string(),
             "transaction.state.log.num.partitions" => self.transaction_state_log_num_partitions.to_string(),
@@ -365,6 +385,18 @@ impl BrokerConfig {
                 self.group_consumer_heartbeat_interval_ms = at_least(key, parse_int(key, value)?, 1)?
             }
             "group.consumer.max.size" => self.group_consumer_max_size = at_least(key, parse_int(key, value)?, 1)?,
+            "group.consumer.min.session.timeout.ms" => {
+                self.group_consumer_min_session_timeout_ms = at_least(key, parse_int(key, value)?, 1)?
+            }
+            "group.consumer.max.session.timeout.ms" => {
+                self.group_consumer_max_session_timeout_ms = at_least(key, parse_int(key, value)?, 1)?
+            }
+            "group.consumer.min.heartbeat.interval.ms" => {
+                self.group_consumer_min_heartbeat_interval_ms = at_least(key, parse_int(key, value)?, 1)?
+            }
+            "group.consumer.max.heartbeat.interval.ms" => {
+                self.group_consumer_max_heartbeat_interval_ms = at_least(key, parse_int(key, value)?, 1)?
+            }
             "producer.id.expiration.ms" => self.producer_id_expiration_ms = at_least(key, parse_int(key, value)?, 1)?,
             "producer.id.expiration.check.interval.ms" => {
                 self.producer_id_expiration_check_interval_ms = at_least(key, parse_int(key, value)?, 1)?
@@ -426,6 +458,37 @@ impl BrokerConfig {
                 "group.consumer.heartbeat.interval.ms",
                 "must be below group.consumer.session.timeout.ms",
             ));
+        }
+        // Kafka's GroupCoordinatorConfig: the broker defaults lie within the bounds that
+        // per-group configs are held to.
+        let bounded = [
+            (
+                "group.consumer.session.timeout.ms",
+                self.group_consumer_session_timeout_ms,
+                "group.consumer.min.session.timeout.ms",
+                self.group_consumer_min_session_timeout_ms,
+                "group.consumer.max.session.timeout.ms",
+                self.group_consumer_max_session_timeout_ms,
+            ),
+            (
+                "group.consumer.heartbeat.interval.ms",
+                self.group_consumer_heartbeat_interval_ms,
+                "group.consumer.min.heartbeat.interval.ms",
+                self.group_consumer_min_heartbeat_interval_ms,
+                "group.consumer.max.heartbeat.interval.ms",
+                self.group_consumer_max_heartbeat_interval_ms,
+            ),
+        ];
+        for (key, value, min_key, min, max_key, max) in bounded {
+            if min > max {
+                return Err(invalid(min_key, format!("must not exceed {max_key}")));
+            }
+            if value < min {
+                return Err(invalid(key, format!("must be at least {min_key} ({min})")));
+            }
+            if value > max {
+                return Err(invalid(key, format!("must be at most {max_key} ({max})")));
+            }
         }
         if self.log.max_message_bytes > self.socket_request_max_bytes {
             return Err(invalid(
@@ -599,6 +662,79 @@ pub const TOPIC_KEYS: &[TopicKey] = &[
 
 pub fn topic_key(name: &str) -> Option<&'static TopicKey> {
     TOPIC_KEYS.iter().find(|k| k.name == name)
+}
+
+/// The group-level keys (KIP-848 dynamic group configs, ConfigResource type GROUP): each
+/// overrides its broker synonym for one consumer group. All are ints.
+pub const GROUP_KEYS: &[TopicKey] = &[
+    key(
+        "consumer.session.timeout.ms",
+        "group.consumer.session.timeout.ms",
+        ConfigType::Int,
+        "The timeout to detect client failures when using the consumer group protocol.",
+    ),
+    key(
+        "consumer.heartbeat.interval.ms",
+        "group.consumer.heartbeat.interval.ms",
+        ConfigType::Int,
+        "The heartbeat interval given to the members of a consumer group.",
+    ),
+];
+
+impl BrokerConfig {
+    /// Checks a group's complete override set as Kafka's `GroupConfig.validate` does: known
+    /// names, positive ints, each value within the broker's `group.consumer.min/max.*` bounds
+    /// (overrides merged over the broker defaults), and the session timeout above the
+    /// heartbeat interval.
+    pub fn validate_group_configs(&self, configs: &BTreeMap<String, String>) -> Result<(), ConfigError> {
+        let mut session = self.group_consumer_session_timeout_ms;
+        let mut heartbeat = self.group_consumer_heartbeat_interval_ms;
+        for (key, value) in configs {
+            let v = at_least(key, parse_int::<i32>(key, value)?, 1)?;
+            let v = u64::try_from(v).unwrap_or(1);
+            match key.as_str() {
+                "consumer.session.timeout.ms" => session = v,
+                "consumer.heartbeat.interval.ms" => heartbeat = v,
+                _ => return Err(invalid(key, "unknown group config")),
+            }
+        }
+        let checks = [
+            (
+                "consumer.heartbeat.interval.ms",
+                heartbeat,
+                "group.consumer.min.heartbeat.interval.ms",
+                self.group_consumer_min_heartbeat_interval_ms,
+                "group.consumer.max.heartbeat.interval.ms",
+                self.group_consumer_max_heartbeat_interval_ms,
+            ),
+            (
+                "consumer.session.timeout.ms",
+                session,
+                "group.consumer.min.session.timeout.ms",
+                self.group_consumer_min_session_timeout_ms,
+                "group.consumer.max.session.timeout.ms",
+                self.group_consumer_max_session_timeout_ms,
+            ),
+        ];
+        for (key, value, min_key, min, max_key, max) in checks {
+            if value < min {
+                return Err(invalid(
+                    key,
+                    format!("must be greater than or equal to {min_key} ({min})"),
+                ));
+            }
+            if value > max {
+                return Err(invalid(key, format!("must be less than or equal to {max_key} ({max})")));
+            }
+        }
+        if session <= heartbeat {
+            return Err(invalid(
+                "consumer.session.timeout.ms",
+                "must be greater than consumer.heartbeat.interval.ms",
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Validates one topic key and value as Kafka would (`InvalidConfigurationException` names it).

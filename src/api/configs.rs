@@ -6,7 +6,9 @@
 //! IncrementalAlterConfigs (key 44): v0 baseline (SET, DELETE, APPEND, SUBTRACT) · v1 flexible.
 //! Topic changes go through the controller (metadata log) and take effect live; broker configs
 //! are static (config.yaml and flags): they are described, and altering them is refused with
-//! INVALID_CONFIG naming the key.
+//! INVALID_CONFIG naming the key. GROUP resources (KIP-848 group configs: a consumer group's
+//! `consumer.session.timeout.ms` and `consumer.heartbeat.interval.ms`) are stored in the
+//! metadata log like topic overrides and apply to the group's next heartbeats.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -18,7 +20,7 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
 use super::{Ctx, Versions, message};
-use crate::config::{BrokerConfig, ConfigType, TOPIC_KEYS, topic_key, validate_topic_config};
+use crate::config::{BrokerConfig, ConfigType, GROUP_KEYS, TOPIC_KEYS, TopicKey, topic_key, validate_topic_config};
 use crate::error::Error;
 
 pub const DESCRIBE_VERSIONS: Versions = Versions::new(ApiKey::DescribeConfigs, 1, 4);
@@ -28,10 +30,12 @@ pub const INCREMENTAL_ALTER_VERSIONS: Versions = Versions::new(ApiKey::Increment
 /// Kafka's ConfigResource types.
 const RESOURCE_TOPIC: i8 = 2;
 const RESOURCE_BROKER: i8 = 4;
+const RESOURCE_GROUP: i8 = 32;
 /// Kafka's ConfigSource codes.
 const SOURCE_DYNAMIC_TOPIC: i8 = 1;
 const SOURCE_STATIC_BROKER: i8 = 4;
 const SOURCE_DEFAULT: i8 = 5;
+const SOURCE_GROUP: i8 = 8;
 /// IncrementalAlterConfigs operations.
 const OP_SET: i8 = 0;
 const OP_DELETE: i8 = 1;
@@ -77,27 +81,26 @@ fn broker_synonym(config: &BrokerConfig, broker_key: &str) -> Option<(String, bo
     Some((value, !is_default))
 }
 
-fn describe_topic(
+/// Describes resource-level keys: each one's override (`override_source`), else the broker's
+/// synonym when an operator set it, else the default.
+#[allow(clippy::too_many_arguments)]
+fn describe_keys(
     ctx: &Ctx,
-    name: &str,
+    list: &[TopicKey],
+    overrides: &BTreeMap<String, String>,
+    override_source: i8,
+    default_of: impl Fn(&TopicKey) -> String,
     keys: Option<&BTreeSet<String>>,
     synonyms: bool,
     docs: bool,
     version: i16,
-) -> Result<Vec<DescribeConfigsResourceResult>, Refusal> {
-    let image = ctx.controller.image();
-    let topic = image
-        .topic(name)
-        .ok_or_else(|| Error::UnknownTopicOrPartition(name.to_string()))?;
+) -> Vec<DescribeConfigsResourceResult> {
     let mut out = Vec::new();
-    for k in TOPIC_KEYS
-        .iter()
-        .filter(|k| keys.is_none_or(|keys| keys.contains(k.name)))
-    {
+    for k in list.iter().filter(|k| keys.is_none_or(|keys| keys.contains(k.name))) {
         let broker = broker_synonym(&ctx.config, k.broker_key);
-        let default = ctx.config.topic_default(k.name).unwrap_or_default();
-        let (value, source) = match (topic.configs.get(k.name), &broker) {
-            (Some(v), _) => (v.clone(), SOURCE_DYNAMIC_TOPIC),
+        let default = default_of(k);
+        let (value, source) = match (overrides.get(k.name), &broker) {
+            (Some(v), _) => (v.clone(), override_source),
             (None, Some((v, true))) => (v.clone(), SOURCE_STATIC_BROKER),
             (None, _) => (default.clone(), SOURCE_DEFAULT),
         };
@@ -107,12 +110,12 @@ fn describe_topic(
             .with_config_source(source);
         if synonyms {
             let mut list = Vec::new();
-            if let Some(v) = topic.configs.get(k.name) {
+            if let Some(v) = overrides.get(k.name) {
                 list.push(
                     DescribeConfigsSynonym::default()
                         .with_name(s(k.name))
                         .with_value(Some(s(v)))
-                        .with_source(SOURCE_DYNAMIC_TOPIC),
+                        .with_source(override_source),
                 );
             }
             if let Some((v, true)) = &broker {
@@ -139,7 +142,96 @@ fn describe_topic(
         }
         out.push(entry);
     }
-    Ok(out)
+    out
+}
+
+fn describe_topic(
+    ctx: &Ctx,
+    name: &str,
+    keys: Option<&BTreeSet<String>>,
+    synonyms: bool,
+    docs: bool,
+    version: i16,
+) -> Result<Vec<DescribeConfigsResourceResult>, Refusal> {
+    let image = ctx.controller.image();
+    let topic = image
+        .topic(name)
+        .ok_or_else(|| Error::UnknownTopicOrPartition(name.to_string()))?;
+    let default_of = |k: &TopicKey| ctx.config.topic_default(k.name).unwrap_or_default();
+    Ok(describe_keys(
+        ctx,
+        TOPIC_KEYS,
+        &topic.configs,
+        SOURCE_DYNAMIC_TOPIC,
+        default_of,
+        keys,
+        synonyms,
+        docs,
+        version,
+    ))
+}
+
+/// Kafka has no "default group" resource: a GROUP resource names one group.
+fn check_group_name(name: &str) -> Result<(), Refusal> {
+    if name.is_empty() {
+        return Err(Refusal::new(
+            ResponseError::InvalidRequest,
+            "a group resource needs a group id",
+        ));
+    }
+    Ok(())
+}
+
+/// The group's overrides, or none. A group need not exist to be described or configured.
+fn group_overrides(ctx: &Ctx, name: &str) -> BTreeMap<String, String> {
+    ctx.controller
+        .image()
+        .group_configs
+        .get(name)
+        .map(|c| (**c).clone())
+        .unwrap_or_default()
+}
+
+fn describe_group(
+    ctx: &Ctx,
+    name: &str,
+    keys: Option<&BTreeSet<String>>,
+    synonyms: bool,
+    docs: bool,
+    version: i16,
+) -> Result<Vec<DescribeConfigsResourceResult>, Refusal> {
+    check_group_name(name)?;
+    let defaults = BrokerConfig::default();
+    let default_of = |k: &TopicKey| defaults.get(k.broker_key).unwrap_or_default();
+    Ok(describe_keys(
+        ctx,
+        GROUP_KEYS,
+        &group_overrides(ctx, name),
+        SOURCE_GROUP,
+        default_of,
+        keys,
+        synonyms,
+        docs,
+        version,
+    ))
+}
+
+/// Validates a group's complete override set and, unless `validate_only`, stores it.
+fn replace_group_configs(
+    ctx: &Ctx,
+    name: &str,
+    configs: BTreeMap<String, String>,
+    validate_only: bool,
+) -> Result<(), Refusal> {
+    check_group_name(name)?;
+    ctx.config
+        .validate_group_configs(&configs)
+        .map_err(|e| invalid_config(&e.key, e.reason))?;
+    if validate_only {
+        return Ok(());
+    }
+    ctx.controller.set_group_configs(name, configs)?;
+    Ok(())
 }
 
 fn broker_type(value: &str) -> ConfigType {
@@ -213,6 +305,14 @@ pub async fn describe_configs(ctx: &Ctx, req: DescribeConfigsRequest, version: i
                     version,
                 ),
                 RESOURCE_BROKER => describe_broker(ctx, &r.resource_name, keys.as_ref(), req.include_synonyms, version),
+                RESOURCE_GROUP => describe_group(
+                    ctx,
+                    &r.resource_name,
+                    keys.as_ref(),
+                    req.include_synonyms,
+                    docs,
+                    version,
+                ),
                 other => Err(Refusal::new(
                     ResponseError::InvalidRequest,
                     format!("resource type {other} is not served"),
@@ -280,20 +380,22 @@ fn alter_one(ctx: &Ctx, r: &alter_configs_request::AlterConfigsResource, validat
             format!("config {dup} is listed twice"),
         ));
     }
-    match r.resource_type {
-        RESOURCE_TOPIC => {
-            let mut configs = BTreeMap::new();
-            for c in &r.configs {
-                let Some(value) = &c.value else {
-                    return Err(Refusal::new(
-                        ResponseError::InvalidRequest,
-                        format!("null value for config {}", c.name),
-                    ));
-                };
-                configs.insert(c.name.to_string(), value.to_string());
-            }
-            replace_topic_configs(ctx, &r.resource_name, configs, validate_only)
+    let whole = || -> Result<BTreeMap<String, String>, Refusal> {
+        let mut configs = BTreeMap::new();
+        for c in &r.configs {
+            let Some(value) = &c.value else {
+                return Err(Refusal::new(
+                    ResponseError::InvalidRequest,
+                    format!("null value for config {}", c.name),
+                ));
+            };
+            configs.insert(c.name.to_string(), value.to_string());
         }
+        Ok(configs)
+    };
+    match r.resource_type {
+        RESOURCE_TOPIC => replace_topic_configs(ctx, &r.resource_name, whole()?, validate_only),
+        RESOURCE_GROUP => replace_group_configs(ctx, &r.resource_name, whole()?, validate_only),
         RESOURCE_BROKER => Err(refuse_broker_change(ctx, &r.resource_name, &keys)),
         other => Err(Refusal::new(
             ResponseError::InvalidRequest,
@@ -331,10 +433,37 @@ fn incremental(
     let topic = image
         .topic(name)
         .ok_or_else(|| Error::UnknownTopicOrPartition(name.to_string()))?;
-    let mut configs = topic.configs.clone();
+    let lookup = |key: &str| topic_key(key).ok_or_else(|| invalid_config(key, "unknown topic config"));
+    apply_ops(ctx, topic.configs.clone(), ops, lookup)
+}
+
+/// Applies IncrementalAlterConfigs operations to a group's current overrides.
+fn incremental_group(
+    ctx: &Ctx,
+    name: &str,
+    ops: &[incremental_alter_configs_request::AlterableConfig],
+) -> Result<BTreeMap<String, String>, Refusal> {
+    check_group_name(name)?;
+    let lookup = |key: &str| {
+        GROUP_KEYS
+            .iter()
+            .find(|k| k.name == key)
+            .ok_or_else(|| invalid_config(key, "unknown group config"))
+    };
+    apply_ops(ctx, group_overrides(ctx, name), ops, lookup)
+}
+
+/// SET, DELETE, APPEND and SUBTRACT on a resource's overrides; `lookup` names the resource's
+/// keys.
+fn apply_ops(
+    ctx: &Ctx,
+    mut configs: BTreeMap<String, String>,
+    ops: &[incremental_alter_configs_request::AlterableConfig],
+    lookup: impl Fn(&str) -> Result<&'static TopicKey, Refusal>,
+) -> Result<BTreeMap<String, String>, Refusal> {
     for op in ops {
         let key = op.name.to_string();
-        let k = topic_key(&key).ok_or_else(|| invalid_config(&key, "unknown topic config"))?;
+        let k = lookup(&key)?;
         let value = op.value.as_ref().map(|v| v.to_string());
         match op.config_operation {
             OP_SET => {
@@ -407,6 +536,8 @@ pub async fn incremental_alter_configs(
                 match r.resource_type {
                     RESOURCE_TOPIC => incremental(ctx, &r.resource_name, &r.configs)
                         .and_then(|configs| replace_topic_configs(ctx, &r.resource_name, configs, req.validate_only)),
+                    RESOURCE_GROUP => incremental_group(ctx, &r.resource_name, &r.configs)
+                        .and_then(|configs| replace_group_configs(ctx, &r.resource_name, configs, req.validate_only)),
                     RESOURCE_BROKER => Err(refuse_broker_change(ctx, &r.resource_name, &keys)),
                     other => Err(Refusal::new(
                         ResponseError::InvalidRequest,

@@ -51,6 +51,12 @@ pub enum MetadataRecord {
     ProducerIds {
         next_producer_id: i64,
     },
+    /// A consumer group's config overrides become exactly `configs` (Kafka's ConfigRecord on a
+    /// GROUP resource); empty removes them.
+    SetGroupConfigs {
+        group: String,
+        configs: BTreeMap<String, String>,
+    },
 }
 
 /// A topic as the metadata image holds it.
@@ -74,6 +80,8 @@ pub struct MetadataImage {
     pub topic_ids: HashMap<Uuid, String>,
     /// The first producer id no block has taken yet.
     pub next_producer_id: i64,
+    /// Consumer groups' config overrides (KIP-848 group configs), by group id.
+    pub group_configs: BTreeMap<String, Arc<BTreeMap<String, String>>>,
 }
 
 impl MetadataImage {
@@ -125,6 +133,13 @@ impl MetadataImage {
             }
             MetadataRecord::ProducerIds { next_producer_id } => {
                 self.next_producer_id = self.next_producer_id.max(*next_producer_id);
+            }
+            MetadataRecord::SetGroupConfigs { group, configs } => {
+                if configs.is_empty() {
+                    self.group_configs.remove(group);
+                } else {
+                    self.group_configs.insert(group.clone(), Arc::new(configs.clone()));
+                }
             }
             MetadataRecord::CreatePartitions { id, partitions } => {
                 if let Some(name) = self.topic_ids.get(id)
@@ -314,6 +329,18 @@ impl Controller {
             .ok_or_else(|| Error::UnknownTopicOrPartition(name.to_string()))
     }
 
+    /// Replaces a consumer group's config overrides (validated by the caller; the group need
+    /// not exist, as in Kafka).
+    pub fn set_group_configs(&self, group: &str, configs: BTreeMap<String, String>) -> Result<()> {
+        self.commit(|_| {
+            Ok(MetadataRecord::SetGroupConfigs {
+                group: group.to_string(),
+                configs,
+            })
+        })
+        .map(|_| ())
+    }
+
     pub fn delete_topic(&self, id: Uuid) -> Result<()> {
         self.commit(|image| {
             image.topic_by_id(&id).ok_or(Error::UnknownTopicId(id))?;
@@ -391,6 +418,21 @@ mod tests {
         assert_eq!(a.configs.get("segment.bytes").map(String::as_str), Some("1024"));
         assert_eq!(a.configs.get("retention.ms").map(String::as_str), Some("5"));
         assert!(image.topic("b").is_none());
+    }
+
+    #[test]
+    fn group_configs_survive_reopen_and_an_empty_set_removes_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Controller::open(dir.path(), 1).unwrap();
+        let configs = BTreeMap::from([("consumer.session.timeout.ms".to_string(), "50000".to_string())]);
+        c.set_group_configs("g1", configs.clone()).unwrap();
+        c.set_group_configs("g2", configs.clone()).unwrap();
+        c.set_group_configs("g2", BTreeMap::new()).unwrap();
+        drop(c);
+        let c = Controller::open(dir.path(), 1).unwrap();
+        let image = c.image();
+        assert_eq!(image.group_configs.get("g1").map(|c| (**c).clone()), Some(configs));
+        assert!(!image.group_configs.contains_key("g2"));
     }
 
     #[test]
