@@ -868,6 +868,9 @@ impl Group {
                 Some(id) => id.clone(),
                 None => return ResponseError::UnknownMemberId.code(),
             },
+            // Kafka removes a member still pending in the KIP-394 round trip (it has its id
+            // but has not rejoined with it) without error.
+            (false, None) if self.pending_members.remove(member_id).is_some() => return 0,
             _ => {
                 if let Err(e) = self.validate_member(member_id, instance_id) {
                     return e.code();
@@ -1112,6 +1115,22 @@ mod tests {
         assert_eq!(g.heartbeat(&b, None, 1, now), ResponseError::IllegalGeneration.code());
         assert_eq!(
             g.heartbeat("nobody", None, 2, now),
+            ResponseError::UnknownMemberId.code()
+        );
+    }
+
+    #[test]
+    fn a_member_pending_in_the_join_round_trip_may_leave() {
+        // Kafka: LeaveGroup removes a member that has its id (MEMBER_ID_REQUIRED) but has not
+        // rejoined with it yet, without error; an id never handed out is UNKNOWN_MEMBER_ID.
+        let now = Instant::now();
+        let mut g = Group::new("g", now);
+        let mut rx = join(&mut g, join_req("", &["range"]), now);
+        let pending = rx.try_recv().unwrap().member_id;
+        assert_eq!(g.leave(&pending, None, &limits(), now), 0);
+        assert!(g.is_empty(), "nothing left pending");
+        assert_eq!(
+            g.leave("never-issued", None, &limits(), now),
             ResponseError::UnknownMemberId.code()
         );
     }
