@@ -10,7 +10,6 @@ use bytes::Bytes;
 use common::*;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::describe_producers_request::TopicRequest;
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::*;
 use kafka_protocol::records::Compression;
 use rdkafka::Message;
@@ -41,21 +40,6 @@ fn idempotent_batch(count: usize, pid: i64, epoch: i16, seq: i32) -> Bytes {
     Bytes::from(b)
 }
 
-fn produce(topic_name: &str, records: Bytes) -> ProduceRequest {
-    ProduceRequest::default()
-        .with_acks(-1)
-        .with_timeout_ms(10_000)
-        .with_topic_data(vec![
-            TopicProduceData::default()
-                .with_name(topic(topic_name))
-                .with_partition_data(vec![
-                    PartitionProduceData::default()
-                        .with_index(0)
-                        .with_records(Some(records)),
-                ]),
-        ])
-}
-
 async fn create(raw: &mut Raw, name: &str) {
     let req = CreateTopicsRequest::default().with_timeout_ms(5000).with_topics(vec![
         CreatableTopic::default()
@@ -69,7 +53,7 @@ async fn create(raw: &mut Raw, name: &str) {
 
 /// (error code, base offset) of the one partition produced to.
 async fn send(raw: &mut Raw, version: i16, name: &str, records: Bytes) -> (i16, i64) {
-    let resp = raw.call(version, &produce(name, records)).await;
+    let resp = raw.call(version, &produce_request(name, 0, records, -1)).await;
     let p = &resp.responses[0].partition_responses[0];
     (p.error_code, p.base_offset)
 }

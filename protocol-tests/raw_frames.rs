@@ -10,7 +10,6 @@ use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{Compression, RecordBatchDecoder, TimestampType};
@@ -28,21 +27,6 @@ fn batch(count: usize, value_len: usize, timestamp: i64) -> Bytes {
         })
         .collect();
     sluice::log::batch::encode_records(&records, Compression::None).unwrap()
-}
-
-fn produce_request(topic_name: &str, partition: i32, records: Bytes, acks: i16) -> ProduceRequest {
-    ProduceRequest::default()
-        .with_acks(acks)
-        .with_timeout_ms(10_000)
-        .with_topic_data(vec![
-            TopicProduceData::default()
-                .with_name(topic(topic_name))
-                .with_partition_data(vec![
-                    PartitionProduceData::default()
-                        .with_index(partition)
-                        .with_records(Some(records)),
-                ]),
-        ])
 }
 
 fn fetch_request(topic_name: &str, offset: i64, max_bytes: i32, partition_max_bytes: i32) -> FetchRequest {
@@ -92,25 +76,18 @@ async fn create(raw: &mut Raw, name: &str, partitions: i32, configs: &[(&str, &s
     resp.topics[0].error_code
 }
 
-async fn latest_offset(raw: &mut Raw, name: &str) -> i64 {
-    let req = ListOffsetsRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_topics(vec![
-            ListOffsetsTopic::default().with_name(topic(name)).with_partitions(vec![
-                ListOffsetsPartition::default()
-                    .with_partition_index(0)
-                    .with_timestamp(-1),
-            ]),
-        ]);
-    let resp = raw.call(10, &req).await;
-    assert_eq!(resp.topics[0].partitions[0].error_code, 0);
-    resp.topics[0].partitions[0].offset
+/// ApiVersions as clients send it: from v3 a software name and version matching Kafka's
+/// `ApiVersionsRequest.isValid` pattern (empty ones get INVALID_REQUEST).
+fn api_versions() -> ApiVersionsRequest {
+    ApiVersionsRequest::default()
+        .with_client_software_name(StrBytes::from_static_str("sluice-raw-test"))
+        .with_client_software_version(StrBytes::from_static_str("1.0"))
 }
 
 /// After each misuse the broker must still answer a fresh connection.
 async fn still_serves(broker: &TestBroker) {
     let mut raw = Raw::connect(broker.addr).await;
-    let resp = raw.call(3, &ApiVersionsRequest::default()).await;
+    let resp = raw.call(3, &api_versions()).await;
     assert_eq!(resp.error_code, 0);
 }
 
@@ -165,7 +142,7 @@ async fn malformed_frames_close_only_their_connection() {
     raw.send_bytes(&bytes).await;
     assert!(raw.is_closed().await, "a malformed body closes the connection");
 
-    let resp = bystander.call(4, &ApiVersionsRequest::default()).await;
+    let resp = bystander.call(4, &api_versions()).await;
     assert_eq!(resp.error_code, 0);
     still_serves(&broker).await;
     broker.handle.shutdown().await;
@@ -176,7 +153,7 @@ async fn api_versions_v99_gets_the_kip511_fallback() {
     let broker = TestBroker::start(&[]).await;
     let mut raw = Raw::connect(broker.addr).await;
     // A v99 request whose body a v4 client would send; the broker answers v0.
-    let mut frame = raw.encode(3, &ApiVersionsRequest::default()).to_vec();
+    let mut frame = raw.encode(3, &api_versions()).to_vec();
     frame[6..8].copy_from_slice(&99i16.to_be_bytes());
     raw.send_bytes(&frame).await;
     let mut body = raw.read_frame().await.expect("a v0 response, not a close");
@@ -192,7 +169,7 @@ async fn api_versions_v99_gets_the_kip511_fallback() {
         .expect("ApiVersions range listed");
     assert_eq!((own.min_version, own.max_version), (0, 4));
     // The connection stays usable at a supported version.
-    let resp = raw.call(4, &ApiVersionsRequest::default()).await;
+    let resp = raw.call(4, &api_versions()).await;
     assert_eq!(resp.error_code, 0);
     broker.handle.shutdown().await;
 }
@@ -202,7 +179,7 @@ async fn api_versions_lists_exactly_the_supported_table() {
     let broker = TestBroker::start(&[]).await;
     let mut raw = Raw::connect(broker.addr).await;
     for version in 0..=4 {
-        let resp = raw.call(version, &ApiVersionsRequest::default()).await;
+        let resp = raw.call(version, &api_versions()).await;
         assert_eq!(resp.error_code, 0);
         assert_eq!(resp.api_keys.len(), SUPPORTED.len());
         for v in SUPPORTED {
@@ -555,7 +532,7 @@ async fn every_advertised_version_answers() {
         for version in v.min..=v.max {
             match v.key {
                 ApiKey::ApiVersions => {
-                    assert_eq!(raw.call(version, &ApiVersionsRequest::default()).await.error_code, 0)
+                    assert_eq!(raw.call(version, &api_versions()).await.error_code, 0)
                 }
                 ApiKey::Metadata => {
                     let topics = if version >= 1 { None } else { Some(vec![]) };
@@ -739,8 +716,8 @@ async fn the_broker_recompresses_to_the_topic_compression_type() {
 
 #[tokio::test]
 async fn an_array_claiming_billions_of_elements_closes_only_its_connection() {
-    // kafka-protocol sizes a Vec from the claimed count before reading elements; the broker's
-    // allocator reserves such a block without memory instead of aborting (src/alloc.rs).
+    // Kafka's generated readers: "Tried to allocate a collection of size N, but there are only
+    // M bytes remaining". The decoder refuses the claim before allocating (vendor/kafka-protocol).
     let broker = TestBroker::start(&[]).await;
     // Metadata v1: topics array (int32 count) of 2^31 - 1 entries, then nothing.
     let mut raw = Raw::connect(broker.addr).await;

@@ -45,6 +45,13 @@ pub struct BrokerConfig {
     /// `queued.max.requests`: requests (pipelined) in flight per connection before the broker
     /// stops reading from it (back-pressure).
     pub queued_max_requests: usize,
+    /// `connections.max.idle.ms`: a connection with nothing read or written for this long, and
+    /// no request in flight, is closed (also in the middle of a frame); -1 for never.
+    pub connections_max_idle_ms: i64,
+    /// `fetch.max.bytes`: the most record bytes one Fetch response holds (and the broker reads
+    /// for it), whatever the request's `max_bytes` claims; the first batch of the first
+    /// non-empty partition is returned whole even when larger (KIP-74), so consumers progress.
+    pub fetch_max_bytes: usize,
     /// `log.flush.interval.messages`: 1 (the default) makes acks=all wait until its records are
     /// fsynced, with fsyncs grouped across requests; any larger value acknowledges acks=all once
     /// written. Every partition is also fsynced every `log.flush.interval.ms`.
@@ -132,6 +139,8 @@ impl Default for BrokerConfig {
             socket_request_max_bytes: 104_857_600,
             max_connections: 10_000,
             queued_max_requests: 500,
+            connections_max_idle_ms: 600_000,
+            fetch_max_bytes: 57_671_680,
             log_flush_interval_messages: 1,
             log_flush_interval_ms: 1000,
             log: LogConfig::default(),
@@ -226,6 +235,8 @@ impl BrokerConfig {
         "socket.request.max.bytes",
         "max.connections",
         "queued.max.requests",
+        "connections.max.idle.ms",
+        "fetch.max.bytes",
         "log.flush.interval.messages",
         "log.flush.interval.ms",
         "log.segment.bytes",
@@ -282,6 +293,8 @@ impl BrokerConfig {
             "socket.request.max.bytes" => self.socket_request_max_bytes.to_string(),
             "max.connections" => self.max_connections.to_string(),
             "queued.max.requests" => self.queued_max_requests.to_string(),
+            "connections.max.idle.ms" => self.connections_max_idle_ms.to_string(),
+            "fetch.max.bytes" => self.fetch_max_bytes.to_string(),
             "log.flush.interval.messages" => self.log_flush_interval_messages.to_string(),
             "log.flush.interval.ms" => self.log_flush_interval_ms.to_string(),
             "log.segment.bytes" => self.log.segment_bytes.to_string(),
@@ -345,6 +358,14 @@ impl BrokerConfig {
             "socket.request.max.bytes" => self.socket_request_max_bytes = at_least(key, parse_int(key, value)?, 1024)?,
             "max.connections" => self.max_connections = at_least(key, parse_int(key, value)?, 1)?,
             "queued.max.requests" => self.queued_max_requests = at_least(key, parse_int(key, value)?, 1)?,
+            "connections.max.idle.ms" => {
+                // Kafka's Selector: negative disables idle expiry; 0 would close every
+                // connection between two reads.
+                let ms: i64 = parse_int(key, value)?;
+                self.connections_max_idle_ms = if ms < 0 { -1 } else { at_least(key, ms, 1)? };
+            }
+            // Kafka's ServerConfigs: at least 1024.
+            "fetch.max.bytes" => self.fetch_max_bytes = at_least(key, parse_int(key, value)?, 1024)?,
             "log.flush.interval.messages" => {
                 self.log_flush_interval_messages = at_least(key, parse_int(key, value)?, 1)?
             }

@@ -21,6 +21,10 @@ pub enum Error {
     CorruptBatch(String),
     #[error("record batch of {size} bytes exceeds max.message.bytes {max}")]
     MessageTooLarge { size: usize, max: usize },
+    /// A compressed batch whose records decompress past the bound its reader allows (the
+    /// topic's max.message.bytes on produce): decompression stops there (issue 10).
+    #[error("records of a batch decompress to more than {max} bytes")]
+    RecordsTooLarge { max: usize },
     #[error("unsupported record batch magic {0} (only magic 2 is accepted)")]
     UnsupportedMagic(i8),
     #[error("record timestamp {timestamp} outside the topic's accepted range")]
@@ -78,6 +82,8 @@ impl Error {
             Error::Storage { .. } => ResponseError::KafkaStorageError,
             Error::CorruptBatch(_) => ResponseError::CorruptMessage,
             Error::MessageTooLarge { .. } => ResponseError::MessageTooLarge,
+            // Kafka's answer to a batch over max.message.bytes (RecordTooLargeException).
+            Error::RecordsTooLarge { .. } => ResponseError::MessageTooLarge,
             // Kafka answers a v0/v1 message set on Produce v3+ with UNSUPPORTED_FOR_MESSAGE_FORMAT.
             Error::UnsupportedMagic(_) => ResponseError::UnsupportedForMessageFormat,
             Error::InvalidTimestamp { .. } => ResponseError::InvalidTimestamp,
@@ -131,6 +137,7 @@ mod tests {
         assert_eq!(Error::CorruptBatch("x".into()).code(), 2);
         assert_eq!(Error::UnknownTopicOrPartition("t".into()).code(), 3);
         assert_eq!(Error::MessageTooLarge { size: 2, max: 1 }.code(), 10);
+        assert_eq!(Error::RecordsTooLarge { max: 1 }.code(), 10);
         assert_eq!(
             Error::InvalidTopic {
                 name: "".into(),

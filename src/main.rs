@@ -115,6 +115,52 @@ fn build_config(command: &Command) -> Result<BrokerConfig, String> {
     Ok(c)
 }
 
+/// Raises the soft limit on open files (RLIMIT_NOFILE) to the hard limit and logs both. Every
+/// connection and every segment's log and index files hold a descriptor, and distributions
+/// start processes at a soft limit of 1024. The JVM that runs Kafka does the same at start
+/// (HotSpot's `-XX:+MaxFDLimit`, on by default). A failure is logged and start-up goes on.
+fn raise_open_files_limit() {
+    let show = |limit: libc::rlim_t| {
+        if limit == libc::RLIM_INFINITY {
+            "unlimited".to_string()
+        } else {
+            limit.to_string()
+        }
+    };
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes only the struct it is given, which lives on this stack.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        let error = std::io::Error::last_os_error();
+        tracing::warn!(%error, "cannot read the open files limit (RLIMIT_NOFILE)");
+        return;
+    }
+    let (soft, hard) = (limit.rlim_cur, limit.rlim_max);
+    if soft < hard {
+        let raised = libc::rlimit {
+            rlim_cur: hard,
+            rlim_max: hard,
+        };
+        // SAFETY: setrlimit only reads the struct it is given.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
+            let error = std::io::Error::last_os_error();
+            tracing::warn!(
+                soft = %show(soft), hard = %show(hard), %error,
+                "cannot raise the open files limit (RLIMIT_NOFILE) to its hard limit"
+            );
+            return;
+        }
+        tracing::info!(
+            soft = %show(hard), hard = %show(hard), was = %show(soft),
+            "open files limit (RLIMIT_NOFILE) raised to its hard limit"
+        );
+    } else {
+        tracing::info!(soft = %show(soft), hard = %show(hard), "open files limit (RLIMIT_NOFILE)");
+    }
+}
+
 fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         // Colour only on a terminal: redirected logs (files, docker logs) stay plain text.
@@ -141,6 +187,7 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
+    raise_open_files_limit();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

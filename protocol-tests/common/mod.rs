@@ -155,6 +155,8 @@ pub fn assign(consumer: &BaseConsumer, topic: &str, partitions: &[i32], offset: 
 pub struct Raw {
     pub stream: TcpStream,
     correlation_id: i32,
+    /// How long `read_frame` waits for a response (30 s unless a test expects slow work).
+    pub response_timeout: Duration,
 }
 
 impl Raw {
@@ -162,6 +164,7 @@ impl Raw {
         Raw {
             stream: TcpStream::connect(addr).await.expect("connect"),
             correlation_id: 0,
+            response_timeout: Duration::from_secs(30),
         }
     }
 
@@ -190,11 +193,11 @@ impl Raw {
     /// Reads one response frame; None when the broker closed the connection.
     pub async fn read_frame(&mut self) -> Option<Bytes> {
         let mut len = [0u8; 4];
-        let read = tokio::time::timeout(Duration::from_secs(30), self.stream.read_exact(&mut len)).await;
+        let read = tokio::time::timeout(self.response_timeout, self.stream.read_exact(&mut len)).await;
         match read {
             Ok(Ok(_)) => {}
             Ok(Err(_)) => return None,
-            Err(_) => panic!("no response and no close within 30 s"),
+            Err(_) => panic!("no response and no close within {:?}", self.response_timeout),
         }
         let mut body = vec![0u8; i32::from_be_bytes(len) as usize];
         self.stream.read_exact(&mut body).await.ok()?;
@@ -245,4 +248,43 @@ pub fn segment_files(dir: &Path) -> Vec<PathBuf> {
         .collect();
     files.sort();
     files
+}
+
+/// A Produce request of one batch set to one partition.
+pub fn produce_request(
+    topic_name: &str,
+    partition: i32,
+    records: Bytes,
+    acks: i16,
+) -> kafka_protocol::messages::ProduceRequest {
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    kafka_protocol::messages::ProduceRequest::default()
+        .with_acks(acks)
+        .with_timeout_ms(10_000)
+        .with_topic_data(vec![
+            TopicProduceData::default()
+                .with_name(topic(topic_name))
+                .with_partition_data(vec![
+                    PartitionProduceData::default()
+                        .with_index(partition)
+                        .with_records(Some(records)),
+                ]),
+        ])
+}
+
+/// The log end offset of partition 0 of `name` (ListOffsets latest).
+pub async fn latest_offset(raw: &mut Raw, name: &str) -> i64 {
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    let req = kafka_protocol::messages::ListOffsetsRequest::default()
+        .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+        .with_topics(vec![
+            ListOffsetsTopic::default().with_name(topic(name)).with_partitions(vec![
+                ListOffsetsPartition::default()
+                    .with_partition_index(0)
+                    .with_timestamp(-1),
+            ]),
+        ]);
+    let resp = raw.call(10, &req).await;
+    assert_eq!(resp.topics[0].partitions[0].error_code, 0);
+    resp.topics[0].partitions[0].offset
 }

@@ -5,9 +5,12 @@
 //! preferred read replica (always -1) · v12 flexible · v13 topic ids instead of names · v15
 //! replica state · v16-v17 node endpoints and replica directory id (tagged; unused on one node).
 //! Not served: v18 (high watermark in requests, KIP-1166).
-//! Waits are woken by the high watermark moving (never a sleep loop). `max_bytes` and
-//! `partition_max_bytes` follow KIP-74: the first batch of the first non-empty partition is
-//! returned whole even when larger.
+//! Waits are woken by the high watermark moving (never a sleep loop) and judged from file
+//! positions, not by reading records again (Kafka's DelayedFetch). `max_bytes` is capped at
+//! `fetch.max.bytes` and `min_bytes` at that cap (Kafka's KafkaApis.handleFetchRequest);
+//! `partition_max_bytes` limits each partition within what is left, and KIP-74 returns the
+//! first batch of the first non-empty partition whole even when larger. So one Fetch holds at
+//! most `fetch.max.bytes` of records plus that one batch, however much it asks for.
 
 use std::time::Duration;
 
@@ -21,6 +24,7 @@ use uuid::Uuid;
 
 use super::{Ctx, Versions};
 use crate::error::Error;
+use crate::log::ReadableBytes;
 use crate::replica::Partition;
 use std::sync::Arc;
 
@@ -83,33 +87,77 @@ pub async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchResponse
 
     let wait_ms = u64::try_from(req.max_wait_ms).unwrap_or(0).min(FETCH_WAIT_MS_MAX);
     let deadline = Instant::now() + Duration::from_millis(wait_ms);
-    let min_bytes = usize::try_from(req.min_bytes).unwrap_or(0);
-    let max_bytes = usize::try_from(req.max_bytes).unwrap_or(0);
+    // The request's max_bytes is the client's claim: the broker reads and holds no more than
+    // `fetch.max.bytes` for it (Kafka: `Math.min(fetchRequest.maxBytes, config.fetchMaxBytes)`,
+    // and `fetchMinBytes = Math.min(fetchRequest.minBytes, fetchMaxBytes)`).
+    let max_bytes = usize::try_from(req.max_bytes)
+        .unwrap_or(0)
+        .min(ctx.config.fetch_max_bytes);
+    let min_bytes = usize::try_from(req.min_bytes).unwrap_or(0).min(max_bytes);
     let read_committed = req.isolation_level == READ_COMMITTED;
-    loop {
-        // Subscribe before reading so an append between the read and the wait is not missed.
-        let mut receivers: Vec<_> = wanted
-            .iter()
-            .filter_map(|w| w.partition.as_ref().ok().map(|p| p.subscribe()))
-            .collect();
-        let (answers, bytes, any_error) = read_all(&wanted, max_bytes, read_committed, version);
-        let done = bytes >= min_bytes || any_error || receivers.is_empty() || Instant::now() >= deadline;
-        if done {
-            let mut topics = topics;
-            for (w, answer) in wanted.iter().zip(answers) {
-                topics[w.topic].partitions.push(answer);
-            }
-            return FetchResponse::default().with_responses(topics);
-        }
+    // Subscribe before reading so an append between the read and the wait is not missed.
+    let mut receivers: Vec<_> = wanted
+        .iter()
+        .filter_map(|w| w.partition.as_ref().ok().map(|p| p.subscribe()))
+        .collect();
+    let (answers, bytes, any_error) = read_all(&wanted, max_bytes, read_committed, version);
+    if bytes >= min_bytes || any_error || receivers.is_empty() || Instant::now() >= deadline {
+        return respond(topics, &wanted, answers);
+    }
+    // Kafka's DelayedFetch: what was read is let go while waiting, and the wait is judged from
+    // file positions, first at once (tryCompleteElseWatch: the bytes on disk may reach
+    // min_bytes although the read, cut at max_bytes, did not), then at each high watermark
+    // move; the records are read once more when the wait ends.
+    drop(answers);
+    while !enough_to_answer(&wanted, min_bytes, read_committed, version) {
         let changed = select_all(receivers.iter_mut().map(|rx| Box::pin(rx.changed())));
-        if tokio::time::timeout_at(deadline, changed).await.is_err() {
-            // Deadline: one last read answers with whatever is there.
-            continue;
+        match tokio::time::timeout_at(deadline, changed).await {
+            // Deadline: the read below answers with whatever is there.
+            Err(_elapsed) => break,
+            // A partition closed (deleted, or the broker stopping): the read answers its error.
+            Ok((Err(_closed), _, _)) => break,
+            Ok((Ok(()), _, _)) => {}
         }
     }
+    let (answers, _, _) = read_all(&wanted, max_bytes, read_committed, version);
+    respond(topics, &wanted, answers)
 }
 
-/// Reads every partition once under the response and partition byte budgets.
+fn respond(mut topics: Vec<FetchableTopicResponse>, wanted: &[Wanted], answers: Vec<PartitionData>) -> FetchResponse {
+    for (w, answer) in wanted.iter().zip(answers) {
+        topics[w.topic].partitions.push(answer);
+    }
+    FetchResponse::default().with_responses(topics)
+}
+
+/// Whether a waiting fetch can be answered (Kafka's `DelayedFetch.tryComplete`): a partition
+/// now in error (answered at once, as Kafka's cases A-E), a fetch offset on an older segment
+/// than the high watermark (case F), or at least `min_bytes` readable, counting at most
+/// `partition_max_bytes` per partition (case G). No record is read.
+fn enough_to_answer(wanted: &[Wanted], min_bytes: usize, read_committed: bool, version: i16) -> bool {
+    let mut accumulated = 0u64;
+    for w in wanted {
+        let Ok(p) = &w.partition else {
+            return true;
+        };
+        if check_leader_epoch(p, &w.request, version).is_err() {
+            return true;
+        }
+        match p.readable_bytes(w.request.fetch_offset, read_committed) {
+            Err(_) | Ok(ReadableBytes::OlderSegment) => return true,
+            Ok(ReadableBytes::Within(bytes)) => {
+                let partition_max = u64::try_from(w.request.partition_max_bytes).unwrap_or(0);
+                accumulated = accumulated.saturating_add(bytes.min(partition_max));
+            }
+        }
+    }
+    accumulated >= u64::try_from(min_bytes).unwrap_or(u64::MAX)
+}
+
+/// Reads every partition once under the response and partition byte budgets: `max_bytes`
+/// (already capped at `fetch.max.bytes`) is shared across the partitions in request order, so
+/// the records held at once never exceed it, plus the one KIP-74 batch of the first non-empty
+/// partition.
 fn read_all(
     wanted: &[Wanted],
     max_bytes: usize,
@@ -153,22 +201,7 @@ fn read_one(
     read_committed: bool,
     version: i16,
 ) -> Result<PartitionData, Error> {
-    if version >= 9 && req.current_leader_epoch >= 0 {
-        // Kafka's leader epoch fencing (KIP-320): a newer epoch than ours means our metadata is
-        // behind; an older one means the client's is.
-        if req.current_leader_epoch > p.leader_epoch {
-            return Err(Error::UnknownLeaderEpoch {
-                asked: req.current_leader_epoch,
-                current: p.leader_epoch,
-            });
-        }
-        if req.current_leader_epoch < p.leader_epoch {
-            return Err(Error::FencedLeaderEpoch {
-                asked: req.current_leader_epoch,
-                current: p.leader_epoch,
-            });
-        }
-    }
+    check_leader_epoch(p, req, version)?;
     let limit = usize::try_from(req.partition_max_bytes).unwrap_or(0).min(remaining);
     let read = p.read_with(req.fetch_offset, limit, first, read_committed)?;
     let aborted = read.aborted.map(|list| {
@@ -187,6 +220,27 @@ fn read_one(
         .with_log_start_offset(read.log_start_offset)
         .with_aborted_transactions(aborted)
         .with_records(Some(read.records)))
+}
+
+/// Kafka's leader epoch fencing (KIP-320): a newer epoch than ours means our metadata is
+/// behind; an older one means the client's is.
+fn check_leader_epoch(p: &Partition, req: &FetchPartition, version: i16) -> Result<(), Error> {
+    if version < 9 || req.current_leader_epoch < 0 {
+        return Ok(());
+    }
+    if req.current_leader_epoch > p.leader_epoch {
+        return Err(Error::UnknownLeaderEpoch {
+            asked: req.current_leader_epoch,
+            current: p.leader_epoch,
+        });
+    }
+    if req.current_leader_epoch < p.leader_epoch {
+        return Err(Error::FencedLeaderEpoch {
+            asked: req.current_leader_epoch,
+            current: p.leader_epoch,
+        });
+    }
+    Ok(())
 }
 
 /// A partition answer carrying an error, with the partition's offsets when it exists.

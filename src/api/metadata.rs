@@ -43,9 +43,9 @@ pub async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> MetadataRe
 
     let mut image = ctx.controller.image();
     let topics = match req.topics {
-        None => image.topics.values().map(|t| describe(t, operations)).collect(),
+        None => image.topics.values().map(|t| describe(ctx, t, operations)).collect(),
         Some(ref list) if list.is_empty() && version == 0 => {
-            image.topics.values().map(|t| describe(t, operations)).collect()
+            image.topics.values().map(|t| describe(ctx, t, operations)).collect()
         }
         Some(list) => {
             let mut out = Vec::with_capacity(list.len());
@@ -63,7 +63,7 @@ pub async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> MetadataRe
                             }
                         }
                         match image.topic(&name) {
-                            Some(t) => out.push(describe(t, operations)),
+                            Some(t) => out.push(describe(ctx, t, operations)),
                             None => out.push(error_topic(
                                 Some(&name),
                                 Uuid::nil(),
@@ -73,7 +73,7 @@ pub async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> MetadataRe
                         }
                     }
                     None => match image.topic_by_id(&wanted.topic_id) {
-                        Some(t) => out.push(describe(t, operations)),
+                        Some(t) => out.push(describe(ctx, t, operations)),
                         None => out.push(error_topic(
                             None,
                             wanted.topic_id,
@@ -103,32 +103,41 @@ pub async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> MetadataRe
 
 /// Auto-creation as Kafka does it on Metadata: default partitions and replication factor.
 fn auto_create(ctx: &Ctx, name: &str) -> Result<(), i16> {
-    match ctx.controller.create_topic(
+    match super::topics::create_and_open(
+        ctx,
         name,
         ctx.config.num_partitions,
         ctx.config.default_replication_factor,
         Default::default(),
     ) {
-        Ok(_) => {}
+        Ok(_) => Ok(()),
         // Another request created it meanwhile: fine.
-        Err(crate::error::Error::TopicAlreadyExists(_)) => {}
-        Err(e) => return Err(e.code()),
+        Err(crate::error::Error::TopicAlreadyExists(_)) => Ok(()),
+        Err(e) => {
+            tracing::error!(topic = name, error = %e, "auto-creating a topic");
+            Err(e.code())
+        }
     }
-    ctx.replicas.apply_image(&ctx.controller.image()).map_err(|e| {
-        tracing::error!(topic = name, error = %e, "opening an auto-created topic");
-        e.code()
-    })
 }
 
-fn describe(topic: &TopicInfo, operations: i32) -> MetadataResponseTopic {
+fn describe(ctx: &Ctx, topic: &TopicInfo, operations: i32) -> MetadataResponseTopic {
     let partitions = (0..topic.partitions)
         .map(|index| {
-            MetadataResponsePartition::default()
+            let partition = MetadataResponsePartition::default()
                 .with_partition_index(index)
-                .with_leader_id(BrokerId(topic.leader))
                 .with_leader_epoch(topic.leader_epoch)
-                .with_replica_nodes(vec![BrokerId(topic.leader)])
-                .with_isr_nodes(vec![BrokerId(topic.leader)])
+                .with_replica_nodes(vec![BrokerId(topic.leader)]);
+            if ctx.replicas.is_offline(&topic.name, index) {
+                // Its storage failed to open: no leader, as Kafka reports an offline partition.
+                partition
+                    .with_error_code(ResponseError::LeaderNotAvailable.code())
+                    .with_leader_id(BrokerId(-1))
+                    .with_offline_replicas(vec![BrokerId(topic.leader)])
+            } else {
+                partition
+                    .with_leader_id(BrokerId(topic.leader))
+                    .with_isr_nodes(vec![BrokerId(topic.leader)])
+            }
         })
         .collect();
     MetadataResponseTopic::default()

@@ -159,6 +159,57 @@ fn decode<T: Decodable>(key: ApiKey, version: i16, body: &mut Bytes) -> Result<T
     Ok(request)
 }
 
+/// Decodes a request body as `dispatch` does (the same `decode`, the same request type) and
+/// drops it: the entry point of `protocol-tests/fuzz.rs`, which has no broker to hand it to.
+pub fn decode_only(key: ApiKey, version: i16, body: &mut Bytes) -> Result<(), Reject> {
+    use kafka_protocol::messages::*;
+    macro_rules! as_ {
+        ($request:ty) => {
+            decode::<$request>(key, version, body).map(drop)
+        };
+    }
+    match key {
+        // An unknown version is answered without reading the body (KIP-511, see `dispatch`).
+        ApiKey::ApiVersions if supported(key).is_none_or(|v| version < v.min || version > v.max) => Ok(()),
+        ApiKey::ApiVersions => as_!(ApiVersionsRequest),
+        ApiKey::Produce => as_!(ProduceRequest),
+        ApiKey::Fetch => as_!(FetchRequest),
+        ApiKey::ListOffsets => as_!(ListOffsetsRequest),
+        ApiKey::Metadata => as_!(MetadataRequest),
+        ApiKey::CreateTopics => as_!(CreateTopicsRequest),
+        ApiKey::DeleteTopics => as_!(DeleteTopicsRequest),
+        ApiKey::CreatePartitions => as_!(CreatePartitionsRequest),
+        ApiKey::FindCoordinator => as_!(FindCoordinatorRequest),
+        ApiKey::JoinGroup => as_!(JoinGroupRequest),
+        ApiKey::SyncGroup => as_!(SyncGroupRequest),
+        ApiKey::Heartbeat => as_!(HeartbeatRequest),
+        ApiKey::LeaveGroup => as_!(LeaveGroupRequest),
+        ApiKey::ListGroups => as_!(ListGroupsRequest),
+        ApiKey::DescribeGroups => as_!(DescribeGroupsRequest),
+        ApiKey::DeleteGroups => as_!(DeleteGroupsRequest),
+        ApiKey::OffsetCommit => as_!(OffsetCommitRequest),
+        ApiKey::OffsetFetch => as_!(OffsetFetchRequest),
+        ApiKey::OffsetDelete => as_!(OffsetDeleteRequest),
+        ApiKey::ConsumerGroupHeartbeat => as_!(ConsumerGroupHeartbeatRequest),
+        ApiKey::ConsumerGroupDescribe => as_!(ConsumerGroupDescribeRequest),
+        ApiKey::DescribeConfigs => as_!(DescribeConfigsRequest),
+        ApiKey::AlterConfigs => as_!(AlterConfigsRequest),
+        ApiKey::IncrementalAlterConfigs => as_!(IncrementalAlterConfigsRequest),
+        ApiKey::DescribeCluster => as_!(DescribeClusterRequest),
+        ApiKey::DescribeLogDirs => as_!(DescribeLogDirsRequest),
+        ApiKey::DeleteRecords => as_!(DeleteRecordsRequest),
+        ApiKey::InitProducerId => as_!(InitProducerIdRequest),
+        ApiKey::AddPartitionsToTxn => as_!(AddPartitionsToTxnRequest),
+        ApiKey::AddOffsetsToTxn => as_!(AddOffsetsToTxnRequest),
+        ApiKey::EndTxn => as_!(EndTxnRequest),
+        ApiKey::TxnOffsetCommit => as_!(TxnOffsetCommitRequest),
+        ApiKey::DescribeTransactions => as_!(DescribeTransactionsRequest),
+        ApiKey::ListTransactions => as_!(ListTransactionsRequest),
+        ApiKey::DescribeProducers => as_!(DescribeProducersRequest),
+        _ => Err(Reject::UnsupportedVersion { key, version }),
+    }
+}
+
 /// Parses the request header: the key and version decide the header's own version.
 pub fn parse_header(body: &mut Bytes) -> Result<(ApiKey, RequestHeader), Reject> {
     if body.len() < 4 {

@@ -163,7 +163,13 @@ pub fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcome {
                     now_ms,
                 };
                 let partition_name = format!("{name}-{index}");
-                match invalid_records(&batches, &rules, &partition_name, version >= 8) {
+                match invalid_records(
+                    &batches,
+                    &rules,
+                    batch::records_bytes_cap(max_bytes),
+                    &partition_name,
+                    version >= 8,
+                ) {
                     Ok(None) => {}
                     Ok(Some(refused)) => {
                         partitions.push(refused.into_response(index, version));
@@ -206,13 +212,15 @@ pub fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcome {
             let batches = match target_codec {
                 None => batches,
                 Some(codec) => {
+                    let partition_name = format!("{name}-{index}");
                     let recompressed: Result<Vec<_>, _> = batches
                         .into_iter()
                         .map(|b| {
                             if batch::codec(&b) == codec {
                                 Ok(b)
                             } else {
-                                batch::recompress(&b, codec, max_bytes)
+                                batch::recompress(&b, codec, batch::records_bytes_cap(max_bytes))
+                                    .map_err(|e| unreadable(e, &partition_name))
                             }
                         })
                         .collect();
@@ -353,10 +361,13 @@ impl RefusedRecords {
 /// key before its timestamp, and validation stops after the first batch with an invalid record
 /// (Kafka refuses several batches per partition outright, so this only differs from it there).
 /// Each batch is decompressed once and walked without materialising records; with `name` false
-/// (Produce v0-v7) nothing is allocated per record. A batch whose records do not fit is `InvalidRecord`.
+/// (Produce v0-v7) nothing is allocated per record. A batch whose records do not fit is `InvalidRecord`;
+/// one whose records decompress past `records_bytes_max` (`batch::records_bytes_cap`) is
+/// `RecordsTooLarge`, found once that many bytes are out (a few KB of zstd can claim gigabytes).
 fn invalid_records(
     batches: &[crate::log::ValidBatch],
     rules: &RecordRules,
+    records_bytes_max: usize,
     partition: &str,
     name: bool,
 ) -> Result<Option<RefusedRecords>> {
@@ -375,7 +386,7 @@ fn invalid_records(
             named: Vec::new(),
         };
         let mut batch_index = 0i32;
-        batch::scan_records(batch.bytes(), |record| {
+        batch::scan_records(batch.bytes(), records_bytes_max, |record| {
             // -1 is Kafka's NO_TIMESTAMP, never out of bounds.
             let out_of_bounds = bounds
                 .filter(|(low, high)| record.timestamp != -1 && (record.timestamp < *low || record.timestamp > *high));
@@ -398,17 +409,24 @@ fn invalid_records(
             }
             batch_index = batch_index.saturating_add(1);
         })
-        .map_err(|e| match e {
-            // Kafka's record iterator throws InvalidRecordException at a record that does not
-            // fit: the non-retriable INVALID_RECORD, not the retriable CORRUPT_MESSAGE.
-            Error::CorruptBatch(text) => Error::InvalidRecord(format!("{text} in topic partition {partition}")),
-            other => other,
-        })?;
+        .map_err(|e| unreadable(e, partition))?;
         if refused.count > 0 {
             return Ok(Some(refused));
         }
     }
     Ok(None)
+}
+
+/// The error for a batch whose records cannot be read. Kafka's record iterator
+/// (`DefaultRecordBatch.RecordIterator`) throws InvalidRecordException at a record that does not
+/// fit and at bytes left after the declared count: the non-retriable INVALID_RECORD, not the
+/// retriable CORRUPT_MESSAGE. Records past max.message.bytes stay `RecordsTooLarge`
+/// (RECORD_TOO_LARGE, also non-retriable), so a client does not resend a bomb.
+fn unreadable(e: Error, partition: &str) -> Error {
+    match e {
+        Error::CorruptBatch(text) => Error::InvalidRecord(format!("{text} in topic partition {partition}")),
+        other => other,
+    }
 }
 
 /// One RecordError of the answer.
@@ -428,6 +446,8 @@ mod tests {
     use crate::log::batch::encode_records;
 
     const NOW: i64 = 1_700_000_000_000;
+    /// max.message.bytes of the tests (Kafka's default).
+    const MAX: usize = 1_048_588;
 
     /// One validated batch per element of `batches`, each (key?, timestamp) per record.
     fn batches(batches: &[&[(bool, i64)]]) -> Vec<crate::log::ValidBatch> {
@@ -462,7 +482,9 @@ mod tests {
     fn every_keyless_record_is_named_by_its_index_in_the_batch() {
         // Kafka's LogValidator.validateKey, one RecordError per keyless record (KIP-467).
         let b = batches(&[&[(true, NOW), (false, NOW), (true, NOW), (false, NOW), (false, NOW)]]);
-        let refused = invalid_records(&b, &rules(true, None), "t-0", true).unwrap().unwrap();
+        let refused = invalid_records(&b, &rules(true, None), MAX, "t-0", true)
+            .unwrap()
+            .unwrap();
         assert_eq!(indexes(&refused), [1, 3, 4]);
         assert!(!refused.invalid_timestamp);
         let text = refused.named[0].batch_index_error_message.as_deref();
@@ -470,7 +492,11 @@ mod tests {
             text,
             Some("Compacted topic cannot accept message without key in topic partition t-0")
         );
-        assert!(invalid_records(&b, &rules(false, None), "t-0", true).unwrap().is_none());
+        assert!(
+            invalid_records(&b, &rules(false, None), MAX, "t-0", true)
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[test]
@@ -479,7 +505,9 @@ mod tests {
         // processRecordErrors answers INVALID_TIMESTAMP when any error is a timestamp's.
         let bounds = Some((1_000, 1_000));
         let b = batches(&[&[(false, 5), (true, 5), (true, NOW), (true, -1), (true, NOW + 1_001)]]);
-        let refused = invalid_records(&b, &rules(true, bounds), "t-0", true).unwrap().unwrap();
+        let refused = invalid_records(&b, &rules(true, bounds), MAX, "t-0", true)
+            .unwrap()
+            .unwrap();
         assert_eq!(indexes(&refused), [0, 1, 4], "-1 (NO_TIMESTAMP) is never out of bounds");
         assert!(refused.invalid_timestamp);
         assert!(
@@ -510,7 +538,9 @@ mod tests {
             &[(true, NOW), (false, NOW), (true, NOW), (false, NOW)],
             &[(false, NOW)],
         ]);
-        let refused = invalid_records(&b, &rules(true, None), "t-0", true).unwrap().unwrap();
+        let refused = invalid_records(&b, &rules(true, None), MAX, "t-0", true)
+            .unwrap()
+            .unwrap();
         assert_eq!(indexes(&refused), [1, 3]);
     }
 
@@ -522,14 +552,16 @@ mod tests {
         let crc = crc32c::crc32c(&bad[batch::ATTRIBUTES..]);
         bad[batch::CRC..batch::CRC + 4].copy_from_slice(&crc.to_be_bytes());
         let b = validate_batches(&bad.freeze(), 1 << 20).unwrap();
-        let err = invalid_records(&b, &rules(true, None), "t-0", true).err().unwrap();
+        let err = invalid_records(&b, &rules(true, None), MAX, "t-0", true).err().unwrap();
         assert_eq!(err.code(), ResponseError::InvalidRecord.code(), "{err}");
     }
 
     #[test]
     fn before_v8_the_answer_is_the_code_alone_and_nothing_is_named() {
         let b = batches(&[&[(false, NOW), (false, NOW), (true, NOW)]]);
-        let refused = invalid_records(&b, &rules(true, None), "t-0", false).unwrap().unwrap();
+        let refused = invalid_records(&b, &rules(true, None), MAX, "t-0", false)
+            .unwrap()
+            .unwrap();
         assert_eq!((refused.count, refused.named.len()), (2, 0));
         let p = refused.into_response(4, 7);
         assert_eq!(
@@ -544,7 +576,7 @@ mod tests {
     fn the_invalid_record_summary_counts_every_error_and_shows_three() {
         // Kafka's processRecordErrors message for InvalidRecordException.
         let b = batches(&[&[(false, NOW); 5]]);
-        let p = invalid_records(&b, &rules(true, None), "t-0", true)
+        let p = invalid_records(&b, &rules(true, None), MAX, "t-0", true)
             .unwrap()
             .unwrap()
             .into_response(0, 12);

@@ -4,9 +4,12 @@
 //! configs, partition count and replication factor in answers · v6 same · v7 topic ids.
 //! DeleteTopics: v1 baseline (throttle) · v2-v3 same · v4 flexible · v5 error messages · v6
 //! delete by topic id. CreatePartitions: v0 baseline · v1 same · v2 flexible · v3 same.
+//! Counts are the client's claims: checked before any arithmetic, and a request adding more
+//! than `PARTITIONS_PER_REQUEST_MAX` partitions is refused whole (POLICY_VIOLATION).
 
 use std::collections::BTreeMap;
 
+use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
@@ -26,6 +29,16 @@ pub const CREATE_TOPICS_VERSIONS: Versions = Versions::new(ApiKey::CreateTopics,
 pub const DELETE_TOPICS_VERSIONS: Versions = Versions::new(ApiKey::DeleteTopics, 1, 6);
 pub const CREATE_PARTITIONS_VERSIONS: Versions = Versions::new(ApiKey::CreatePartitions, 0, 3);
 
+/// Partitions one CreateTopics or CreatePartitions request may add: Kafka's
+/// `ReplicationControlManager.MAX_PARTITIONS_PER_BATCH`. Past it the request would commit one
+/// metadata record naming them all, and opening them could exhaust memory and descriptors.
+const PARTITIONS_PER_REQUEST_MAX: i64 = 10_000;
+
+/// Kafka's messages for a request past `PARTITIONS_PER_REQUEST_MAX`: CreateTopics' explicit
+/// check (`validateTotalNumberOfPartitions`); CreatePartitions has none in Kafka 4 (its bounded
+/// record list fails the topic with UNKNOWN_SERVER_ERROR), so it gets the same answer here.
+const TOO_MANY_PARTITIONS: &str = "Excessively large number of partitions per request.";
+
 /// Kafka's ConfigSource codes for DescribeConfigs-style answers.
 const SOURCE_DYNAMIC_TOPIC: i8 = 1;
 const SOURCE_DEFAULT: i8 = 5;
@@ -36,6 +49,32 @@ fn reopen(ctx: &Ctx) -> Result<(), Error> {
 
 pub async fn create_topics(ctx: &Ctx, req: CreateTopicsRequest, version: i16) -> CreateTopicsResponse {
     let mut results = Vec::with_capacity(req.topics.len());
+    // Kafka's `validateTotalNumberOfPartitions`: an upper bound (invalid topics included) taken
+    // before anything else; past it every topic gets POLICY_VIOLATION. Summed in i64, where
+    // Kafka's int sum can wrap.
+    let requested: i64 = req
+        .topics
+        .iter()
+        .map(|t| match (t.assignments.len(), t.num_partitions) {
+            (0, -1) => i64::from(ctx.config.num_partitions),
+            (0, n) => i64::from(n.max(0)),
+            (assigned, _) => i64::try_from(assigned).unwrap_or(i64::MAX),
+        })
+        .fold(0, i64::saturating_add);
+    if requested > PARTITIONS_PER_REQUEST_MAX {
+        for topic in req.topics {
+            let mut result = CreatableTopicResult::default()
+                .with_name(topic.name)
+                .with_error_code(ResponseError::PolicyViolation.code())
+                .with_error_message(message(TOO_MANY_PARTITIONS));
+            if version >= 5 {
+                result.num_partitions = -1;
+                result.replication_factor = -1;
+            }
+            results.push(result);
+        }
+        return CreateTopicsResponse::default().with_topics(results);
+    }
     // Kafka answers a name listed twice with INVALID_REQUEST for each occurrence.
     let mut seen = BTreeMap::new();
     for t in &req.topics {
@@ -120,7 +159,7 @@ fn create_one(
         let mut sorted: Vec<_> = topic.assignments.iter().collect();
         sorted.sort_by_key(|a| a.partition_index);
         for (i, a) in sorted.iter().enumerate() {
-            if a.partition_index != i as i32 {
+            if i32::try_from(i).ok() != Some(a.partition_index) {
                 return Err(Error::InvalidReplicaAssignment(
                     "partitions must be numbered 0..n without gaps".into(),
                 ));
@@ -138,7 +177,10 @@ fn create_one(
                 )));
             }
         }
-        (sorted.len() as i32, 1)
+        // At most PARTITIONS_PER_REQUEST_MAX (create_topics checked), so this always converts.
+        let partitions =
+            i32::try_from(sorted.len()).map_err(|_| Error::InvalidReplicaAssignment("too many partitions".into()))?;
+        (partitions, 1)
     };
     if validate_only {
         Controller::check_new_topic(
@@ -150,11 +192,35 @@ fn create_one(
         )?;
         return Ok((partitions, replication_factor, Uuid::nil(), configs));
     }
-    let info: std::sync::Arc<TopicInfo> = ctx
+    let info = create_and_open(ctx, name, partitions, replication_factor, configs)?;
+    Ok((info.partitions, info.replication_factor, info.id, info.configs.clone()))
+}
+
+/// Creates a topic and opens its partitions, atomically as the client sees it: when a
+/// partition cannot be created (no space, no descriptors left), the topic is deleted from the
+/// metadata log again and the error returned, so metadata never names a topic whose storage
+/// does not exist (CreateTopics and Metadata auto-creation).
+pub(super) fn create_and_open(
+    ctx: &Ctx,
+    name: &str,
+    partitions: i32,
+    replication_factor: i16,
+    configs: BTreeMap<String, String>,
+) -> Result<std::sync::Arc<TopicInfo>, Error> {
+    let info = ctx
         .controller
         .create_topic(name, partitions, replication_factor, configs)?;
-    reopen(ctx)?;
-    Ok((info.partitions, info.replication_factor, info.id, info.configs.clone()))
+    if let Err(e) = reopen(ctx) {
+        if ctx.replicas.topic_is_offline(&info.name, info.partitions) {
+            tracing::error!(topic = name, error = %e, "creating a topic failed: removing it again");
+            if let Err(undo) = ctx.controller.delete_topic(info.id) {
+                tracing::error!(topic = name, error = %undo, "removing a topic that failed to open");
+            }
+            let _ = reopen(ctx);
+        }
+        return Err(e);
+    }
+    Ok(info)
 }
 
 /// Every topic key with its value and source, as CreateTopics v5+ reports them.
@@ -232,41 +298,112 @@ pub async fn delete_topics(ctx: &Ctx, req: DeleteTopicsRequest, version: i16) ->
     DeleteTopicsResponse::default().with_responses(results)
 }
 
+/// A topic's CreatePartitions error: the code (from `Error::code`) and Kafka's message.
+struct Refusal {
+    code: i16,
+    message: String,
+}
+
+impl Refusal {
+    /// `error`'s code with Kafka's wording of it.
+    fn worded(error: Error, message: String) -> Refusal {
+        Refusal {
+            code: error.code(),
+            message,
+        }
+    }
+}
+
+impl From<Error> for Refusal {
+    fn from(e: Error) -> Refusal {
+        Refusal {
+            code: e.code(),
+            message: e.to_string(),
+        }
+    }
+}
+
 pub async fn create_partitions(ctx: &Ctx, req: CreatePartitionsRequest, _version: i16) -> CreatePartitionsResponse {
-    let node = ctx.config.node_id;
+    let image = ctx.controller.image();
+    // Partitions the request would add, from the counts as sent (in i64: `count - current`
+    // overflows i32 for a count near i32::MIN). Same bound and answer as CreateTopics.
+    let added: i64 = req
+        .topics
+        .iter()
+        .filter_map(|t| image.topic(&t.name.0).map(|current| (t.count, current.partitions)))
+        .map(|(count, current)| (i64::from(count) - i64::from(current)).max(0))
+        .fold(0, i64::saturating_add);
+    if added > PARTITIONS_PER_REQUEST_MAX {
+        let results = req
+            .topics
+            .into_iter()
+            .map(|t| {
+                CreatePartitionsTopicResult::default()
+                    .with_name(t.name)
+                    .with_error_code(ResponseError::PolicyViolation.code())
+                    .with_error_message(message(TOO_MANY_PARTITIONS))
+            })
+            .collect();
+        return CreatePartitionsResponse::default().with_results(results);
+    }
     let mut results = Vec::with_capacity(req.topics.len());
     for topic in req.topics {
-        let name = topic.name.0.to_string();
-        let outcome = (|| {
-            if let Some(assignments) = topic.assignments.as_ref().filter(|a| !a.is_empty()) {
-                let current = ctx.controller.image().topic(&name).map_or(0, |t| t.partitions);
-                let added = usize::try_from(topic.count - current).unwrap_or(0);
-                if assignments.len() != added {
-                    return Err(Error::InvalidReplicaAssignment(format!(
-                        "{} assignments given for {added} new partitions",
-                        assignments.len()
-                    )));
-                }
-                if assignments
-                    .iter()
-                    .any(|a| a.broker_ids.len() != 1 || a.broker_ids[0].0 != node)
-                {
-                    return Err(Error::InvalidReplicaAssignment(format!("only node {node} exists")));
-                }
-            }
-            ctx.controller
-                .create_partitions(&name, topic.count, req.validate_only)?;
-            if !req.validate_only {
-                reopen(ctx)?;
-            }
-            Ok(())
-        })();
-        let mut result = CreatePartitionsTopicResult::default().with_name(topic.name);
-        if let Err(e) = outcome {
-            result.error_code = e.code();
-            result.error_message = message(&e);
+        let mut result = CreatePartitionsTopicResult::default().with_name(topic.name.clone());
+        if let Err(refusal) = create_partitions_one(ctx, &topic, req.validate_only) {
+            result.error_code = refusal.code;
+            result.error_message = message(refusal.message);
         }
         results.push(result);
     }
     CreatePartitionsResponse::default().with_results(results)
+}
+
+/// Checks in Kafka's order (`ReplicationControlManager.createPartitions`): the topic exists,
+/// the count is an increase, the assignments cover exactly the new partitions; then the
+/// controller, which checks the count again under its commit.
+fn create_partitions_one(
+    ctx: &Ctx,
+    topic: &kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic,
+    validate_only: bool,
+) -> Result<(), Refusal> {
+    let name = topic.name.0.to_string();
+    let current = ctx
+        .controller
+        .image()
+        .topic(&name)
+        .map(|t| t.partitions)
+        .ok_or_else(|| Error::UnknownTopicOrPartition(name.clone()))?;
+    let count = topic.count;
+    if count == current {
+        let message = format!("Topic already has {current} partition(s).");
+        return Err(Refusal::worded(Error::InvalidPartitions(count), message));
+    }
+    if count < current {
+        let message =
+            format!("The topic {name} currently has {current} partition(s); {count} would not be an increase.");
+        return Err(Refusal::worded(Error::InvalidPartitions(count), message));
+    }
+    // count > current >= 0: the difference fits.
+    let added = i64::from(count) - i64::from(current);
+    if let Some(assignments) = topic.assignments.as_ref().filter(|a| !a.is_empty()) {
+        if i64::try_from(assignments.len()).ok() != Some(added) {
+            let message = format!(
+                "Attempted to add {added} additional partition(s), but only {} assignment(s) were specified.",
+                assignments.len()
+            );
+            return Err(Refusal::worded(
+                Error::InvalidReplicaAssignment(message.clone()),
+                message,
+            ));
+        }
+        let node = ctx.config.node_id;
+        if assignments.iter().any(|a| !a.broker_ids.iter().map(|b| b.0).eq([node])) {
+            return Err(Error::InvalidReplicaAssignment(format!("only node {node} exists")).into());
+        }
+    }
+    ctx.controller.create_partitions(&name, count, validate_only)?;
+    if !validate_only {
+        reopen(ctx)?;
+    }
+    Ok(())
 }

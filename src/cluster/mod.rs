@@ -8,10 +8,11 @@
 
 mod metadata_log;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex, RwLock};
 
+use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -72,16 +73,20 @@ pub struct TopicInfo {
 }
 
 /// An immutable snapshot of cluster metadata, read by every handler and swapped on change.
+/// The maps are persistent (`imbl`): the next image shares all but the changed entries with
+/// this one, so a change costs the same with 10 topics or 10,000 (no whole-image clone).
 #[derive(Debug, Clone, Default)]
 pub struct MetadataImage {
     pub cluster_id: String,
     pub node_id: i32,
-    pub topics: BTreeMap<String, Arc<TopicInfo>>,
-    pub topic_ids: HashMap<Uuid, String>,
+    pub topics: OrdMap<String, Arc<TopicInfo>>,
+    pub topic_ids: imbl::HashMap<Uuid, String>,
+    /// Topic names with '.' read as '_' (Kafka's collision rule), to the name that holds it.
+    collision_names: imbl::HashMap<String, String>,
     /// The first producer id no block has taken yet.
     pub next_producer_id: i64,
     /// Consumer groups' config overrides (KIP-848 group configs), by group id.
-    pub group_configs: BTreeMap<String, Arc<BTreeMap<String, String>>>,
+    pub group_configs: OrdMap<String, Arc<BTreeMap<String, String>>>,
 }
 
 impl MetadataImage {
@@ -106,6 +111,7 @@ impl MetadataImage {
                 leader_epoch,
             } => {
                 self.topic_ids.insert(*id, name.clone());
+                self.collision_names.insert(collision_name(name), name.clone());
                 self.topics.insert(
                     name.clone(),
                     Arc::new(TopicInfo {
@@ -121,6 +127,7 @@ impl MetadataImage {
             }
             MetadataRecord::DeleteTopic { id } => {
                 if let Some(name) = self.topic_ids.remove(id) {
+                    self.collision_names.remove(&collision_name(&name));
                     self.topics.remove(&name);
                 }
             }
@@ -175,9 +182,9 @@ pub fn validate_topic_name(name: &str) -> Result<()> {
 }
 
 /// Kafka refuses a topic whose name differs from an existing one only by '.' versus '_',
-/// since both map to the same metric names.
-fn collides(a: &str, b: &str) -> bool {
-    a != b && a.replace('.', "_") == b.replace('.', "_")
+/// since both map to the same metric names: names are compared with '.' read as '_'.
+fn collision_name(name: &str) -> String {
+    name.replace('.', "_")
 }
 
 /// Owner of all metadata changes.
@@ -270,8 +277,11 @@ impl Controller {
         if image.topics.contains_key(name) {
             return Err(Error::TopicAlreadyExists(name.to_string()));
         }
-        if let Some(other) = image.topics.keys().find(|t| collides(t, name)) {
-            let _ = other;
+        if image
+            .collision_names
+            .get(&collision_name(name))
+            .is_some_and(|other| other != name)
+        {
             return Err(Error::InvalidTopic {
                 name: name.to_string(),
                 reason: "it collides with an existing topic ('.' and '_' are equivalent)",

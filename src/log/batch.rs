@@ -6,6 +6,10 @@
 //! the bytes from @21 to the end), attributes i16 @21, lastOffsetDelta i32 @23, baseTimestamp
 //! i64 @27, maxTimestamp i64 @35, producerId i64 @43, producerEpoch i16 @51, baseSequence i32
 //! @53, recordsCount i32 @57, records @61.
+//!
+//! Compressed records are decompressed in one place, `records_section`, into at most a bound the
+//! caller passes (the topic's max.message.bytes on Produce and in the cleaner): a batch of a few
+//! KB may claim gigabytes of records (issue 10).
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
@@ -340,13 +344,19 @@ pub fn codec(batch: &ValidBatch) -> i16 {
 }
 
 /// Re-compresses a batch's records with `codec` (the topic's `compression.type`), keeping every
-/// record byte as the producer wrote it: only the records section is decompressed and
-/// compressed again, then the header's codec bits, length and CRC are rewritten.
+/// record byte as the producer wrote it: only the records section is decompressed (at most
+/// `max_message_bytes` of it) and compressed again, then the header's codec bits, length and CRC
+/// are rewritten. The records are walked first, as Kafka's `LogValidator` iterates them before
+/// recompressing: records that do not fit, or bytes left after them, are `CorruptBatch`;
+/// records past `max_message_bytes`, `RecordsTooLarge`.
 pub fn recompress(batch: &ValidBatch, codec: i16, max_message_bytes: usize) -> Result<ValidBatch> {
     use bytes::BufMut;
     use kafka_protocol::compression::{Compressor, Gzip, Lz4, Snappy, Zstd};
     let bytes = batch.bytes();
-    let raw = records_section(bytes)?;
+    let section = records_section(bytes, max_message_bytes)?;
+    let used = walk_records(bytes, &section, max_message_bytes, |_| {})?;
+    nothing_left(&section, used)?;
+    let raw = section.raw;
     let mut out = BytesMut::with_capacity(HEADER_LEN + raw.len());
     out.put_slice(&bytes[..HEADER_LEN]);
     let put = |b: &mut BytesMut| -> anyhow::Result<()> {
@@ -376,24 +386,151 @@ pub fn recompress(batch: &ValidBatch, codec: i16, max_message_bytes: usize) -> R
         .ok_or_else(|| Error::CorruptBatch("recompression produced no batch".into()))
 }
 
-/// The records section of a framed batch, decompressed.
-fn records_section(bytes: &Bytes) -> Result<Bytes> {
-    use bytes::Buf;
-    use kafka_protocol::compression::{Decompressor, Gzip, Lz4, Snappy, Zstd};
+/// Bytes of the smallest record: its length, attributes, timestamp and offset deltas, key and
+/// value lengths (-1, null) and header count, one byte each.
+const RECORD_BYTES_MIN: usize = 7;
+
+/// The bound on a batch's decompressed records for readers of the log that are not given their
+/// topic's max.message.bytes ([`decode_records`]: ListOffsets by timestamp, coordinator loads):
+/// eight times Kafka's default max.message.bytes, room for the compression ratios of real data
+/// in a default-sized batch. A reader holds at most this, plus its decoded records.
+pub const STORED_RECORDS_BYTES_MAX: usize = 8 << 20;
+
+/// How far a batch's records may decompress relative to the topic's `max.message.bytes` (which
+/// bounds the batch as sent, compressed): 32 times, 32 MiB by default. Kafka streams records and
+/// has no such bound; a ratio of 32 admits what real producers send (text compresses 5-20x,
+/// and librdkafka's `batch.size` bounds a batch at 1 MB before compression) while a bomb of
+/// gigabytes costs at most this much memory for the moment it is checked.
+pub const DECOMPRESSION_RATIO_MAX: usize = 32;
+
+/// The decompressed-size bound for a topic whose `max.message.bytes` is `max_message_bytes`.
+pub fn records_bytes_cap(max_message_bytes: usize) -> usize {
+    max_message_bytes.saturating_mul(DECOMPRESSION_RATIO_MAX)
+}
+
+/// snappy-java's stream header (`SnappyOutputStream`), which Kafka's snappy batches start with.
+/// Without it the section is one raw snappy block, as `SnappyInputStream` falls back to.
+const XERIAL_MAGIC: &[u8; 16] = b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01";
+
+/// The records section of a batch, decompressed up to a bound.
+struct Section {
+    /// The records' bytes, at most the bound.
+    raw: Bytes,
+    /// The records go on past the bound: `raw` holds their first bytes only (up to the bound
+    /// for a stream; snappy blocks are decompressed whole or not at all).
+    truncated: bool,
+}
+
+/// The records section of a framed batch, decompressed: the one place where a batch is
+/// decompressed, streaming into at most `records_bytes_max` bytes, so that a few KB of zstd or
+/// gzip claiming gigabytes cost that bound and no more. An uncompressed section is the batch's
+/// own bytes. A header count that alone needs more than the bound (`RECORD_BYTES_MIN` a record)
+/// is `RecordsTooLarge` before anything is decompressed.
+fn records_section(bytes: &Bytes, records_bytes_max: usize) -> Result<Section> {
     if bytes.len() < HEADER_LEN {
         return Err(Error::CorruptBatch("partial batch header".into()));
     }
-    let mut section = bytes.slice(HEADER_LEN..);
-    let take = |b: &mut Bytes| -> anyhow::Result<Bytes> { Ok(b.copy_to_bytes(b.remaining())) };
-    match be_i16(bytes, ATTRIBUTES) & 0x07 {
-        0 => Ok(section.clone()),
-        1 => Gzip::decompress(&mut section, take),
-        2 => Snappy::decompress(&mut section, take),
-        3 => Lz4::decompress(&mut section, take),
-        4 => Zstd::decompress(&mut section, take),
-        other => return Err(Error::CorruptBatch(format!("unknown compression codec {other}"))),
+    let section = bytes.slice(HEADER_LEN..);
+    let codec = be_i16(bytes, ATTRIBUTES) & COMPRESSION_MASK;
+    if codec == 0 {
+        return Ok(Section {
+            raw: section,
+            truncated: false,
+        });
     }
-    .map_err(|e| Error::CorruptBatch(format!("cannot decompress: {e}")))
+    // A negative count is refused by `check`; the walk refuses it for unchecked input.
+    let count = usize::try_from(be_i32(bytes, RECORDS_COUNT)).unwrap_or(0);
+    if count > records_bytes_max / RECORD_BYTES_MIN {
+        return Err(Error::RecordsTooLarge { max: records_bytes_max });
+    }
+    // Kafka's codecs (CompressionType): gzip streams may hold several members (Java's
+    // GZIPInputStream reads on), zstd several frames (zstd-jni's stream reads on), lz4 is the
+    // frame format.
+    let decompressed = match codec {
+        1 => read_capped(flate2::read::MultiGzDecoder::new(&section[..]), records_bytes_max),
+        2 => return snappy_capped(&section, records_bytes_max),
+        3 => lz4::Decoder::new(&section[..]).and_then(|d| read_capped(d, records_bytes_max)),
+        4 => zstd::stream::read::Decoder::with_buffer(&section[..]).and_then(|d| read_capped(d, records_bytes_max)),
+        other => return Err(Error::CorruptBatch(format!("unknown compression codec {other}"))),
+    };
+    decompressed.map_err(|e| Error::CorruptBatch(format!("cannot decompress: {e}")))
+}
+
+/// Reads `decoder` to its end or to `records_bytes_max` bytes, whichever comes first.
+fn read_capped(mut decoder: impl std::io::Read, records_bytes_max: usize) -> std::io::Result<Section> {
+    use std::io::Read;
+    let mut raw = Vec::new();
+    let bound = u64::try_from(records_bytes_max).unwrap_or(u64::MAX);
+    (&mut decoder).take(bound).read_to_end(&mut raw)?;
+    // One byte more tells a stream that ends at the bound from one that goes on.
+    let truncated = raw.len() == records_bytes_max && decoder.read(&mut [0u8; 1])? > 0;
+    Ok(Section {
+        raw: Bytes::from(raw),
+        truncated,
+    })
+}
+
+/// `read_capped` for snappy, which has no streaming decoder in Kafka's framing: snappy-java's
+/// blocks (a 4-byte length each) or one raw block. A block's decompressed length is read from its
+/// header before anything is allocated; one claiming more than the bound is not decompressed.
+fn snappy_capped(section: &[u8], records_bytes_max: usize) -> Result<Section> {
+    let corrupt = |e: snap::Error| Error::CorruptBatch(format!("cannot decompress: snappy: {e}"));
+    let mut decoder = snap::raw::Decoder::new();
+    let mut raw = Vec::new();
+    let (framed, mut rest) = match section.strip_prefix(XERIAL_MAGIC.as_slice()) {
+        Some(blocks) => (true, blocks),
+        None => (false, section),
+    };
+    while !rest.is_empty() {
+        let block = if framed {
+            let len = rest
+                .first_chunk::<4>()
+                .and_then(|l| usize::try_from(u32::from_be_bytes(*l)).ok())
+                .filter(|l| l.checked_add(4).is_some_and(|end| end <= rest.len()))
+                .ok_or_else(|| Error::CorruptBatch("cannot decompress: snappy: partial block".into()))?;
+            let block = &rest[4..4 + len];
+            rest = &rest[4 + len..];
+            block
+        } else {
+            std::mem::take(&mut rest)
+        };
+        let len = snap::raw::decompress_len(block).map_err(corrupt)?;
+        let room = records_bytes_max - raw.len();
+        if len > records_bytes_max {
+            return Ok(Section {
+                raw: Bytes::from(raw),
+                truncated: true,
+            });
+        }
+        if len <= room {
+            let at = raw.len();
+            raw.resize(at + len, 0);
+            decoder.decompress(block, &mut raw[at..]).map_err(corrupt)?;
+        } else {
+            let mut last = vec![0; len];
+            decoder.decompress(block, &mut last).map_err(corrupt)?;
+            raw.extend_from_slice(&last[..room]);
+            return Ok(Section {
+                raw: Bytes::from(raw),
+                truncated: true,
+            });
+        }
+    }
+    Ok(Section {
+        raw: Bytes::from(raw),
+        truncated: false,
+    })
+}
+
+/// Kafka's record iterators (`DefaultRecordBatch.RecordIterator`) refuse a batch with bytes left
+/// after its declared records: InvalidRecordException, "records still remaining".
+fn nothing_left(section: &Section, used: usize) -> Result<()> {
+    if section.truncated || used < section.raw.len() {
+        return Err(Error::CorruptBatch(
+            "Incorrect declared batch size, records still remaining in file".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Reads an unsigned varint (protobuf style), at most 10 bytes.
@@ -426,22 +563,45 @@ pub struct RecordFields {
     pub has_key: bool,
 }
 
-/// Calls `each` with the fields of every record of a framed batch (any codec), in order, after
-/// the bounds checks of [`decode_records`]: the records section is decompressed once and no
-/// record is materialised. Stops with `CorruptBatch` at the first record that does not fit.
-pub fn scan_records(bytes: &Bytes, each: impl FnMut(RecordFields)) -> Result<()> {
-    let raw = records_section(bytes)?;
-    walk_records(bytes, &raw, each)
+/// Calls `each` with the fields of every record of a produced batch (any codec), in order, after
+/// the bounds checks of [`decode_records`]: the records section is decompressed once, into at
+/// most `records_bytes_max` bytes (the topic's max.message.bytes), and no record is
+/// materialised. Records past that bound are `RecordsTooLarge`; a record that does not fit, or
+/// bytes left after the declared count (Kafka's record iterator), `CorruptBatch`.
+pub fn scan_records(bytes: &Bytes, records_bytes_max: usize, each: impl FnMut(RecordFields)) -> Result<()> {
+    let section = records_section(bytes, records_bytes_max)?;
+    let used = walk_records(bytes, &section, records_bytes_max, each)?;
+    nothing_left(&section, used)
 }
 
-/// Walks the `recordsCount` records of `raw` (the decompressed records section of the batch
-/// `bytes`), checking every length and count against the bytes that hold them.
-fn walk_records(bytes: &[u8], raw: &[u8], mut each: impl FnMut(RecordFields)) -> Result<()> {
+/// Walks the `recordsCount` records of `section` (the decompressed records section of the batch
+/// `bytes`), checking every length and count against the bytes that hold them, and returns the
+/// bytes they take. A record cut by the bound is `RecordsTooLarge`, any other that does not fit
+/// `CorruptBatch`.
+fn walk_records(
+    bytes: &[u8],
+    section: &Section,
+    records_bytes_max: usize,
+    mut each: impl FnMut(RecordFields),
+) -> Result<usize> {
+    let raw = &section.raw[..];
     let (base_offset, base_timestamp) = (be_i64(bytes, BASE_OFFSET), be_i64(bytes, BASE_TIMESTAMP));
     let count = be_i32(bytes, RECORDS_COUNT);
-    let bad = |what: &str| Error::CorruptBatch(format!("record {what} does not fit in the batch"));
+    let bad = |what: &str| {
+        if section.truncated {
+            Error::RecordsTooLarge { max: records_bytes_max }
+        } else {
+            Error::CorruptBatch(format!("record {what} does not fit in the batch"))
+        }
+    };
     let mut at = 0usize;
     for _ in 0..count.max(0) {
+        if at == raw.len() && !section.truncated {
+            // Kafka's DefaultRecordBatch text for fewer records than the header counts.
+            return Err(Error::CorruptBatch(
+                "Incorrect declared batch size, premature EOF reached".into(),
+            ));
+        }
         let len = read_varint(raw, &mut at).ok_or_else(|| bad("length"))?;
         let len = usize::try_from(len).map_err(|_| bad("length"))?;
         let end = at
@@ -476,19 +636,32 @@ fn walk_records(bytes: &[u8], raw: &[u8], mut each: impl FnMut(RecordFields)) ->
         });
         at = end;
     }
-    Ok(())
+    Ok(at)
+}
+
+/// Decodes the records of a framed batch already in a log (any codec), decompressing at most
+/// [`STORED_RECORDS_BYTES_MAX`] bytes: [`decode_records_within`] with that bound.
+pub fn decode_records(bytes: &Bytes) -> Result<kafka_protocol::records::RecordSet> {
+    decode_records_within(bytes, STORED_RECORDS_BYTES_MAX)
 }
 
 /// Decodes the records of a framed batch (any codec) after checking that every length and
-/// count in them fits in the bytes that hold them. kafka-protocol's decoder allocates what a
-/// count claims before reading: one record claiming 2^30 headers costs it 3 s and 2 GB. A batch
-/// only needs a valid CRC to be stored, so every decode of stored or produced records goes
-/// through here.
-pub fn decode_records(bytes: &Bytes) -> Result<kafka_protocol::records::RecordSet> {
-    let raw = records_section(bytes)?;
-    walk_records(bytes, &raw, |_| {})?;
-    kafka_protocol::records::RecordBatchDecoder::decode(&mut bytes.clone())
-        .map_err(|e| Error::CorruptBatch(format!("cannot decode records: {e:#}")))
+/// count in them fits in the bytes that hold them, decompressing at most `records_bytes_max`
+/// bytes (`RecordsTooLarge` past it). kafka-protocol's decoder allocates what a count claims
+/// before reading: one record claiming 2^30 headers costs it 3 s and 2 GB. A batch only needs a
+/// valid CRC to be stored, so every decode of stored or produced records goes through here, and
+/// the decoder is handed the section decompressed here rather than decompressing it again.
+/// Bytes after the declared records are ignored, as kafka-protocol does: a stored batch stays
+/// readable.
+pub fn decode_records_within(bytes: &Bytes, records_bytes_max: usize) -> Result<kafka_protocol::records::RecordSet> {
+    let section = records_section(bytes, records_bytes_max)?;
+    walk_records(bytes, &section, records_bytes_max, |_| {})?;
+    let raw = section.raw;
+    kafka_protocol::records::RecordBatchDecoder::decode_with_custom_compression(
+        &mut bytes.clone(),
+        Some(|_: &mut Bytes, _: Compression| Ok(raw.clone())),
+    )
+    .map_err(|e| Error::CorruptBatch(format!("cannot decode records: {e:#}")))
 }
 
 /// Encodes records the broker writes itself (group state, offsets) as one non-idempotent
@@ -701,7 +874,7 @@ mod decode_tests {
         ];
         for codec in [Compression::None, Compression::Zstd] {
             let mut seen = Vec::new();
-            scan_records(&encode_records(&records, codec).unwrap(), |r| seen.push(r)).unwrap();
+            scan_records(&encode_records(&records, codec).unwrap(), 1 << 20, |r| seen.push(r)).unwrap();
             let want: Vec<_> = [(1_000, 0, false), (990, 1, true), (-1, 2, true)]
                 .into_iter()
                 .map(|(timestamp, offset, has_key)| RecordFields {
@@ -713,7 +886,7 @@ mod decode_tests {
             assert_eq!(seen, want, "an empty key is a key ({codec:?})");
         }
         assert!(matches!(
-            scan_records(&claiming_headers(1 << 30), |_| {}),
+            scan_records(&claiming_headers(1 << 30), 1 << 20, |_| {}),
             Err(Error::CorruptBatch(_))
         ));
     }
@@ -731,6 +904,309 @@ mod decode_tests {
         ] {
             let batch = encode_records(&records, codec).unwrap();
             assert_eq!(decode_records(&batch).unwrap().records.len(), 20, "{codec:?}");
+        }
+    }
+}
+
+/// Decompression bombs of every codec, built through each codec's streaming encoder so that a
+/// test holds only the compressed bytes; the cleaner's tests use them too.
+#[cfg(test)]
+pub(crate) mod bombs {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use std::io::Read;
+
+    use super::*;
+
+    /// Kafka's codec ids: gzip, snappy, lz4, zstd.
+    pub(crate) const CODECS: [i16; 4] = [1, 2, 3, 4];
+    /// snappy-java's block size (`SnappyOutputStream.DEFAULT_BLOCK_SIZE`).
+    const SNAPPY_BLOCK: usize = 32 << 10;
+
+    /// The uncompressed records section of a batch: `prefix`, `zeros` zero bytes, `suffix`,
+    /// holding `count` records by the header.
+    pub(crate) struct Records {
+        prefix: Vec<u8>,
+        zeros: u64,
+        suffix: Vec<u8>,
+        count: i32,
+    }
+
+    impl Records {
+        fn reader(&self) -> impl Read + '_ {
+            (&self.prefix[..])
+                .chain(std::io::repeat(0).take(self.zeros))
+                .chain(&self.suffix[..])
+        }
+    }
+
+    fn put_varint(out: &mut Vec<u8>, v: i64) {
+        let mut z = ((v << 1) ^ (v >> 63)) as u64;
+        while z >= 0x80 {
+            out.push((z as u8) | 0x80);
+            z >>= 7;
+        }
+        out.push(z as u8);
+    }
+
+    /// One record, keyed `key`, whose value is `zeros` zero bytes: well formed, only large.
+    pub(crate) fn huge_value(key: &[u8], zeros: u64) -> Records {
+        let mut head = vec![0u8, 0, 0]; // attributes, timestamp delta, offset delta
+        put_varint(&mut head, key.len() as i64);
+        head.extend_from_slice(key);
+        put_varint(&mut head, zeros as i64);
+        let suffix = vec![0u8]; // no headers
+        let mut prefix = Vec::new();
+        put_varint(&mut prefix, (head.len() as u64 + zeros + 1) as i64);
+        prefix.extend_from_slice(&head);
+        Records {
+            prefix,
+            zeros,
+            suffix,
+            count: 1,
+        }
+    }
+
+    /// One small keyed record, then `zeros` zero bytes no record accounts for.
+    pub(crate) fn trailing_zeros(zeros: u64) -> Records {
+        let mut record = huge_value(b"k", 1);
+        record.prefix.push(0); // the value's one byte
+        record.prefix.append(&mut record.suffix);
+        Records {
+            prefix: record.prefix,
+            zeros,
+            suffix: Vec::new(),
+            count: 1,
+        }
+    }
+
+    /// `records` compressed with `codec`, streamed through its encoder.
+    pub(crate) fn compress(codec: i16, records: &Records) -> Vec<u8> {
+        let mut input = records.reader();
+        match codec {
+            1 => {
+                let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+                std::io::copy(&mut input, &mut e).unwrap();
+                e.finish().unwrap()
+            }
+            2 => {
+                // snappy-java's framing: its header, then (length, block) per 32 KiB.
+                let mut out = XERIAL_MAGIC.to_vec();
+                let mut encoder = snap::raw::Encoder::new();
+                let mut block = Vec::with_capacity(SNAPPY_BLOCK);
+                loop {
+                    block.clear();
+                    (&mut input).take(SNAPPY_BLOCK as u64).read_to_end(&mut block).unwrap();
+                    if block.is_empty() {
+                        break out;
+                    }
+                    let compressed = encoder.compress_vec(&block).unwrap();
+                    out.extend_from_slice(&(compressed.len() as u32).to_be_bytes());
+                    out.extend_from_slice(&compressed);
+                }
+            }
+            3 => {
+                let mut e = lz4::EncoderBuilder::new().build(Vec::new()).unwrap();
+                std::io::copy(&mut input, &mut e).unwrap();
+                let (out, done) = e.finish();
+                done.unwrap();
+                out
+            }
+            4 => {
+                let mut e = zstd::stream::write::Encoder::new(Vec::new(), 1).unwrap();
+                std::io::copy(&mut input, &mut e).unwrap();
+                e.finish().unwrap()
+            }
+            other => panic!("codec {other}"),
+        }
+    }
+
+    /// A framed batch (CRC32C correct) of `count` records whose records section is `section`,
+    /// compressed with `codec`.
+    pub(crate) fn framed(codec: i16, count: i32, section: &[u8]) -> Bytes {
+        let mut batch = vec![0u8; HEADER_LEN];
+        batch[MAGIC] = MAGIC_V2 as u8;
+        batch[ATTRIBUTES..ATTRIBUTES + 2].copy_from_slice(&codec.to_be_bytes());
+        batch[LAST_OFFSET_DELTA..LAST_OFFSET_DELTA + 4].copy_from_slice(&(count - 1).to_be_bytes());
+        batch[PRODUCER_ID..PRODUCER_ID + 8].copy_from_slice(&(-1i64).to_be_bytes());
+        batch[PRODUCER_EPOCH..PRODUCER_EPOCH + 2].copy_from_slice(&(-1i16).to_be_bytes());
+        batch[BASE_SEQUENCE..BASE_SEQUENCE + 4].copy_from_slice(&(-1i32).to_be_bytes());
+        batch[RECORDS_COUNT..RECORDS_COUNT + 4].copy_from_slice(&count.to_be_bytes());
+        batch.extend_from_slice(section);
+        let length = (batch.len() - LOG_OVERHEAD) as i32;
+        batch[BATCH_LENGTH..BATCH_LENGTH + 4].copy_from_slice(&length.to_be_bytes());
+        let crc = crc32c::crc32c(&batch[ATTRIBUTES..]);
+        batch[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
+        Bytes::from(batch)
+    }
+
+    /// `records` as one batch compressed with `codec`.
+    pub(crate) fn batch(codec: i16, records: &Records) -> Bytes {
+        framed(codec, records.count, &compress(codec, records))
+    }
+
+    /// The peak resident set of this process, in KiB.
+    pub(crate) fn vm_hwm_kib() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+}
+
+#[cfg(test)]
+mod bomb_tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::bombs::*;
+    use super::*;
+
+    /// The bound of these tests: records past it are refused.
+    const BOUND: usize = 1 << 20;
+    /// A bomb's zeros: 64 times the bound.
+    const ZEROS: u64 = 64 << 20;
+
+    fn compression(codec: i16) -> Compression {
+        match codec {
+            1 => Compression::Gzip,
+            2 => Compression::Snappy,
+            3 => Compression::Lz4,
+            _ => Compression::Zstd,
+        }
+    }
+
+    #[test]
+    fn each_codec_decompresses_up_to_the_bound_and_stops_there() {
+        let records: Vec<(Option<Bytes>, Option<Bytes>, i64)> = (0..200)
+            .map(|i| {
+                (
+                    Some(Bytes::from(format!("k{i}"))),
+                    Some(Bytes::from(vec![b'v'; 100])),
+                    i,
+                )
+            })
+            .collect();
+        let plain = encode_records(&records, Compression::None).unwrap().slice(HEADER_LEN..);
+        for codec in CODECS {
+            let batch = encode_records(&records, compression(codec)).unwrap();
+            let whole = records_section(&batch, plain.len()).unwrap();
+            assert!(
+                whole.raw == plain && !whole.truncated,
+                "codec {codec}: exactly the bound"
+            );
+            let cut = records_section(&batch, plain.len() - 1).unwrap();
+            assert!(
+                cut.truncated && plain.starts_with(&cut.raw),
+                "codec {codec}: the first bytes"
+            );
+            // Streams stop at the bound; a snappy block is decompressed whole or not at all.
+            let kept = if codec == 2 { 0 } else { plain.len() - 1 };
+            assert_eq!(cut.raw.len(), kept, "codec {codec}");
+            assert_eq!(decode_records_within(&batch, plain.len()).unwrap().records.len(), 200);
+            let err = decode_records_within(&batch, plain.len() - 1).unwrap_err();
+            assert!(
+                matches!(err, Error::RecordsTooLarge { max } if max == plain.len() - 1),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_bomb_is_refused_as_too_large_on_every_path_whatever_its_codec() {
+        // One record whose value is 64 MiB of zeros: a few KB compressed. Each path stops at the
+        // bound instead of holding the 64 MiB.
+        for codec in CODECS {
+            let bomb = batch(codec, &huge_value(b"k", ZEROS));
+            assert!(bomb.len() < 8 << 20, "codec {codec}: {} bytes", bomb.len());
+            let section = records_section(&bomb, BOUND).unwrap();
+            assert!(section.truncated && section.raw.len() <= BOUND, "codec {codec}");
+            let valid = validate_batches(&bomb, 8 << 20).unwrap().remove(0);
+            let too_large = |e: Error| matches!(e, Error::RecordsTooLarge { max: BOUND });
+            assert!(
+                too_large(scan_records(&bomb, BOUND, |_| {}).unwrap_err()),
+                "codec {codec}: scan"
+            );
+            assert!(
+                too_large(decode_records_within(&bomb, BOUND).unwrap_err()),
+                "codec {codec}: decode"
+            );
+            let other = if codec == 4 { 1 } else { 4 };
+            assert!(
+                too_large(recompress(&valid, other, BOUND).unwrap_err()),
+                "codec {codec}: recompress"
+            );
+            assert!(
+                too_large(recompress(&valid, 0, BOUND).unwrap_err()),
+                "codec {codec}: to none"
+            );
+        }
+    }
+
+    #[test]
+    fn bytes_after_the_declared_records_are_refused_on_produce_as_kafka_does() {
+        // Kafka's DefaultRecordBatch.RecordIterator: "Incorrect declared batch size, records still
+        // remaining in file" (InvalidRecordException), after the declared records, whether the
+        // rest is a few bytes or a bomb cut at the bound.
+        for zeros in [3, ZEROS] {
+            for codec in CODECS {
+                let bomb = batch(codec, &trailing_zeros(zeros));
+                let err = scan_records(&bomb, BOUND, |_| {}).unwrap_err();
+                assert!(
+                    matches!(&err, Error::CorruptBatch(t) if t.contains("records still remaining")),
+                    "codec {codec}, {zeros} zeros: {err}"
+                );
+                let valid = validate_batches(&bomb, 8 << 20).unwrap().remove(0);
+                assert!(matches!(recompress(&valid, 0, BOUND), Err(Error::CorruptBatch(_))));
+                // A stored batch stays readable: its declared records, as kafka-protocol reads.
+                assert_eq!(decode_records_within(&bomb, BOUND).unwrap().records.len(), 1);
+            }
+        }
+    }
+
+    #[test]
+    fn fewer_records_than_declared_is_kafkas_premature_eof() {
+        let records = trailing_zeros(0);
+        for codec in CODECS {
+            let short = framed(codec, 2, &compress(codec, &records));
+            let err = scan_records(&short, BOUND, |_| {}).unwrap_err();
+            assert!(
+                matches!(&err, Error::CorruptBatch(t) if t.contains("premature EOF")),
+                "codec {codec}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_record_count_beyond_the_bound_is_refused_before_decompressing() {
+        // Garbage that no codec decompresses: refused by the count alone, so never read.
+        let claims = |count: i32| framed(4, count, &[0xde, 0xad, 0xbe, 0xef]);
+        let most = i32::try_from(BOUND / RECORD_BYTES_MIN).unwrap();
+        for count in [most + 1, i32::MAX] {
+            let err = scan_records(&claims(count), BOUND, |_| {}).unwrap_err();
+            assert!(matches!(err, Error::RecordsTooLarge { max: BOUND }), "{count}: {err}");
+        }
+        // At the limit the count is plausible: the section is read, and is not zstd.
+        let err = scan_records(&claims(most), BOUND, |_| {}).unwrap_err();
+        assert!(
+            matches!(&err, Error::CorruptBatch(t) if t.contains("decompress")),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_snappy_block_claiming_gigabytes_allocates_nothing() {
+        // A raw snappy block's header claims its length: 4 GiB - 1 here, in 8 bytes.
+        let raw = [0xff, 0xff, 0xff, 0xff, 0x0f, 0x00, 0x00, 0x00];
+        let mut framed_block = XERIAL_MAGIC.to_vec();
+        framed_block.extend_from_slice(&(raw.len() as u32).to_be_bytes());
+        framed_block.extend_from_slice(&raw);
+        for section in [&raw[..], &framed_block[..]] {
+            let bomb = framed(2, 1, section);
+            let cut = records_section(&bomb, BOUND).unwrap();
+            assert!(cut.truncated && cut.raw.is_empty());
+            assert!(matches!(
+                scan_records(&bomb, BOUND, |_| {}),
+                Err(Error::RecordsTooLarge { max: BOUND })
+            ));
         }
     }
 }

@@ -27,6 +27,13 @@
 //!
 //! A cleaned segment may end before the next one's base offset (its last records compacted
 //! away), or be empty; it still spans up to the next base.
+//!
+//! A compressed batch is decompressed into at most the topic's `max.message.bytes` (what
+//! Produce lets in since issue 10). One whose records go past it (a decompression bomb written
+//! before, or a batch stored before the topic became compacted or its limit was lowered) is
+//! neither mapped nor filtered: it is copied as it is, its records all kept, so the pass costs
+//! that bound in memory and loses nothing. Kafka's cleaner streams records one by one and has
+//! no such case.
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
@@ -214,13 +221,15 @@ impl Log {
 
         let mut map = OffsetMap::new(config.key_map_bytes)?;
         let mut stats = CleanStats::default();
-        let (dirty_end, mapped_bytes) = build_map(cleanable, first_dirty, &mut map, &mut stats)?;
+        let records_bytes_max = crate::log::batch::records_bytes_cap(self.config.max_message_bytes);
+        let (dirty_end, mapped_bytes) = build_map(cleanable, first_dirty, records_bytes_max, &mut map, &mut stats)?;
         debug_assert!(first_dirty < dirty_end && dirty_end <= cleanable_end);
         let to_clean: Vec<&Segment> = cleanable.iter().take_while(|s| s.base_offset < dirty_end).collect();
         let filter = Filter {
             map: &map,
             first_dirty,
             tombstone_horizon: now_ms.saturating_sub(config.delete_retention_ms),
+            records_bytes_max,
         };
         let mut plan = CleanPlan {
             dir: self.dir.clone(),
@@ -265,6 +274,7 @@ impl Log {
             map: &map,
             first_dirty: clean_end,
             tombstone_horizon: now_ms.saturating_sub(config.delete_retention_ms),
+            records_bytes_max: crate::log::batch::records_bytes_cap(self.config.max_message_bytes),
         };
         let mut plan = CleanPlan {
             dir: self.dir.clone(),
@@ -389,10 +399,12 @@ fn max_lag_exceeded(cleanable: &[Segment], first_dirty: i64, config: &CleanerCon
 
 /// Pass 1: maps each key of the dirty part (from `first_dirty`) to its latest offset. Returns
 /// where the dirty range ends (the first record that did not fit, else the end of `cleanable`)
-/// and the dirty bytes it covered.
+/// and the dirty bytes it covered. A batch whose records decompress past `records_bytes_max`
+/// maps nothing: pass 2 keeps it whole, and older values of its keys stay too.
 fn build_map(
     cleanable: &[Segment],
     first_dirty: i64,
+    records_bytes_max: usize,
     map: &mut OffsetMap,
     stats: &mut CleanStats,
 ) -> Result<(i64, u64)> {
@@ -412,7 +424,10 @@ fn build_map(
             if header.attributes & (batch::CONTROL | batch::TRANSACTIONAL) != 0 {
                 continue;
             }
-            for r in decode(&header, &bytes)?.records {
+            let Some(set) = decode(&header, &bytes, records_bytes_max)? else {
+                continue;
+            };
+            for r in set.records {
                 if r.offset < first_dirty {
                     continue;
                 }
@@ -516,6 +531,8 @@ struct Filter<'a> {
     first_dirty: i64,
     /// Tombstones in batches older than this go (`now - delete.retention.ms`).
     tombstone_horizon: i64,
+    /// The topic's max.message.bytes: a batch whose records decompress past it is kept whole.
+    records_bytes_max: usize,
 }
 
 impl Filter<'_> {
@@ -525,7 +542,11 @@ impl Filter<'_> {
             batch::check_compacted(&bytes)?;
             return Ok(Kept::All(bytes));
         }
-        let set = decode(header, &bytes)?;
+        let Some(set) = decode(header, &bytes, self.records_bytes_max)? else {
+            // Copied unread, as a control batch: its CRC is checked, its records all kept.
+            batch::check_compacted(&bytes)?;
+            return Ok(Kept::All(bytes));
+        };
         let drop_tombstones = header.max_timestamp < self.tombstone_horizon;
         let keep: Vec<bool> = set.records.iter().map(|r| self.keep(r, drop_tombstones)).collect();
         let kept = keep.iter().filter(|&&k| k).count();
@@ -600,8 +621,25 @@ impl Filter<'_> {
     }
 }
 
-fn decode(header: &BatchHeader, bytes: &Bytes) -> Result<kafka_protocol::records::RecordSet> {
-    batch::decode_records(bytes).map_err(|e| corrupt(header, e))
+/// The records of a batch, or None when they decompress past `records_bytes_max` (logged: the
+/// batch is kept whole, pass after pass).
+fn decode(
+    header: &BatchHeader,
+    bytes: &Bytes,
+    records_bytes_max: usize,
+) -> Result<Option<kafka_protocol::records::RecordSet>> {
+    match batch::decode_records_within(bytes, records_bytes_max) {
+        Ok(set) => Ok(Some(set)),
+        Err(Error::RecordsTooLarge { max }) => {
+            tracing::warn!(
+                offset = header.base_offset,
+                max,
+                "cleaner keeps a batch whose records decompress past max.message.bytes"
+            );
+            Ok(None)
+        }
+        Err(e) => Err(corrupt(header, e)),
+    }
 }
 
 fn corrupt(header: &BatchHeader, e: impl std::fmt::Display) -> Error {
@@ -1036,7 +1074,8 @@ mod tests {
             let bytes = log.read(next, end, 64 << 10, true).unwrap();
             assert!(!bytes.is_empty(), "read stuck at {next} of {end}");
             for (pos, header) in headers(&bytes) {
-                for r in decode(&header, &bytes.slice(pos..pos + header.size)).unwrap().records {
+                let bytes = bytes.slice(pos..pos + header.size);
+                for r in batch::decode_records(&bytes).unwrap().records {
                     assert!(r.offset >= header.base_offset && r.offset <= header.last_offset());
                     if r.offset >= next {
                         out.push((r.offset, r.key, r.value));
@@ -1347,6 +1386,53 @@ mod tests {
             }
             assert_eq!((batches[0].1.base_offset, batches[0].1.last_offset()), (285, 289));
         }
+    }
+
+    #[test]
+    fn a_batch_decompressing_past_max_message_bytes_is_kept_whole_at_the_cost_of_the_bound() {
+        // Issue 10: a zstd batch of a few KB whose one record holds 256 MiB of zeros, stored
+        // before Produce bounded decompression. The cleaner reads at most max.message.bytes of
+        // it, keeps it as it is, and cleans the rest of the log around it.
+        use crate::log::batch::bombs;
+        let dir = TempDir::new().unwrap();
+        let mut log = Log::open(dir.path(), log_config(), NOW).unwrap();
+        let value = |v: &str| Some(v.to_string());
+        log.append(
+            keyed(
+                &[("k0".into(), value("old")), ("k1".into(), value("old"))],
+                NOW,
+                Compression::Zstd,
+            ),
+            0,
+            NOW,
+        )
+        .unwrap();
+        let bomb = bombs::batch(4, &bombs::huge_value(b"k0", 256 << 20));
+        log.append(validate_batches(&bomb, 1 << 20).unwrap(), 0, NOW).unwrap();
+        log.append(keyed(&[("k1".into(), value("new"))], NOW, Compression::Zstd), 0, NOW)
+            .unwrap();
+        roll_and_flush(&mut log);
+
+        let before = bombs::vm_hwm_kib();
+        log.clean(&config(), NOW).unwrap().unwrap();
+        let grown_kib = bombs::vm_hwm_kib() - before;
+        assert!(grown_kib < 96 << 10, "peak resident set grew by {grown_kib} KiB");
+
+        let bytes = log.read(0, log.log_end_offset(), 1 << 20, true).unwrap();
+        let batches = headers(&bytes);
+        let bases: Vec<i64> = batches.iter().map(|(_, h)| h.base_offset).collect();
+        assert_eq!(bases, [0, 2, 3], "every batch keeps a record");
+        // The bomb as produced, but for the baseOffset the log gave it.
+        let (pos, h) = batches[1];
+        let mut stored = BytesMut::from(&bomb[..]);
+        stored[..8].copy_from_slice(&2i64.to_be_bytes());
+        assert!(bytes.slice(pos..pos + h.size) == stored, "the bomb is copied unchanged");
+        // k0's old value stays (the bomb maps nothing); k1's goes (its new value is mapped).
+        let first = batch::decode_records(&bytes.slice(..batches[0].1.size))
+            .unwrap()
+            .records;
+        let kept: Vec<_> = first.iter().map(|r| (r.offset, r.key.clone().unwrap())).collect();
+        assert_eq!(kept, [(0, Bytes::from("k0"))]);
     }
 
     #[test]

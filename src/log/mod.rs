@@ -95,6 +95,9 @@ pub struct AppendInfo {
 /// Files that must be fsynced for everything up to `flushed_offset` (exclusive) to be durable.
 pub struct FlushHandle {
     files: Vec<(Arc<File>, PathBuf)>,
+    /// The partition directory, when new segment names must be made durable: opened only for
+    /// that fsync, so a partition holds no descriptor on its directory.
+    dir: Option<PathBuf>,
     /// The log end offset when the handle was taken.
     pub flushed_offset: i64,
 }
@@ -105,6 +108,9 @@ impl FlushHandle {
         for (file, path) in &self.files {
             file.sync_data()
                 .map_err(|e| crate::error::Error::storage("fsync", path, e))?;
+        }
+        if let Some(dir) = &self.dir {
+            checkpoint::sync_dir(dir)?;
         }
         Ok(())
     }
@@ -125,7 +131,6 @@ pub struct RetentionOutcome {
 pub struct Log {
     dir: PathBuf,
     /// The partition directory, fsynced with the segments when a roll created a file in it.
-    dir_handle: Arc<File>,
     config: LogConfig,
     /// Older segments by increasing base offset, each continuing where the previous ends.
     segments: Vec<Segment>,
@@ -254,7 +259,6 @@ impl Log {
         };
         let mut log = Log {
             dir: dir.to_path_buf(),
-            dir_handle: Arc::new(checkpoint::open_dir(dir)?),
             config,
             segments,
             active,
@@ -594,11 +598,9 @@ impl Log {
             new_names |= segment.created_by_roll;
         }
         files.reverse();
-        if new_names {
-            files.push((Arc::clone(&self.dir_handle), self.dir.clone()));
-        }
         FlushHandle {
             files,
+            dir: new_names.then(|| self.dir.clone()),
             flushed_offset: self.log_end_offset(),
         }
     }
@@ -627,8 +629,36 @@ impl Log {
     /// the log start or above the log end.
     ///
     /// The bytes come from one segment, read with one `pread` after locating the first and the
-    /// last batch through the offset index and a few header reads.
+    /// last batch through the offset index and a few header reads. The buffer is sized from
+    /// those file positions, never from `max_bytes` alone: a caller's limit (a client's claim)
+    /// costs no memory beyond what the segment holds below `max_offset`, and the KIP-74 batch
+    /// beyond `max_bytes` is bounded by its own length as stored.
     pub fn read(&self, offset: i64, max_offset: i64, max_bytes: usize, min_one_batch: bool) -> Result<Bytes> {
+        match self.locate_read(offset, max_offset)? {
+            Some(found) => found.read(max_bytes, min_one_batch),
+            None => Ok(Bytes::new()),
+        }
+    }
+
+    /// How many bytes a `read(offset, max_offset, ..)` would find, from file positions alone
+    /// (Kafka's `DelayedFetch.tryComplete`, which a fetch waiting for `min_bytes` asks at each
+    /// high watermark move instead of reading the records again): the bytes between the batch
+    /// holding `offset` and the one holding `max_offset` (or the segment end) when both are in
+    /// one segment. Errors as `read`.
+    pub fn readable_bytes(&self, offset: i64, max_offset: i64) -> Result<ReadableBytes> {
+        let Some(found) = self.locate_read(offset, max_offset)? else {
+            return Ok(ReadableBytes::Within(0));
+        };
+        Ok(match found.end {
+            Some(end) => ReadableBytes::Within(end.saturating_sub(found.start)),
+            None => ReadableBytes::OlderSegment,
+        })
+    }
+
+    /// Where a read from `offset` up to `max_offset` starts and ends; None when it finds
+    /// nothing. The end is None when `max_offset` lies past the segment holding `offset` and
+    /// that segment is not the last (Kafka's "fetch offset on an older segment").
+    fn locate_read(&self, offset: i64, max_offset: i64) -> Result<Option<ReadStart<'_>>> {
         let (log_start, log_end) = (self.log_start_offset(), self.log_end_offset());
         if offset < log_start || offset > log_end {
             return Err(Error::OffsetOutOfRange {
@@ -638,7 +668,7 @@ impl Log {
             });
         }
         if offset >= log_end || offset >= max_offset {
-            return Ok(Bytes::new());
+            return Ok(None);
         }
         // An offset at the very end of a segment is served by the next one.
         let mut i = self.floor_segment(offset);
@@ -652,31 +682,30 @@ impl Log {
                     i += 1;
                 }
                 Some(_) => i += 1,
-                None => return Ok(Bytes::new()),
+                None => return Ok(None),
             }
         };
         if first.last_offset() >= max_offset {
-            return Ok(Bytes::new());
+            return Ok(None);
         }
         let end = if max_offset < segment.next_offset {
-            segment
-                .find_batch(max_offset)?
-                .map_or(segment.size, |(position, _)| position)
+            Some(
+                segment
+                    .find_batch(max_offset)?
+                    .map_or(segment.size, |(position, _)| position),
+            )
+        } else if i == self.segments.len() {
+            // The active segment: `max_offset` is its end.
+            Some(segment.size)
         } else {
-            segment.size
+            None
         };
-        let budget = if min_one_batch {
-            max_bytes.max(first.size)
-        } else {
-            max_bytes
-        };
-        let len = usize::try_from(end - start).unwrap_or(usize::MAX).min(budget);
-        if len < first.size {
-            return Ok(Bytes::new());
-        }
-        let mut bytes = segment.read_at(start, len)?;
-        bytes.truncate(whole_batches_len(&bytes));
-        Ok(Bytes::from(bytes))
+        Ok(Some(ReadStart {
+            segment,
+            start,
+            first,
+            end,
+        }))
     }
 
     /// The first offset a client may read (Kafka's log start offset); below it reads are
@@ -993,6 +1022,47 @@ impl Log {
     }
 }
 
+/// What a read would find, judged from file positions (`Log::readable_bytes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadableBytes {
+    /// This many bytes of whole batches, before any byte limit.
+    Within(u64),
+    /// The read starts in an older segment than its end: a fetch waiting for more answers at
+    /// once (Kafka's `DelayedFetch` case F), as a read returns one segment's tail at most.
+    OlderSegment,
+}
+
+/// The start of a read: its segment, the position and header of its first batch, and where
+/// it ends in that segment (None: past it, see `locate_read`).
+struct ReadStart<'a> {
+    segment: &'a Segment,
+    start: u64,
+    first: BatchHeader,
+    end: Option<u64>,
+}
+
+impl ReadStart<'_> {
+    /// Reads whole batches up to the end (or the segment end), at most `max_bytes` except for
+    /// the first batch when `min_one_batch`.
+    fn read(&self, max_bytes: usize, min_one_batch: bool) -> Result<Bytes> {
+        let end = self.end.unwrap_or(self.segment.size);
+        let budget = if min_one_batch {
+            max_bytes.max(self.first.size)
+        } else {
+            max_bytes
+        };
+        let len = usize::try_from(end.saturating_sub(self.start))
+            .unwrap_or(usize::MAX)
+            .min(budget);
+        if len < self.first.size {
+            return Ok(Bytes::new());
+        }
+        let mut bytes = self.segment.read_at(self.start, len)?;
+        bytes.truncate(whole_batches_len(&bytes));
+        Ok(Bytes::from(bytes))
+    }
+}
+
 /// The length of the longest prefix of `bytes` made of whole batches (a read cut by
 /// `max_bytes` ends inside a batch).
 fn whole_batches_len(bytes: &[u8]) -> usize {
@@ -1261,6 +1331,43 @@ mod tests {
     }
 
     #[test]
+    fn readable_bytes_measures_what_a_read_would_find_without_reading_it() {
+        // Kafka's DelayedFetch.tryComplete: the position difference within one segment; a
+        // fetch offset on an older segment than the bound answers at once (case F).
+        let dir = TempDir::new().unwrap();
+        let mut log = Log::open(dir.path(), small_segments(), NOW).unwrap();
+        for i in 0..40 {
+            log.append(batch(3, i), 0, NOW).unwrap();
+        }
+        assert!(segment_files(dir.path(), "log").len() > 2);
+        let end = log.log_end_offset();
+        let active_base = log.active.base_offset;
+        // In the active segment: exactly the bytes a read with no byte limit returns.
+        for from in [active_base, active_base + 1, end - 3] {
+            for bound in [end, end - 3] {
+                let read = log.read(from, bound, usize::MAX, false).unwrap();
+                let within = u64::try_from(read.len()).unwrap();
+                assert_eq!(log.readable_bytes(from, bound).unwrap(), ReadableBytes::Within(within));
+            }
+        }
+        // In an older segment: within it when the bound is too, else OlderSegment.
+        let first_end = log.segments[0].next_offset;
+        let read = log.read(0, first_end - 3, usize::MAX, false).unwrap();
+        assert_eq!(
+            log.readable_bytes(0, first_end - 3).unwrap(),
+            ReadableBytes::Within(u64::try_from(read.len()).unwrap())
+        );
+        assert_eq!(log.readable_bytes(0, end).unwrap(), ReadableBytes::OlderSegment);
+        // Nothing to read, and the same errors as read.
+        assert_eq!(log.readable_bytes(end, end).unwrap(), ReadableBytes::Within(0));
+        assert_eq!(log.readable_bytes(3, 3).unwrap(), ReadableBytes::Within(0));
+        assert!(matches!(
+            log.readable_bytes(end + 1, end),
+            Err(Error::OffsetOutOfRange { .. })
+        ));
+    }
+
+    #[test]
     fn segments_roll_by_size_and_reads_walk_across_them() {
         let dir = TempDir::new().unwrap();
         let mut log = Log::open(dir.path(), small_segments(), NOW).unwrap();
@@ -1292,6 +1399,43 @@ mod tests {
         for path in segment_files(dir.path(), "index") {
             assert_eq!(std::fs::metadata(&path).unwrap().len() % 8, 0);
         }
+    }
+
+    /// Descriptors this process holds on files under `dir` (other tests run in parallel, so
+    /// only the directory's own files are counted).
+    fn open_files_under(dir: &Path) -> Vec<PathBuf> {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter(|target| target.starts_with(dir))
+            .collect()
+    }
+
+    #[test]
+    fn a_segment_holds_one_descriptor_across_rolls_flushes_and_reopens() {
+        let dir = TempDir::new().unwrap();
+        let dir_path = dir.path().canonicalize().unwrap();
+        let mut log = Log::open(&dir_path, small_segments(), NOW).unwrap();
+        for i in 0..40 {
+            log.append(batch(3, i), 0, NOW).unwrap();
+        }
+        let sealed = log.segments.len();
+        assert!(sealed > 3, "{sealed} sealed segments");
+        let fds = open_files_under(&dir_path);
+        let on = |ext: &str| fds.iter().filter(|p| p.extension().is_some_and(|e| e == ext)).count();
+        assert_eq!(on("log"), sealed + 1, "one .log per segment: {fds:?}");
+        assert_eq!(on("index") + on("timeindex"), 0, "indexes hold no descriptor: {fds:?}");
+        log.flush_handle().sync().unwrap();
+        log.mark_flushed(log.log_end_offset()).unwrap();
+        let fds = open_files_under(&dir_path);
+        assert_eq!(fds.len(), sealed + 1, "nor after a flush: {fds:?}");
+        // Lookups use the in-memory entries; a clean reopen keeps the bound.
+        assert_eq!(ranges(&log.read(4, 120, 1, true).unwrap()), vec![(3, 5)]);
+        log.close().unwrap();
+        let log = Log::open(&dir_path, small_segments(), NOW).unwrap();
+        let fds = open_files_under(&dir_path);
+        assert_eq!(fds.len(), sealed + 1, "after reopen, one per segment: {fds:?}");
+        assert_eq!(ranges(&log.read(61, 120, 1, true).unwrap()), vec![(60, 62)]);
     }
 
     #[test]
@@ -1483,10 +1627,11 @@ mod tests {
         for path in &logs_written {
             assert!(synced.contains(&path), "{path:?} missing from {synced:?}");
         }
-        assert!(synced.contains(&&dir.path().to_path_buf()));
+        assert_eq!(handle.dir.as_deref(), Some(dir.path()));
         handle.sync().unwrap();
         log.mark_flushed(handle.flushed_offset).unwrap();
-        assert!(log.flush_handle().files.is_empty());
+        let after = log.flush_handle();
+        assert!(after.files.is_empty() && after.dir.is_none());
     }
 
     #[test]

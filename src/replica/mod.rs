@@ -13,7 +13,7 @@
 // Input from the network or disk becomes an `Error`, never a panic.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -27,7 +27,7 @@ use crate::cluster::MetadataImage;
 use crate::config::BrokerConfig;
 use crate::error::{Error, Result};
 use crate::log::producer_state::{AbortedTxn, Marker, Origin, ProducerEntry};
-use crate::log::{AppendInfo, Log, ValidBatch};
+use crate::log::{AppendInfo, Log, ReadableBytes, ValidBatch};
 
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -255,6 +255,21 @@ impl Partition {
         })
     }
 
+    /// How many bytes `read_with(offset, .., read_committed)` would find now, judged from file
+    /// positions without reading records (see `Log::readable_bytes`): what a fetch waiting for
+    /// `min_bytes` checks each time the high watermark moves.
+    pub fn readable_bytes(&self, offset: i64, read_committed: bool) -> Result<ReadableBytes> {
+        let hw = self.high_watermark();
+        self.with_log(|log| {
+            let limit = if read_committed {
+                last_stable_offset(log, hw)
+            } else {
+                hw
+            };
+            log.readable_bytes(offset, limit)
+        })
+    }
+
     pub fn offset_for_timestamp(&self, timestamp_ms: i64) -> Result<Option<(i64, i64)>> {
         let hw = self.high_watermark();
         self.with_log(|log| Ok(log.offset_for_timestamp(timestamp_ms)?.filter(|(o, _)| *o < hw)))
@@ -394,8 +409,18 @@ pub struct ReplicaManager {
     config: Arc<BrokerConfig>,
     partitions: RwLock<HashMap<TopicPartition, Arc<Partition>>>,
     /// Serializes `apply_image`: two requests applying the same change must not both open (or
-    /// both delete) a partition's files.
-    applying: Mutex<()>,
+    /// both delete) a partition's files. Holds what was applied last.
+    applying: Mutex<Applied>,
+    /// Partitions the image has whose storage failed to open: reported offline (no leader),
+    /// never served.
+    offline: RwLock<HashSet<TopicPartition>>,
+}
+
+/// The topics as last applied: the next image is compared with it (a persistent-map diff
+/// that skips shared structure), so applying a change costs the change, not the whole image.
+#[derive(Default)]
+struct Applied {
+    topics: imbl::OrdMap<String, Arc<crate::cluster::TopicInfo>>,
 }
 
 impl ReplicaManager {
@@ -403,7 +428,8 @@ impl ReplicaManager {
         ReplicaManager {
             config,
             partitions: RwLock::new(HashMap::new()),
-            applying: Mutex::new(()),
+            applying: Mutex::new(Applied::default()),
+            offline: RwLock::new(HashSet::new()),
         }
     }
 
@@ -423,45 +449,105 @@ impl ReplicaManager {
         self.config.data_dir.join(tp.to_string())
     }
 
-    /// Opens the partitions the image has and this node lacks, and closes and deletes those it
-    /// no longer has. Runs at start-up and after every metadata change.
+    /// Opens the partitions the image has and this node lacks, closes and deletes those it no
+    /// longer has, and applies config changes live. Runs at start-up and after every metadata
+    /// change; only topics that changed since the last call are visited. A partition whose
+    /// storage fails to open is marked offline and the others still open; the first such error
+    /// is returned.
     pub fn apply_image(&self, image: &MetadataImage) -> Result<()> {
-        let _applying = self.applying.lock().unwrap_or_else(|p| p.into_inner());
-        let mut wanted = Vec::new();
-        for topic in image.topics.values() {
-            for partition in 0..topic.partitions {
-                wanted.push((
-                    TopicPartition {
-                        topic: topic.name.clone(),
-                        partition,
-                    },
-                    topic.clone(),
-                ));
+        use imbl::ordmap::DiffItem;
+        let mut applied = self.applying.lock().unwrap_or_else(|p| p.into_inner());
+        let mut first_error = None;
+        let mut note = |e: Error| {
+            if first_error.is_none() {
+                first_error = Some(e);
             }
-        }
-        // Remove what is gone (deleted topics, or a topic re-created with a new id).
-        let gone: Vec<Arc<Partition>> = {
-            let map = self.partitions.read().unwrap_or_else(|p| p.into_inner());
-            map.values()
-                .filter(|p| image.topic(&p.tp.topic).is_none_or(|t| t.id != p.topic_id))
-                .cloned()
-                .collect()
         };
-        for p in gone {
-            self.partitions.write().unwrap_or_else(|p| p.into_inner()).remove(&p.tp);
-            if let Err(e) = p.close() {
-                tracing::warn!(partition = %p.tp, error = %e, "closing a deleted partition");
+        for change in applied.topics.diff(&image.topics) {
+            match change {
+                DiffItem::Add(_, topic) => {
+                    for partition in 0..topic.partitions {
+                        self.open_partition(topic, partition).unwrap_or_else(&mut note);
+                    }
+                }
+                DiffItem::Remove(_, topic) => self.remove_partitions(topic, 0),
+                DiffItem::Update {
+                    old: (_, old),
+                    new: (_, new),
+                } => {
+                    if old.id != new.id {
+                        // Deleted and re-created under the same name.
+                        self.remove_partitions(old, 0);
+                        for partition in 0..new.partitions {
+                            self.open_partition(new, partition).unwrap_or_else(&mut note);
+                        }
+                        continue;
+                    }
+                    if old.configs != new.configs {
+                        // Config changes (AlterConfigs) take effect live.
+                        let config = self.config.topic_log_config(&new.configs);
+                        for partition in 0..old.partitions.min(new.partitions) {
+                            if let Some(existing) = self.get(&new.name, partition) {
+                                existing.update_config(config.clone());
+                            }
+                        }
+                    }
+                    for partition in old.partitions..new.partitions {
+                        self.open_partition(new, partition).unwrap_or_else(&mut note);
+                    }
+                    if new.partitions < old.partitions {
+                        self.remove_partitions(old, new.partitions);
+                    }
+                }
             }
-            remove_partition_dir(&p.dir);
         }
-        for (tp, topic) in wanted {
-            if let Some(existing) = self.get(&tp.topic, tp.partition) {
-                // Config changes (AlterConfigs) take effect live.
-                existing.update_config(self.config.topic_log_config(&topic.configs));
-                continue;
+        applied.topics = image.topics.clone();
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Closes partitions `from..` of `topic` and deletes their files.
+    fn remove_partitions(&self, topic: &crate::cluster::TopicInfo, from: i32) {
+        for partition in from..topic.partitions {
+            let tp = TopicPartition {
+                topic: topic.name.clone(),
+                partition,
+            };
+            self.offline.write().unwrap_or_else(|p| p.into_inner()).remove(&tp);
+            let removed = self.partitions.write().unwrap_or_else(|p| p.into_inner()).remove(&tp);
+            match removed {
+                Some(p) if p.topic_id == topic.id => {
+                    if let Err(e) = p.close() {
+                        tracing::warn!(partition = %p.tp, error = %e, "closing a deleted partition");
+                    }
+                    remove_partition_dir(&p.dir);
+                }
+                // Opened for a newer incarnation of the name: not ours to delete.
+                Some(p) => {
+                    self.partitions.write().unwrap_or_else(|p| p.into_inner()).insert(tp, p);
+                }
+                // Never opened (offline): its files, if any, go too.
+                None => remove_partition_dir(&self.partition_dir(&tp)),
             }
-            let dir = self.partition_dir(&tp);
-            let mut log = Log::open(&dir, self.config.topic_log_config(&topic.configs), now_ms())?;
+        }
+    }
+
+    /// Opens (or creates) one partition's log; on failure the partition is marked offline.
+    fn open_partition(&self, topic: &crate::cluster::TopicInfo, partition: i32) -> Result<()> {
+        let tp = TopicPartition {
+            topic: topic.name.clone(),
+            partition,
+        };
+        if self
+            .get(&tp.topic, tp.partition)
+            .is_some_and(|p| p.topic_id == topic.id)
+        {
+            return Ok(());
+        }
+        let dir = self.partition_dir(&tp);
+        let opened = Log::open(&dir, self.config.topic_log_config(&topic.configs), now_ms()).and_then(|mut log| {
             let end = log.log_end_offset();
             if log.recovery_point() < end {
                 // Recovered data after a crash may still be only in the page cache: make it
@@ -469,28 +555,54 @@ impl ReplicaManager {
                 log.flush_handle().sync()?;
                 log.mark_flushed(end)?;
             }
-            let partition = Arc::new(Partition {
-                tp: tp.clone(),
-                topic_id: topic.id,
-                leader_epoch: topic.leader_epoch,
-                dir,
-                log: Mutex::new(Some(log)),
-                // Everything recovered from disk is durable.
-                high_watermark: watch::Sender::new(end),
-                durable_offset: watch::Sender::new(end),
-                flush_needed: Notify::new(),
-                flush_before_ack: self.config.log_flush_interval_messages <= 1,
-                closing: AtomicBool::new(false),
-                failed: AtomicBool::new(false),
-            });
-            let interval = Duration::from_millis(self.config.log_flush_interval_ms.max(1) as u64);
-            tokio::spawn(partition.clone().run_flusher(interval));
-            self.partitions
-                .write()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(tp, partition);
-        }
+            Ok(log)
+        });
+        let log = match opened {
+            Ok(log) => log,
+            Err(e) => {
+                tracing::error!(partition = %tp, error = %e, "partition offline: its storage failed to open");
+                self.offline.write().unwrap_or_else(|p| p.into_inner()).insert(tp);
+                return Err(e);
+            }
+        };
+        self.offline.write().unwrap_or_else(|p| p.into_inner()).remove(&tp);
+        let end = log.log_end_offset();
+        let partition = Arc::new(Partition {
+            tp: tp.clone(),
+            topic_id: topic.id,
+            leader_epoch: topic.leader_epoch,
+            dir,
+            log: Mutex::new(Some(log)),
+            // Everything recovered from disk is durable.
+            high_watermark: watch::Sender::new(end),
+            durable_offset: watch::Sender::new(end),
+            flush_needed: Notify::new(),
+            flush_before_ack: self.config.log_flush_interval_messages <= 1,
+            closing: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
+        });
+        let interval = Duration::from_millis(self.config.log_flush_interval_ms.max(1) as u64);
+        tokio::spawn(partition.clone().run_flusher(interval));
+        self.partitions
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(tp, partition);
         Ok(())
+    }
+
+    /// Whether any of a topic's first `partitions` partitions failed to open here.
+    pub fn topic_is_offline(&self, topic: &str, partitions: i32) -> bool {
+        (0..partitions).any(|p| self.is_offline(topic, p))
+    }
+
+    /// Whether a partition of the image failed to open here (reported without a leader).
+    pub fn is_offline(&self, topic: &str, partition: i32) -> bool {
+        let offline = self.offline.read().unwrap_or_else(|p| p.into_inner());
+        !offline.is_empty()
+            && offline.contains(&TopicPartition {
+                topic: topic.to_string(),
+                partition,
+            })
     }
 
     /// Removes directories left by a deletion that a crash interrupted.

@@ -4,19 +4,24 @@
 //! same order) joined by a bounded channel of `queued.max.requests` entries: a client that
 //! pipelines more than that, or does not read its answers, stops being read (back-pressure).
 //! Broken framing (oversized or negative length, an unknown API key, an unsupported version, a
-//! body that does not parse) closes the connection with one log line, as Kafka does.
+//! body that does not parse) closes the connection with one log line, as Kafka does. A
+//! connection silent for `connections.max.idle.ms` with no request in flight is closed, also
+//! in the middle of a frame. Each connection holds a `max.connections` slot until its task
+//! ends, however it ends.
 
 // Input from the network or disk becomes an `Error`, never a panic.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
+use bytes::{BufMut, Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -29,9 +34,17 @@ const SOCKET_BUFFER_BYTES: usize = 256 * 1024;
 #[derive(Debug)]
 enum Close {
     NegativeLength(i32),
-    FrameTooLarge { len: usize, max: usize },
+    FrameTooLarge {
+        len: usize,
+        max: usize,
+    },
     Rejected(Reject),
     Io(std::io::Error),
+    /// Nothing read or written for `connections.max.idle.ms` with no request being answered,
+    /// or a response the peer has not taken any of for that long.
+    Idle {
+        max: Duration,
+    },
 }
 
 impl std::fmt::Display for Close {
@@ -43,7 +56,31 @@ impl std::fmt::Display for Close {
             }
             Close::Rejected(r) => write!(f, "{r}"),
             Close::Io(e) => write!(f, "i/o error: {e}"),
+            Close::Idle { max } => write!(f, "idle for connections.max.idle.ms ({} ms)", max.as_millis()),
         }
+    }
+}
+
+/// A connection's place under `max.connections`. Dropping it gives the place back, so a
+/// connection task that panics or is cancelled cannot leak it: the count only ever describes
+/// live tasks.
+#[derive(Debug)]
+struct ConnectionSlot {
+    open: Arc<AtomicUsize>,
+}
+
+impl ConnectionSlot {
+    /// A slot when fewer than `max` are taken.
+    fn acquire(open: &Arc<AtomicUsize>, max: usize) -> Option<ConnectionSlot> {
+        open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1))
+            .ok()
+            .map(|_| ConnectionSlot { open: open.clone() })
+    }
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        self.open.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -60,28 +97,28 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, shutdown: CancellationT
             Err(e) => {
                 // Out of file descriptors and similar: keep serving the others.
                 tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                tokio::time::sleep(Duration::from_millis(10)).await;
                 continue;
             }
         };
-        if open.load(Ordering::Acquire) >= ctx.config.max_connections {
+        let Some(slot) = ConnectionSlot::acquire(&open, ctx.config.max_connections) else {
             tracing::warn!(%peer, max = ctx.config.max_connections, "max.connections reached; closing new connection");
             drop(stream);
             continue;
-        }
+        };
         let _ = stream.set_nodelay(true);
-        open.fetch_add(1, Ordering::AcqRel);
         let ctx = ctx.clone();
         let shutdown = shutdown.clone();
-        let open = open.clone();
         tracker.spawn(async move {
-            if let Err(close) = connection(stream, peer, ctx, shutdown).await {
-                match close {
-                    Close::Io(e) if is_disconnect(&e) => {}
-                    other => tracing::warn!(%peer, reason = %other, "closing connection"),
-                }
+            // Moved into the task: released when the task ends, even by a panic or an abort.
+            let _slot = slot;
+            match connection(stream, peer, ctx, shutdown).await {
+                Ok(()) => {}
+                Err(Close::Io(e)) if is_disconnect(&e) => {}
+                // Routine (Kafka's Selector logs it at debug): clients keep idle connections.
+                Err(idle @ Close::Idle { .. }) => tracing::debug!(%peer, reason = %idle, "closing connection"),
+                Err(other) => tracing::warn!(%peer, reason = %other, "closing connection"),
             }
-            open.fetch_sub(1, Ordering::AcqRel);
         });
     }
 }
@@ -94,6 +131,71 @@ fn is_disconnect(e: &std::io::Error) -> bool {
     )
 }
 
+/// When a connection was last active (bytes read or written) and how many of its requests
+/// are being answered, shared by its reader and writer: Kafka's `connections.max.idle.ms`
+/// counts from the last read or write, and a request still being answered (a long-polling
+/// Fetch, a JoinGroup waiting for its group) is not idleness. A response waiting for the peer
+/// to read is: the writer gives up on it after the same time without progress.
+#[derive(Debug)]
+struct Activity {
+    /// `connections.max.idle.ms`; None: never closed for idleness (Kafka's -1).
+    idle_max: Option<Duration>,
+    start: Instant,
+    /// Milliseconds from `start` to the last activity.
+    last_ms: AtomicU64,
+    /// Requests read whose response (or non-response, for acks=0) is not yet computed.
+    in_flight: AtomicUsize,
+}
+
+impl Activity {
+    fn new(idle_max: Option<Duration>) -> Activity {
+        Activity {
+            idle_max,
+            start: Instant::now(),
+            last_ms: AtomicU64::new(0),
+            in_flight: AtomicUsize::new(0),
+        }
+    }
+
+    fn touch(&self) {
+        let elapsed = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.fetch_max(elapsed, Ordering::AcqRel);
+    }
+
+    fn request_read(&self) {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The writer has a request's response: the idle count restarts from here (touched first,
+    /// so a reader that sees no request in flight also sees the new time).
+    fn response_ready(&self) {
+        self.touch();
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// `io` (a write), failing with `Close::Idle` when it makes no progress for the idle time.
+    async fn watch<T>(&self, io: impl Future<Output = std::io::Result<T>>) -> Result<T, Close> {
+        let done = match self.idle_max {
+            None => io.await,
+            Some(max) => tokio::time::timeout(max, io).await.map_err(|_| Close::Idle { max })?,
+        };
+        let done = done.map_err(Close::Io)?;
+        self.touch();
+        Ok(done)
+    }
+
+    /// When the connection becomes idle if nothing happens; None for never. With a request in
+    /// flight, a full period from `now`: its response restarts the count anyway.
+    fn deadline(&self, now: Instant) -> Option<Instant> {
+        let max = self.idle_max?;
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            return now.checked_add(max);
+        }
+        let last = Duration::from_millis(self.last_ms.load(Ordering::Acquire));
+        self.start.checked_add(last)?.checked_add(max)
+    }
+}
+
 async fn connection(
     stream: TcpStream,
     peer: SocketAddr,
@@ -101,30 +203,24 @@ async fn connection(
     shutdown: CancellationToken,
 ) -> Result<(), Close> {
     let (read_half, write_half) = stream.into_split();
-    let mut reader = BufReader::with_capacity(SOCKET_BUFFER_BYTES, read_half);
-    let (tx, mut rx) = mpsc::channel::<Reply>(ctx.config.queued_max_requests);
-    let writer = tokio::spawn(async move {
-        let mut out = BufWriter::with_capacity(SOCKET_BUFFER_BYTES, write_half);
-        while let Some(reply) = rx.recv().await {
-            let frame = match reply {
-                Reply::Now(frame) => frame,
-                Reply::Later(pending) => pending.await,
-            };
-            if let Some(bytes) = frame {
-                out.write_all(&bytes).await?;
-            }
-            if rx.is_empty() {
-                out.flush().await?;
-            }
-        }
-        out.flush().await?;
-        Ok::<(), std::io::Error>(())
-    });
-    let max = ctx.config.socket_request_max_bytes;
+    // Kafka's -1 (any negative value): never closed for idleness.
+    let idle_max = u64::try_from(ctx.config.connections_max_idle_ms)
+        .ok()
+        .map(Duration::from_millis);
+    let activity = Arc::new(Activity::new(idle_max));
+    let mut frames = FrameReader {
+        reader: BufReader::with_capacity(SOCKET_BUFFER_BYTES, read_half),
+        request_bytes_max: ctx.config.socket_request_max_bytes,
+        activity: activity.clone(),
+    };
+    let (tx, rx) = mpsc::channel::<Reply>(ctx.config.queued_max_requests);
+    let writer = tokio::spawn(write_responses(rx, write_half, activity));
     let result = loop {
         let frame = tokio::select! {
             _ = shutdown.cancelled() => break Ok(()),
-            frame = read_frame(&mut reader, max) => frame,
+            // The writer ended (the peer is gone, or not reading): its error is the reason.
+            _ = tx.closed() => break Ok(()),
+            frame = frames.read_frame() => frame,
         };
         let mut body = match frame {
             Ok(Some(body)) => body,
@@ -136,6 +232,7 @@ async fn connection(
             Err(reject) => break Err(Close::Rejected(reject)),
         };
         tracing::trace!(%peer, ?key, version = header.request_api_version, "request");
+        frames.activity.request_read();
         match api::dispatch(&ctx, key, header, body, peer).await {
             Ok(reply) => {
                 if tx.send(reply).await.is_err() {
@@ -149,26 +246,297 @@ async fn connection(
     drop(tx);
     match writer.await {
         Ok(Ok(())) => result,
-        Ok(Err(e)) => result.and(Err(Close::Io(e))),
+        Ok(Err(close)) => result.and(Err(close)),
         Err(join) => result.and(Err(Close::Io(std::io::Error::other(join.to_string())))),
     }
 }
 
-/// Reads the next request frame; None on a clean end of stream between frames.
-async fn read_frame<R: AsyncReadExt + Unpin>(reader: &mut R, max: usize) -> Result<Option<Bytes>, Close> {
-    let mut prefix = [0u8; 4];
-    match reader.read_exact(&mut prefix).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(Close::Io(e)),
+/// Writes the responses in request order, flushing when no other is queued. Each write must
+/// make progress within `connections.max.idle.ms`: a peer that stops reading is closed.
+async fn write_responses<W: AsyncWrite + Unpin>(
+    mut rx: mpsc::Receiver<Reply>,
+    out: W,
+    activity: Arc<Activity>,
+) -> Result<(), Close> {
+    let mut out = BufWriter::with_capacity(SOCKET_BUFFER_BYTES, out);
+    while let Some(reply) = rx.recv().await {
+        let frame = match reply {
+            Reply::Now(frame) => frame,
+            Reply::Later(pending) => pending.await,
+        };
+        activity.response_ready();
+        if let Some(bytes) = frame {
+            // In pieces of the buffer's size, so a large response read slowly shows progress.
+            for piece in bytes.chunks(SOCKET_BUFFER_BYTES) {
+                activity.watch(out.write_all(piece)).await?;
+            }
+        }
+        if rx.is_empty() {
+            activity.watch(out.flush()).await?;
+        }
     }
-    // The length is the peer's claim: check it before allocating anything.
-    let claimed = i32::from_be_bytes(prefix);
-    let len = usize::try_from(claimed).map_err(|_| Close::NegativeLength(claimed))?;
-    if len > max {
-        return Err(Close::FrameTooLarge { len, max });
+    activity.watch(out.flush()).await
+}
+
+/// The read side of a connection: request frames, each body in a buffer of its own size
+/// (filled without zeroing it first), every read bounded by the idle deadline.
+struct FrameReader<R> {
+    reader: R,
+    /// `socket.request.max.bytes`.
+    request_bytes_max: usize,
+    activity: Arc<Activity>,
+}
+
+impl<R: AsyncRead + Unpin> FrameReader<R> {
+    /// Reads the next request frame; None on a clean end of stream between frames.
+    async fn read_frame(&mut self) -> Result<Option<Bytes>, Close> {
+        let mut prefix = [0u8; 4];
+        let mut filled = 0;
+        while filled < prefix.len() {
+            let mut spare = &mut prefix[filled..];
+            let limit = spare.len();
+            match self.read_some(&mut spare, limit).await? {
+                // An end of stream inside the prefix is still the peer leaving between frames.
+                0 => return Ok(None),
+                n => filled += n,
+            }
+        }
+        // The length is the peer's claim: check it before allocating anything.
+        let claimed = i32::from_be_bytes(prefix);
+        let len = usize::try_from(claimed).map_err(|_| Close::NegativeLength(claimed))?;
+        if len > self.request_bytes_max {
+            return Err(Close::FrameTooLarge {
+                len,
+                max: self.request_bytes_max,
+            });
+        }
+        // Reserved, not zeroed: the reads below write every byte before the body is used.
+        let mut body = BytesMut::with_capacity(len);
+        while body.len() < len {
+            let want = len - body.len();
+            if self.read_some(&mut body, want).await? == 0 {
+                return Err(Close::Io(std::io::ErrorKind::UnexpectedEof.into()));
+            }
+        }
+        Ok(Some(body.freeze()))
     }
-    let mut body = BytesMut::zeroed(len);
-    reader.read_exact(&mut body).await.map_err(Close::Io)?;
-    Ok(Some(body.freeze()))
+
+    /// One read of at most `limit` bytes into `buf` (0 at end of stream), or `Close::Idle` once
+    /// the connection has been idle for `connections.max.idle.ms`.
+    async fn read_some<B: BufMut>(&mut self, buf: &mut B, limit: usize) -> Result<usize, Close> {
+        loop {
+            // `take` bounds the read: a BytesMut would otherwise grow past the frame.
+            let limit = u64::try_from(limit).unwrap_or(u64::MAX);
+            let mut limited = (&mut self.reader).take(limit);
+            let read = limited.read_buf(buf);
+            let outcome = match self.activity.deadline(Instant::now()) {
+                None => read.await,
+                Some(deadline) => match tokio::time::timeout_at(deadline, read).await {
+                    Ok(outcome) => outcome,
+                    Err(_elapsed) => {
+                        // Dropping the read loses nothing (read_buf is cancel safe). The
+                        // writer may have been active meanwhile, or a request be in flight.
+                        let now = Instant::now();
+                        match (self.activity.idle_max, self.activity.deadline(now)) {
+                            (Some(max), Some(deadline)) if deadline <= now => return Err(Close::Idle { max }),
+                            _ => continue,
+                        }
+                    }
+                },
+            };
+            let n = outcome.map_err(Close::Io)?;
+            if n > 0 {
+                self.activity.touch();
+            }
+            return Ok(n);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    fn reader<R>(inner: R, idle_ms: Option<u64>) -> FrameReader<R> {
+        FrameReader {
+            reader: inner,
+            request_bytes_max: 1024,
+            activity: Arc::new(Activity::new(idle_ms.map(Duration::from_millis))),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_slot_is_released_when_its_task_panics_or_is_aborted() {
+        let open = Arc::new(AtomicUsize::new(0));
+        let panicking = ConnectionSlot::acquire(&open, 2).unwrap();
+        let aborted = ConnectionSlot::acquire(&open, 2).unwrap();
+        assert!(ConnectionSlot::acquire(&open, 2).is_none(), "max.connections 2 is full");
+
+        let task = tokio::spawn(async move {
+            let _slot = panicking;
+            panic!("a connection task that panics");
+        });
+        assert!(task.await.unwrap_err().is_panic());
+        let task = tokio::spawn(async move {
+            let _slot = aborted;
+            std::future::pending::<()>().await;
+        });
+        tokio::task::yield_now().await;
+        task.abort();
+        assert!(task.await.unwrap_err().is_cancelled());
+
+        assert_eq!(open.load(Ordering::Acquire), 0);
+        let again = [ConnectionSlot::acquire(&open, 2), ConnectionSlot::acquire(&open, 2)];
+        assert!(again.iter().all(Option::is_some), "both slots are free again");
+    }
+
+    #[tokio::test]
+    async fn frames_are_read_whole_from_pieces_and_pipelined_bytes() {
+        let (mut client, server) = tokio::io::duplex(64);
+        let mut frames = reader(server, None);
+        let writer = tokio::spawn(async move {
+            // Two frames in one write, then a third in single bytes.
+            client
+                .write_all(&[0, 0, 0, 2, b'a', b'b', 0, 0, 0, 1, b'c'])
+                .await
+                .unwrap();
+            for b in [0, 0, 0, 3, b'x', b'y', b'z'] {
+                client.write_all(&[b]).await.unwrap();
+            }
+        });
+        assert_eq!(frames.read_frame().await.unwrap().unwrap(), Bytes::from_static(b"ab"));
+        assert_eq!(frames.read_frame().await.unwrap().unwrap(), Bytes::from_static(b"c"));
+        assert_eq!(frames.read_frame().await.unwrap().unwrap(), Bytes::from_static(b"xyz"));
+        writer.await.unwrap();
+        assert!(frames.read_frame().await.unwrap().is_none(), "clean end between frames");
+    }
+
+    #[tokio::test]
+    async fn a_frame_cut_short_or_claiming_too_much_closes() {
+        let (mut client, server) = tokio::io::duplex(64);
+        client.write_all(&[0, 0, 0, 9, 1, 2]).await.unwrap();
+        drop(client);
+        let err = reader(server, None).read_frame().await.unwrap_err();
+        assert!(
+            matches!(err, Close::Io(ref e) if e.kind() == std::io::ErrorKind::UnexpectedEof),
+            "{err}"
+        );
+
+        let (mut client, server) = tokio::io::duplex(64);
+        client.write_all(&1025i32.to_be_bytes()).await.unwrap();
+        let err = reader(server, None).read_frame().await.unwrap_err();
+        assert!(matches!(err, Close::FrameTooLarge { len: 1025, max: 1024 }), "{err}");
+
+        let (mut client, server) = tokio::io::duplex(64);
+        client.write_all(&(-1i32).to_be_bytes()).await.unwrap();
+        let err = reader(server, None).read_frame().await.unwrap_err();
+        assert!(matches!(err, Close::NegativeLength(-1)), "{err}");
+    }
+
+    // Real time, short periods: paused time needs tokio's `test-util` feature, not enabled in
+    // this crate. Lower bounds are exact; upper bounds leave room for a loaded machine.
+    const SLACK: Duration = Duration::from_secs(3);
+
+    #[tokio::test]
+    async fn a_connection_silent_mid_frame_is_closed_after_the_idle_time() {
+        // Kafka's connections.max.idle.ms: idleness counts from the last byte, wherever it
+        // fell, so a peer that claimed a frame and went quiet cannot hold the connection.
+        for sent in [&[0u8, 0][..], &[0, 0, 0, 9, 1][..]] {
+            let (mut client, server) = tokio::io::duplex(64);
+            let mut frames = reader(server, Some(200));
+            client.write_all(sent).await.unwrap(); // half a length prefix, or a body begun
+            let start = Instant::now();
+            let err = frames.read_frame().await.unwrap_err();
+            assert!(matches!(err, Close::Idle { .. }), "{err}");
+            let waited = start.elapsed();
+            assert!(
+                waited >= Duration::from_millis(200) && waited < Duration::from_millis(200) + SLACK,
+                "{waited:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn bytes_keep_a_connection_open_and_a_request_in_flight_is_not_idleness() {
+        let (mut client, server) = tokio::io::duplex(64);
+        let mut frames = reader(server, Some(1_000));
+        let activity = frames.activity.clone();
+        let writer = tokio::spawn(async move {
+            // One byte every 300 ms: 1.8 s in all, never 1 s of silence.
+            for b in [0, 0, 0, 2, b'o', b'k'] {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                client.write_all(&[b]).await.unwrap();
+            }
+            client
+        });
+        assert_eq!(frames.read_frame().await.unwrap().unwrap(), Bytes::from_static(b"ok"));
+        let _client = writer.await.unwrap();
+
+        // A request answered after longer than the idle time keeps the connection open, and
+        // the idle time counts again from the answer.
+        activity.request_read();
+        let answered = tokio::spawn({
+            let activity = activity.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(1_500)).await;
+                activity.response_ready();
+            }
+        });
+        let start = Instant::now();
+        let err = frames.read_frame().await.unwrap_err();
+        assert!(matches!(err, Close::Idle { .. }), "{err}");
+        let waited = start.elapsed();
+        assert!(
+            waited >= Duration::from_millis(2_500) && waited < Duration::from_millis(2_500) + SLACK,
+            "{waited:?}"
+        );
+        answered.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_peer_that_does_not_read_its_responses_is_closed_after_the_idle_time() {
+        let (client, server) = tokio::io::duplex(1024);
+        let activity = Arc::new(Activity::new(Some(Duration::from_millis(200))));
+        let (tx, rx) = mpsc::channel(4);
+        let writer = tokio::spawn(write_responses(rx, server, activity.clone()));
+        activity.request_read();
+        tx.send(Reply::Now(Some(Bytes::from(vec![7u8; 1 << 20]))))
+            .await
+            .unwrap();
+        let start = Instant::now();
+        let err = writer.await.unwrap().unwrap_err();
+        assert!(matches!(err, Close::Idle { .. }), "{err}");
+        let waited = start.elapsed();
+        assert!(
+            waited >= Duration::from_millis(200) && waited < Duration::from_millis(200) + SLACK,
+            "{waited:?}"
+        );
+        assert!(tx.is_closed(), "the reader sees the writer gone");
+        drop(client);
+    }
+
+    #[tokio::test]
+    async fn a_peer_reading_a_large_response_slowly_gets_all_of_it() {
+        let (mut client, server) = tokio::io::duplex(64 * 1024);
+        let activity = Arc::new(Activity::new(Some(Duration::from_millis(1_000))));
+        let (tx, rx) = mpsc::channel(4);
+        let writer = tokio::spawn(write_responses(rx, server, activity.clone()));
+        activity.request_read();
+        let response = Bytes::from(vec![7u8; 2 * SOCKET_BUFFER_BYTES + 1]);
+        tx.send(Reply::Now(Some(response.clone()))).await.unwrap();
+        drop(tx);
+        // 64 KiB every 100 ms: 1.3 s in all, longer than the idle time, never stalled that long.
+        let mut received = Vec::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            match client.read(&mut buf).await.unwrap() {
+                0 => break,
+                n => received.extend_from_slice(&buf[..n]),
+            }
+        }
+        assert_eq!(received.len(), response.len());
+        writer.await.unwrap().unwrap();
+    }
 }
