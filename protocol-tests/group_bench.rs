@@ -93,12 +93,22 @@ async fn bench_three_member_rebalance() {
             let (a, ta, sa) = member(&bootstrap, &group, &topic, protocol);
             let (b, tb, sb) = member(&bootstrap, &group, &topic, protocol);
             let deadline = Instant::now() + Duration::from_secs(30);
-            while !split_exactly(&[&a, &b], 4) && Instant::now() < deadline {
+            while !split_exactly(&[&a, &b], 4) {
+                assert!(
+                    Instant::now() < deadline,
+                    "{protocol} run {run}: two members never split 4 partitions"
+                );
                 std::thread::sleep(Duration::from_millis(5));
             }
             let start = Instant::now();
             let (c, tc, sc) = member(&bootstrap, &group, &topic, protocol);
-            while !split_exactly(&[&a, &b, &c], 4) && Instant::now() < deadline {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !split_exactly(&[&a, &b, &c], 4) {
+                // A rebalance that never completes is a failure, not a 30 s measurement.
+                assert!(
+                    Instant::now() < deadline,
+                    "{protocol} run {run}: the rebalance to 3 members never completed"
+                );
                 std::thread::sleep(Duration::from_millis(1));
             }
             times.push(start.elapsed());

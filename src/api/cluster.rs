@@ -13,17 +13,13 @@ use kafka_protocol::messages::describe_log_dirs_response::{
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
-use super::metadata::split_host_port;
+use super::metadata::{CLUSTER_OPERATIONS_ALL, split_host_port};
 use super::{Ctx, Versions, message, topic_name};
 
 pub const DESCRIBE_CLUSTER_VERSIONS: Versions = Versions::new(ApiKey::DescribeCluster, 0, 2);
 pub const DESCRIBE_LOG_DIRS_VERSIONS: Versions = Versions::new(ApiKey::DescribeLogDirs, 1, 4);
 
 const ENDPOINT_BROKERS: i8 = 1;
-/// Cluster operations (AclOperation codes) allowed to everyone while no authorizer runs:
-/// CREATE(5), ALTER(7), DESCRIBE(8), CLUSTER_ACTION(9), DESCRIBE_CONFIGS(10), ALTER_CONFIGS(11),
-/// IDEMPOTENT_WRITE(12).
-pub const CLUSTER_OPERATIONS_ALL: i32 = (1 << 5) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12);
 
 pub async fn describe_cluster(ctx: &Ctx, req: DescribeClusterRequest, version: i16) -> DescribeClusterResponse {
     let image = ctx.controller.image();

@@ -17,6 +17,11 @@ use uuid::Uuid;
 use super::{Ctx, Versions, topic_name};
 use crate::cluster::TopicInfo;
 
+/// Cluster operations (AclOperation codes) allowed to everyone while no authorizer runs:
+/// CREATE(5), ALTER(7), DESCRIBE(8), CLUSTER_ACTION(9), DESCRIBE_CONFIGS(10), ALTER_CONFIGS(11),
+/// IDEMPOTENT_WRITE(12). Metadata v8-v10 and DescribeCluster report them.
+pub const CLUSTER_OPERATIONS_ALL: i32 = (1 << 5) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12);
+
 pub const VERSIONS: Versions = Versions::new(ApiKey::Metadata, 0, 13);
 
 /// Kafka's "not requested" value for authorized operations.
@@ -94,7 +99,7 @@ pub async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> MetadataRe
         .with_cluster_authorized_operations(
             // v8-v10 answer it when asked (v11 moved it to DescribeCluster).
             if (8..=10).contains(&version) && req.include_cluster_authorized_operations {
-                super::cluster::CLUSTER_OPERATIONS_ALL
+                CLUSTER_OPERATIONS_ALL
             } else {
                 OPERATIONS_NOT_REQUESTED
             },
