@@ -45,6 +45,10 @@ pub struct BrokerConfig {
     /// `queued.max.requests`: requests (pipelined) in flight per connection before the broker
     /// stops reading from it (back-pressure).
     pub queued_max_requests: usize,
+    /// `queued.max.request.bytes`: request bytes all connections together may hold (read and
+    /// not yet answered); past it connections stop reading until some are answered. -1: no
+    /// bound (Kafka's default); Sluice's default bounds it at 1 GiB.
+    pub queued_max_request_bytes: i64,
     /// `connections.max.idle.ms`: a connection with nothing read or written for this long, and
     /// no request in flight, is closed (also in the middle of a frame); -1 for never.
     pub connections_max_idle_ms: i64,
@@ -139,6 +143,7 @@ impl Default for BrokerConfig {
             socket_request_max_bytes: 104_857_600,
             max_connections: 10_000,
             queued_max_requests: 500,
+            queued_max_request_bytes: 1 << 30,
             connections_max_idle_ms: 600_000,
             fetch_max_bytes: 57_671_680,
             log_flush_interval_messages: 1,
@@ -235,6 +240,7 @@ impl BrokerConfig {
         "socket.request.max.bytes",
         "max.connections",
         "queued.max.requests",
+        "queued.max.request.bytes",
         "connections.max.idle.ms",
         "fetch.max.bytes",
         "log.flush.interval.messages",
@@ -293,6 +299,7 @@ impl BrokerConfig {
             "socket.request.max.bytes" => self.socket_request_max_bytes.to_string(),
             "max.connections" => self.max_connections.to_string(),
             "queued.max.requests" => self.queued_max_requests.to_string(),
+            "queued.max.request.bytes" => self.queued_max_request_bytes.to_string(),
             "connections.max.idle.ms" => self.connections_max_idle_ms.to_string(),
             "fetch.max.bytes" => self.fetch_max_bytes.to_string(),
             "log.flush.interval.messages" => self.log_flush_interval_messages.to_string(),
@@ -358,6 +365,7 @@ impl BrokerConfig {
             "socket.request.max.bytes" => self.socket_request_max_bytes = at_least(key, parse_int(key, value)?, 1024)?,
             "max.connections" => self.max_connections = at_least(key, parse_int(key, value)?, 1)?,
             "queued.max.requests" => self.queued_max_requests = at_least(key, parse_int(key, value)?, 1)?,
+            "queued.max.request.bytes" => self.queued_max_request_bytes = at_least(key, parse_int(key, value)?, -1)?,
             "connections.max.idle.ms" => {
                 // Kafka's Selector: negative disables idle expiry; 0 would close every
                 // connection between two reads.
@@ -510,6 +518,15 @@ impl BrokerConfig {
             if value > max {
                 return Err(invalid(key, format!("must be at most {max_key} ({max})")));
             }
+        }
+        // Kafka's KafkaConfig: a bound below one request could never admit the largest one.
+        if self.queued_max_request_bytes >= 0
+            && (self.queued_max_request_bytes as u64) < self.socket_request_max_bytes as u64
+        {
+            return Err(invalid(
+                "queued.max.request.bytes",
+                "must be -1 or at least socket.request.max.bytes",
+            ));
         }
         if self.log.max_message_bytes > self.socket_request_max_bytes {
             return Err(invalid(
@@ -891,6 +908,16 @@ mod tests {
     fn unknown_key_is_named() {
         let err = BrokerConfig::default().set("no.such.key", "1").unwrap_err();
         assert_eq!(err.key, "no.such.key");
+    }
+
+    #[test]
+    fn queued_request_bytes_must_admit_the_largest_request() {
+        let mut c = BrokerConfig::default();
+        c.set("queued.max.request.bytes", "1000").unwrap();
+        assert_eq!(c.check().unwrap_err().key, "queued.max.request.bytes");
+        c.set("queued.max.request.bytes", "-1").unwrap();
+        assert!(c.check().is_ok(), "-1: no bound, as Kafka");
+        assert!(c.set("queued.max.request.bytes", "-2").is_err());
     }
 
     #[test]

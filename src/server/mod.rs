@@ -20,7 +20,7 @@ use std::time::Duration;
 use bytes::{BufMut, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -87,6 +87,10 @@ impl Drop for ConnectionSlot {
 /// Accepts connections until `shutdown`, then waits for them to finish.
 pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, shutdown: CancellationToken, tracker: TaskTracker) {
     let open = Arc::new(AtomicUsize::new(0));
+    // `queued.max.request.bytes`: one pool of request bytes for every connection.
+    let request_memory = usize::try_from(ctx.config.queued_max_request_bytes)
+        .ok()
+        .map(|bytes| Arc::new(Semaphore::new(bytes.min(Semaphore::MAX_PERMITS))));
     loop {
         let accepted = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -109,10 +113,11 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, shutdown: CancellationT
         let _ = stream.set_nodelay(true);
         let ctx = ctx.clone();
         let shutdown = shutdown.clone();
+        let request_memory = request_memory.clone();
         tracker.spawn(async move {
             // Moved into the task: released when the task ends, even by a panic or an abort.
             let _slot = slot;
-            match connection(stream, peer, ctx, shutdown).await {
+            match connection(stream, peer, ctx, request_memory, shutdown).await {
                 Ok(()) => {}
                 Err(Close::Io(e)) if is_disconnect(&e) => {}
                 // Routine (Kafka's Selector logs it at debug): clients keep idle connections.
@@ -200,6 +205,7 @@ async fn connection(
     stream: TcpStream,
     peer: SocketAddr,
     ctx: Arc<Ctx>,
+    request_memory: Option<Arc<Semaphore>>,
     shutdown: CancellationToken,
 ) -> Result<(), Close> {
     let (read_half, write_half) = stream.into_split();
@@ -212,8 +218,11 @@ async fn connection(
         reader: BufReader::with_capacity(SOCKET_BUFFER_BYTES, read_half),
         request_bytes_max: ctx.config.socket_request_max_bytes,
         activity: activity.clone(),
+        memory: request_memory,
+        held: None,
     };
-    let (tx, rx) = mpsc::channel::<Reply>(ctx.config.queued_max_requests);
+    // Each reply travels with the request bytes it holds, released once it is written.
+    let (tx, rx) = mpsc::channel::<(Reply, Option<OwnedSemaphorePermit>)>(ctx.config.queued_max_requests);
     let writer = tokio::spawn(write_responses(rx, write_half, activity));
     let result = loop {
         let frame = tokio::select! {
@@ -233,9 +242,10 @@ async fn connection(
         };
         tracing::trace!(%peer, ?key, version = header.request_api_version, "request");
         frames.activity.request_read();
+        let held = frames.held.take();
         match api::dispatch(&ctx, key, header, body, peer).await {
             Ok(reply) => {
-                if tx.send(reply).await.is_err() {
+                if tx.send((reply, held)).await.is_err() {
                     break Ok(()); // the writer failed: the peer is gone
                 }
             }
@@ -254,12 +264,12 @@ async fn connection(
 /// Writes the responses in request order, flushing when no other is queued. Each write must
 /// make progress within `connections.max.idle.ms`: a peer that stops reading is closed.
 async fn write_responses<W: AsyncWrite + Unpin>(
-    mut rx: mpsc::Receiver<Reply>,
+    mut rx: mpsc::Receiver<(Reply, Option<OwnedSemaphorePermit>)>,
     out: W,
     activity: Arc<Activity>,
 ) -> Result<(), Close> {
     let mut out = BufWriter::with_capacity(SOCKET_BUFFER_BYTES, out);
-    while let Some(reply) = rx.recv().await {
+    while let Some((reply, _request_bytes)) = rx.recv().await {
         let frame = match reply {
             Reply::Now(frame) => frame,
             Reply::Later(pending) => pending.await,
@@ -285,6 +295,10 @@ struct FrameReader<R> {
     /// `socket.request.max.bytes`.
     request_bytes_max: usize,
     activity: Arc<Activity>,
+    /// `queued.max.request.bytes`, shared by all connections; None: no bound.
+    memory: Option<Arc<Semaphore>>,
+    /// The last frame's share of `memory`, for the caller to keep until it is answered.
+    held: Option<OwnedSemaphorePermit>,
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
@@ -309,6 +323,19 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 len,
                 max: self.request_bytes_max,
             });
+        }
+        // The broker-wide budget first: with too many request bytes unanswered this connection
+        // stops reading (back-pressure) until some are answered. Waiting is not idleness.
+        self.held = None;
+        if let Some(memory) = &self.memory {
+            let permits = u32::try_from(len).unwrap_or(u32::MAX);
+            let permit = memory
+                .clone()
+                .acquire_many_owned(permits)
+                .await
+                .map_err(|_| Close::Io(std::io::Error::other("request memory pool closed")))?;
+            self.activity.touch();
+            self.held = Some(permit);
         }
         // Reserved, not zeroed: the reads below write every byte before the body is used.
         let mut body = BytesMut::with_capacity(len);
@@ -363,7 +390,41 @@ mod tests {
             reader: inner,
             request_bytes_max: 1024,
             activity: Arc::new(Activity::new(idle_ms.map(Duration::from_millis))),
+            memory: None,
+            held: None,
         }
+    }
+
+    #[tokio::test]
+    async fn request_bytes_past_the_shared_budget_wait_until_earlier_ones_are_answered() {
+        // queued.max.request.bytes = 100 shared by two connections: a's 80-byte request holds
+        // its share until answered; b's 50-byte frame is not read until then.
+        let memory = Arc::new(Semaphore::new(100));
+        let (mut client_a, server_a) = tokio::io::duplex(256);
+        let (mut client_b, server_b) = tokio::io::duplex(256);
+        let mut a = reader(server_a, None);
+        let mut b = reader(server_b, None);
+        a.memory = Some(memory.clone());
+        b.memory = Some(memory.clone());
+        let frame = |n: usize| {
+            let mut f = (n as u32).to_be_bytes().to_vec();
+            f.resize(4 + n, 7);
+            f
+        };
+        client_a.write_all(&frame(80)).await.unwrap();
+        client_b.write_all(&frame(50)).await.unwrap();
+        assert_eq!(a.read_frame().await.unwrap().unwrap().len(), 80);
+        let held = a.held.take().expect("a holds its 80 bytes");
+        assert_eq!(memory.available_permits(), 20);
+        let waiting = tokio::spawn(async move { b.read_frame().await.map(|f| f.map(|f| f.len())) });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!waiting.is_finished(), "b waits while a's request is unanswered");
+        drop(held); // a's response written
+        let got = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.unwrap(), Some(50));
     }
 
     #[tokio::test]
@@ -501,7 +562,7 @@ mod tests {
         let (tx, rx) = mpsc::channel(4);
         let writer = tokio::spawn(write_responses(rx, server, activity.clone()));
         activity.request_read();
-        tx.send(Reply::Now(Some(Bytes::from(vec![7u8; 1 << 20]))))
+        tx.send((Reply::Now(Some(Bytes::from(vec![7u8; 1 << 20]))), None))
             .await
             .unwrap();
         let start = Instant::now();
@@ -524,7 +585,7 @@ mod tests {
         let writer = tokio::spawn(write_responses(rx, server, activity.clone()));
         activity.request_read();
         let response = Bytes::from(vec![7u8; 2 * SOCKET_BUFFER_BYTES + 1]);
-        tx.send(Reply::Now(Some(response.clone()))).await.unwrap();
+        tx.send((Reply::Now(Some(response.clone())), None)).await.unwrap();
         drop(tx);
         // 64 KiB every 100 ms: 1.3 s in all, longer than the idle time, never stalled that long.
         let mut received = Vec::new();
