@@ -1,5 +1,6 @@
 //! Configuration and cluster APIs: DescribeConfigs, AlterConfigs, IncrementalAlterConfigs
-//! through librdkafka's admin client and raw frames (every version), DescribeCluster,
+//! through librdkafka's admin client and raw frames (every version) on topics, brokers
+//! (dynamic broker configs), broker loggers and groups; ListConfigResources; DescribeCluster,
 //! DescribeLogDirs.
 
 mod common;
@@ -279,7 +280,13 @@ async fn config_apis_answer_every_version_with_kafkas_codes() {
                     .with_value(Some(s("3"))),
             ]),
     ]);
-    assert_eq!(raw.call(1, &broker_change).await.responses[0].error_code, 40);
+    // A read-only broker key: Kafka's DynamicBrokerConfig.validateConfigs, INVALID_REQUEST.
+    let refused = raw.call(1, &broker_change).await;
+    assert_eq!(refused.responses[0].error_code, 42);
+    assert_eq!(
+        refused.responses[0].error_message.as_deref(),
+        Some("Cannot update these configs dynamically: Set(num.partitions)")
+    );
     broker.handle.shutdown().await;
 }
 
@@ -561,4 +568,738 @@ async fn group_configs_are_described_altered_validated_and_applied() {
     assert_eq!(resp.responses[0].error_code, 0);
     let resp = raw.call(4, &describe_group("cg")).await;
     assert_eq!(entry(&resp, "consumer.heartbeat.interval.ms"), ("5000".into(), 5));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dynamic broker configs (KIP-226), broker loggers (KIP-412), ListConfigResources (KIP-1142).
+
+const TOPIC: i8 = 2;
+const BROKER: i8 = 4;
+const BROKER_LOGGER: i8 = 8;
+const GROUP_RESOURCE: i8 = 32;
+const SET: i8 = 0;
+const DELETE: i8 = 1;
+const APPEND: i8 = 2;
+
+fn describe_of(resource_type: i8, name: &str, keys: Option<&[&str]>) -> DescribeConfigsRequest {
+    DescribeConfigsRequest::default()
+        .with_resources(vec![
+            DescribeConfigsResource::default()
+                .with_resource_type(resource_type)
+                .with_resource_name(s(name))
+                .with_configuration_keys(keys.map(|k| k.iter().map(|k| s(k)).collect())),
+        ])
+        .with_include_synonyms(true)
+}
+
+type Ops<'a> = Vec<(&'a str, i8, Option<&'a str>)>;
+
+fn incremental(resource_type: i8, name: &str, ops: Ops, validate_only: bool) -> IncrementalAlterConfigsRequest {
+    use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
+    IncrementalAlterConfigsRequest::default()
+        .with_resources(vec![
+            AlterConfigsResource::default()
+                .with_resource_type(resource_type)
+                .with_resource_name(s(name))
+                .with_configs(
+                    ops.into_iter()
+                        .map(|(k, op, v)| {
+                            AlterableConfig::default()
+                                .with_name(s(k))
+                                .with_config_operation(op)
+                                .with_value(v.map(s))
+                        })
+                        .collect(),
+                ),
+        ])
+        .with_validate_only(validate_only)
+}
+
+fn legacy_alter(resource_type: i8, name: &str, configs: &[(&str, &str)]) -> AlterConfigsRequest {
+    use kafka_protocol::messages::alter_configs_request::{AlterConfigsResource, AlterableConfig};
+    AlterConfigsRequest::default().with_resources(vec![
+        AlterConfigsResource::default()
+            .with_resource_type(resource_type)
+            .with_resource_name(s(name))
+            .with_configs(
+                configs
+                    .iter()
+                    .map(|(k, v)| AlterableConfig::default().with_name(s(k)).with_value(Some(s(v))))
+                    .collect(),
+            ),
+    ])
+}
+
+/// A described key: value, source, read-only, and its synonyms as (name, value, source).
+type Described = (String, i8, bool, Vec<(String, String, i8)>);
+
+fn described(resp: &DescribeConfigsResponse, key: &str) -> Described {
+    let r = &resp.results[0];
+    assert_eq!(r.error_code, 0, "{:?}", r.error_message);
+    let c = r
+        .configs
+        .iter()
+        .find(|c| c.name.as_str() == key)
+        .unwrap_or_else(|| panic!("{key} is described"));
+    (
+        c.value.as_deref().unwrap_or_default().to_string(),
+        c.config_source,
+        c.read_only,
+        c.synonyms
+            .iter()
+            .map(|y| {
+                (
+                    y.name.to_string(),
+                    y.value.as_deref().unwrap_or_default().to_string(),
+                    y.source,
+                )
+            })
+            .collect(),
+    )
+}
+
+fn synonym(name: &str, value: &str, source: i8) -> (String, String, i8) {
+    (name.to_string(), value.to_string(), source)
+}
+
+/// KIP-226 (Kafka's DynamicBrokerConfig, ConfigHelper, ConfigAdminManager): dynamic broker
+/// configs at the cluster-default (empty name) and per-broker levels, in every version of the
+/// three APIs; sources and synonyms in Kafka's precedence order for the broker and for topics
+/// without an override; Kafka's refusals; the layers survive a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamic_broker_configs_in_every_version_with_kafkas_sources_and_across_a_restart() {
+    let broker = TestBroker::start(&[("log.retention.ms", "86400000")]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    create(&mut raw, "dyn").await;
+
+    // IncrementalAlterConfigs v0 sets the cluster default, v1 this broker's value.
+    let resp = raw
+        .call(
+            0,
+            &incremental(BROKER, "", vec![("log.retention.ms", SET, Some("3600000"))], false),
+        )
+        .await;
+    assert_eq!(resp.responses[0].error_code, 0, "{:?}", resp.responses[0].error_message);
+    assert_eq!(resp.responses[0].resource_type, BROKER);
+    let resp = raw
+        .call(
+            1,
+            &incremental(BROKER, "1", vec![("log.retention.ms", SET, Some("7200000"))], false),
+        )
+        .await;
+    assert_eq!(resp.responses[0].error_code, 0, "{:?}", resp.responses[0].error_message);
+
+    let all_levels = vec![
+        synonym("log.retention.ms", "7200000", 2),
+        synonym("log.retention.ms", "3600000", 3),
+        synonym("log.retention.ms", "86400000", 4),
+        synonym("log.retention.ms", "604800000", 5),
+    ];
+    for version in 1..=4 {
+        let mut req = describe_of(BROKER, "1", None);
+        req.include_documentation = version >= 3;
+        let resp = raw.call(version, &req).await;
+        let (value, source, read_only, synonyms) = described(&resp, "log.retention.ms");
+        assert_eq!((value.as_str(), source, read_only), ("7200000", 2, false), "v{version}");
+        assert_eq!(
+            synonyms, all_levels,
+            "v{version}: DYNAMIC_BROKER, DYNAMIC_DEFAULT, STATIC, DEFAULT"
+        );
+        let (_, source, read_only, _) = described(&resp, "num.partitions");
+        assert_eq!((source, read_only), (5, true), "a static key is read-only");
+        if version >= 3 {
+            let c = resp.results[0]
+                .configs
+                .iter()
+                .find(|c| c.name.as_str() == "log.retention.ms")
+                .unwrap();
+            assert_eq!(c.config_type, 5, "LONG");
+            assert!(c.documentation.is_some());
+        }
+        // The cluster-wide resource lists only the dynamic defaults set.
+        let resp = raw.call(version, &describe_of(BROKER, "", None)).await;
+        assert_eq!(resp.results[0].configs.len(), 1, "v{version}");
+        let (value, source, read_only, synonyms) = described(&resp, "log.retention.ms");
+        assert_eq!((value.as_str(), source, read_only), ("3600000", 3, false));
+        assert_eq!(synonyms, vec![synonym("log.retention.ms", "3600000", 3)]);
+        // A topic without an override takes the broker's value, with the broker's synonyms.
+        let resp = raw
+            .call(version, &describe_of(TOPIC, "dyn", Some(&["retention.ms"])))
+            .await;
+        let (value, source, _, synonyms) = described(&resp, "retention.ms");
+        assert_eq!((value.as_str(), source), ("7200000", 2), "v{version}");
+        assert_eq!(synonyms, all_levels);
+    }
+
+    // AlterConfigs replaces a layer whole, every version: the cluster default loses
+    // log.retention.ms.
+    for version in 0..=2 {
+        let value = format!("{}", 1_000_000 + i32::from(version));
+        let resp = raw
+            .call(version, &legacy_alter(BROKER, "", &[("log.retention.bytes", &value)]))
+            .await;
+        assert_eq!(
+            resp.responses[0].error_code, 0,
+            "AlterConfigs v{version}: {:?}",
+            resp.responses[0].error_message
+        );
+    }
+    let resp = raw
+        .call(
+            4,
+            &describe_of(BROKER, "1", Some(&["log.retention.ms", "log.retention.bytes"])),
+        )
+        .await;
+    assert_eq!(
+        described(&resp, "log.retention.ms").3,
+        vec![
+            synonym("log.retention.ms", "7200000", 2),
+            synonym("log.retention.ms", "86400000", 4),
+            synonym("log.retention.ms", "604800000", 5)
+        ]
+    );
+    assert_eq!(described(&resp, "log.retention.bytes").0, "1000002");
+    assert_eq!(described(&resp, "log.retention.bytes").1, 3);
+
+    // DELETE falls back to the next level; APPEND works on a list key from its default.
+    let resp = raw
+        .call(
+            1,
+            &incremental(BROKER, "1", vec![("log.retention.ms", DELETE, None)], false),
+        )
+        .await;
+    assert_eq!(resp.responses[0].error_code, 0);
+    let resp = raw
+        .call(
+            1,
+            &incremental(BROKER, "", vec![("log.cleanup.policy", APPEND, Some("compact"))], false),
+        )
+        .await;
+    assert_eq!(resp.responses[0].error_code, 0, "{:?}", resp.responses[0].error_message);
+    let resp = raw.call(4, &describe_of(BROKER, "1", None)).await;
+    assert_eq!(described(&resp, "log.retention.ms").0, "86400000");
+    assert_eq!(described(&resp, "log.retention.ms").1, 4, "STATIC_BROKER_CONFIG again");
+    let resp = raw.call(4, &describe_of(TOPIC, "dyn", Some(&["cleanup.policy"]))).await;
+    let (value, source, _, _) = described(&resp, "cleanup.policy");
+    assert_eq!((value.as_str(), source), ("delete,compact", 3));
+    // validate_only changes nothing.
+    let resp = raw
+        .call(
+            1,
+            &incremental(BROKER, "", vec![("log.retention.bytes", SET, Some("5"))], true),
+        )
+        .await;
+    assert_eq!(resp.responses[0].error_code, 0);
+    let resp = raw
+        .call(4, &describe_of(BROKER, "", Some(&["log.retention.bytes"])))
+        .await;
+    assert_eq!(described(&resp, "log.retention.bytes").0, "1000002");
+
+    // Refusals, as Kafka words them, in both alter APIs and every version.
+    let refusals: Vec<(&str, Ops, i16, &str)> = vec![
+        (
+            "",
+            vec![("num.partitions", SET, Some("3"))],
+            42,
+            "Cannot update these configs dynamically: Set(num.partitions)",
+        ),
+        (
+            "1",
+            vec![("log.dirs", SET, Some("/x")), ("node.id", SET, Some("2"))],
+            42,
+            "Cannot update these configs dynamically: Set(log.dirs, node.id)",
+        ),
+        (
+            "2",
+            vec![("log.retention.ms", SET, Some("1"))],
+            42,
+            "Unexpected broker id, expected 1, but received 2",
+        ),
+        (
+            "one",
+            vec![("log.retention.ms", SET, Some("1"))],
+            42,
+            "Node id must be an integer, but it is: one",
+        ),
+        (
+            "",
+            vec![("log.retention.ms", SET, Some("soon"))],
+            42,
+            "Invalid value soon for configuration log.retention.ms",
+        ),
+        ("", vec![("no.such.config", SET, Some("1"))], 42, "no.such.config"),
+        (
+            "",
+            vec![("message.max.bytes", SET, Some("200000000"))],
+            42,
+            "socket.request.max.bytes",
+        ),
+        (
+            "",
+            vec![("log.retention.ms", SET, None)],
+            42,
+            "Null value not supported for : log.retention.ms",
+        ),
+    ];
+    for version in 0..=1 {
+        for (name, ops, code, text) in &refusals {
+            let resp = raw.call(version, &incremental(BROKER, name, ops.clone(), false)).await;
+            let r = &resp.responses[0];
+            assert_eq!(r.error_code, *code, "v{version} {ops:?}");
+            assert!(
+                r.error_message.as_deref().unwrap_or("").contains(text),
+                "{:?}",
+                r.error_message
+            );
+        }
+    }
+    for version in 0..=2 {
+        let resp = raw
+            .call(version, &legacy_alter(BROKER, "", &[("num.partitions", "3")]))
+            .await;
+        assert_eq!(resp.responses[0].error_code, 42);
+        assert_eq!(
+            resp.responses[0].error_message.as_deref(),
+            Some("Cannot update these configs dynamically: Set(num.partitions)")
+        );
+    }
+    let resp = raw
+        .call(
+            1,
+            &incremental(BROKER, "", vec![("log.retention.ms", APPEND, Some("1"))], false),
+        )
+        .await;
+    assert_eq!(
+        resp.responses[0].error_code, 40,
+        "APPEND to a non-list key: INVALID_CONFIG"
+    );
+    // The same resource twice: both refused.
+    let mut twice = legacy_alter(BROKER, "", &[("log.retention.ms", "1")]);
+    twice.resources.push(twice.resources[0].clone());
+    let resp = raw.call(2, &twice).await;
+    for r in &resp.responses {
+        assert_eq!(r.error_code, 42);
+        assert_eq!(
+            r.error_message.as_deref(),
+            Some("Each resource must appear at most once.")
+        );
+    }
+    let resp = raw.call(4, &describe_of(BROKER, "2", None)).await;
+    assert_eq!(resp.results[0].error_code, 42);
+    assert_eq!(
+        resp.results[0].error_message.as_deref(),
+        Some("Unexpected broker id, expected 1 or empty string, but received 2")
+    );
+    // Nothing refused was stored.
+    let resp = raw.call(4, &describe_of(BROKER, "", None)).await;
+    let keys: Vec<&str> = resp.results[0].configs.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(keys, vec!["log.cleanup.policy", "log.retention.bytes"]);
+
+    // Durable: the layers come back after a restart, with the static config of the new start.
+    let broker = broker.restart(&[("log.retention.ms", "86400000")]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    let resp = raw.call(4, &describe_of(BROKER, "1", None)).await;
+    assert_eq!(described(&resp, "log.retention.bytes").0, "1000002");
+    assert_eq!(described(&resp, "log.cleanup.policy").0, "delete,compact");
+    assert_eq!(described(&resp, "log.cleanup.policy").1, 3);
+    let resp = raw
+        .call(4, &describe_of(TOPIC, "dyn", Some(&["retention.bytes"])))
+        .await;
+    assert_eq!(described(&resp, "retention.bytes").0, "1000002");
+    broker.handle.shutdown().await;
+}
+
+/// The log start offset of partition 0 of `name` (ListOffsets earliest).
+async fn earliest(raw: &mut Raw, name: &str) -> i64 {
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    let req = ListOffsetsRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_topics(vec![
+            ListOffsetsTopic::default().with_name(topic(name)).with_partitions(vec![
+                ListOffsetsPartition::default()
+                    .with_partition_index(0)
+                    .with_timestamp(-2),
+            ]),
+        ]);
+    raw.call(10, &req).await.topics[0].partitions[0].offset
+}
+
+/// KIP-226: a dynamic default reaches every log at once, topics with their own override
+/// excepted (Kafka's DynamicLogConfig.reconfigure): a lowered message.max.bytes refuses
+/// larger batches with RECORD_TOO_LARGE, a lowered log.segment.bytes rolls an open log, and a
+/// lowered log.retention.ms deletes old segments at the next retention check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamic_broker_defaults_reach_every_topic_without_an_override_live() {
+    use kafka_protocol::records::Compression;
+    let broker = TestBroker::start(&[("log.retention.check.interval.ms", "100")]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    create(&mut raw, "plain").await;
+    let t = CreatableTopic::default()
+        .with_name(topic("own"))
+        .with_num_partitions(1)
+        .with_replication_factor(1)
+        .with_configs(vec![
+            create_topics_request::CreatableTopicConfig::default()
+                .with_name(s("max.message.bytes"))
+                .with_value(Some(s("1000000"))),
+            create_topics_request::CreatableTopicConfig::default()
+                .with_name(s("retention.ms"))
+                .with_value(Some(s("604800000"))),
+        ]);
+    let resp = raw.call(7, &CreateTopicsRequest::default().with_topics(vec![t])).await;
+    assert_eq!(resp.topics[0].error_code, 0);
+    let now_ms = sluice::replica::now_ms();
+    let batch = |n: usize| {
+        let records: Vec<(Option<bytes::Bytes>, Option<bytes::Bytes>, i64)> = (0..n)
+            .map(|i| {
+                (
+                    Some(bytes::Bytes::from(format!("k{i}"))),
+                    Some(bytes::Bytes::from(vec![b'v'; 1000])),
+                    now_ms,
+                )
+            })
+            .collect();
+        sluice::log::batch::encode_records(&records, Compression::None).unwrap()
+    };
+    let produce = |name: &str, n: usize| produce_request(name, 0, batch(n), -1);
+    let code = |resp: &ProduceResponse| resp.responses[0].partition_responses[0].error_code;
+    assert_eq!(code(&raw.call(9, &produce("plain", 3)).await), 0);
+
+    let resp = raw
+        .call(
+            1,
+            &incremental(BROKER, "", vec![("message.max.bytes", SET, Some("2000"))], false),
+        )
+        .await;
+    assert_eq!(resp.responses[0].error_code, 0, "{:?}", resp.responses[0].error_message);
+    assert_eq!(code(&raw.call(9, &produce("plain", 3)).await), 10, "RECORD_TOO_LARGE");
+    assert_eq!(
+        code(&raw.call(9, &produce("plain", 1)).await),
+        0,
+        "a batch within the new bound"
+    );
+    assert_eq!(
+        code(&raw.call(9, &produce("own", 3)).await),
+        0,
+        "the topic's own max.message.bytes wins"
+    );
+
+    // A smaller log.segment.bytes reaches the open log of "plain": the next batches roll.
+    let dir = broker.dir.path().join("plain-0");
+    let before = segment_files(&dir).len();
+    let resp = raw
+        .call(
+            1,
+            &incremental(BROKER, "", vec![("log.segment.bytes", SET, Some("1024"))], false),
+        )
+        .await;
+    assert_eq!(resp.responses[0].error_code, 0, "{:?}", resp.responses[0].error_message);
+    for _ in 0..3 {
+        assert_eq!(code(&raw.call(9, &produce("plain", 1)).await), 0);
+    }
+    assert!(
+        segment_files(&dir).len() >= before + 2,
+        "the live segment size rolled the log"
+    );
+
+    // Retention: a week keeps everything; a lowered default deletes "plain"'s segments only.
+    for _ in 0..5 {
+        assert_eq!(code(&raw.call(9, &produce("own", 1)).await), 0);
+    }
+    let plain_end = latest_offset(&mut raw, "plain").await;
+    assert_eq!(earliest(&mut raw, "plain").await, 0);
+    let resp = raw
+        .call(
+            0,
+            &incremental(BROKER, "1", vec![("log.retention.ms", SET, Some("1"))], false),
+        )
+        .await;
+    assert_eq!(resp.responses[0].error_code, 0, "{:?}", resp.responses[0].error_message);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while earliest(&mut raw, "plain").await < plain_end {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the dynamic log.retention.ms did not apply"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        earliest(&mut raw, "own").await,
+        0,
+        "retention.ms of its own keeps the topic's records"
+    );
+    broker.handle.shutdown().await;
+}
+
+/// KIP-412 (Kafka's RuntimeLoggerManager and ConfigHelper): BROKER_LOGGER lists loggers and
+/// levels (source DYNAMIC_BROKER_LOGGER_CONFIG); IncrementalAlterConfigs sets and removes a
+/// level at once, the filter follows; refusals as Kafka's. Not stored: nothing to restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_logger_levels_are_described_and_changed_at_runtime() {
+    // The process-wide subscriber, as `sluice serve` installs it, writing nowhere.
+    sluice::verbosity::install("info", false, std::io::sink);
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    let target_enabled = |level| match level {
+        "TRACE" => tracing::enabled!(target: "sluice::replica", tracing::Level::TRACE),
+        "WARN" => tracing::enabled!(target: "sluice::replica", tracing::Level::WARN),
+        _ => tracing::enabled!(target: "sluice::replica", tracing::Level::ERROR),
+    };
+    for version in 1..=4 {
+        let resp = raw.call(version, &describe_of(BROKER_LOGGER, "1", None)).await;
+        let r = &resp.results[0];
+        assert_eq!(r.error_code, 0, "{:?}", r.error_message);
+        assert_eq!(r.configs[0].name.as_str(), "root");
+        let (value, source, read_only, synonyms) = described(&resp, "sluice::replica");
+        assert_eq!((value.as_str(), source, read_only), ("INFO", 6, false), "v{version}");
+        assert!(synonyms.is_empty());
+    }
+    assert!(!target_enabled("TRACE"));
+
+    for version in 0..=1 {
+        let resp = raw
+            .call(
+                version,
+                &incremental(BROKER_LOGGER, "1", vec![("sluice::replica", SET, Some("TRACE"))], false),
+            )
+            .await;
+        assert_eq!(resp.responses[0].error_code, 0, "{:?}", resp.responses[0].error_message);
+    }
+    let resp = raw
+        .call(
+            4,
+            &describe_of(BROKER_LOGGER, "1", Some(&["sluice::replica", "sluice::log"])),
+        )
+        .await;
+    assert_eq!(resp.results[0].configs.len(), 2, "the key filter applies");
+    assert_eq!(described(&resp, "sluice::replica").0, "TRACE");
+    assert_eq!(described(&resp, "sluice::log").0, "INFO");
+    assert!(target_enabled("TRACE"), "the filter was reloaded");
+
+    // FATAL is tracing's error level; DELETE goes back to the root's level.
+    let resp = raw
+        .call(
+            1,
+            &incremental(BROKER_LOGGER, "1", vec![("sluice::replica", SET, Some("FATAL"))], false),
+        )
+        .await;
+    assert_eq!(resp.responses[0].error_code, 0);
+    assert_eq!(
+        described(
+            &raw.call(4, &describe_of(BROKER_LOGGER, "1", None)).await,
+            "sluice::replica"
+        )
+        .0,
+        "FATAL"
+    );
+    assert!(target_enabled("ERROR") && !target_enabled("WARN"));
+    let resp = raw
+        .call(
+            1,
+            &incremental(BROKER_LOGGER, "1", vec![("sluice::replica", DELETE, None)], true),
+        )
+        .await;
+    assert_eq!(resp.responses[0].error_code, 0);
+    assert!(!target_enabled("WARN"), "validate_only changes nothing");
+    let resp = raw
+        .call(
+            1,
+            &incremental(BROKER_LOGGER, "1", vec![("sluice::replica", DELETE, None)], false),
+        )
+        .await;
+    assert_eq!(resp.responses[0].error_code, 0);
+    assert_eq!(
+        described(
+            &raw.call(4, &describe_of(BROKER_LOGGER, "1", None)).await,
+            "sluice::replica"
+        )
+        .0,
+        "INFO"
+    );
+    assert!(target_enabled("WARN") && !target_enabled("TRACE"));
+
+    let refusals: Vec<(&str, Ops, i16, &str)> = vec![
+        (
+            "1",
+            vec![("kafka.server.KafkaApis", SET, Some("DEBUG"))],
+            40,
+            "Logger kafka.server.KafkaApis does not exist!",
+        ),
+        (
+            "1",
+            vec![("sluice::log", SET, Some("LOUD"))],
+            40,
+            "Cannot set the log level of sluice::log to LOUD as it is not a supported log level. \
+             Valid log levels are DEBUG, ERROR, FATAL, INFO, TRACE, WARN",
+        ),
+        (
+            "1",
+            vec![("root", DELETE, None)],
+            42,
+            "Removing the log level of the root logger is not allowed",
+        ),
+        (
+            "1",
+            vec![("root", APPEND, Some("INFO"))],
+            42,
+            "APPEND operation is not allowed for the BROKER_LOGGER resource",
+        ),
+        (
+            "2",
+            vec![("root", SET, Some("INFO"))],
+            42,
+            "Unexpected node id. Expected 1, but received 2",
+        ),
+        (
+            "",
+            vec![("root", SET, Some("INFO"))],
+            42,
+            "Node id must be an integer, but it is: ",
+        ),
+        // Checked whole: the valid first change is not applied either.
+        (
+            "1",
+            vec![("sluice::replica", SET, Some("TRACE")), ("nope", SET, Some("INFO"))],
+            40,
+            "Logger nope does not exist!",
+        ),
+    ];
+    for (name, ops, code, text) in refusals {
+        let resp = raw.call(1, &incremental(BROKER_LOGGER, name, ops.clone(), false)).await;
+        let r = &resp.responses[0];
+        assert_eq!(r.error_code, code, "{ops:?}");
+        assert_eq!(r.error_message.as_deref(), Some(text));
+    }
+    assert!(!target_enabled("TRACE"));
+    // AlterConfigs does not serve loggers (Kafka: only IncrementalAlterConfigs does).
+    let resp = raw
+        .call(2, &legacy_alter(BROKER_LOGGER, "1", &[("root", "DEBUG")]))
+        .await;
+    assert_eq!(resp.responses[0].error_code, 42);
+    assert_eq!(
+        resp.responses[0].error_message.as_deref(),
+        Some("Unknown resource type 8")
+    );
+    let resp = raw.call(4, &describe_of(BROKER_LOGGER, "", None)).await;
+    assert_eq!(resp.results[0].error_code, 42);
+    assert_eq!(
+        resp.results[0].error_message.as_deref(),
+        Some("Broker id must not be empty")
+    );
+    broker.handle.shutdown().await;
+}
+
+/// KIP-1142 (Kafka 4.1's KafkaApis.handleListConfigResources): v0 lists client-metrics
+/// subscriptions only (none here); v1 filters by type (empty: all), in Kafka's type order, and
+/// a type outside TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP fails the request with
+/// UNSUPPORTED_VERSION.
+#[tokio::test]
+async fn list_config_resources_in_every_version() {
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    create(&mut raw, "listed").await;
+    let resp = raw
+        .call(
+            1,
+            &incremental(
+                GROUP_RESOURCE,
+                "configured",
+                vec![("consumer.session.timeout.ms", SET, Some("50000"))],
+                false,
+            ),
+        )
+        .await;
+    assert_eq!(resp.responses[0].error_code, 0);
+    let list = |types: Vec<i8>| ListConfigResourcesRequest::default().with_resource_types(types);
+    let names = |resp: &ListConfigResourcesResponse| -> Vec<(i8, String)> {
+        resp.config_resources
+            .iter()
+            .map(|r| (r.resource_type, r.resource_name.to_string()))
+            .collect()
+    };
+
+    let v0 = raw.call(0, &list(vec![])).await;
+    assert_eq!(
+        (v0.error_code, v0.config_resources.len()),
+        (0, 0),
+        "no client-metrics subscriptions"
+    );
+
+    let all = raw.call(1, &list(vec![])).await;
+    assert_eq!(all.error_code, 0);
+    let all = names(&all);
+    assert_eq!(
+        all[..3],
+        [
+            (GROUP_RESOURCE, "configured".to_string()),
+            (BROKER_LOGGER, "1".to_string()),
+            (BROKER, "1".to_string()),
+        ]
+    );
+    assert!(all[3..].iter().all(|(t, _)| *t == TOPIC));
+    assert!(all.contains(&(TOPIC, "listed".to_string())));
+
+    let topics = names(&raw.call(1, &list(vec![TOPIC])).await);
+    assert_eq!(topics, all[3..].to_vec());
+    let brokers = names(&raw.call(1, &list(vec![BROKER, BROKER_LOGGER])).await);
+    assert_eq!(
+        brokers,
+        vec![(BROKER_LOGGER, "1".to_string()), (BROKER, "1".to_string())],
+        "Kafka's order, not the request's"
+    );
+    assert!(
+        names(&raw.call(1, &list(vec![16])).await).is_empty(),
+        "CLIENT_METRICS: none"
+    );
+    for unsupported in [vec![3], vec![TOPIC, 99]] {
+        let resp = raw.call(1, &list(unsupported.clone())).await;
+        assert_eq!(resp.error_code, 35, "UNSUPPORTED_VERSION for {unsupported:?}");
+        assert!(resp.config_resources.is_empty());
+    }
+    broker.handle.shutdown().await;
+}
+
+/// librdkafka's admin client on a BROKER resource: AlterConfigs sets a dynamic config of
+/// broker 1, DescribeConfigs reports it as DYNAMIC_BROKER_CONFIG and writable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn librdkafka_admin_alters_and_describes_dynamic_broker_configs() {
+    let broker = TestBroker::start(&[]).await;
+    let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .create()
+        .unwrap();
+    let opts = AdminOptions::new();
+    let change = AlterConfig::new(ResourceSpecifier::Broker(1))
+        .set("log.retention.ms", "3600000")
+        .set("log.cleaner.backoff.ms", "5000");
+    let altered = admin.alter_configs(&[change], &opts).await.unwrap();
+    assert!(altered[0].is_ok(), "{altered:?}");
+    let described = admin
+        .describe_configs(&[ResourceSpecifier::Broker(1)], &opts)
+        .await
+        .unwrap();
+    let resource = described[0].as_ref().unwrap();
+    let retention = resource.get("log.retention.ms").unwrap();
+    assert_eq!(
+        (retention.value.as_deref(), &retention.source, retention.is_read_only),
+        (Some("3600000"), &ConfigSource::DynamicBroker, false)
+    );
+    let backoff = resource.get("log.cleaner.backoff.ms").unwrap();
+    assert_eq!(backoff.value.as_deref(), Some("5000"));
+    let bytes = resource.get("log.retention.bytes").unwrap();
+    assert_eq!((&bytes.source, bytes.is_read_only), (&ConfigSource::Default, false));
+    assert!(resource.get("num.partitions").unwrap().is_read_only);
+    // A topic's retention.ms follows the broker's.
+    let mut raw = Raw::connect(broker.addr).await;
+    create(&mut raw, "follows").await;
+    let described = admin
+        .describe_configs(&[ResourceSpecifier::Topic("follows")], &opts)
+        .await
+        .unwrap();
+    let retention = described[0].as_ref().unwrap().get("retention.ms").unwrap();
+    assert_eq!(
+        (retention.value.as_deref(), &retention.source),
+        (Some("3600000"), &ConfigSource::DynamicBroker)
+    );
+    broker.handle.shutdown().await;
 }

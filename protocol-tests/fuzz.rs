@@ -378,7 +378,7 @@ default_bodies! {
     InitProducerId => InitProducerIdRequest, AddPartitionsToTxn => AddPartitionsToTxnRequest,
     AddOffsetsToTxn => AddOffsetsToTxnRequest, EndTxn => EndTxnRequest, TxnOffsetCommit => TxnOffsetCommitRequest,
     DescribeTransactions => DescribeTransactionsRequest, ListTransactions => ListTransactionsRequest,
-    DescribeProducers => DescribeProducersRequest,
+    DescribeProducers => DescribeProducersRequest, ListConfigResources => ListConfigResourcesRequest,
 }
 
 fn name(text: &'static str) -> TopicName {

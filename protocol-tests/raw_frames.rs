@@ -540,9 +540,11 @@ async fn every_advertised_version_answers() {
                     assert_eq!(resp.topics.len(), 1, "Metadata v{version}");
                 }
                 ApiKey::Produce => {
-                    let resp = raw
-                        .call(version, &produce_request("all-versions", 0, batch(1, 5, 1), -1))
-                        .await;
+                    let mut req = produce_request("all-versions", 0, batch(1, 5, 1), -1);
+                    if version >= 13 {
+                        req.topic_data[0].topic_id = id;
+                    }
+                    let resp = raw.call(version, &req).await;
                     assert_eq!(
                         resp.responses[0].partition_responses[0].error_code, 0,
                         "Produce v{version}"
@@ -619,6 +621,7 @@ async fn every_advertised_version_answers() {
                 ApiKey::DescribeConfigs
                 | ApiKey::AlterConfigs
                 | ApiKey::IncrementalAlterConfigs
+                | ApiKey::ListConfigResources
                 | ApiKey::DescribeCluster
                 | ApiKey::DescribeLogDirs => {}
                 // Every version is exercised in retention.rs.
@@ -755,9 +758,14 @@ async fn produce_in_every_version(
 ) -> Vec<(i16, produce_response::PartitionProduceResponse)> {
     let batch = sluice::log::batch::encode_records(records, Compression::None).unwrap();
     let versions = sluice::api::produce::VERSIONS;
+    let id = topic_id(raw, name).await;
     let mut answers = Vec::new();
     for version in versions.min..=versions.max {
-        let resp = raw.call(version, &produce_request(name, 0, batch.clone(), -1)).await;
+        let mut req = produce_request(name, 0, batch.clone(), -1);
+        if version >= 13 {
+            req.topic_data[0].topic_id = id; // KIP-516: named by id only
+        }
+        let resp = raw.call(version, &req).await;
         answers.push((version, resp.responses[0].partition_responses[0].clone()));
     }
     answers
@@ -867,5 +875,341 @@ async fn every_record_with_an_out_of_bounds_timestamp_is_named() {
         );
     }
     assert_eq!(latest_offset(&mut raw, "named-timestamps").await, 0, "nothing appended");
+    broker.handle.shutdown().await;
+}
+
+/// The topic id of `name` (Metadata v12).
+async fn topic_id(raw: &mut Raw, name: &str) -> uuid::Uuid {
+    let req = MetadataRequest::default()
+        .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(topic(name)))]));
+    let resp = raw.call(12, &req).await;
+    assert_eq!(resp.topics[0].error_code, 0, "{name}");
+    resp.topics[0].topic_id
+}
+
+/// A Produce request naming each topic by id only (v13), one partition per entry.
+fn produce_by_id(entries: &[(uuid::Uuid, i32, Bytes)], acks: i16) -> ProduceRequest {
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    let topics = entries
+        .iter()
+        .map(|(id, partition, records)| {
+            TopicProduceData::default().with_topic_id(*id).with_partition_data(vec![
+                PartitionProduceData::default()
+                    .with_index(*partition)
+                    .with_records(Some(records.clone())),
+            ])
+        })
+        .collect();
+    ProduceRequest::default()
+        .with_acks(acks)
+        .with_timeout_ms(10_000)
+        .with_topic_data(topics)
+}
+
+/// A Fetch of one partition from `offset`, the topic named by id (v13+).
+fn fetch_by_id(id: uuid::Uuid, partition: i32, offset: i64) -> FetchRequest {
+    let mut req = fetch_request("", offset, 1 << 20, 1 << 20);
+    req.topics[0].topic_id = id;
+    req.topics[0].partitions[0].partition = partition;
+    req
+}
+
+/// (topic id, partition, error code, base offset) of every partition answered, in order.
+fn produce_answers(resp: &ProduceResponse) -> Vec<(uuid::Uuid, i32, i16, i64)> {
+    resp.responses
+        .iter()
+        .flat_map(|t| {
+            t.partition_responses
+                .iter()
+                .map(move |p| (t.topic_id, p.index, p.error_code, p.base_offset))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn produce_v13_names_topics_by_id_and_answers_unknown_ids_with_unknown_topic_id() {
+    // KIP-516, Kafka 4.1's ProduceRequest.json v13: "Version 13 replaces topic names with topic
+    // IDs (KIP-516). May return UNKNOWN_TOPIC_ID error code." Kafka's KafkaApis resolves the id
+    // through its metadata cache; a partition the topic lacks is UNKNOWN_TOPIC_OR_PARTITION.
+    const UNKNOWN_TOPIC_ID: i16 = 100;
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    assert_eq!(create(&mut raw, "by-id", 2, &[]).await, 0);
+    assert_eq!(create(&mut raw, "by-id-other", 1, &[]).await, 0);
+    let id = topic_id(&mut raw, "by-id").await;
+    let other = topic_id(&mut raw, "by-id-other").await;
+    let unknown = uuid::Uuid::new_v4();
+    let nil = uuid::Uuid::nil();
+    let req = produce_by_id(
+        &[
+            (id, 1, batch(3, 5, 1)),
+            (unknown, 0, batch(1, 5, 1)),
+            (other, 0, batch(2, 5, 1)),
+            (nil, 0, batch(1, 5, 1)),
+        ],
+        -1,
+    );
+    let resp = raw.call(13, &req).await;
+    assert_eq!(
+        produce_answers(&resp),
+        vec![
+            (id, 1, 0, 0),
+            (unknown, 0, UNKNOWN_TOPIC_ID, -1),
+            (other, 0, 0, 0),
+            (nil, 0, UNKNOWN_TOPIC_ID, -1),
+        ],
+        "answered in request order, each topic named by its id"
+    );
+    let text = resp.responses[1].partition_responses[0].error_message.as_deref();
+    assert_eq!(text, Some(format!("unknown topic id {unknown}").as_str()));
+
+    let resp = raw.call(13, &produce_by_id(&[(id, 7, batch(1, 5, 1))], -1)).await;
+    assert_eq!(
+        produce_answers(&resp),
+        vec![(id, 7, 3, -1)],
+        "UNKNOWN_TOPIC_OR_PARTITION"
+    );
+
+    // The three records went to partition 1 of by-id, nowhere else (read back by id, Fetch v18).
+    let resp = raw.call(18, &fetch_by_id(id, 1, 0)).await;
+    let p = &resp.responses[0].partitions[0];
+    assert_eq!((resp.responses[0].topic_id, p.error_code, p.high_watermark), (id, 0, 3));
+    let sets = RecordBatchDecoder::decode_all(&mut p.records.clone().unwrap()).unwrap();
+    assert_eq!(sets.iter().map(|s| s.records.len()).sum::<usize>(), 3);
+    let resp = raw.call(18, &fetch_by_id(id, 0, 0)).await;
+    assert_eq!(resp.responses[0].partitions[0].high_watermark, 0);
+
+    // A topic deleted and created again under its name gets a new id: a producer still holding
+    // the old one is refused instead of writing into the new topic (KIP-516's motivation).
+    let delete = DeleteTopicsRequest::default()
+        .with_topics(vec![DeleteTopicState::default().with_topic_id(id)])
+        .with_timeout_ms(5000);
+    assert_eq!(raw.call(6, &delete).await.responses[0].error_code, 0);
+    assert_eq!(create(&mut raw, "by-id", 2, &[]).await, 0);
+    let new_id = topic_id(&mut raw, "by-id").await;
+    assert_ne!(new_id, id);
+    let resp = raw.call(13, &produce_by_id(&[(id, 0, batch(1, 5, 1))], -1)).await;
+    assert_eq!(produce_answers(&resp), vec![(id, 0, UNKNOWN_TOPIC_ID, -1)]);
+    assert_eq!(
+        latest_offset(&mut raw, "by-id").await,
+        0,
+        "nothing written by the old id"
+    );
+    let resp = raw.call(13, &produce_by_id(&[(new_id, 0, batch(2, 5, 1))], 1)).await;
+    assert_eq!(produce_answers(&resp), vec![(new_id, 0, 0, 0)]);
+    assert_eq!(latest_offset(&mut raw, "by-id").await, 2);
+    broker.handle.shutdown().await;
+}
+
+/// A batch of `count` records from producer `pid` at `epoch`, first sequence `seq`; with
+/// `transactional` the batch's transactional bit is set.
+fn producer_batch(count: usize, pid: i64, epoch: i16, seq: i32, transactional: bool) -> Bytes {
+    let mut b = batch(count, 5, 1000).to_vec();
+    b[43..51].copy_from_slice(&pid.to_be_bytes());
+    b[51..53].copy_from_slice(&epoch.to_be_bytes());
+    b[53..57].copy_from_slice(&seq.to_be_bytes());
+    if transactional {
+        let attributes = i16::from_be_bytes([b[21], b[22]]) | 0x10;
+        b[21..23].copy_from_slice(&attributes.to_be_bytes());
+    }
+    let crc = crc32c::crc32c(&b[21..]);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    Bytes::from(b)
+}
+
+#[tokio::test]
+async fn produce_v13_checks_producers_and_transactions_as_v12() {
+    // v13 changes how a topic is named and nothing else: Kafka's ProducerStateManager checks
+    // (duplicates answered with their first offset, sequence gaps, stale epochs) and the KIP-890
+    // part 1 verification of transactional batches answer as in v12.
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    let mut answers = Vec::new();
+    for version in [12i16, 13] {
+        let name = format!("producers-v{version}");
+        assert_eq!(create(&mut raw, &name, 1, &[]).await, 0);
+        let id = topic_id(&mut raw, &name).await;
+        let request = |records: Bytes, transactional_id: Option<&str>| {
+            let mut req = produce_request(&name, 0, records, -1);
+            if version >= 13 {
+                req.topic_data[0].topic_id = id;
+            }
+            req.transactional_id = transactional_id.map(|t| TransactionalId(StrBytes::from_string(t.to_string())));
+            req
+        };
+        let pid = 7000 + i64::from(version);
+        let mut got = Vec::new();
+        for (records, transactional_id) in [
+            (producer_batch(3, pid, 0, 0, false), None),
+            (producer_batch(3, pid, 0, 0, false), None), // a retry: its first offset again
+            (producer_batch(2, pid, 0, 3, false), None),
+            (producer_batch(1, pid, 0, 9, false), None),      // a gap
+            (producer_batch(1, pid, 1, 0, false), None),      // a new epoch
+            (producer_batch(1, pid, 0, 5, false), None),      // the old epoch
+            (producer_batch(1, pid + 100, 0, 0, true), None), // transactional, no id
+        ] {
+            let resp = raw.call(version, &request(records, transactional_id)).await;
+            let p = &resp.responses[0].partition_responses[0];
+            got.push((p.error_code, p.base_offset));
+        }
+        // A transaction that does not hold the partition, then one that does.
+        let txn_id = format!("txn-by-id-v{version}");
+        let init = InitProducerIdRequest::default()
+            .with_transactional_id(Some(TransactionalId(StrBytes::from_string(txn_id.clone()))))
+            .with_transaction_timeout_ms(60_000);
+        let init = raw.call(4, &init).await;
+        assert_eq!(init.error_code, 0);
+        let (txn_pid, txn_epoch) = (init.producer_id.0, init.producer_epoch);
+        let txn_batch = producer_batch(2, txn_pid, txn_epoch, 0, true);
+        let resp = raw.call(version, &request(txn_batch.clone(), Some(&txn_id))).await;
+        got.push((resp.responses[0].partition_responses[0].error_code, -2));
+        use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+        let add = AddPartitionsToTxnRequest::default()
+            .with_v3_and_below_transactional_id(TransactionalId(StrBytes::from_string(txn_id.clone())))
+            .with_v3_and_below_producer_id(ProducerId(txn_pid))
+            .with_v3_and_below_producer_epoch(txn_epoch)
+            .with_v3_and_below_topics(vec![
+                AddPartitionsToTxnTopic::default()
+                    .with_name(topic(&name))
+                    .with_partitions(vec![0]),
+            ]);
+        let added = raw.call(3, &add).await;
+        assert_eq!(
+            added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code,
+            0
+        );
+        let resp = raw.call(version, &request(txn_batch, Some(&txn_id))).await;
+        let p = &resp.responses[0].partition_responses[0];
+        got.push((p.error_code, p.base_offset));
+        answers.push(got);
+    }
+    let expected = vec![
+        (0, 0),
+        (0, 0),
+        (0, 3),
+        (45, -1), // OUT_OF_ORDER_SEQUENCE_NUMBER
+        (0, 5),
+        (47, -1),  // INVALID_PRODUCER_EPOCH
+        (53, -1),  // TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        (120, -2), // TRANSACTION_ABORTABLE: not in the transaction, nothing written
+        (0, 6),
+    ];
+    assert_eq!(answers, vec![expected.clone(), expected], "v12, then v13");
+    broker.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn fetch_v18_answers_as_v17_whatever_high_watermark_a_request_carries() {
+    // KIP-1166 (Kafka 4.1, Fetch v18): each partition may carry the high watermark its follower
+    // knows (tag 1; absent = i64::MAX, -1 = unknown). Kafka reads it only in its KRaft quorum; a
+    // consumer never sets it, and Sluice, without followers, ignores it.
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    assert_eq!(create(&mut raw, "fetch-v18", 1, &[]).await, 0);
+    let id = topic_id(&mut raw, "fetch-v18").await;
+    for _ in 0..2 {
+        let resp = raw.call(13, &produce_by_id(&[(id, 0, batch(4, 10, 1))], -1)).await;
+        assert_eq!(resp.responses[0].partition_responses[0].error_code, 0);
+    }
+    let answer = |resp: FetchResponse| {
+        let p = resp.responses[0].partitions[0].clone();
+        (
+            resp.responses[0].topic_id,
+            p.error_code,
+            p.high_watermark,
+            p.last_stable_offset,
+            p.log_start_offset,
+            p.records,
+        )
+    };
+    let v17 = answer(raw.call(17, &fetch_by_id(id, 0, 0)).await);
+    assert_eq!((v17.0, v17.1, v17.2), (id, 0, 8));
+    assert!(!v17.5.as_ref().unwrap().is_empty());
+    let plain = fetch_by_id(id, 0, 0);
+    for high_watermark in [i64::MAX, -1, 0, 8, 100] {
+        let mut req = fetch_by_id(id, 0, 0);
+        req.topics[0].partitions[0].high_watermark = high_watermark;
+        if high_watermark != i64::MAX {
+            // The tagged field is on the wire (tag, size, 8 bytes).
+            assert_eq!(raw.encode(18, &req).len(), raw.encode(18, &plain).len() + 10);
+        }
+        let v18 = answer(raw.call(18, &req).await);
+        assert_eq!(v18, v17, "high watermark {high_watermark}");
+    }
+    // From the end of the log, with a follower's stale high watermark, it still waits for data
+    // (min_bytes 1) and answers empty at max_wait_ms, as v17.
+    let mut req = fetch_by_id(id, 0, 8);
+    req.min_bytes = 1;
+    req.max_wait_ms = 200;
+    req.topics[0].partitions[0].high_watermark = 3;
+    let started = std::time::Instant::now();
+    let resp = raw.call(18, &req).await;
+    assert!(started.elapsed() >= std::time::Duration::from_millis(150));
+    let p = &resp.responses[0].partitions[0];
+    assert_eq!((p.error_code, p.high_watermark), (0, 8));
+    assert!(p.records.as_ref().unwrap().is_empty());
+    broker.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn api_versions_reports_the_features_sluice_serves_as_kafka_shapes_them() {
+    // KIP-584 features: tagged fields of ApiVersions v3+. Kafka's ApiVersionsResponse.Builder
+    // leaves out below v4 a supported feature whose minimum is 0 (KAFKA-17492) and never lists
+    // a finalized level 0. group.version 1: KIP-848 groups. transaction.version 1, not Kafka
+    // 4.1's 2: at 2 a Java producer stops sending AddPartitionsToTxn and expects Produce to add
+    // partitions to its transaction, which Sluice's Produce does not (it only verifies).
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    let finalized = vec![
+        ("group.version".to_string(), 1, 1),
+        ("transaction.version".to_string(), 1, 1),
+    ];
+    let supported_v4 = vec![
+        ("group.version".to_string(), 0, 1),
+        ("transaction.version".to_string(), 0, 1),
+    ];
+    for version in 0..=4 {
+        let resp = raw.call(version, &api_versions()).await;
+        assert_eq!(resp.error_code, 0);
+        let supported: Vec<(String, i16, i16)> = resp
+            .supported_features
+            .iter()
+            .map(|f| (f.name.to_string(), f.min_version, f.max_version))
+            .collect();
+        let got: Vec<(String, i16, i16)> = resp
+            .finalized_features
+            .iter()
+            .map(|f| (f.name.to_string(), f.min_version_level, f.max_version_level))
+            .collect();
+        match version {
+            0..=2 => {
+                assert!(supported.is_empty() && got.is_empty(), "v{version}");
+                assert_eq!(resp.finalized_features_epoch, -1, "v{version}: not in the response");
+            }
+            3 => {
+                assert!(supported.is_empty(), "v3: every supported minimum is 0");
+                assert_eq!(got, finalized);
+                assert_eq!(resp.finalized_features_epoch, 1);
+            }
+            _ => {
+                assert_eq!(supported, supported_v4);
+                assert_eq!(got, finalized);
+                assert_eq!(resp.finalized_features_epoch, 1);
+            }
+        }
+    }
+    assert_eq!(
+        sluice::api::api_versions::FINALIZED_FEATURES_EPOCH,
+        1,
+        "the epoch the answers carry"
+    );
+    // An invalid v3+ request gets Kafka's error response: no API, no feature.
+    let bad = ApiVersionsRequest::default()
+        .with_client_software_name(StrBytes::from_static_str("-"))
+        .with_client_software_version(StrBytes::from_static_str("1.0"));
+    let resp = raw.call(4, &bad).await;
+    assert_eq!(resp.error_code, 42);
+    assert!(resp.supported_features.is_empty() && resp.finalized_features.is_empty());
+    assert_eq!(resp.finalized_features_epoch, -1);
     broker.handle.shutdown().await;
 }

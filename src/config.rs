@@ -1,9 +1,17 @@
 //! Broker configuration: every key has a default, a parser that validates it, and Kafka's name
 //! where Kafka has the same setting. The embedded default is `BrokerConfig::default()`;
 //! `config.yaml` documents the same keys. Unknown or invalid keys fail start-up naming the key.
+//!
+//! Keys Kafka lets an operator change at runtime (KIP-226 dynamic broker configs, `dynamic` in
+//! `BROKER_KEYS`) may also be set through AlterConfigs on a BROKER resource: a cluster-wide
+//! default layer (empty resource name) and this broker's own layer (its node id), stored in the
+//! metadata log. Precedence is Kafka's: this broker's dynamic value, the cluster default, the
+//! static value (config file, flags), the default. `BrokerConfig::live` is the config as it
+//! applies now; the struct's own fields stay the static settings.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 
 use crate::log::{LogConfig, TimestampType};
 
@@ -128,6 +136,88 @@ pub struct BrokerConfig {
     /// `transaction.remove.expired.transaction.cleanup.interval.ms`: how often expired
     /// transactional ids are looked for.
     pub transaction_remove_expired_transaction_cleanup_interval_ms: u64,
+    /// `log.cleanup.policy`: the default `cleanup.policy` of topics (delete, compact or both).
+    pub log_cleanup_policy: String,
+    /// `compression.type`: the default final codec of topics (`producer` keeps the producer's).
+    pub compression_type: String,
+    /// `log.cleaner.delete.retention.ms`: the default `delete.retention.ms` (tombstones).
+    pub log_cleaner_delete_retention_ms: i64,
+    /// `log.cleaner.min.compaction.lag.ms`, `log.cleaner.max.compaction.lag.ms`: the default
+    /// `min.compaction.lag.ms` and `max.compaction.lag.ms`.
+    pub log_cleaner_min_compaction_lag_ms: i64,
+    pub log_cleaner_max_compaction_lag_ms: i64,
+    /// `log.cleaner.min.cleanable.ratio`: the default `min.cleanable.dirty.ratio`.
+    pub log_cleaner_min_cleanable_ratio: f64,
+    /// `log.message.timestamp.before.max.ms`, `log.message.timestamp.after.max.ms`: how far
+    /// a CreateTime timestamp may lie behind or ahead of the broker's clock (KIP-937).
+    pub log_message_timestamp_before_max_ms: i64,
+    pub log_message_timestamp_after_max_ms: i64,
+    /// `min.insync.replicas`: the default of topics (stored for replication).
+    pub min_insync_replicas: i32,
+    /// `unclean.leader.election.enable`: the default of topics (stored for replication).
+    pub unclean_leader_election_enable: bool,
+    /// The keys an operator set (config file, flags): DescribeConfigs shows them as
+    /// STATIC_BROKER_CONFIG, the rest as DEFAULT_CONFIG (Kafka's `originals`).
+    pub static_keys: BTreeSet<String>,
+    /// The dynamic layers and the config they make, shared by every clone of this config.
+    pub dynamic: DynamicConfigs,
+}
+
+/// The dynamic broker configs applied now, and the effective config they make: one cell
+/// shared by the clones of a `BrokerConfig`, so every holder of the broker's config sees a
+/// change at once. Empty until a dynamic config is applied.
+#[derive(Clone, Default)]
+pub struct DynamicConfigs(Arc<RwLock<Option<Arc<Layered>>>>);
+
+/// The static config overlaid with the dynamic layers.
+pub struct Layered {
+    cluster_default: BTreeMap<String, String>,
+    this_broker: BTreeMap<String, String>,
+    config: BrokerConfig,
+}
+
+impl std::fmt::Debug for DynamicConfigs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (cluster_default, this_broker) = self.layers();
+        f.debug_struct("DynamicConfigs")
+            .field("cluster_default", &cluster_default)
+            .field("this_broker", &this_broker)
+            .finish()
+    }
+}
+
+impl DynamicConfigs {
+    fn current(&self) -> Option<Arc<Layered>> {
+        match self.0.read() {
+            Ok(guard) => guard.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// The cluster-wide default layer and this broker's layer as applied now.
+    pub fn layers(&self) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+        self.current()
+            .map(|l| (l.cluster_default.clone(), l.this_broker.clone()))
+            .unwrap_or_default()
+    }
+}
+
+/// A broker config as it applies now (see `BrokerConfig::live`).
+pub enum Live<'a> {
+    /// No dynamic config applies: the static config itself.
+    Static(&'a BrokerConfig),
+    /// The static config overlaid with the dynamic layers.
+    Dynamic(Arc<Layered>),
+}
+
+impl std::ops::Deref for Live<'_> {
+    type Target = BrokerConfig;
+    fn deref(&self) -> &BrokerConfig {
+        match self {
+            Live::Static(config) => config,
+            Live::Dynamic(layered) => &layered.config,
+        }
+    }
 }
 
 impl Default for BrokerConfig {
@@ -178,6 +268,18 @@ impl Default for BrokerConfig {
             transactional_id_expiration_ms: 604_800_000,
             transaction_abort_timed_out_transaction_cleanup_interval_ms: 10_000,
             transaction_remove_expired_transaction_cleanup_interval_ms: 3_600_000,
+            log_cleanup_policy: "delete".into(),
+            compression_type: "producer".into(),
+            log_cleaner_delete_retention_ms: 86_400_000,
+            log_cleaner_min_compaction_lag_ms: 0,
+            log_cleaner_max_compaction_lag_ms: i64::MAX,
+            log_cleaner_min_cleanable_ratio: 0.5,
+            log_message_timestamp_before_max_ms: i64::MAX,
+            log_message_timestamp_after_max_ms: i64::MAX,
+            min_insync_replicas: 1,
+            unclean_leader_election_enable: false,
+            static_keys: BTreeSet::new(),
+            dynamic: DynamicConfigs::default(),
         }
     }
 }
@@ -227,60 +329,390 @@ pub fn parse_timestamp_type(key: &str, value: &str) -> Result<TimestampType, Con
     }
 }
 
-impl BrokerConfig {
-    /// Every key `set` accepts, for error messages and the config.yaml check.
-    pub const KEYS: &'static [&'static str] = &[
-        "node.id",
-        "listeners",
+/// A broker key: its Kafka type, whether Kafka lets it change at runtime, and what it does.
+#[derive(Debug, Clone, Copy)]
+pub struct BrokerKey {
+    pub name: &'static str,
+    pub kind: ConfigType,
+    /// In Kafka's `DynamicBrokerConfig.AllDynamicConfigs` (and applied live here): settable
+    /// through AlterConfigs on a BROKER resource. The others are read-only there.
+    pub dynamic: bool,
+    pub doc: &'static str,
+}
+
+const fn broker_key(name: &'static str, kind: ConfigType, dynamic: bool, doc: &'static str) -> BrokerKey {
+    BrokerKey {
+        name,
+        kind,
+        dynamic,
+        doc,
+    }
+}
+
+/// Every key `set` accepts, in the order DescribeConfigs lists them. `dynamic` follows Kafka
+/// 4.1: `DynamicLogConfig.ReconfigurableConfigs` (the broker synonyms of topic configs),
+/// `LogCleaner.RECONFIGURABLE_CONFIGS` and `DynamicProducerStateManagerConfig`. Kafka's
+/// `max.connections` is dynamic too, but the listener reads it at start only here, so it is
+/// refused (compat-matrix.md).
+pub const BROKER_KEYS: &[BrokerKey] = &[
+    broker_key("node.id", ConfigType::Int, false, "This broker's id in metadata."),
+    broker_key("listeners", ConfigType::String, false, "The address the broker binds."),
+    broker_key(
         "advertised.listeners",
+        ConfigType::String,
+        false,
+        "The address clients are told to connect to.",
+    ),
+    broker_key(
         "log.dirs",
+        ConfigType::String,
+        false,
+        "The directory holding partitions and the metadata log.",
+    ),
+    broker_key(
         "num.partitions",
+        ConfigType::Int,
+        false,
+        "Partitions of auto-created topics and of CreateTopics asking for -1.",
+    ),
+    broker_key(
         "default.replication.factor",
+        ConfigType::Int,
+        false,
+        "The replication factor of auto-created topics.",
+    ),
+    broker_key(
         "auto.create.topics.enable",
+        ConfigType::Boolean,
+        false,
+        "Whether Metadata creates the unknown topics it is asked about.",
+    ),
+    broker_key(
         "socket.request.max.bytes",
+        ConfigType::Int,
+        false,
+        "A request frame larger than this closes the connection.",
+    ),
+    broker_key(
         "max.connections",
+        ConfigType::Int,
+        false,
+        "Connections beyond this are closed on accept.",
+    ),
+    broker_key(
         "queued.max.requests",
+        ConfigType::Int,
+        false,
+        "Pipelined requests per connection before the broker stops reading from it.",
+    ),
+    broker_key(
         "queued.max.request.bytes",
+        ConfigType::Long,
+        false,
+        "Request bytes all connections together may hold before reading pauses; -1 for no bound.",
+    ),
+    broker_key(
         "connections.max.idle.ms",
+        ConfigType::Long,
+        false,
+        "A connection silent this long is closed; -1 for never.",
+    ),
+    broker_key(
         "fetch.max.bytes",
+        ConfigType::Int,
+        false,
+        "The most record bytes one Fetch response holds.",
+    ),
+    broker_key(
         "log.flush.interval.messages",
+        ConfigType::Long,
+        true,
+        "1: acks=all waits for fsync (grouped across requests); larger: acks=all is acknowledged once written.",
+    ),
+    broker_key(
         "log.flush.interval.ms",
+        ConfigType::Long,
+        true,
+        "The period of the background fsync of every partition.",
+    ),
+    broker_key(
         "log.segment.bytes",
+        ConfigType::Int,
+        true,
+        "Segment size at which a log rolls (topic default).",
+    ),
+    broker_key(
         "log.roll.ms",
+        ConfigType::Long,
+        true,
+        "Segment age at which a log rolls (topic default).",
+    ),
+    broker_key(
         "log.index.interval.bytes",
+        ConfigType::Int,
+        true,
+        "Bytes of log between two offset index entries (topic default).",
+    ),
+    broker_key(
         "log.index.size.max.bytes",
+        ConfigType::Int,
+        true,
+        "Index size at which a log rolls (topic default).",
+    ),
+    broker_key(
         "message.max.bytes",
+        ConfigType::Int,
+        true,
+        "The largest record batch accepted (topic default).",
+    ),
+    broker_key(
         "log.message.timestamp.type",
+        ConfigType::String,
+        true,
+        "CreateTime or LogAppendTime (topic default).",
+    ),
+    broker_key(
+        "log.message.timestamp.before.max.ms",
+        ConfigType::Long,
+        true,
+        "How far in the past a CreateTime timestamp may be (topic default).",
+    ),
+    broker_key(
+        "log.message.timestamp.after.max.ms",
+        ConfigType::Long,
+        true,
+        "How far in the future a CreateTime timestamp may be (topic default).",
+    ),
+    broker_key(
         "log.retention.ms",
+        ConfigType::Long,
+        true,
+        "Age after which segments are deleted; -1 for none (topic default).",
+    ),
+    broker_key(
         "log.retention.bytes",
+        ConfigType::Long,
+        true,
+        "Size above which the oldest segments are deleted; -1 for none (topic default).",
+    ),
+    broker_key(
         "log.retention.check.interval.ms",
+        ConfigType::Long,
+        false,
+        "How often retention looks for segments to delete.",
+    ),
+    broker_key(
+        "log.segment.delete.delay.ms",
+        ConfigType::Long,
+        true,
+        "Delay before a deleted segment's files are removed (topic default).",
+    ),
+    broker_key(
+        "log.cleanup.policy",
+        ConfigType::List,
+        true,
+        "delete, compact, or both (topic default).",
+    ),
+    broker_key(
+        "compression.type",
+        ConfigType::String,
+        true,
+        "Final compression of batches; producer keeps the producer's codec (topic default).",
+    ),
+    broker_key(
+        "min.insync.replicas",
+        ConfigType::Int,
+        true,
+        "Replicas that must acknowledge an acks=all write (topic default, stored for replication).",
+    ),
+    broker_key(
+        "unclean.leader.election.enable",
+        ConfigType::Boolean,
+        true,
+        "Whether a replica outside the ISR may lead (topic default, stored for replication).",
+    ),
+    broker_key(
         "log.cleaner.enable",
+        ConfigType::Boolean,
+        false,
+        "Whether compacted topics are cleaned.",
+    ),
+    broker_key(
         "log.cleaner.backoff.ms",
+        ConfigType::Long,
+        true,
+        "The pause between cleaning rounds.",
+    ),
+    broker_key(
         "log.cleaner.dedupe.buffer.size",
+        ConfigType::Long,
+        true,
+        "Key map memory of one cleaning pass; more keys are cleaned in several passes.",
+    ),
+    broker_key(
+        "log.cleaner.delete.retention.ms",
+        ConfigType::Long,
+        true,
+        "How long tombstones stay once compaction reached them (topic default).",
+    ),
+    broker_key(
+        "log.cleaner.min.compaction.lag.ms",
+        ConfigType::Long,
+        true,
+        "The shortest a record stays uncompacted (topic default).",
+    ),
+    broker_key(
+        "log.cleaner.max.compaction.lag.ms",
+        ConfigType::Long,
+        true,
+        "The longest a record may stay uncompacted (topic default).",
+    ),
+    broker_key(
+        "log.cleaner.min.cleanable.ratio",
+        ConfigType::Double,
+        true,
+        "Dirty share of a log above which compaction runs (topic default).",
+    ),
+    broker_key(
         "shutdown.timeout.ms",
+        ConfigType::Long,
+        false,
+        "How long a clean shutdown waits for requests in flight.",
+    ),
+    broker_key(
         "group.min.session.timeout.ms",
+        ConfigType::Int,
+        false,
+        "The shortest session timeout a JoinGroup may ask for.",
+    ),
+    broker_key(
         "group.max.session.timeout.ms",
+        ConfigType::Int,
+        false,
+        "The longest session timeout a JoinGroup may ask for.",
+    ),
+    broker_key(
         "group.initial.rebalance.delay.ms",
-        "group.max.size",
+        ConfigType::Int,
+        false,
+        "How long a group forming from empty waits for more members.",
+    ),
+    broker_key("group.max.size", ConfigType::Int, false, "Members per classic group."),
+    broker_key(
         "offsets.topic.num.partitions",
+        ConfigType::Int,
+        false,
+        "Partitions of __consumer_offsets when it is created.",
+    ),
+    broker_key(
         "offset.metadata.max.bytes",
+        ConfigType::Int,
+        false,
+        "The largest commit metadata string.",
+    ),
+    broker_key(
         "offsets.retention.minutes",
+        ConfigType::Int,
+        false,
+        "How long an empty group's committed offsets are kept.",
+    ),
+    broker_key(
         "offsets.retention.check.interval.ms",
+        ConfigType::Long,
+        false,
+        "How often expired offsets are looked for.",
+    ),
+    broker_key(
         "group.consumer.session.timeout.ms",
+        ConfigType::Int,
+        false,
+        "A KIP-848 member silent this long leaves its group.",
+    ),
+    broker_key(
         "group.consumer.heartbeat.interval.ms",
+        ConfigType::Int,
+        false,
+        "How often KIP-848 members are told to heartbeat.",
+    ),
+    broker_key(
         "group.consumer.max.size",
+        ConfigType::Int,
+        false,
+        "Members per KIP-848 group.",
+    ),
+    broker_key(
         "group.consumer.min.session.timeout.ms",
+        ConfigType::Int,
+        false,
+        "The lowest consumer.session.timeout.ms a group may have.",
+    ),
+    broker_key(
         "group.consumer.max.session.timeout.ms",
+        ConfigType::Int,
+        false,
+        "The highest consumer.session.timeout.ms a group may have.",
+    ),
+    broker_key(
         "group.consumer.min.heartbeat.interval.ms",
+        ConfigType::Int,
+        false,
+        "The lowest consumer.heartbeat.interval.ms a group may have.",
+    ),
+    broker_key(
         "group.consumer.max.heartbeat.interval.ms",
+        ConfigType::Int,
+        false,
+        "The highest consumer.heartbeat.interval.ms a group may have.",
+    ),
+    broker_key(
         "producer.id.expiration.ms",
+        ConfigType::Int,
+        true,
+        "A producer id idle this long is forgotten by a partition.",
+    ),
+    broker_key(
         "producer.id.expiration.check.interval.ms",
+        ConfigType::Int,
+        false,
+        "How often idle producer ids are looked for.",
+    ),
+    broker_key(
         "transaction.state.log.num.partitions",
+        ConfigType::Int,
+        false,
+        "Partitions of __transaction_state when it is created.",
+    ),
+    broker_key(
         "transaction.max.timeout.ms",
+        ConfigType::Int,
+        false,
+        "The largest transaction.timeout.ms a producer may ask for.",
+    ),
+    broker_key(
         "transactional.id.expiration.ms",
+        ConfigType::Int,
+        false,
+        "A transactional id idle this long is forgotten.",
+    ),
+    broker_key(
         "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        ConfigType::Int,
+        false,
+        "How often transactions past their timeout are aborted.",
+    ),
+    broker_key(
         "transaction.remove.expired.transaction.cleanup.interval.ms",
-    ];
+        ConfigType::Int,
+        false,
+        "How often expired transactional ids are removed.",
+    ),
+];
+
+impl BrokerConfig {
+    /// The key's entry in `BROKER_KEYS`.
+    pub fn key_info(name: &str) -> Option<&'static BrokerKey> {
+        BROKER_KEYS.iter().find(|k| k.name == name)
+    }
 
     /// The textual value of a broker key, as DescribeConfigs shows it.
     pub fn get(&self, key: &str) -> Option<String> {
@@ -343,13 +775,64 @@ impl BrokerConfig {
             "transaction.remove.expired.transaction.cleanup.interval.ms" => self
                 .transaction_remove_expired_transaction_cleanup_interval_ms
                 .to_string(),
+            "log.segment.delete.delay.ms" => self.log.file_delete_delay_ms.to_string(),
+            "log.cleanup.policy" => self.log_cleanup_policy.clone(),
+            "compression.type" => self.compression_type.clone(),
+            "log.cleaner.delete.retention.ms" => self.log_cleaner_delete_retention_ms.to_string(),
+            "log.cleaner.min.compaction.lag.ms" => self.log_cleaner_min_compaction_lag_ms.to_string(),
+            "log.cleaner.max.compaction.lag.ms" => self.log_cleaner_max_compaction_lag_ms.to_string(),
+            "log.cleaner.min.cleanable.ratio" => self.log_cleaner_min_cleanable_ratio.to_string(),
+            "log.message.timestamp.before.max.ms" => self.log_message_timestamp_before_max_ms.to_string(),
+            "log.message.timestamp.after.max.ms" => self.log_message_timestamp_after_max_ms.to_string(),
+            "min.insync.replicas" => self.min_insync_replicas.to_string(),
+            "unclean.leader.election.enable" => self.unclean_leader_election_enable.to_string(),
             _ => return None,
         })
     }
 
-    /// Sets one key from its textual value, validating it.
+    /// Sets one key from its textual value, validating it, as the operator's (config file or
+    /// flag): DescribeConfigs reports it as STATIC_BROKER_CONFIG.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
+        self.assign(key, value)?;
+        let key = if key == "log.dir" { "log.dirs" } else { key };
+        self.static_keys.insert(key.to_string());
+        Ok(())
+    }
+
+    /// Sets one key from its textual value, validating it.
+    fn assign(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
+        // The broker synonyms of topic keys are checked by the topic key's rules.
+        let as_topic_key = |value: &str| -> Result<String, ConfigError> {
+            let topic_key = TOPIC_KEYS.iter().find(|k| k.broker_key == key).map_or(key, |k| k.name);
+            validate_topic_config(topic_key, value).map_err(|e| invalid(key, e.reason))?;
+            Ok(value.trim().to_string())
+        };
         match key {
+            "log.segment.delete.delay.ms" => self.log.file_delete_delay_ms = at_least(key, parse_int(key, value)?, 0)?,
+            "log.cleanup.policy" => self.log_cleanup_policy = as_topic_key(value)?,
+            "compression.type" => self.compression_type = as_topic_key(value)?,
+            "log.cleaner.delete.retention.ms" => {
+                self.log_cleaner_delete_retention_ms = at_least(key, parse_int(key, value)?, 0)?
+            }
+            "log.cleaner.min.compaction.lag.ms" => {
+                self.log_cleaner_min_compaction_lag_ms = at_least(key, parse_int(key, value)?, 0)?
+            }
+            "log.cleaner.max.compaction.lag.ms" => {
+                self.log_cleaner_max_compaction_lag_ms = at_least(key, parse_int(key, value)?, 1)?
+            }
+            "log.cleaner.min.cleanable.ratio" => {
+                self.log_cleaner_min_cleanable_ratio = as_topic_key(value)?
+                    .parse()
+                    .map_err(|_| invalid(key, format!("{value:?} is not a number")))?
+            }
+            "log.message.timestamp.before.max.ms" => {
+                self.log_message_timestamp_before_max_ms = at_least(key, parse_int(key, value)?, 0)?
+            }
+            "log.message.timestamp.after.max.ms" => {
+                self.log_message_timestamp_after_max_ms = at_least(key, parse_int(key, value)?, 0)?
+            }
+            "min.insync.replicas" => self.min_insync_replicas = at_least(key, parse_int(key, value)?, 1)?,
+            "unclean.leader.election.enable" => self.unclean_leader_election_enable = parse_bool(key, value)?,
             "node.id" => self.node_id = at_least(key, parse_int(key, value)?, 0)?,
             "listeners" => self.listen = parse_listener(key, value)?,
             "advertised.listeners" => self.advertise = Some(parse_listener(key, value)?),
@@ -811,34 +1294,89 @@ pub fn validate_topic_config(key: &str, value: &str) -> Result<(), ConfigError> 
 }
 
 impl BrokerConfig {
-    /// The broker default of a topic key, as text, when Sluice has one.
+    /// This broker's settings as they apply now: the static ones overlaid with the dynamic
+    /// layers last applied (`apply_dynamic`). Cheap: a read lock and a reference count.
+    pub fn live(&self) -> Live<'_> {
+        match self.dynamic.current() {
+            Some(layered) => Live::Dynamic(layered),
+            None => Live::Static(self),
+        }
+    }
+
+    /// This config (the static one) overlaid with dynamic layers: the cluster-wide default,
+    /// then this broker's own (Kafka's `DynamicBrokerConfig.updateCurrentConfig` order). Every
+    /// key must be a dynamic one with a valid value, and the result must pass `check`.
+    pub fn with_dynamic(
+        &self,
+        cluster_default: &BTreeMap<String, String>,
+        this_broker: &BTreeMap<String, String>,
+    ) -> Result<BrokerConfig, ConfigError> {
+        let mut next = self.clone();
+        next.dynamic = DynamicConfigs::default();
+        for (key, value) in cluster_default.iter().chain(this_broker) {
+            match BrokerConfig::key_info(key) {
+                Some(k) if k.dynamic => next.assign(key, value)?,
+                Some(_) => return Err(invalid(key, "cannot be updated dynamically")),
+                None => return Err(invalid(key, "unknown broker config")),
+            }
+        }
+        next.check()?;
+        Ok(next)
+    }
+
+    /// Makes the dynamic layers live (start-up, and every change in the metadata image).
+    /// Returns whether anything changed. Layers were validated before they were stored; one
+    /// that no longer validates (a static setting changed under it) is logged and its invalid
+    /// keys ignored, as Kafka's `DynamicBrokerConfig.fromPersistentProps` does.
+    pub fn apply_dynamic(
+        &self,
+        cluster_default: &BTreeMap<String, String>,
+        this_broker: &BTreeMap<String, String>,
+    ) -> bool {
+        if self.dynamic.layers() == (cluster_default.clone(), this_broker.clone()) {
+            return false;
+        }
+        if cluster_default.is_empty() && this_broker.is_empty() {
+            *self.dynamic.0.write().unwrap_or_else(|p| p.into_inner()) = None;
+            return true;
+        }
+        let config = match self.with_dynamic(cluster_default, this_broker) {
+            Ok(config) => config,
+            Err(e) => {
+                tracing::error!(error = %e, "dynamic broker configs do not apply; ignoring the invalid ones");
+                let usable = |layer: &BTreeMap<String, String>| -> BTreeMap<String, String> {
+                    layer
+                        .iter()
+                        .filter(|(k, v)| {
+                            let one = BTreeMap::from([((*k).clone(), (*v).clone())]);
+                            self.with_dynamic(&one, &BTreeMap::new()).is_ok()
+                        })
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect()
+                };
+                match self.with_dynamic(&usable(cluster_default), &usable(this_broker)) {
+                    Ok(config) => config,
+                    Err(e) => {
+                        tracing::error!(error = %e, "dynamic broker configs ignored");
+                        return false;
+                    }
+                }
+            }
+        };
+        let layered = Layered {
+            cluster_default: cluster_default.clone(),
+            this_broker: this_broker.clone(),
+            config,
+        };
+        let mut cell = self.dynamic.0.write().unwrap_or_else(|p| p.into_inner());
+        *cell = Some(Arc::new(layered));
+        true
+    }
+
+    /// The broker default of a topic key, as text (its broker synonym's live value).
     pub fn topic_default(&self, key: &str) -> Option<String> {
-        Some(match key {
-            "segment.bytes" => self.log.segment_bytes.to_string(),
-            "segment.ms" => self.log.segment_ms.to_string(),
-            "index.interval.bytes" => self.log.index_interval_bytes.to_string(),
-            "segment.index.bytes" => self.log.segment_index_bytes.to_string(),
-            "max.message.bytes" => self.log.max_message_bytes.to_string(),
-            "message.timestamp.type" => match self.log.timestamp_type {
-                TimestampType::CreateTime => "CreateTime".into(),
-                TimestampType::LogAppendTime => "LogAppendTime".into(),
-            },
-            "retention.ms" => self.log_retention_ms.to_string(),
-            "retention.bytes" => self.log_retention_bytes.to_string(),
-            "cleanup.policy" => "delete".into(),
-            "min.insync.replicas" => "1".into(),
-            "unclean.leader.election.enable" => "false".into(),
-            "compression.type" => "producer".into(),
-            "delete.retention.ms" => "86400000".into(),
-            "min.compaction.lag.ms" => "0".into(),
-            "max.compaction.lag.ms" => i64::MAX.to_string(),
-            "min.cleanable.dirty.ratio" => "0.5".into(),
-            "file.delete.delay.ms" => "60000".into(),
-            "message.timestamp.before.max.ms" | "message.timestamp.after.max.ms" => i64::MAX.to_string(),
-            "flush.messages" => self.log_flush_interval_messages.to_string(),
-            "flush.ms" => self.log_flush_interval_ms.to_string(),
-            _ => return None,
-        })
+        let k = topic_key(key)?;
+        self.live().get(k.broker_key)
     }
 
     /// The compaction settings of a topic, or None when its policy does not compact.
@@ -846,11 +1384,12 @@ impl BrokerConfig {
         &self,
         overrides: &BTreeMap<String, String>,
     ) -> Option<crate::log::cleaner::CleanerConfig> {
+        let live = self.live();
         let get = |k: &str| {
             overrides
                 .get(k)
                 .cloned()
-                .or_else(|| self.topic_default(k))
+                .or_else(|| live.topic_default(k))
                 .unwrap_or_default()
         };
         if !get("cleanup.policy").split(',').any(|p| p.trim() == "compact") {
@@ -866,14 +1405,15 @@ impl BrokerConfig {
                 .trim()
                 .parse()
                 .unwrap_or(defaults.min_cleanable_dirty_ratio),
-            key_map_bytes: self.log_cleaner_dedupe_buffer_size,
+            key_map_bytes: live.log_cleaner_dedupe_buffer_size,
         })
     }
 
-    /// The log settings of a topic: its overrides over the broker defaults. The overrides were
-    /// validated when stored; a value that no longer parses falls back to the default.
+    /// The log settings of a topic: its overrides over the broker defaults as they apply now.
+    /// The overrides were validated when stored; a value that no longer parses falls back to
+    /// the default.
     pub fn topic_log_config(&self, overrides: &BTreeMap<String, String>) -> LogConfig {
-        let mut log = self.log.clone();
+        let mut log = self.live().log.clone();
         let get = |k: &str| overrides.get(k).map(|v| v.trim());
         if let Some(v) = get("segment.bytes").and_then(|v| v.parse().ok()) {
             log.segment_bytes = v;
@@ -935,27 +1475,33 @@ mod tests {
     fn every_listed_key_is_settable() {
         // The list feeds docs and error messages; it must agree with `set`.
         let samples = [
-            ("listeners", "h:1"),
-            ("advertised.listeners", "h:1"),
+            ("listeners", "PLAINTEXT://h:1"),
+            ("advertised.listeners", "PLAINTEXT://h:1"),
             ("log.dirs", "/tmp/x"),
         ];
-        for key in BrokerConfig::KEYS {
-            let value = samples.iter().find(|(k, _)| k == key).map(|(_, v)| *v);
-            let value = value.unwrap_or(match *key {
-                "auto.create.topics.enable" | "log.cleaner.enable" => "true",
+        for key in BROKER_KEYS.iter().map(|k| k.name) {
+            let value = samples.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
+            let value = value.unwrap_or(match key {
+                "auto.create.topics.enable" | "log.cleaner.enable" | "unclean.leader.election.enable" => "true",
                 "log.cleaner.dedupe.buffer.size" => "16777216",
                 "group.consumer.heartbeat.interval.ms" => "1000",
                 "log.message.timestamp.type" => "LogAppendTime",
+                "log.cleanup.policy" => "compact,delete",
+                "compression.type" => "zstd",
+                "log.cleaner.min.cleanable.ratio" => "0.75",
                 _ => "2048",
             });
-            BrokerConfig::default().set(key, value).unwrap();
+            let mut c = BrokerConfig::default();
+            c.set(key, value).unwrap();
+            assert_eq!(c.get(key).as_deref(), Some(value), "{key} reads back");
+            assert!(c.static_keys.contains(key));
         }
     }
 
     #[test]
     fn every_key_can_be_described() {
         let c = BrokerConfig::default();
-        for key in BrokerConfig::KEYS {
+        for key in BROKER_KEYS.iter().map(|k| k.name) {
             assert!(c.get(key).is_some(), "{key}");
         }
         for k in TOPIC_KEYS {
@@ -968,11 +1514,94 @@ mod tests {
         }
     }
 
+    fn layer(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn dynamic_layers_apply_in_kafkas_precedence_to_every_clone() {
+        // KIP-226 (DynamicBrokerConfig): this broker's value > cluster default > static > default.
+        let mut c = BrokerConfig::default();
+        c.set("log.retention.ms", "1000").unwrap();
+        c.set("log.segment.bytes", "4096").unwrap();
+        let clone = c.clone();
+        let cluster = layer(&[("log.retention.ms", "2000"), ("message.max.bytes", "5000")]);
+        let own = layer(&[("message.max.bytes", "6000")]);
+        assert!(c.apply_dynamic(&cluster, &own));
+        assert!(!c.apply_dynamic(&cluster, &own), "nothing changed");
+        let live = clone.live();
+        assert_eq!(live.log_retention_ms, 2000);
+        assert_eq!(live.log.max_message_bytes, 6000);
+        assert_eq!(live.log.segment_bytes, 4096, "static where no layer sets it");
+        assert_eq!(c.log_retention_ms, 1000, "the static fields stay");
+        assert_eq!(c.topic_default("retention.ms").as_deref(), Some("2000"));
+        assert_eq!(c.topic_log_config(&BTreeMap::new()).max_message_bytes, 6000);
+        let overridden = layer(&[("max.message.bytes", "7000")]);
+        assert_eq!(
+            c.topic_log_config(&overridden).max_message_bytes,
+            7000,
+            "a topic override wins"
+        );
+        assert!(c.apply_dynamic(&BTreeMap::new(), &BTreeMap::new()));
+        assert_eq!(clone.live().log_retention_ms, 1000);
+    }
+
+    #[test]
+    fn only_dynamic_keys_with_valid_values_make_a_layer() {
+        let c = BrokerConfig::default();
+        let none = BTreeMap::new();
+        assert_eq!(
+            c.with_dynamic(&layer(&[("num.partitions", "3")]), &none)
+                .unwrap_err()
+                .key,
+            "num.partitions"
+        );
+        assert_eq!(
+            c.with_dynamic(&layer(&[("no.such", "3")]), &none).unwrap_err().key,
+            "no.such"
+        );
+        assert_eq!(
+            c.with_dynamic(&layer(&[("log.retention.ms", "soon")]), &none)
+                .unwrap_err()
+                .key,
+            "log.retention.ms"
+        );
+        assert_eq!(
+            c.with_dynamic(&layer(&[("log.cleanup.policy", "shred")]), &none)
+                .unwrap_err()
+                .key,
+            "log.cleanup.policy"
+        );
+        // Relations are checked on the result.
+        let too_big = layer(&[("message.max.bytes", "200000000")]);
+        assert_eq!(c.with_dynamic(&too_big, &none).unwrap_err().key, "message.max.bytes");
+        // A stored layer that no longer applies keeps its valid keys (Kafka logs and ignores).
+        let stored = layer(&[("log.retention.ms", "5"), ("message.max.bytes", "200000000")]);
+        assert!(c.apply_dynamic(&stored, &none));
+        assert_eq!(c.live().log_retention_ms, 5);
+        assert_eq!(
+            c.live().log.max_message_bytes,
+            BrokerConfig::default().log.max_message_bytes
+        );
+    }
+
     #[test]
     fn the_documented_config_file_loads() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config.yaml");
         let c = BrokerConfig::load(&path).unwrap();
         assert_eq!(c.listen, BrokerConfig::default().listen);
         assert_eq!(c.num_partitions, BrokerConfig::default().num_partitions);
+        // The file documents every key with its default, and DescribeConfigs knows each one.
+        let defaults = BrokerConfig::default();
+        for k in BROKER_KEYS.iter().filter(|k| k.name != "advertised.listeners") {
+            assert!(c.static_keys.contains(k.name), "{} is not in config.yaml", k.name);
+            assert_eq!(c.get(k.name), defaults.get(k.name), "{}", k.name);
+        }
+        for key in &c.static_keys {
+            assert!(
+                BrokerConfig::key_info(key).is_some(),
+                "{key} is missing from BROKER_KEYS"
+            );
+        }
     }
 }

@@ -11,6 +11,7 @@ pub mod error;
 pub mod log;
 pub mod replica;
 pub mod server;
+pub mod verbosity;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -95,6 +96,8 @@ impl Broker {
         let controller = Arc::new(Controller::open(&config.data_dir, config.node_id)?);
         let replicas = Arc::new(ReplicaManager::new(config.clone()));
         replicas.remove_stray_dirs();
+        // The first apply also makes the stored dynamic broker configs (KIP-226) live, before
+        // any partition opens: `config.live()` is what every part of the broker reads.
         if let Err(e) = replicas.apply_image(&controller.image()) {
             // Kafka starts with a failed log directory offline rather than not at all: those
             // partitions are reported without a leader, the rest are served.
@@ -145,13 +148,15 @@ impl Broker {
             }
         });
         if config.log_cleaner_enable {
-            // Log compaction (Kafka's LogCleaner thread), on a blocking thread.
+            // Log compaction (Kafka's LogCleaner thread), on a blocking thread;
+            // `log.cleaner.backoff.ms` is dynamic, so it is read at each round.
             let shutdown = shutdown.clone();
-            let interval = Duration::from_millis(config.log_cleaner_backoff_ms);
+            let config = config.clone();
             let replicas = replicas.clone();
             let controller = ctx.controller.clone();
             tokio::spawn(async move {
                 loop {
+                    let interval = Duration::from_millis(config.live().log_cleaner_backoff_ms);
                     tokio::select! {
                         _ = shutdown.cancelled() => return,
                         _ = tokio::time::sleep(interval) => {
@@ -164,16 +169,19 @@ impl Broker {
             });
         }
         tokio::spawn({
-            // Idle producer ids (Kafka's producer.id.expiration.check.interval.ms task).
+            // Idle producer ids (Kafka's producer.id.expiration.check.interval.ms task);
+            // `producer.id.expiration.ms` is dynamic, so it is read at each pass.
             let shutdown = shutdown.clone();
             let interval = Duration::from_millis(config.producer_id_expiration_check_interval_ms);
-            let expiration_ms = config.producer_id_expiration_ms;
+            let config = config.clone();
             let replicas = replicas.clone();
             async move {
                 loop {
                     tokio::select! {
                         _ = shutdown.cancelled() => return,
-                        _ = tokio::time::sleep(interval) => replicas.remove_expired_producers(expiration_ms),
+                        _ = tokio::time::sleep(interval) => {
+                            replicas.remove_expired_producers(config.live().producer_id_expiration_ms)
+                        }
                     }
                 }
             }

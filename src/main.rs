@@ -162,14 +162,11 @@ fn raise_open_files_limit() {
 }
 
 fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        // Colour only on a terminal: redirected logs (files, docker logs) stay plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()) && std::env::var_os("NO_COLOR").is_none())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    // Colour only on a terminal: redirected logs (files, docker logs) stay plain text. Levels
+    // start from RUST_LOG and may change at runtime (BROKER_LOGGER, sluice::verbosity).
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout()) && std::env::var_os("NO_COLOR").is_none();
+    let directives = std::env::var("RUST_LOG").ok().filter(|d| !d.trim().is_empty());
+    sluice::verbosity::install(directives.as_deref().unwrap_or("info"), ansi, std::io::stdout);
     let cli = Cli::parse();
     if let Command::Healthcheck { address } = &cli.command {
         return match healthcheck(address) {

@@ -673,8 +673,8 @@ def test_topic_configs(admin):
     expect(e is not None and e.value == "3" and e.is_read_only
            and e.source == ConfigSource.STATIC_BROKER_CONFIG.value,
            f"broker num.partitions: {e and (e.value, ConfigSource(e.source).name, e.is_read_only)}")
-    expect("log.retention.ms" in bcfg and bcfg["log.retention.ms"].is_read_only,
-           f"broker log.retention.ms: {bcfg.get('log.retention.ms')}")
+    expect("log.retention.ms" in bcfg and not bcfg["log.retention.ms"].is_read_only,
+           f"broker log.retention.ms (dynamic, KIP-226): {bcfg.get('log.retention.ms')}")
     b = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[
         ConfigEntry("num.partitions", "5", incremental_operation=AlterConfigOpType.SET)])
     try:
@@ -682,9 +682,23 @@ def test_topic_configs(admin):
         err = None
     except KafkaException as e:
         err = e.args[0]
-    expect_invalid_config(err, "num.partitions", "altering broker num.partitions")
-    ok(f"broker 1 configs ({len(bcfg)} keys): num.partitions=3 STATIC_BROKER_CONFIG read-only; "
-       "altering it refused with INVALID_CONFIG")
+    # Kafka's DynamicBrokerConfig.validateConfigs, answered INVALID_REQUEST (KAFKA-13609).
+    expect(err is not None and err.code() == KafkaError.INVALID_REQUEST
+           and "Cannot update these configs dynamically: Set(num.partitions)" in err.str(),
+           f"altering broker num.partitions: {err and (err.name(), err.str())}")
+    # A dynamic broker config: set for broker 1, described as DYNAMIC_BROKER_CONFIG, removed.
+    b = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[
+        ConfigEntry("log.retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([b], request_timeout=10)[b].result(timeout=15)
+    b = ConfigResource(ResourceType.BROKER, "1")
+    e = admin.describe_configs([b], request_timeout=10)[b].result(timeout=15).get("log.retention.ms")
+    expect(e is not None and e.value == "3600000" and e.source == ConfigSource.DYNAMIC_BROKER_CONFIG.value,
+           f"broker log.retention.ms after SET: {e and (e.value, ConfigSource(e.source).name)}")
+    b = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[
+        ConfigEntry("log.retention.ms", None, incremental_operation=AlterConfigOpType.DELETE)])
+    admin.incremental_alter_configs([b], request_timeout=10)[b].result(timeout=15)
+    ok(f"broker 1 configs ({len(bcfg)} keys): num.partitions=3 STATIC_BROKER_CONFIG read-only, "
+       "altering it refused with INVALID_REQUEST; log.retention.ms set and removed dynamically")
     admin.delete_topics([CTOPIC], operation_timeout=10)[CTOPIC].result(timeout=15)
 
 

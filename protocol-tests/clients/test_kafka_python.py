@@ -3,8 +3,10 @@
 
 usage: test_kafka_python.py HOST:PORT
 
-Same scenario as test_confluent.py through kafka-python's own protocol code:
-KafkaAdminClient create/delete topics (incl. error codes), keyed produce with
+First the broker version kafka-python infers from ApiVersions (4.1) and the
+features it describes; then the scenario of test_confluent.py through
+kafka-python's own protocol code: KafkaAdminClient create/delete topics (incl.
+error codes), keyed produce with
 acks=all, consumption by explicit assignment (group_id=None), ListOffsets via
 beginning_offsets / end_offsets / offsets_for_times; then consumer groups:
 a subscribed member consuming and committing, a second member splitting the
@@ -528,7 +530,9 @@ def test_topic_configs(admin):
            f"broker num.partitions: {e}")
     res2 = admin.alter_configs([ConfigResource(ConfigResourceType.BROKER, "1", {"num.partitions": "5"})],
                                raise_on_unknown=False)["broker"]["1"]
-    expect_invalid_config(res2, "num.partitions", "altering broker num.partitions")
+    # Kafka's DynamicBrokerConfig.validateConfigs, answered INVALID_REQUEST (KAFKA-13609).
+    expect("Error 42" in str(res2) and "Cannot update these configs dynamically: Set(num.partitions)" in str(res2),
+           f"altering broker num.partitions: expected INVALID_REQUEST (42), got {res2!r}")
     ok(f"broker 1 configs ({len(res)} keys): num.partitions=3 STATIC_BROKER_CONFIG read-only; "
        f"alter refused: {res2!r}")
     admin.delete_topics([CTOPIC], timeout_ms=10000)
@@ -621,9 +625,28 @@ def test_log_dirs_delete_records_retention(admin):
     admin.delete_topics([DTOPIC], timeout_ms=10000)
 
 
+def broker_version_and_features(admin):
+    """kafka-python infers the broker's release from the ApiVersions table
+    (infer_broker_version_from_api_versions: Produce v13 means 4.1) and reads the
+    KIP-584 features of ApiVersions v3+ (describe_features): Sluice's are
+    group.version 1 (KIP-848 groups) and transaction.version 1, not Kafka 4.1's 2
+    (see src/api/api_versions.rs)."""
+    version = admin._manager.broker_version
+    print(f"  info: kafka-python detected broker version {version}", flush=True)
+    expect(version == (4, 1), f"kafka-python infers Kafka 4.1 from ApiVersions, not {version}")
+    ok("broker version inferred as 4.1")
+    features = admin.describe_features()
+    expected = {
+        "group.version": {"supported": (0, 1), "finalized": (1, 1), "finalized_epoch": 1},
+        "transaction.version": {"supported": (0, 1), "finalized": (1, 1), "finalized_epoch": 1},
+    }
+    expect(features == expected, f"describe_features: {features}")
+    ok("features: group.version 1, transaction.version 1 (epoch 1)")
+
+
 def main():
     admin = KafkaAdminClient(bootstrap_servers=ADDR)
-    print(f"  info: kafka-python detected broker version {admin._manager.broker_version}", flush=True)
+    broker_version_and_features(admin)
     admin_checks(admin)
     msgs = messages()
     reports, per = produce(msgs)

@@ -1,17 +1,74 @@
-//! ApiVersions (key 18): the versions of every API this broker serves.
+//! ApiVersions (key 18): the versions of every API this broker serves, and its features.
 //! v0 baseline · v1 throttle time · v2 same · v3 flexible, client software name/version
-//! (KIP-511; an invalid name or version gets INVALID_REQUEST) · v4 same as v3 (KIP-896 floor).
+//! (KIP-511; an invalid name or version gets INVALID_REQUEST), the KIP-584 features (tagged
+//! fields) · v4 also lists supported features whose lowest level is 0, which v3 leaves out
+//! (KAFKA-17011, KAFKA-17492: Java clients before 3.9 throw on a minimum of 0).
 //! An unknown version gets a v0 response with UNSUPPORTED_VERSION and our range (KIP-511
-//! fallback). No feature flags are advertised: the tagged fields stay empty, which old
-//! librdkafka (2.0.2) needs.
+//! fallback).
+//!
+//! Features: Kafka 4.1 (one combined node, default format) supports metadata.version 7-27,
+//! kraft.version 0-1, transaction.version 0-2, group.version 0-1,
+//! eligible.leader.replicas.version 0-1 and share.version 0-1, and finalizes metadata.version
+//! 27 (4.1-IV1), transaction.version 2, group.version 1, eligible.leader.replicas.version 1 and
+//! kraft.version 1 with --standalone (`BrokerFeatures.defaultSupportedFeatures`, each feature's
+//! LATEST_PRODUCTION and bootstrap level). Sluice lists only what it does (`FEATURES`): no
+//! KRaft quorum or metadata records in Kafka's format (metadata.version, kraft.version), no
+//! replicas (eligible.leader.replicas.version), no share groups (share.version).
+//! librdkafka before 2.2 skips one byte too few of each tagged field (librdkafka #4278); the
+//! misread stays inside the frame with these tags as with Kafka's, so it keeps the API table
+//! (kcat 1.7.1 on librdkafka 2.0.2: `clients/test_kcat.sh`).
 
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::api_versions_response::{ApiVersion, FinalizedFeatureKey, SupportedFeatureKey};
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
+use kafka_protocol::protocol::StrBytes;
 
 use super::{Ctx, SUPPORTED, Versions};
 
 pub const VERSIONS: Versions = Versions::new(ApiKey::ApiVersions, 0, 4);
+
+/// A KIP-584 feature: the levels this broker can run at and the level it runs at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Feature {
+    /// Kafka's name for it (`GroupVersion.FEATURE_NAME`, ...).
+    pub name: &'static str,
+    pub min_level: i16,
+    pub max_level: i16,
+    /// The level in force. Level 0 is "off" and is not listed as finalized (Kafka's
+    /// `ApiVersionsResponse.createFinalizedFeatureKeys`).
+    pub finalized_level: i16,
+}
+
+/// The features Sluice serves, with Kafka's names and levels. There is no UpdateFeatures: the
+/// levels are those of the code.
+pub const FEATURES: &[Feature] = &[
+    // GroupVersion.GV_1: the KIP-848 consumer group protocol (ConsumerGroupHeartbeat and
+    // ConsumerGroupDescribe, `consumer_groups.rs`).
+    Feature {
+        name: "group.version",
+        min_level: 0,
+        max_level: 1,
+        finalized_level: 1,
+    },
+    // TransactionVersion.TV_1: flexible __transaction_state records (TransactionLogValue v1,
+    // what `coordinator::txn_records` writes). Not TV_2 (KIP-890 part 2), although EndTxn v5
+    // and TxnOffsetCommit v5 speak it: a Java producer that sees 2 finalized stops sending
+    // AddPartitionsToTxn and lets Produce v12+ add each partition to its transaction, which
+    // Sluice's Produce does not (it verifies, KIP-890 part 1, and answers
+    // TRANSACTION_ABORTABLE), so every such transaction would abort.
+    Feature {
+        name: "transaction.version",
+        min_level: 0,
+        max_level: 1,
+        finalized_level: 1,
+    },
+];
+
+/// The epoch of the finalized levels (`finalized_features_epoch`). Clients keep the features of
+/// the highest epoch they have seen (Java's `ApiVersions.update`), so it only grows, and changes
+/// exactly when a finalized level of `FEATURES` does (a unit test pins the pair). Kafka uses the
+/// metadata offset of its image; -1 would say the levels are unknown.
+pub const FINALIZED_FEATURES_EPOCH: i64 = 1;
 
 fn api_keys() -> Vec<ApiVersion> {
     SUPPORTED
@@ -34,7 +91,41 @@ pub async fn handle(_ctx: &Ctx, req: ApiVersionsRequest, version: i16) -> ApiVer
     {
         return ApiVersionsResponse::default().with_error_code(ResponseError::InvalidRequest.code());
     }
-    ApiVersionsResponse::default().with_api_keys(api_keys())
+    let response = ApiVersionsResponse::default().with_api_keys(api_keys());
+    if version < 3 {
+        return response; // the features are tagged fields of v3+
+    }
+    // Kafka's ApiVersionsResponse.Builder with alterFeatureLevel0 = (version < 4).
+    response
+        .with_supported_features(supported_features(version))
+        .with_finalized_features_epoch(FINALIZED_FEATURES_EPOCH)
+        .with_finalized_features(finalized_features())
+}
+
+fn supported_features(version: i16) -> Vec<SupportedFeatureKey> {
+    FEATURES
+        .iter()
+        .filter(|f| version >= 4 || f.min_level > 0)
+        .map(|f| {
+            SupportedFeatureKey::default()
+                .with_name(StrBytes::from_static_str(f.name))
+                .with_min_version(f.min_level)
+                .with_max_version(f.max_level)
+        })
+        .collect()
+}
+
+fn finalized_features() -> Vec<FinalizedFeatureKey> {
+    FEATURES
+        .iter()
+        .filter(|f| f.finalized_level > 0)
+        .map(|f| {
+            FinalizedFeatureKey::default()
+                .with_name(StrBytes::from_static_str(f.name))
+                .with_min_version_level(f.finalized_level)
+                .with_max_version_level(f.finalized_level)
+        })
+        .collect()
 }
 
 /// Kafka's `ApiVersionsRequest.isValid` pattern for the client software name and version,
@@ -67,6 +158,24 @@ pub fn unsupported() -> ApiVersionsResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_finalized_features_change_only_with_their_epoch() {
+        // A client keeps the features of the highest epoch it saw (Java's ApiVersions.update):
+        // changing a finalized level without raising FINALIZED_FEATURES_EPOCH would leave
+        // long-lived clients on the old levels. Update both together.
+        let finalized: Vec<(&str, i16)> = FEATURES.iter().map(|f| (f.name, f.finalized_level)).collect();
+        assert_eq!(
+            (FINALIZED_FEATURES_EPOCH, finalized),
+            (1, vec![("group.version", 1), ("transaction.version", 1)])
+        );
+        for f in FEATURES {
+            assert!(
+                f.min_level <= f.finalized_level && f.finalized_level <= f.max_level,
+                "{f:?}"
+            );
+        }
+    }
 
     #[test]
     fn software_names_and_versions_follow_kafkas_pattern() {

@@ -3,8 +3,11 @@
 //! offset · v7 fetch sessions (KIP-227: we never create one, so every answer carries session id
 //! 0 and clients keep sending full fetches) · v9 current leader epoch fencing · v11 rack id and
 //! preferred read replica (always -1) · v12 flexible · v13 topic ids instead of names · v15
-//! replica state · v16-v17 node endpoints and replica directory id (tagged; unused on one node).
-//! Not served: v18 (high watermark in requests, KIP-1166).
+//! replica state · v16-v17 node endpoints and replica directory id (tagged; unused on one node) ·
+//! v18 the high watermark a follower knows, per partition (KIP-1166, Kafka 4.1): a tagged field
+//! only replicas set (a consumer leaves it at its default, i64::MAX). Kafka 4.1 reads it only in
+//! its KRaft quorum (KafkaRaftClient, KAFKA-14145); Sluice has no followers and ignores it, so
+//! v18 answers as v17.
 //! Waits are woken by the high watermark moving (never a sleep loop) and judged from file
 //! positions, not by reading records again (Kafka's DelayedFetch). `max_bytes` is capped at
 //! `fetch.max.bytes` and `min_bytes` at that cap (Kafka's KafkaApis.handleFetchRequest);
@@ -28,7 +31,7 @@ use crate::log::ReadableBytes;
 use crate::replica::Partition;
 use std::sync::Arc;
 
-pub const VERSIONS: Versions = Versions::new(ApiKey::Fetch, 4, 17);
+pub const VERSIONS: Versions = Versions::new(ApiKey::Fetch, 4, 18);
 
 /// The longest a fetch may wait for data; clients ask for far less (librdkafka 500 ms, Java
 /// 500 ms), this only bounds a misbehaving one.

@@ -17,6 +17,7 @@ pub mod delete_records;
 pub mod describe_producers;
 pub mod fetch;
 pub mod groups;
+pub mod list_config_resources;
 pub mod list_offsets;
 pub mod metadata;
 pub mod offsets;
@@ -87,6 +88,7 @@ pub const SUPPORTED: &[Versions] = &[
     configs::DESCRIBE_VERSIONS,
     configs::ALTER_VERSIONS,
     configs::INCREMENTAL_ALTER_VERSIONS,
+    list_config_resources::VERSIONS,
     cluster::DESCRIBE_CLUSTER_VERSIONS,
     cluster::DESCRIBE_LOG_DIRS_VERSIONS,
     delete_records::VERSIONS,
@@ -195,6 +197,7 @@ pub fn decode_only(key: ApiKey, version: i16, body: &mut Bytes) -> Result<(), Re
         ApiKey::DescribeConfigs => as_!(DescribeConfigsRequest),
         ApiKey::AlterConfigs => as_!(AlterConfigsRequest),
         ApiKey::IncrementalAlterConfigs => as_!(IncrementalAlterConfigsRequest),
+        ApiKey::ListConfigResources => as_!(ListConfigResourcesRequest),
         ApiKey::DescribeCluster => as_!(DescribeClusterRequest),
         ApiKey::DescribeLogDirs => as_!(DescribeLogDirsRequest),
         ApiKey::DeleteRecords => as_!(DeleteRecordsRequest),
@@ -287,6 +290,7 @@ pub async fn dispatch(
         ApiKey::DescribeConfigs => now!(configs::describe_configs),
         ApiKey::AlterConfigs => now!(configs::alter_configs),
         ApiKey::IncrementalAlterConfigs => now!(configs::incremental_alter_configs),
+        ApiKey::ListConfigResources => now!(list_config_resources),
         ApiKey::DescribeCluster => now!(cluster::describe_cluster),
         ApiKey::DescribeLogDirs => now!(cluster::describe_log_dirs),
         ApiKey::DeleteRecords => now!(delete_records),
@@ -370,6 +374,7 @@ mod tests {
             ApiKey::DescribeConfigs => DescribeConfigsRequest::VERSIONS,
             ApiKey::AlterConfigs => AlterConfigsRequest::VERSIONS,
             ApiKey::IncrementalAlterConfigs => IncrementalAlterConfigsRequest::VERSIONS,
+            ApiKey::ListConfigResources => ListConfigResourcesRequest::VERSIONS,
             ApiKey::DescribeCluster => DescribeClusterRequest::VERSIONS,
             ApiKey::DescribeLogDirs => DescribeLogDirsRequest::VERSIONS,
             ApiKey::DeleteRecords => DeleteRecordsRequest::VERSIONS,

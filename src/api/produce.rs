@@ -2,8 +2,11 @@
 //! v3 baseline here (record batch v2, transactional id field) · v4 same · v5 log_start_offset in
 //! the answer · v6-v7 same · v8 record errors (every invalid record named) and error message
 //! (KIP-467) · v9 flexible · v10-v11 current leader / node endpoints tagged fields (left empty:
-//! no leader moves on one node) · v12 same as v11. Not served: v13 (topic ids), magic 0/1
-//! message sets.
+//! no leader moves on one node) · v12 same as v11 · v13 topics named by id instead of name in
+//! the request and the answer (KIP-516; Kafka 4.1): an id the metadata image does not hold gets
+//! UNKNOWN_TOPIC_ID, as a topic deleted and created again under its name gets a new id. Once
+//! the id is resolved every version takes the same path (validation, idempotence, KIP-890
+//! verification, record errors). Not served: magic 0/1 message sets.
 //! acks 0 (no response), 1 (answered once written), -1 (answered when the records are durable
 //! by the flush policy, fsynced by default; REQUEST_TIMED_OUT after `timeout_ms`).
 
@@ -24,7 +27,7 @@ use crate::error::{Error, Result};
 use crate::log::{batch, validate_batches};
 use crate::replica::Partition;
 
-pub const VERSIONS: Versions = Versions::new(ApiKey::Produce, 3, 12);
+pub const VERSIONS: Versions = Versions::new(ApiKey::Produce, 3, 13);
 
 pub enum Outcome {
     /// acks=0: Kafka sends nothing back.
@@ -60,8 +63,17 @@ pub fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcome {
     let mut waits = Vec::new();
     let mut responses = Vec::with_capacity(req.topic_data.len());
     for (ti, topic) in req.topic_data.into_iter().enumerate() {
-        let name = topic.name.0.to_string();
-        let topic_info = image.topic(&name);
+        // Kafka's KafkaApis.handleProduceRequest (KIP-516): from v13 the topic is named by id
+        // only, and an id the metadata cache does not know is UNKNOWN_TOPIC_ID for each of its
+        // partitions (the nil id included).
+        let resolved = if version >= 13 {
+            image.topic_by_id(&topic.topic_id).map(|t| t.name.clone())
+        } else {
+            Some(topic.name.0.to_string())
+        };
+        let unknown_id = resolved.is_none();
+        let topic_info = resolved.as_deref().and_then(|name| image.topic(name));
+        let name = resolved.unwrap_or_default(); // empty only for an unknown id, answered below
         let max_message_bytes = topic_info.map(|t| ctx.config.topic_log_config(&t.configs).max_message_bytes);
         // KIP-937: CreateTime timestamps must fall within these bounds of the broker's clock.
         let timestamp_bounds = topic_info.and_then(|t| {
@@ -112,6 +124,16 @@ pub fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcome {
                     index,
                     ResponseError::InvalidRequiredAcks.code(),
                     None,
+                    version,
+                ));
+                continue;
+            }
+            if unknown_id {
+                let text = format!("unknown topic id {}", topic.topic_id);
+                partitions.push(error_response(
+                    index,
+                    ResponseError::UnknownTopicId.code(),
+                    Some(text),
                     version,
                 ));
                 continue;
@@ -259,11 +281,13 @@ pub fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcome {
                 }
             }
         }
-        responses.push(
-            TopicProduceResponse::default()
-                .with_name(topic.name)
-                .with_partition_responses(partitions),
-        );
+        let mut answer = TopicProduceResponse::default().with_partition_responses(partitions);
+        if version >= 13 {
+            answer.topic_id = topic.topic_id;
+        } else {
+            answer.name = topic.name;
+        }
+        responses.push(answer);
     }
     let response = ProduceResponse::default().with_responses(responses);
     if acks == 0 {

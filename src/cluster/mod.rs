@@ -58,7 +58,17 @@ pub enum MetadataRecord {
         group: String,
         configs: BTreeMap<String, String>,
     },
+    /// Dynamic broker configs (KIP-226, Kafka's ConfigRecord on a BROKER resource) become
+    /// exactly `configs`: the cluster-wide default layer when `node` is None, else that
+    /// broker's own layer; empty removes them.
+    SetBrokerConfigs {
+        node: Option<i32>,
+        configs: BTreeMap<String, String>,
+    },
 }
+
+/// A set of dynamic broker configs (one level: the cluster default or one broker's).
+pub type ConfigLayer = Arc<BTreeMap<String, String>>;
 
 /// A topic as the metadata image holds it.
 #[derive(Debug, Clone, PartialEq)]
@@ -87,6 +97,10 @@ pub struct MetadataImage {
     pub next_producer_id: i64,
     /// Consumer groups' config overrides (KIP-848 group configs), by group id.
     pub group_configs: OrdMap<String, Arc<BTreeMap<String, String>>>,
+    /// Dynamic broker configs: the cluster-wide default layer.
+    pub broker_default_configs: ConfigLayer,
+    /// Dynamic broker configs: each broker's own layer, by node id.
+    pub broker_configs: OrdMap<i32, ConfigLayer>,
 }
 
 impl MetadataImage {
@@ -96,6 +110,13 @@ impl MetadataImage {
 
     pub fn topic_by_id(&self, id: &Uuid) -> Option<&Arc<TopicInfo>> {
         self.topic_ids.get(id).and_then(|name| self.topics.get(name))
+    }
+
+    /// The dynamic broker config layers that apply to broker `node`: the cluster-wide default
+    /// and its own.
+    pub fn broker_config_layers(&self, node: i32) -> (ConfigLayer, ConfigLayer) {
+        let own = self.broker_configs.get(&node).cloned().unwrap_or_default();
+        (self.broker_default_configs.clone(), own)
     }
 
     /// Applies one record; records are validated before they are written, so replay never fails.
@@ -146,6 +167,19 @@ impl MetadataImage {
                     self.group_configs.remove(group);
                 } else {
                     self.group_configs.insert(group.clone(), Arc::new(configs.clone()));
+                }
+            }
+            MetadataRecord::SetBrokerConfigs { node: None, configs } => {
+                self.broker_default_configs = Arc::new(configs.clone());
+            }
+            MetadataRecord::SetBrokerConfigs {
+                node: Some(node),
+                configs,
+            } => {
+                if configs.is_empty() {
+                    self.broker_configs.remove(node);
+                } else {
+                    self.broker_configs.insert(*node, Arc::new(configs.clone()));
                 }
             }
             MetadataRecord::CreatePartitions { id, partitions } => {
@@ -234,6 +268,14 @@ impl Controller {
     /// Appends `record` durably, then publishes the image with it applied. The metadata lock
     /// serializes changes, so validation against the current image cannot race.
     fn commit(&self, validate: impl FnOnce(&MetadataImage) -> Result<MetadataRecord>) -> Result<Arc<MetadataImage>> {
+        self.commit_with(validate)
+    }
+
+    /// `commit` with the caller's error type (a handler's refusal carries its own code).
+    fn commit_with<E: From<Error>>(
+        &self,
+        validate: impl FnOnce(&MetadataImage) -> std::result::Result<MetadataRecord, E>,
+    ) -> std::result::Result<Arc<MetadataImage>, E> {
         let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
         let current = self.image();
         let record = validate(&current)?;
@@ -351,6 +393,25 @@ impl Controller {
         .map(|_| ())
     }
 
+    /// Replaces a layer of dynamic broker configs (`node` None: the cluster-wide default) with
+    /// what `update` makes of the current one. `update` runs under the metadata lock, so two
+    /// concurrent changes cannot lose one another; it validates, and its error is returned
+    /// as is.
+    pub fn update_broker_configs<E: From<Error>>(
+        &self,
+        node: Option<i32>,
+        update: impl FnOnce(&MetadataImage, &BTreeMap<String, String>) -> std::result::Result<BTreeMap<String, String>, E>,
+    ) -> std::result::Result<Arc<MetadataImage>, E> {
+        self.commit_with(|image| {
+            let current = match node {
+                None => image.broker_default_configs.clone(),
+                Some(node) => image.broker_configs.get(&node).cloned().unwrap_or_default(),
+            };
+            let configs = update(image, &current)?;
+            Ok(MetadataRecord::SetBrokerConfigs { node, configs })
+        })
+    }
+
     pub fn delete_topic(&self, id: Uuid) -> Result<()> {
         self.commit(|image| {
             image.topic_by_id(&id).ok_or(Error::UnknownTopicId(id))?;
@@ -443,6 +504,32 @@ mod tests {
         let image = c.image();
         assert_eq!(image.group_configs.get("g1").map(|c| (**c).clone()), Some(configs));
         assert!(!image.group_configs.contains_key("g2"));
+    }
+
+    #[test]
+    fn broker_config_layers_survive_reopen_and_an_empty_set_removes_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Controller::open(dir.path(), 1).unwrap();
+        let default = BTreeMap::from([("log.retention.ms".to_string(), "1000".to_string())]);
+        let own = BTreeMap::from([("message.max.bytes".to_string(), "2000".to_string())]);
+        c.update_broker_configs::<Error>(None, |_, _| Ok(default.clone()))
+            .unwrap();
+        c.update_broker_configs::<Error>(Some(1), |_, _| Ok(own.clone()))
+            .unwrap();
+        c.update_broker_configs::<Error>(Some(2), |_, _| Ok(own.clone()))
+            .unwrap();
+        c.update_broker_configs::<Error>(Some(2), |_, current| {
+            assert_eq!(current, &own, "the update sees the stored layer");
+            Ok(BTreeMap::new())
+        })
+        .unwrap();
+        let refused = c.update_broker_configs(None, |_, _| Err(Error::InvalidRequest("no".into())));
+        assert!(refused.is_err());
+        drop(c);
+        let c = Controller::open(dir.path(), 1).unwrap();
+        let (cluster, node) = c.image().broker_config_layers(1);
+        assert_eq!(((*cluster).clone(), (*node).clone()), (default, own));
+        assert!(!c.image().broker_configs.contains_key(&2));
     }
 
     #[test]

@@ -15,7 +15,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -23,7 +23,7 @@ use bytes::Bytes;
 use tokio::sync::{Notify, watch};
 use uuid::Uuid;
 
-use crate::cluster::MetadataImage;
+use crate::cluster::{ConfigLayer, MetadataImage};
 use crate::config::BrokerConfig;
 use crate::error::{Error, Result};
 use crate::log::producer_state::{AbortedTxn, Marker, Origin, ProducerEntry};
@@ -82,8 +82,11 @@ pub struct Partition {
     durable_offset: watch::Sender<i64>,
     /// Set by acks=all appends, taken by the flusher.
     flush_needed: Notify,
-    /// True when acks=all waits for fsync (`log.flush.interval.messages = 1`).
-    flush_before_ack: bool,
+    /// True when acks=all waits for fsync (`log.flush.interval.messages = 1`); a dynamic
+    /// broker config may change it.
+    flush_before_ack: AtomicBool,
+    /// `log.flush.interval.ms`: the flusher's period, read at each round.
+    flush_interval_ms: AtomicU64,
     closing: AtomicBool,
     /// Set when an fsync failed: the partition stops acknowledging (Kafka takes the log dir
     /// offline: KAFKA_STORAGE_ERROR).
@@ -125,7 +128,7 @@ impl Partition {
             }
             Ok(info)
         })?;
-        if durable && self.flush_before_ack && !info.duplicate {
+        if durable && self.flush_before_ack.load(Ordering::Acquire) && !info.duplicate {
             self.flush_needed.notify_one();
         }
         Ok(info)
@@ -150,7 +153,7 @@ impl Partition {
             self.high_watermark.send_replace(log.log_end_offset());
             Ok(info)
         })?;
-        if self.flush_before_ack {
+        if self.flush_before_ack.load(Ordering::Acquire) {
             self.flush_needed.notify_one();
         }
         Ok(info)
@@ -177,7 +180,7 @@ impl Partition {
 
     /// Waits until `offset` is durable by the flush policy (acks=all).
     pub async fn wait_durable(&self, offset: i64) -> Result<()> {
-        if !self.flush_before_ack {
+        if !self.flush_before_ack.load(Ordering::Acquire) {
             return Ok(());
         }
         let mut rx = self.durable_offset.subscribe();
@@ -323,6 +326,17 @@ impl Partition {
         }
     }
 
+    /// The broker's flush policy (`log.flush.interval.messages`, `log.flush.interval.ms`),
+    /// effective from the next append and the next flusher round.
+    fn update_flush_policy(&self, config: &BrokerConfig) {
+        self.flush_before_ack
+            .store(config.log_flush_interval_messages <= 1, Ordering::Release);
+        self.flush_interval_ms
+            .store(config.log_flush_interval_ms.max(1) as u64, Ordering::Release);
+        // A waiting flusher picks the new period up now rather than after the old one.
+        self.flush_needed.notify_one();
+    }
+
     /// Flushes and closes the log; later calls get UNKNOWN_TOPIC_OR_PARTITION.
     pub fn close(&self) -> Result<()> {
         self.closing.store(true, Ordering::Release);
@@ -369,8 +383,9 @@ impl Partition {
 
     /// The flusher: one per partition, fsyncing on a blocking thread so appends continue
     /// meanwhile; appends made during an fsync are covered by the next one.
-    async fn run_flusher(self: Arc<Self>, interval: Duration) {
+    async fn run_flusher(self: Arc<Self>) {
         loop {
+            let interval = Duration::from_millis(self.flush_interval_ms.load(Ordering::Acquire));
             tokio::select! {
                 _ = self.flush_needed.notified() => {}
                 _ = tokio::time::sleep(interval) => {}
@@ -421,6 +436,8 @@ pub struct ReplicaManager {
 #[derive(Default)]
 struct Applied {
     topics: imbl::OrdMap<String, Arc<crate::cluster::TopicInfo>>,
+    /// The dynamic broker config layers (cluster default, this broker's) last applied.
+    broker_configs: Option<(ConfigLayer, ConfigLayer)>,
 }
 
 impl ReplicaManager {
@@ -451,12 +468,21 @@ impl ReplicaManager {
 
     /// Opens the partitions the image has and this node lacks, closes and deletes those it no
     /// longer has, and applies config changes live. Runs at start-up and after every metadata
-    /// change; only topics that changed since the last call are visited. A partition whose
-    /// storage fails to open is marked offline and the others still open; the first such error
-    /// is returned.
+    /// change; only topics that changed since the last call are visited, unless the dynamic
+    /// broker configs changed: those become the live broker config first (so partitions open
+    /// with them), then reach every partition's log (Kafka's `DynamicLogConfig.reconfigure`).
+    /// A partition whose storage fails to open is marked offline and the others still open;
+    /// the first such error is returned.
     pub fn apply_image(&self, image: &MetadataImage) -> Result<()> {
         use imbl::ordmap::DiffItem;
         let mut applied = self.applying.lock().unwrap_or_else(|p| p.into_inner());
+        let layers = image.broker_config_layers(self.config.node_id);
+        // On the first apply no partition is open yet: those opening below get the live config.
+        let first = applied.broker_configs.is_none();
+        let broker_configs_changed = applied.broker_configs.as_ref() != Some(&layers);
+        if broker_configs_changed {
+            self.config.apply_dynamic(&layers.0, &layers.1);
+        }
         let mut first_error = None;
         let mut note = |e: Error| {
             if first_error.is_none() {
@@ -502,9 +528,32 @@ impl ReplicaManager {
             }
         }
         applied.topics = image.topics.clone();
+        if broker_configs_changed && !first {
+            self.reconfigure_all(image);
+        }
+        applied.broker_configs = Some(layers);
         match first_error {
             Some(e) => Err(e),
             None => Ok(()),
+        }
+    }
+
+    /// Gives every hosted partition the live broker defaults under its topic's overrides, and
+    /// the live flush policy: one lock and one config copy per partition, the config computed
+    /// once per topic.
+    fn reconfigure_all(&self, image: &MetadataImage) {
+        let live = self.config.live();
+        let mut by_topic: HashMap<String, crate::log::LogConfig> = HashMap::new();
+        for p in self.all() {
+            let Some(topic) = image.topic(&p.tp.topic) else {
+                continue;
+            };
+            let config = by_topic
+                .entry(p.tp.topic.clone())
+                .or_insert_with(|| self.config.topic_log_config(&topic.configs))
+                .clone();
+            p.update_config(config);
+            p.update_flush_policy(&live);
         }
     }
 
@@ -567,6 +616,7 @@ impl ReplicaManager {
         };
         self.offline.write().unwrap_or_else(|p| p.into_inner()).remove(&tp);
         let end = log.log_end_offset();
+        let live = self.config.live();
         let partition = Arc::new(Partition {
             tp: tp.clone(),
             topic_id: topic.id,
@@ -577,12 +627,12 @@ impl ReplicaManager {
             high_watermark: watch::Sender::new(end),
             durable_offset: watch::Sender::new(end),
             flush_needed: Notify::new(),
-            flush_before_ack: self.config.log_flush_interval_messages <= 1,
+            flush_before_ack: AtomicBool::new(live.log_flush_interval_messages <= 1),
+            flush_interval_ms: AtomicU64::new(live.log_flush_interval_ms.max(1) as u64),
             closing: AtomicBool::new(false),
             failed: AtomicBool::new(false),
         });
-        let interval = Duration::from_millis(self.config.log_flush_interval_ms.max(1) as u64);
-        tokio::spawn(partition.clone().run_flusher(interval));
+        tokio::spawn(partition.clone().run_flusher());
         self.partitions
             .write()
             .unwrap_or_else(|p| p.into_inner())
