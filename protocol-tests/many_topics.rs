@@ -135,8 +135,8 @@ async fn ten_thousand_topics_in_one_metadata_request_are_all_usable_and_survive_
     stop(broker);
 
     // The broker restarts on it: metadata and disk agree, every topic is led and readable.
-    // (The port accepts connections before the partitions are open: start-up time is the time
-    // to the first answer.)
+    // (Start-up time is the time to the first answer; the port accepts connections only once
+    // every partition is open.)
     let started = Instant::now();
     let broker = BrokerProcess::spawn(dir.path(), free_port(), &settings);
     let mut raw = Raw::connect(broker.addr).await;

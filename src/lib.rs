@@ -17,7 +17,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
+use tokio::net::TcpSocket;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -66,22 +66,45 @@ fn local_hostname() -> String {
 
 pub struct Broker;
 
+/// Pending connections the kernel queues before the broker accepts them (Linux caps it at
+/// net.core.somaxconn).
+const LISTEN_BACKLOG: u32 = 1024;
+
+/// Binds `listen` (host:port, resolved) without listening yet; SO_REUSEADDR as tokio's
+/// `TcpListener::bind` sets it, so a restarted broker can take its port back at once.
+async fn bind(listen: &str) -> std::io::Result<TcpSocket> {
+    let mut last = None;
+    for addr in tokio::net::lookup_host(listen).await? {
+        let socket = if addr.is_ipv4() {
+            TcpSocket::new_v4()?
+        } else {
+            TcpSocket::new_v6()?
+        };
+        socket.set_reuseaddr(true)?;
+        match socket.bind(addr) {
+            Ok(()) => return Ok(socket),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::new(std::io::ErrorKind::AddrNotAvailable, "no address to bind")))
+}
+
 impl Broker {
     /// Recovers the data directory and starts serving.
     pub async fn start(mut config: BrokerConfig) -> Result<BrokerHandle, StartError> {
         config.check()?;
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| error::Error::storage("create directory", &config.data_dir, e))?;
-        let listener = TcpListener::bind(&config.listen)
-            .await
-            .map_err(|source| StartError::Listen {
-                addr: config.listen.clone(),
-                source,
-            })?;
-        let addr = listener.local_addr().map_err(|source| StartError::Listen {
+        // The port is taken now (its number is advertised), but connections are accepted only
+        // once every partition is open and the coordinators are loaded, as Kafka starts its
+        // acceptors last: a client connecting during recovery is refused and retries, instead
+        // of waiting unanswered behind thousands of partitions being opened.
+        let listen_error = |source| StartError::Listen {
             addr: config.listen.clone(),
             source,
-        })?;
+        };
+        let socket = bind(&config.listen).await.map_err(listen_error)?;
+        let addr = socket.local_addr().map_err(listen_error)?;
         if config.advertise.is_none() {
             // Clients cannot connect to 0.0.0.0: like Kafka, advertise this host's name instead
             // (and with an ephemeral port, the real one).
@@ -226,6 +249,10 @@ impl Broker {
                 }
             }
         });
+        let listener = socket.listen(LISTEN_BACKLOG).map_err(|source| StartError::Listen {
+            addr: config.listen.clone(),
+            source,
+        })?;
         let stopped = tokio::spawn({
             let shutdown = shutdown.clone();
             async move {
