@@ -306,6 +306,46 @@ async fn max_connections_slots_come_back_when_connections_end_abruptly() {
     broker.handle.shutdown().await;
 }
 
+/// `max.connections` is dynamic (KIP-226): raised through IncrementalAlterConfigs on the
+/// cluster-default BROKER resource, the next connection is admitted; lowered, open connections
+/// stay and new ones are refused.
+#[tokio::test]
+async fn max_connections_changes_at_runtime() {
+    use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
+    let broker = TestBroker::start(&[("max.connections", "2")]).await;
+    let set = |value: &str| {
+        IncrementalAlterConfigsRequest::default().with_resources(vec![
+            AlterConfigsResource::default()
+                .with_resource_type(4)
+                .with_resource_name(StrBytes::from_static_str(""))
+                .with_configs(vec![
+                    AlterableConfig::default()
+                        .with_name(StrBytes::from_static_str("max.connections"))
+                        .with_config_operation(0)
+                        .with_value(Some(StrBytes::from_string(value.to_string()))),
+                ]),
+        ])
+    };
+    let mut admin = Raw::connect(broker.addr).await;
+    let _second = served_soon(broker.addr).await;
+    assert!(
+        served(broker.addr).await.is_none(),
+        "a third connection is refused at 2"
+    );
+    let resp = admin.call(1, &set("3")).await;
+    assert_eq!(resp.responses[0].error_code, 0, "{:?}", resp.responses[0].error_message);
+    let _third = served_soon(broker.addr).await;
+    let resp = admin.call(1, &set("1")).await;
+    assert_eq!(resp.responses[0].error_code, 0);
+    assert!(
+        served(broker.addr).await.is_none(),
+        "lowered: a new connection is refused"
+    );
+    let resp = admin.call(1, &set("3")).await;
+    assert_eq!(resp.responses[0].error_code, 0, "the admin connection still works");
+    broker.handle.shutdown().await;
+}
+
 /// SO_LINGER 0: closing sends a reset instead of a FIN.
 fn socket_linger_zero(stream: &std::net::TcpStream) {
     use std::os::fd::AsRawFd;

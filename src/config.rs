@@ -351,9 +351,8 @@ const fn broker_key(name: &'static str, kind: ConfigType, dynamic: bool, doc: &'
 
 /// Every key `set` accepts, in the order DescribeConfigs lists them. `dynamic` follows Kafka
 /// 4.1: `DynamicLogConfig.ReconfigurableConfigs` (the broker synonyms of topic configs),
-/// `LogCleaner.RECONFIGURABLE_CONFIGS` and `DynamicProducerStateManagerConfig`. Kafka's
-/// `max.connections` is dynamic too, but the listener reads it at start only here, so it is
-/// refused (compat-matrix.md).
+/// `LogCleaner.RECONFIGURABLE_CONFIGS`, `DynamicProducerStateManagerConfig` and
+/// `DynamicListenerConfig`'s `max.connections` (the listener reads it at each accept).
 pub const BROKER_KEYS: &[BrokerKey] = &[
     broker_key("node.id", ConfigType::Int, false, "This broker's id in metadata."),
     broker_key("listeners", ConfigType::String, false, "The address the broker binds."),
@@ -396,7 +395,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     broker_key(
         "max.connections",
         ConfigType::Int,
-        false,
+        true,
         "Connections beyond this are closed on accept.",
     ),
     broker_key(

@@ -105,8 +105,10 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, shutdown: CancellationT
                 continue;
             }
         };
-        let Some(slot) = ConnectionSlot::acquire(&open, ctx.config.max_connections) else {
-            tracing::warn!(%peer, max = ctx.config.max_connections, "max.connections reached; closing new connection");
+        // Dynamic (KIP-226): read at each accept. Lowering it closes no open connection.
+        let max_connections = ctx.config.live().max_connections;
+        let Some(slot) = ConnectionSlot::acquire(&open, max_connections) else {
+            tracing::warn!(%peer, max = max_connections, "max.connections reached; closing new connection");
             drop(stream);
             continue;
         };
