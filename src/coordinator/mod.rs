@@ -31,7 +31,7 @@ use tokio::time::Instant;
 use crate::cluster::{Controller, MetadataImage};
 use crate::config::BrokerConfig;
 use crate::error::Error;
-use crate::log::batch::encode_records;
+use crate::log::batch::{batches, decode_records, encode_records};
 use crate::log::validate_batches;
 use crate::replica::{ReplicaManager, now_ms};
 use consumer::{ConsumerGroup, ConsumerGroupSnapshot, ConsumerLimits, HeartbeatIn, HeartbeatOut, TopicsView};
@@ -231,25 +231,15 @@ impl GroupCoordinator {
                 let bytes = read.records;
                 let before = next;
                 let mut sets = Vec::new();
-                let mut at = 0usize;
-                while bytes.len() - at >= 12 {
-                    let base = i64::from_be_bytes(bytes[at..at + 8].try_into().unwrap_or_default());
-                    let len = i32::from_be_bytes(bytes[at + 8..at + 12].try_into().unwrap_or_default());
-                    let end = usize::try_from(len)
-                        .ok()
-                        .and_then(|l| (at + 12).checked_add(l))
-                        .filter(|e| *e <= bytes.len());
-                    let Some(end) = end else { break };
-                    let batch = bytes.slice(at..end);
-                    if batch.len() >= 27 {
-                        let last_delta = i32::from_be_bytes(batch[23..27].try_into().unwrap_or_default());
-                        next = next.max(base + i64::from(last_delta) + 1);
-                    }
-                    sets.push(
-                        crate::log::batch::decode_records(&batch)
-                            .map_err(|e| Error::CorruptBatch(format!("{OFFSETS_TOPIC}-{p} at {base}: {e}")))?,
-                    );
-                    at = end;
+                for framed in batches(&bytes) {
+                    let (header, batch) =
+                        framed.map_err(|e| Error::CorruptBatch(format!("{OFFSETS_TOPIC}-{p} after {next}: {e}")))?;
+                    // The header, not the records, moves the read on: a compacted batch may
+                    // hold none of its offsets.
+                    next = next.max(header.last_offset() + 1);
+                    sets.push(decode_records(&batch).map_err(|e| {
+                        Error::CorruptBatch(format!("{OFFSETS_TOPIC}-{p} at {}: {e}", header.base_offset))
+                    })?);
                 }
                 if next == before {
                     break; // nothing readable: never loop

@@ -35,7 +35,7 @@ use super::txn_records::{self, TxnLogValue};
 use crate::cluster::Controller;
 use crate::config::BrokerConfig;
 use crate::error::Error;
-use crate::log::batch::encode_records;
+use crate::log::batch::{batches, decode_records, encode_records};
 use crate::log::validate_batches;
 use crate::replica::{ReplicaManager, TopicPartition, now_ms};
 
@@ -922,8 +922,10 @@ impl TransactionCoordinator {
             while next < offsets.high_watermark {
                 let chunk = partition.read(next, 1 << 20, true)?;
                 let before = next;
-                for batch in split_batches(&chunk.records) {
-                    let set = crate::log::batch::decode_records(&batch)
+                for framed in batches(&chunk.records) {
+                    let (_, batch) = framed
+                        .map_err(|e| Error::CorruptBatch(format!("{TRANSACTION_STATE_TOPIC}-{p} after {next}: {e}")))?;
+                    let set = decode_records(&batch)
                         .map_err(|e| Error::CorruptBatch(format!("{TRANSACTION_STATE_TOPIC}-{p}: {e}")))?;
                     for r in set.records {
                         next = next.max(r.offset + 1);
@@ -1306,23 +1308,6 @@ pub fn produce_verification_code(c: i16, produce_version: i16) -> i16 {
     } else {
         c
     }
-}
-
-/// Splits a read of the log into its framed batches.
-fn split_batches(bytes: &Bytes) -> Vec<Bytes> {
-    let mut out = Vec::new();
-    let mut at = 0usize;
-    while bytes.len().saturating_sub(at) >= 12 {
-        let len = i32::from_be_bytes([bytes[at + 8], bytes[at + 9], bytes[at + 10], bytes[at + 11]]);
-        let end = usize::try_from(len)
-            .ok()
-            .and_then(|l| (at + 12).checked_add(l))
-            .filter(|e| *e <= bytes.len());
-        let Some(end) = end else { break };
-        out.push(bytes.slice(at..end));
-        at = end;
-    }
-    out
 }
 
 #[cfg(test)]

@@ -136,18 +136,67 @@ pub fn validate_batches(records: &Bytes, max_message_bytes: usize) -> Result<Vec
 
 /// One past the last offset of the last whole batch in `records` (as read from the log), or
 /// None when it holds no whole batch.
-pub fn end_offset(records: &[u8]) -> Option<i64> {
-    let mut at = 0usize;
-    let mut end = None;
-    while records.len().saturating_sub(at) >= LAST_OFFSET_DELTA + 4 {
-        let size = batch_size(&records[at..]).ok()?;
-        if at + size > records.len() {
-            break;
-        }
-        end = Some(be_i64(&records[at..], BASE_OFFSET) + i64::from(be_i32(&records[at..], LAST_OFFSET_DELTA)) + 1);
-        at += size;
+pub fn end_offset(records: &Bytes) -> Option<i64> {
+    batches(records)
+        .map_while(Result::ok)
+        .last()
+        .map(|(header, _)| header.last_offset() + 1)
+}
+
+/// The whole batches at the start of `records` (a read of the log), each with its header; see
+/// `Batches`.
+pub(crate) fn batches(records: &Bytes) -> Batches {
+    Batches {
+        records: records.clone(),
+        pos: 0,
+        failed: false,
     }
-    end
+}
+
+/// Iterator over the batches of a log read, yielding each batch's header and bytes (framing
+/// prefix included). It ends at the end of the input or at a partial trailing batch (a read cut
+/// by its byte budget ends inside a batch, as a Fetch response may). A batch whose framing is
+/// impossible (negative length, shorter than a header) is a `CorruptBatch` error, after which it
+/// ends. Only the framing is checked, not the CRC: the log checked that on append and recovery.
+#[derive(Debug, Clone)]
+pub(crate) struct Batches {
+    records: Bytes,
+    pos: usize,
+    failed: bool,
+}
+
+impl Iterator for Batches {
+    type Item = Result<(BatchHeader, Bytes)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let rest = self.records.get(self.pos..)?;
+        if self.failed || rest.len() < LOG_OVERHEAD {
+            return None;
+        }
+        let parsed = batch_size(rest).and_then(|size| {
+            if size > rest.len() {
+                return Ok(None);
+            }
+            if size < HEADER_LEN {
+                return Err(Error::CorruptBatch(format!(
+                    "batch of {size} bytes is below the header"
+                )));
+            }
+            BatchHeader::parse(&rest[..size]).map(Some)
+        });
+        match parsed {
+            Ok(Some(header)) => {
+                let bytes = self.records.slice(self.pos..self.pos + header.size);
+                self.pos += header.size;
+                Some(Ok((header, bytes)))
+            }
+            Ok(None) => None,
+            Err(e) => {
+                self.failed = true;
+                Some(Err(e))
+            }
+        }
+    }
 }
 
 /// The header fields the log needs to index, scan and locate batches.
@@ -808,6 +857,76 @@ pub(crate) mod tests {
         bad[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
         let err = validate_batches(&bad.freeze(), 1 << 20).unwrap_err();
         assert!(matches!(err, Error::CorruptBatch(_)), "{err}");
+    }
+
+    #[test]
+    fn batches_yields_each_whole_batch_and_stops_at_a_partial_one() {
+        let a = encode_batch(&[1, 2, 3], 10);
+        let b = encode_batch(&[4], 10);
+        let all = concat(&[&a, &b]);
+        let whole: Vec<_> = batches(&all).map(Result::unwrap).collect();
+        assert_eq!(whole.len(), 2);
+        assert_eq!(whole[0].0.size, a.len());
+        assert_eq!(whole[0].0.last_offset_delta, 2);
+        assert_eq!(whole[0].1, a);
+        assert_eq!(whole[1].1, b);
+        assert_eq!(whole[1].1.as_ptr(), all[a.len()..].as_ptr()); // a view, not a copy
+        // A read cut anywhere inside the second batch (its prefix included) yields the first only.
+        for cut in a.len() + 1..all.len() {
+            let got: Vec<_> = batches(&all.slice(..cut)).map(Result::unwrap).collect();
+            assert_eq!(got.len(), 1, "cut at {cut}");
+            assert_eq!(got[0].1, a, "cut at {cut}");
+        }
+        for cut in 0..a.len() {
+            assert_eq!(batches(&all.slice(..cut)).count(), 0, "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn batches_of_empty_input_is_empty() {
+        assert_eq!(batches(&Bytes::new()).count(), 0);
+    }
+
+    #[test]
+    fn batches_reads_a_control_batch_header() {
+        use crate::log::producer_state::{Marker, encode_marker};
+        let data = encode_batch(&[1], 10);
+        let marker = encode_marker(
+            77,
+            3,
+            Marker {
+                commit: true,
+                coordinator_epoch: 5,
+            },
+            9,
+        );
+        let all = concat(&[&data, &marker]);
+        let whole: Vec<_> = batches(&all).map(Result::unwrap).collect();
+        assert_eq!(whole.len(), 2);
+        assert_eq!(whole[0].0.attributes & CONTROL, 0);
+        let (header, bytes) = &whole[1];
+        assert_eq!(header.attributes & (CONTROL | TRANSACTIONAL), CONTROL | TRANSACTIONAL);
+        assert_eq!((header.producer_id, header.producer_epoch), (77, 3));
+        assert_eq!(bytes, &marker);
+        let set = decode_records(bytes).unwrap();
+        assert_eq!(set.records.len(), 1);
+        assert!(set.records[0].control);
+        assert_eq!(set.records[0].key.as_deref(), Some(&[0u8, 0, 0, 1][..])); // version 0, commit
+    }
+
+    #[test]
+    fn batches_refuses_impossible_framing_then_ends() {
+        let good = encode_batch(&[1], 10);
+        for length in [-1i32, 0, (MIN_BATCH_LENGTH - 1) as i32] {
+            let mut bad = BytesMut::from(&good[..]);
+            bad[BATCH_LENGTH..BATCH_LENGTH + 4].copy_from_slice(&length.to_be_bytes());
+            let all = concat(&[&good, &bad.freeze(), &good]);
+            let mut it = batches(&all);
+            assert_eq!(it.next().unwrap().unwrap().1, good);
+            let err = it.next().unwrap().unwrap_err();
+            assert!(matches!(err, Error::CorruptBatch(_)), "length {length}: {err}");
+            assert!(it.next().is_none(), "length {length}");
+        }
     }
 
     #[test]
