@@ -884,7 +884,7 @@ pub(crate) fn finish_interrupted_swaps(dir: &Path) -> Result<i64> {
         let name = file_name(base, "log");
         let swap = dir.join(name.clone() + SWAP_SUFFIX);
         if let Some(last) = last_offset(&swap)? {
-            for other in super::list_segments(dir)? {
+            for other in super::recovery::list_segments(dir)? {
                 if base < other && other <= last {
                     Segment::delete_files(dir, other)?;
                 }
