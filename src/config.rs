@@ -435,6 +435,12 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
         "The period of the background fsync of every partition.",
     ),
     broker_key(
+        "log.flush.offset.checkpoint.interval.ms",
+        ConfigType::Int,
+        false,
+        "How often each partition's recovery point is checkpointed (crash recovery re-validates what follows it).",
+    ),
+    broker_key(
         "log.segment.bytes",
         ConfigType::Int,
         true,
@@ -735,6 +741,7 @@ impl BrokerConfig {
             "fetch.max.bytes" => self.fetch_max_bytes.to_string(),
             "log.flush.interval.messages" => self.log_flush_interval_messages.to_string(),
             "log.flush.interval.ms" => self.log_flush_interval_ms.to_string(),
+            "log.flush.offset.checkpoint.interval.ms" => self.log.recovery_point_checkpoint_ms.to_string(),
             "log.segment.bytes" => self.log.segment_bytes.to_string(),
             "log.roll.ms" => self.log.segment_ms.to_string(),
             "log.index.interval.bytes" => self.log.index_interval_bytes.to_string(),
@@ -860,6 +867,9 @@ impl BrokerConfig {
                 self.log_flush_interval_messages = at_least(key, parse_int(key, value)?, 1)?
             }
             "log.flush.interval.ms" => self.log_flush_interval_ms = at_least(key, parse_int(key, value)?, 1)?,
+            "log.flush.offset.checkpoint.interval.ms" => {
+                self.log.recovery_point_checkpoint_ms = at_least(key, parse_int(key, value)?, 0)?
+            }
             "log.segment.bytes" => self.log.segment_bytes = at_least(key, parse_int(key, value)?, 14)?,
             "log.roll.ms" => self.log.segment_ms = at_least(key, parse_int(key, value)?, 1)?,
             "log.index.interval.bytes" => self.log.index_interval_bytes = at_least(key, parse_int(key, value)?, 0)?,

@@ -101,6 +101,8 @@ pub struct Log {
     /// Everything below this offset is known to be fsynced; recovery validates from the segment
     /// holding it onward.
     recovery_point: i64,
+    /// When this process last wrote the recovery-point checkpoint.
+    recovery_point_written: Option<std::time::Instant>,
     /// The first offset a client may read: the first segment's base offset, or above it after
     /// DeleteRecords (Kafka's `logStartOffset`); checkpointed in `log-start-offset-checkpoint`.
     log_start_offset: i64,
@@ -343,8 +345,10 @@ impl Log {
                 files.push(segment.log_file());
             }
             // A segment created at or after the recovery point has a directory entry no flush
-            // has covered yet (a flush that covered data in it would have synced the directory).
-            new_names |= segment.created_by_roll;
+            // has covered yet (a flush that covered data in it synced the directory). Below the
+            // recovery point its name is durable: the active segment is not synced again at
+            // every flush once its first data is.
+            new_names |= segment.created_by_roll && segment.base_offset >= self.recovery_point;
         }
         files.reverse();
         FlushHandle {
@@ -363,7 +367,16 @@ impl Log {
         }
         self.recovery_point = offset;
         self.active.persist_indexes()?;
-        checkpoint::write_recovery_point(&self.dir, offset, false)
+        // Checkpointed every `log.flush.offset.checkpoint.interval.ms` (Kafka's LogManager
+        // does the same), not at every fsync: each write is a new file and a rename.
+        let due = self
+            .recovery_point_written
+            .is_none_or(|at| at.elapsed().as_millis() >= u128::from(self.config.recovery_point_checkpoint_ms));
+        if due {
+            checkpoint::write_recovery_point(&self.dir, offset, false)?;
+            self.recovery_point_written = Some(std::time::Instant::now());
+        }
+        Ok(())
     }
 
     /// The offset below which everything is known to be fsynced.
@@ -837,6 +850,52 @@ mod tests {
         log.mark_flushed(handle.flushed_offset).unwrap();
         let after = log.flush_handle();
         assert!(after.files.is_empty() && after.dir.is_none());
+    }
+
+    #[test]
+    fn the_recovery_point_is_checkpointed_by_interval_and_the_directory_synced_once_per_new_segment() {
+        let dir = TempDir::new().unwrap();
+        let mut log = Log::open(dir.path(), small_segments(), NOW).unwrap();
+        let flush = |log: &mut Log| {
+            let handle = log.flush_handle();
+            handle.sync().unwrap();
+            log.mark_flushed(handle.flushed_offset).unwrap();
+            handle
+        };
+        log.append(batch(3, 0), 0, NOW).unwrap();
+        let first = flush(&mut log);
+        assert_eq!(first.dir.as_deref(), Some(dir.path()), "the new segment's name");
+        assert_eq!(
+            checkpoint::read_recovery_point(dir.path()).unwrap(),
+            Some(3),
+            "first flush"
+        );
+        // Within the interval (60 s by default) the checkpoint is not rewritten, and the active
+        // segment, whose name the first flush made durable, needs no directory fsync.
+        log.append(batch(3, 1), 0, NOW).unwrap();
+        let second = flush(&mut log);
+        assert!(second.dir.is_none(), "no directory fsync for data in a known segment");
+        assert_eq!(log.recovery_point(), 6);
+        assert_eq!(
+            checkpoint::read_recovery_point(dir.path()).unwrap(),
+            Some(3),
+            "not yet due"
+        );
+        // A roll creates a name again; an interval of 0 checkpoints at every flush.
+        log.update_config(LogConfig {
+            recovery_point_checkpoint_ms: 0,
+            ..small_segments()
+        });
+        for i in 2..20 {
+            log.append(batch(3, i), 0, NOW).unwrap();
+        }
+        let third = flush(&mut log);
+        assert_eq!(third.dir.as_deref(), Some(dir.path()), "segments rolled since");
+        assert_eq!(checkpoint::read_recovery_point(dir.path()).unwrap(), Some(60));
+        // A clean close writes it whatever the interval.
+        log.append(batch(3, 20), 0, NOW).unwrap();
+        log.close().unwrap();
+        assert_eq!(checkpoint::read_recovery_point(dir.path()).unwrap(), Some(63));
     }
 
     #[test]

@@ -115,6 +115,7 @@ impl Log {
             segments,
             active,
             recovery_point,
+            recovery_point_written: None,
             log_start_offset,
             epochs,
             pending_deletes: Vec::new(),
