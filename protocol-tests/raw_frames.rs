@@ -1213,3 +1213,46 @@ async fn api_versions_reports_the_features_sluice_serves_as_kafka_shapes_them() 
     assert_eq!(resp.finalized_features_epoch, -1);
     broker.handle.shutdown().await;
 }
+
+/// Kafka's `ProduceRequest.validateRecords`, per partition: exactly one batch (INVALID_RECORD
+/// for two, nothing appended) and no zstd before Produce v7 (UNSUPPORTED_COMPRESSION_TYPE).
+#[tokio::test]
+async fn produce_takes_exactly_one_batch_per_partition_and_zstd_from_v7() {
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    assert_eq!(create(&mut raw, "one-batch", 1, &[]).await, 0);
+    let two = [batch(2, 10, 1), batch(3, 10, 1)].concat();
+    for version in 3..=12 {
+        let resp = raw
+            .call(version, &produce_request("one-batch", 0, Bytes::from(two.clone()), -1))
+            .await;
+        let p = &resp.responses[0].partition_responses[0];
+        assert_eq!(p.error_code, 87, "v{version}: INVALID_RECORD");
+        if version >= 8 {
+            assert!(
+                p.error_message
+                    .as_deref()
+                    .unwrap_or("")
+                    .contains("exactly one record batch"),
+                "{:?}",
+                p.error_message
+            );
+        }
+    }
+    assert_eq!(latest_offset(&mut raw, "one-batch").await, 0, "nothing appended");
+    let records: Vec<(Option<Bytes>, Option<Bytes>, i64)> = vec![(Some(Bytes::from("k")), Some(Bytes::from("v")), 1)];
+    let zstd = sluice::log::batch::encode_records(&records, Compression::Zstd).unwrap();
+    for version in 3..=6 {
+        let resp = raw
+            .call(version, &produce_request("one-batch", 0, zstd.clone(), -1))
+            .await;
+        assert_eq!(
+            resp.responses[0].partition_responses[0].error_code, 76,
+            "v{version}: UNSUPPORTED_COMPRESSION_TYPE"
+        );
+    }
+    assert_eq!(latest_offset(&mut raw, "one-batch").await, 0);
+    let resp = raw.call(7, &produce_request("one-batch", 0, zstd, -1)).await;
+    assert_eq!(resp.responses[0].partition_responses[0].error_code, 0, "zstd from v7");
+    assert_eq!(latest_offset(&mut raw, "one-batch").await, 1);
+}

@@ -27,6 +27,9 @@ use crate::error::{Error, Result};
 use crate::log::{batch, validate_batches};
 use crate::replica::Partition;
 
+/// The record batch attributes' codec for zstd (KIP-110: Produce v7+ only).
+const ZSTD_CODEC: i16 = 4;
+
 pub const VERSIONS: Versions = Versions::new(ApiKey::Produce, 3, 13);
 
 pub enum Outcome {
@@ -178,6 +181,35 @@ pub fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcome {
                     continue;
                 }
             };
+            // Kafka's ProduceRequest.validateRecords, per partition (KafkaApis): exactly one
+            // batch, and no zstd before v7.
+            let framing = match batches.as_slice() {
+                [] => Some((
+                    ResponseError::InvalidRecord,
+                    format!(
+                        "Produce requests with version {version} must have at least one record batch per partition"
+                    ),
+                )),
+                [_] => None,
+                _ => Some((
+                    ResponseError::InvalidRecord,
+                    format!(
+                        "Produce requests with version {version} are only allowed to contain exactly one record batch per partition"
+                    ),
+                )),
+            };
+            let framing = framing.or_else(|| {
+                (version < 7 && batches.iter().any(|b| batch::codec(b) == ZSTD_CODEC)).then(|| {
+                    (
+                        ResponseError::UnsupportedCompressionType,
+                        format!("Produce requests with version {version} are not allowed to use ZStandard compression"),
+                    )
+                })
+            });
+            if let Some((code, text)) = framing {
+                partitions.push(error_response(index, code.code(), Some(text), version));
+                continue;
+            }
             if compacted || timestamp_bounds.is_some() {
                 let rules = RecordRules {
                     compacted,
