@@ -56,39 +56,38 @@ async fn produce(
     let producer = producer(bootstrap, &[("linger.ms", "5")]);
     let mut latest = BTreeMap::new();
     let mut pending = Vec::new();
+    // Local queue full: wait for deliveries, then send the same record again (bounded).
+    macro_rules! send {
+        ($record:expr) => {{
+            let mut record = $record;
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            loop {
+                match producer.send_result(record) {
+                    Ok(f) => break pending.push(f),
+                    Err((e, back)) => {
+                        assert!(std::time::Instant::now() < deadline, "queue still full: {e}");
+                        record = back;
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                }
+            }
+        }};
+    }
     for i in 0..n {
         let key = format!("key-{}", i % keys);
         let value = format!("value-{i}-{}", "x".repeat(50));
-        let mut record = FutureRecord::to(name).key(&key).payload(&value).partition(0);
-        loop {
-            match producer.send_result(record) {
-                Ok(f) => break pending.push(f),
-                // Local queue full: wait for deliveries, then send the same record again.
-                Err((_, back)) => {
-                    record = back;
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-            }
-        }
+        send!(FutureRecord::to(name).key(&key).payload(&value).partition(0));
         latest.insert(key, Some(value));
     }
     for k in 0..tombstoned {
         let key = format!("key-{k}");
-        pending.push(
-            producer
-                .send_result(FutureRecord::<_, ()>::to(name).key(&key).partition(0))
-                .unwrap(),
-        );
+        send!(FutureRecord::<_, ()>::to(name).key(&key).partition(0));
         latest.insert(key, None);
     }
     for j in 0..1000 {
         let key = format!("filler-{}", j % 10);
         let value = format!("filler-{j}-{}", "y".repeat(50));
-        pending.push(
-            producer
-                .send_result(FutureRecord::to(name).key(&key).payload(&value).partition(0))
-                .unwrap(),
-        );
+        send!(FutureRecord::to(name).key(&key).payload(&value).partition(0));
         latest.insert(key, Some(value));
     }
     for p in pending {
