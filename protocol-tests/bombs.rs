@@ -211,9 +211,7 @@ async fn create(raw: &mut Raw, name: &str, configs: &[(&str, &str)]) {
 
 /// The peak resident set of this process (the broker's too: it runs in it), in KiB.
 fn vm_hwm_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    proc_status_kib("self", "VmHWM").unwrap()
 }
 
 /// Produces every bomb to a topic created with `configs`: each refused with its code, nothing

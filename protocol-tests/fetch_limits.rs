@@ -355,10 +355,8 @@ async fn a_consumer_with_default_settings_reads_everything_under_a_low_cap() {
 
 /// The broker process's peak resident set (`VmHWM`), in bytes.
 fn peak_rss(pid: u32) -> usize {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
-    let kb: usize = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-    kb * 1024
+    let kb = proc_status_kib(&pid.to_string(), "VmHWM").unwrap();
+    usize::try_from(kb).unwrap() * 1024
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -19,13 +19,7 @@ use rdkafka::producer::FutureRecord;
 /// Open descriptors and resident memory (KiB) of a process.
 fn fds_and_rss(pid: u32) -> (usize, u64) {
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count());
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let rss = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0);
-    (fds, rss)
+    (fds, proc_status_kib(&pid.to_string(), "VmRSS").unwrap_or(0))
 }
 
 /// Stops a broker process cleanly (SIGTERM) and waits for it, within a bound.

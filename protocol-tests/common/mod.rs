@@ -288,3 +288,11 @@ pub async fn latest_offset(raw: &mut Raw, name: &str) -> i64 {
     assert_eq!(resp.topics[0].partitions[0].error_code, 0);
     resp.topics[0].partitions[0].offset
 }
+
+/// A `/proc/<pid>/status` field in KiB (`VmRSS`, `VmHWM`, ...), for `pid` or "self"; None when
+/// the process or the field is gone.
+pub fn proc_status_kib(pid: &str, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let value = status.lines().find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?;
+    value.split_whitespace().next()?.parse().ok()
+}
