@@ -204,3 +204,153 @@ async fn kill_9_during_cleaning_leaves_a_consistent_log() {
     assert_eq!(read.last().map(|(o, _, _)| *o), Some(end - 1), "the log end survives");
     eprintln!("{} of {end} records left after crashes during cleaning", read.len());
 }
+
+/// Every record of partition 0 from a raw read_uncommitted Fetch loop: (offset, control, key,
+/// value). Control records are the transaction markers.
+async fn raw_records(addr: std::net::SocketAddr, name: &str) -> Vec<(i64, bool, String, Option<String>)> {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::records::RecordBatchDecoder;
+    let mut raw = Raw::connect(addr).await;
+    let text = |b: &Option<bytes::Bytes>| b.as_ref().map(|b| String::from_utf8_lossy(b).into_owned());
+    let (mut next, mut out) = (0i64, Vec::new());
+    for _ in 0..10_000 {
+        let req = FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(0)
+            .with_max_bytes(1 << 20)
+            .with_isolation_level(0)
+            .with_session_epoch(-1)
+            .with_topics(vec![FetchTopic::default().with_topic(topic(name)).with_partitions(
+                vec![
+                    FetchPartition::default()
+                        .with_partition(0)
+                        .with_fetch_offset(next)
+                        .with_partition_max_bytes(1 << 20),
+                ],
+            )]);
+        let resp = raw.call(12, &req).await;
+        let p = &resp.responses[0].partitions[0];
+        assert_eq!(p.error_code, 0);
+        if next >= p.high_watermark {
+            return out;
+        }
+        let mut bytes = p.records.clone().unwrap_or_default();
+        let mut batch_end = next;
+        // Batches are parsed one by one: an empty one (a producer's last, kept by the cleaner)
+        // has no record but moves the offset on.
+        while bytes.len() >= 61 {
+            let size = 12 + i32::from_be_bytes(bytes[8..12].try_into().unwrap()) as usize;
+            let base = i64::from_be_bytes(bytes[0..8].try_into().unwrap());
+            let last_delta = i32::from_be_bytes(bytes[23..27].try_into().unwrap());
+            let mut one = bytes.split_to(size);
+            for set in RecordBatchDecoder::decode_all(&mut one).unwrap() {
+                for r in set.records {
+                    if r.offset >= next {
+                        out.push((r.offset, r.control, text(&r.key).unwrap_or_default(), text(&r.value)));
+                    }
+                }
+            }
+            batch_end = batch_end.max(base + i64::from(last_delta) + 1);
+        }
+        assert!(batch_end > next, "fetch at {next} made no progress");
+        next = batch_end;
+    }
+    panic!("the partition did not end");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactional_writes_compact_and_aborted_records_are_removed() {
+    // A compacted topic written by a transactional producer (Kafka Streams changelogs,
+    // `__consumer_offsets` with TxnOffsetCommit): the cleaner removes aborted records, compacts
+    // committed ones, and removes markers whose transactions have nothing left.
+    use rdkafka::producer::Producer;
+    let broker = TestBroker::start(&[("log.cleaner.backoff.ms", "100")]).await;
+    create(broker.addr, "txn-compacted").await;
+    let producer = producer(
+        &broker.bootstrap(),
+        &[
+            ("transactional.id", "compacting"),
+            ("enable.idempotence", "true"),
+            ("linger.ms", "5"),
+        ],
+    );
+    let timeout = Duration::from_secs(30);
+    producer.init_transactions(timeout).unwrap();
+    let mut latest = BTreeMap::new();
+    for t in 0..20 {
+        producer.begin_transaction().unwrap();
+        let mut pending = Vec::new();
+        for j in 0..200 {
+            let key = format!("key-{}", j % 20);
+            let value = format!("txn-{t}-{j}");
+            let record = FutureRecord::to("txn-compacted").key(&key).payload(&value).partition(0);
+            pending.push(producer.send_result(record).map_err(|(e, _)| e).unwrap());
+            if t % 2 == 0 {
+                latest.insert(key, value);
+            }
+        }
+        for p in pending {
+            p.await.unwrap().unwrap();
+        }
+        if t % 2 == 0 {
+            producer.commit_transaction(timeout).unwrap();
+        } else {
+            producer.abort_transaction(timeout).unwrap();
+        }
+    }
+    // A last transaction once the segment is old enough to roll: the rest becomes cleanable.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    producer.begin_transaction().unwrap();
+    producer
+        .send(
+            FutureRecord::to("txn-compacted")
+                .key("roller")
+                .payload("roller")
+                .partition(0),
+            timeout,
+        )
+        .await
+        .unwrap();
+    producer.commit_transaction(timeout).unwrap();
+    latest.insert("roller".into(), "roller".into());
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let records = loop {
+        let records = raw_records(broker.addr, "txn-compacted").await;
+        let data = records.iter().filter(|r| !r.1).count();
+        let markers = records.len() - data;
+        // What stays: one record per key, the markers of the last committed transaction (all
+        // its records are the latest) and of the roller's (in the active segment).
+        if data == latest.len() && markers == 2 {
+            break records;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not compacted: {data} records and {markers} markers of {} produced",
+            20 * 200 + 1
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(records.windows(2).all(|w| w[0].0 < w[1].0));
+    let read: BTreeMap<String, String> = records
+        .iter()
+        .filter(|r| !r.1)
+        .map(|r| (r.2.clone(), r.3.clone().unwrap()))
+        .collect();
+    assert_eq!(read, latest, "the latest committed value of each key, nothing aborted");
+
+    // A read_committed consumer (librdkafka's default) reads the same through the markers.
+    let consumer = consumer(&broker.bootstrap(), &[("isolation.level", "read_committed")]);
+    assign(&consumer, "txn-compacted", &[0], rdkafka::Offset::Beginning);
+    let mut seen = BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while seen.len() < latest.len() && Instant::now() < deadline {
+        if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+            let m = m.unwrap();
+            let key = String::from_utf8(m.key().unwrap().to_vec()).unwrap();
+            seen.insert(key, String::from_utf8(m.payload().unwrap().to_vec()).unwrap());
+        }
+    }
+    assert_eq!(seen, latest);
+    broker.handle.shutdown().await;
+}

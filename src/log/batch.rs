@@ -339,6 +339,38 @@ pub(crate) fn check_compacted(batch: &[u8]) -> Result<BatchHeader> {
     Ok(header)
 }
 
+/// The number of records a framed batch says it holds.
+pub(crate) fn record_count(batch: &[u8]) -> i32 {
+    be_i32(batch, RECORDS_COUNT)
+}
+
+/// A batch with the header of `batch` and no records (Kafka's `writeEmptyHeader`, which the
+/// cleaner uses to keep a producer's last batch once its records are gone): the same offsets,
+/// producer fields, flags and timestamps, uncompressed.
+pub(crate) fn empty_of(batch: &[u8]) -> Bytes {
+    let mut out = BytesMut::from(&batch[..HEADER_LEN]);
+    let length = i32::try_from(HEADER_LEN - LOG_OVERHEAD).unwrap_or(i32::MAX);
+    out[BATCH_LENGTH..BATCH_LENGTH + 4].copy_from_slice(&length.to_be_bytes());
+    let attributes = be_i16(&out, ATTRIBUTES) & !COMPRESSION_MASK;
+    out[ATTRIBUTES..ATTRIBUTES + 2].copy_from_slice(&attributes.to_be_bytes());
+    out[RECORDS_COUNT..HEADER_LEN].copy_from_slice(&0i32.to_be_bytes());
+    seal_crc(&mut out);
+    out.freeze()
+}
+
+/// Sets a batch's lastOffsetDelta (Kafka's cleaner keeps a rewritten batch's last offset, so
+/// that the producer's last sequence stays readable from the log) and its CRC.
+pub(crate) fn set_last_offset_delta(batch: &mut [u8], delta: i32) {
+    batch[LAST_OFFSET_DELTA..LAST_OFFSET_DELTA + 4].copy_from_slice(&delta.to_be_bytes());
+    seal_crc(batch);
+}
+
+/// Recomputes the CRC32C of a batch whose fields after the CRC changed.
+pub(crate) fn seal_crc(batch: &mut [u8]) {
+    let crc = crc32c::crc32c(&batch[ATTRIBUTES..]);
+    batch[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
 // Field readers. Callers hold at least `HEADER_LEN` bytes (a framed batch or a header read),
 // so the ranges are in bounds.
 pub(crate) fn be_i64(b: &[u8], at: usize) -> i64 {

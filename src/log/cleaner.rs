@@ -3,7 +3,8 @@
 //!
 //! One pass (`Log::clean`, or `prepare_clean` then `commit_clean`):
 //! 1. The cleanable range: closed, fsynced segments from the log start up to the first one
-//!    holding a batch newer than `min.compaction.lag.ms` (KIP-58). Below the cleaner checkpoint
+//!    holding a batch newer than `min.compaction.lag.ms` (KIP-58) or reaching the last stable
+//!    offset (every transaction below it has ended). Below the cleaner checkpoint
 //!    it is clean, above dirty; nothing happens unless the dirty share of its bytes reaches
 //!    `min.cleanable.dirty.ratio` or its oldest dirty batch is older than
 //!    `max.compaction.lag.ms` (KIP-354).
@@ -15,8 +16,13 @@
 //!    (Kafka's `groupSegmentsBySize`): a keyed record stays unless the map holds a later offset
 //!    for its key; a tombstone in the clean part also goes once its batch is older than
 //!    `delete.retention.ms`. Records keep their offsets; batches whose records all stay are
-//!    copied unchanged, others re-encoded, emptied ones dropped. Control and transactional
-//!    batches are copied as they are.
+//!    copied unchanged, others re-encoded with their last offset kept, emptied ones dropped.
+//!    Transactions (Kafka's `CleanedTransactionMetadata`): the aborted index tells which
+//!    transactional batches were aborted; those are neither mapped nor kept, so a cleaned
+//!    segment has no `.txnindex`. Committed ones compact like any other. A marker goes once no
+//!    batch of its transaction is left, it is in the clean part, and `delete.retention.ms` has
+//!    passed since it was written. Each producer's last data batch stays, emptied if need be
+//!    (Kafka's RETAIN_EMPTY), so its epoch and sequence can be rebuilt from the log alone.
 //! 4. The swap (Kafka's `.cleaned` / `.swap` protocol), safe under a crash at any point:
 //!    `compacted_below` in `cleaner-offset-checkpoint` is raised first (recovery accepts offset
 //!    gaps only below it), then `.cleaned` files become `.swap` (the `.log` last: its `.swap`
@@ -36,6 +42,7 @@
 //! no such case.
 
 use std::collections::hash_map::RandomState;
+use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasher;
 use std::io::{ErrorKind, IoSlice};
 use std::path::{Path, PathBuf};
@@ -46,6 +53,7 @@ use kafka_protocol::records::{Record, RecordBatchEncoder, RecordEncodeOptions};
 use super::batch::{self, BatchHeader, HEADER_LEN};
 use super::checkpoint;
 use super::index::TIME_ENTRY_LEN;
+use super::producer_state::AbortedTxn;
 use super::segment::{Segment, file_name};
 use super::{Log, LogConfig};
 use crate::error::{Error, Result};
@@ -114,8 +122,11 @@ pub struct CleanStats {
     /// 1 when this pass reached the end of the cleanable range; otherwise an estimate of the
     /// passes this one's dirty range needs in all (the map filled before its end).
     pub passes_needed: u32,
-    /// The largest timestamp of the oldest batch in which this pass kept a tombstone.
+    /// The largest timestamp of the oldest batch in which this pass kept a tombstone, or a
+    /// transaction marker it will remove once `delete.retention.ms` has passed.
     pub oldest_tombstone_ms: Option<i64>,
+    /// Transaction markers removed (nothing of their transaction was left).
+    pub markers_removed: u64,
 }
 
 /// Cleaned segments written beside the log by `prepare_clean`, waiting for `commit_clean` to
@@ -176,11 +187,16 @@ impl Log {
         let checkpointed = read_checkpoint(&self.dir)?;
         let log_start = self.segments.first().map_or(self.active.base_offset, |s| s.base_offset);
         let lag_horizon = now_ms.saturating_sub(config.min_compaction_lag_ms);
-        // Only what is fsynced: a recovery never has to truncate a segment the cleaner wrote.
+        // Only what is fsynced: a recovery never has to truncate a segment the cleaner wrote. And
+        // only below the last stable offset (Kafka's `firstUnstableOffset` bound): every
+        // transaction there has its outcome, so aborted batches are known by the aborted index.
+        let stable_end = self.first_unstable_offset().unwrap_or(i64::MAX);
         let cleanable_len = self
             .segments
             .iter()
-            .take_while(|s| s.max_timestamp <= lag_horizon && s.next_offset <= self.recovery_point)
+            .take_while(|s| {
+                s.max_timestamp <= lag_horizon && s.next_offset <= self.recovery_point && s.next_offset <= stable_end
+            })
             .count();
         let cleanable = &self.segments[..cleanable_len];
         let Some(cleanable_end) = cleanable.last().map(|s| s.next_offset) else {
@@ -222,7 +238,15 @@ impl Log {
         let mut map = OffsetMap::new(config.key_map_bytes)?;
         let mut stats = CleanStats::default();
         let records_bytes_max = crate::log::batch::records_bytes_cap(self.config.max_message_bytes);
-        let (dirty_end, mapped_bytes) = build_map(cleanable, first_dirty, records_bytes_max, &mut map, &mut stats)?;
+        let mut txns = Txns::new(self.aborted_transactions(first_dirty, cleanable_end));
+        let (dirty_end, mapped_bytes) = build_map(
+            cleanable,
+            first_dirty,
+            records_bytes_max,
+            &mut map,
+            &mut txns,
+            &mut stats,
+        )?;
         debug_assert!(first_dirty < dirty_end && dirty_end <= cleanable_end);
         let to_clean: Vec<&Segment> = cleanable.iter().take_while(|s| s.base_offset < dirty_end).collect();
         let filter = Filter {
@@ -230,7 +254,10 @@ impl Log {
             first_dirty,
             tombstone_horizon: now_ms.saturating_sub(config.delete_retention_ms),
             records_bytes_max,
+            last_data_offsets: self.last_data_offsets(),
         };
+        let log_start = to_clean.first().map_or(first_dirty, |s| s.base_offset);
+        let mut txns = Txns::new(self.aborted_transactions(log_start, dirty_end));
         let mut plan = CleanPlan {
             dir: self.dir.clone(),
             groups: Vec::new(),
@@ -242,7 +269,7 @@ impl Log {
             plan.groups.push(Group {
                 old: group.iter().map(|s| (s.base_offset, s.next_offset)).collect(),
             });
-            write_cleaned(&self.dir, &group, &self.config, &filter, &mut plan.stats)?;
+            write_cleaned(&self.dir, &group, &self.config, &filter, &mut txns, &mut plan.stats)?;
         }
         plan.stats.segments = to_clean.len();
         plan.stats.map_entries = map.len();
@@ -275,7 +302,10 @@ impl Log {
             first_dirty: clean_end,
             tombstone_horizon: now_ms.saturating_sub(config.delete_retention_ms),
             records_bytes_max: crate::log::batch::records_bytes_cap(self.config.max_message_bytes),
+            last_data_offsets: self.last_data_offsets(),
         };
+        let log_start = to_clean.first().map_or(clean_end, |s| s.base_offset);
+        let mut txns = Txns::new(self.aborted_transactions(log_start, clean_end));
         let mut plan = CleanPlan {
             dir: self.dir.clone(),
             groups: Vec::new(),
@@ -287,7 +317,7 @@ impl Log {
             plan.groups.push(Group {
                 old: group.iter().map(|s| (s.base_offset, s.next_offset)).collect(),
             });
-            write_cleaned(&self.dir, &group, &self.config, &filter, &mut plan.stats)?;
+            write_cleaned(&self.dir, &group, &self.config, &filter, &mut txns, &mut plan.stats)?;
         }
         plan.stats.segments = to_clean.len();
         plan.stats.passes_needed = 1;
@@ -322,17 +352,11 @@ impl Log {
         checkpoint::sync_dir(&dir)?;
         plan.decided = true;
         for group in &plan.groups {
-            // The aborted transactions of the segments merged into this one move to its
-            // `.txnindex` first (read_committed fetches need them; a crash may repeat an
-            // entry, which the log's open removes).
-            let kept = super::producer_state::read_txn_index(&dir, group.base_offset())?;
-            for &(base, _) in &group.old[1..] {
-                for entry in super::producer_state::read_txn_index(&dir, base)? {
-                    if !kept.contains(&entry) {
-                        super::producer_state::append_txn_index(&dir, group.base_offset(), &entry)?;
-                    }
-                }
-            }
+            // A cleaned segment holds no record of an aborted transaction (the pass dropped
+            // them all), so it has no `.txnindex`: an entry left for a transaction whose abort
+            // marker went would hide the producer's later records from read_committed
+            // consumers. Removed before the final rename, as `finish_interrupted_swaps` does.
+            remove(&dir.join(file_name(group.base_offset(), "txnindex")))?;
             // Replaced segments go before the final rename: once no `.swap` is left, open has
             // nothing to tell which segments a cleaned one replaced.
             for &(base, _) in &group.old[1..] {
@@ -357,6 +381,8 @@ impl Log {
         write_checkpoint(&dir, checkpointed)?;
         after_step();
 
+        // The aborted transactions whose markers were in the cleaned range: their records are gone.
+        self.producers.forget_aborted_below(groups_end);
         let replaced: usize = plan.groups.iter().map(|g| g.old.len()).sum();
         let after: Vec<Segment> = self.segments.drain(first + replaced..).collect();
         self.segments.truncate(first);
@@ -406,6 +432,7 @@ fn build_map(
     first_dirty: i64,
     records_bytes_max: usize,
     map: &mut OffsetMap,
+    txns: &mut Txns,
     stats: &mut CleanStats,
 ) -> Result<(i64, u64)> {
     let mut mapped_bytes = 0;
@@ -419,9 +446,15 @@ fn build_map(
         while let Some((header, bytes)) = cursor.next()? {
             stats.bytes_read += header.size as u64;
             mapped_bytes += header.size as u64;
-            // Markers carry no key; a transaction's records could be aborted ones, which must
-            // not shadow an older committed value (Kafka skips aborted records here).
-            if header.attributes & (batch::CONTROL | batch::TRANSACTIONAL) != 0 {
+            // Markers carry no key, and an aborted record must not shadow an older committed
+            // value (Kafka skips aborted batches here too).
+            if header.attributes & batch::CONTROL != 0 {
+                // A marker ends its producer's transaction (the producer id is the same in the
+                // next one).
+                txns.marker(&header);
+                continue;
+            }
+            if txns.data(&header) == TxnKind::Aborted {
                 continue;
             }
             let Some(set) = decode(&header, &bytes, records_bytes_max)? else {
@@ -476,6 +509,7 @@ fn write_cleaned(
     group: &[&Segment],
     config: &LogConfig,
     filter: &Filter<'_>,
+    txns: &mut Txns,
     stats: &mut CleanStats,
 ) -> Result<()> {
     let base = group.first().map_or(0, |s| s.base_offset);
@@ -488,7 +522,7 @@ fn write_cleaned(
         let mut cursor = BatchCursor::new(s, 0);
         while let Some((header, bytes)) = cursor.next()? {
             stats.bytes_read += header.size as u64;
-            let (header, bytes) = match filter.batch(&header, bytes, stats)? {
+            let (header, bytes) = match filter.batch(&header, bytes, txns, stats)? {
                 Kept::All(bytes) => (header, bytes),
                 Kept::Some(bytes) => (batch::check_compacted(&bytes)?, bytes),
                 Kept::None => continue,
@@ -533,15 +567,41 @@ struct Filter<'a> {
     tombstone_horizon: i64,
     /// The topic's max.message.bytes: a batch whose records decompress past it is kept whole.
     records_bytes_max: usize,
+    /// Each producer's last data batch (its last offset): kept, emptied if need be, so that
+    /// the producer's sequence and epoch stay readable from the log (Kafka's RETAIN_EMPTY).
+    last_data_offsets: HashMap<i64, i64>,
 }
 
 impl Filter<'_> {
-    fn batch(&self, header: &BatchHeader, bytes: Bytes, stats: &mut CleanStats) -> Result<Kept> {
-        if header.attributes & (batch::CONTROL | batch::TRANSACTIONAL) != 0 {
+    fn batch(&self, header: &BatchHeader, bytes: Bytes, txns: &mut Txns, stats: &mut CleanStats) -> Result<Kept> {
+        if header.attributes & batch::CONTROL != 0 {
             // Copied unread: check what is copied, as a recovery would.
             batch::check_compacted(&bytes)?;
-            return Ok(Kept::All(bytes));
+            return Ok(self.marker(header, bytes, txns, stats));
         }
+        let kind = txns.data(header);
+        let original = bytes.clone();
+        let kept = if kind == TxnKind::Aborted {
+            // A read_committed consumer never sees these; nobody else needs them either.
+            batch::check_compacted(&bytes)?;
+            stats.records_removed += u64::try_from(batch::record_count(&bytes)).unwrap_or(0);
+            Kept::None
+        } else {
+            self.records(header, bytes, stats)?
+        };
+        let kept = match kept {
+            Kept::None if self.last_data_offsets.get(&header.producer_id) == Some(&header.last_offset()) => {
+                Kept::Some(batch::empty_of(&original))
+            }
+            other => other,
+        };
+        if kind != TxnKind::NotTransactional && !matches!(kept, Kept::None) {
+            txns.kept(header.producer_id);
+        }
+        Ok(kept)
+    }
+
+    fn records(&self, header: &BatchHeader, bytes: Bytes, stats: &mut CleanStats) -> Result<Kept> {
         let Some(set) = decode(header, &bytes, self.records_bytes_max)? else {
             // Copied unread, as a control batch: its CRC is checked, its records all kept.
             batch::check_compacted(&bytes)?;
@@ -601,14 +661,15 @@ impl Filter<'_> {
             let attributes = batch::be_i16(&out, batch::ATTRIBUTES) | batch::TIMESTAMP_TYPE_LOG_APPEND;
             out[batch::ATTRIBUTES..batch::ATTRIBUTES + 2].copy_from_slice(&attributes.to_be_bytes());
             out[batch::MAX_TIMESTAMP..batch::MAX_TIMESTAMP + 8].copy_from_slice(&header.max_timestamp.to_be_bytes());
-            let crc = crc32c::crc32c(&out[batch::ATTRIBUTES..]);
-            out[batch::CRC..batch::CRC + 4].copy_from_slice(&crc.to_be_bytes());
         }
-        let out = out.freeze();
-        if batch::BatchHeader::parse(&out)?.size != out.len() {
+        // The batch keeps its last offset, as Kafka's cleaner does (`overrideLastOffset`): the
+        // producer's last sequence is base sequence + lastOffsetDelta.
+        let rewritten = batch::BatchHeader::parse(&out)?;
+        if rewritten.size != out.len() {
             return Err(corrupt(header, "re-encoding split the batch"));
         }
-        Ok(Kept::Some(out))
+        batch::set_last_offset_delta(&mut out, offset_delta(header.last_offset(), rewritten.base_offset));
+        Ok(Kept::Some(out.freeze()))
     }
 
     fn keep(&self, r: &Record, drop_tombstones: bool) -> bool {
@@ -618,6 +679,102 @@ impl Filter<'_> {
             return false;
         }
         !(r.value.is_none() && drop_tombstones && r.offset < self.first_dirty)
+    }
+}
+
+impl Filter<'_> {
+    /// A control batch: a transaction marker goes once nothing of its transaction is left in
+    /// the log, it has been in the clean part, and `delete.retention.ms` has passed since it
+    /// was written (a consumer part-way through the transaction still finds it).
+    fn marker(&self, header: &BatchHeader, bytes: Bytes, txns: &mut Txns, stats: &mut CleanStats) -> Kept {
+        if super::producer_state::read_marker(&bytes).is_none() {
+            txns.reach(header.last_offset());
+            return Kept::All(bytes);
+        }
+        if !txns.marker(header) {
+            return Kept::All(bytes);
+        }
+        if header.base_offset < self.first_dirty && header.max_timestamp < self.tombstone_horizon {
+            stats.markers_removed += 1;
+            return Kept::None;
+        }
+        // Due later: a tombstone pass removes it (the checkpoint's tombstone time).
+        let oldest = stats
+            .oldest_tombstone_ms
+            .map_or(header.max_timestamp, |t| t.min(header.max_timestamp));
+        stats.oldest_tombstone_ms = Some(oldest);
+        Kept::All(bytes)
+    }
+}
+
+/// What a data batch is to the transactions of the partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TxnKind {
+    NotTransactional,
+    Committed,
+    Aborted,
+}
+
+/// The transactions a pass meets, in log order (Kafka's `CleanedTransactionMetadata`). Below
+/// the last stable offset every transaction has ended, so a transactional batch is aborted
+/// exactly when the aborted index has its producer's transaction open at that offset.
+struct Txns {
+    /// Aborted transactions not reached yet, by decreasing first offset.
+    pending: Vec<AbortedTxn>,
+    /// Producers inside an aborted transaction.
+    aborted: HashSet<i64>,
+    /// Producers inside a transaction, and whether a batch of it was kept (an aborted one's
+    /// only as the producer's emptied last batch).
+    open: HashMap<i64, bool>,
+}
+
+impl Txns {
+    fn new(mut aborted: Vec<AbortedTxn>) -> Txns {
+        aborted.sort_by_key(|a| std::cmp::Reverse(a.first_offset));
+        Txns {
+            pending: aborted,
+            aborted: HashSet::new(),
+            open: HashMap::new(),
+        }
+    }
+
+    /// Opens the aborted transactions that start at or before `offset`.
+    fn reach(&mut self, offset: i64) {
+        while let Some(a) = self.pending.last()
+            && a.first_offset <= offset
+        {
+            self.aborted.insert(a.producer_id);
+            self.pending.pop();
+        }
+    }
+
+    fn data(&mut self, header: &BatchHeader) -> TxnKind {
+        self.reach(header.last_offset());
+        if header.attributes & batch::TRANSACTIONAL == 0 {
+            return TxnKind::NotTransactional;
+        }
+        self.open.entry(header.producer_id).or_insert(false);
+        if self.aborted.contains(&header.producer_id) {
+            TxnKind::Aborted
+        } else {
+            TxnKind::Committed
+        }
+    }
+
+    /// A batch of the producer's transaction stays in the log.
+    fn kept(&mut self, producer_id: i64) {
+        if let Some(kept) = self.open.get_mut(&producer_id) {
+            *kept = true;
+        }
+    }
+
+    /// Ends the producer's transaction at its marker: whether nothing of it is left in the
+    /// log. A marker whose transaction kept a batch stays: replaying the log without it would
+    /// leave that transaction open and hold the last stable offset back forever.
+    fn marker(&mut self, header: &BatchHeader) -> bool {
+        self.reach(header.last_offset());
+        self.aborted.remove(&header.producer_id);
+        !self.open.remove(&header.producer_id).unwrap_or(false)
     }
 }
 
@@ -876,7 +1033,7 @@ pub(crate) fn finish_interrupted_swaps(dir: &Path) -> Result<i64> {
         (stem.len() == 20).then(|| stem.parse::<i64>().ok()).flatten()
     });
     for base in swapped_logs {
-        for ext in ["index", "timeindex"] {
+        for ext in ["index", "timeindex", "txnindex"] {
             let name = file_name(base, ext);
             remove(&dir.join(&name))?;
             remove(&dir.join(name + SWAP_SUFFIX))?;
@@ -1148,59 +1305,214 @@ mod tests {
         (dir, log, before)
     }
 
-    #[test]
-    fn aborted_transactions_of_merged_segments_survive_cleaning_and_reopen() {
-        // Kafka's cleaner rewrites the transaction index of a cleaned segment: read_committed
-        // consumers must still learn of the aborted transactions.
-        let dir = TempDir::new().unwrap();
-        let mut log = Log::open(dir.path(), log_config(), NOW).unwrap();
-        // Small segments (rolled by hand), so that cleaning merges them.
-        append_records(&mut log, 0, 30, 10, NOW, Compression::None);
-        roll_and_flush(&mut log);
-        append_records(&mut log, 30, 30, 10, NOW, Compression::None);
-        let mut txn = keyed(
-            &[("t".to_string(), Some("aborted".to_string()))],
-            NOW,
-            Compression::None,
-        )
-        .remove(0)
-        .bytes()
-        .to_vec();
-        txn[43..51].copy_from_slice(&5i64.to_be_bytes());
-        txn[51..53].copy_from_slice(&0i16.to_be_bytes());
-        txn[53..57].copy_from_slice(&0i32.to_be_bytes());
-        let attributes = i16::from_be_bytes([txn[21], txn[22]]) | batch::TRANSACTIONAL;
-        txn[21..23].copy_from_slice(&attributes.to_be_bytes());
-        let crc = crc32c::crc32c(&txn[21..]);
-        txn[17..21].copy_from_slice(&crc.to_be_bytes());
-        let first = log
-            .append(validate_batches(&Bytes::from(txn), 1 << 20).unwrap(), 0, NOW)
-            .unwrap();
-        let abort = crate::log::producer_state::Marker {
-            commit: false,
+    /// A batch of producer `producer_id`'s transaction (epoch 0): keyed records, sequences from
+    /// `seq`.
+    fn txn_batch(producer_id: i64, seq: i32, records: &[(&str, &str)], ts: i64) -> Vec<ValidBatch> {
+        let records: Vec<Record> = records
+            .iter()
+            .enumerate()
+            .map(|(i, (k, v))| Record {
+                transactional: true,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: -1,
+                producer_id,
+                producer_epoch: 0,
+                timestamp_type: RecordTimestampType::Creation,
+                offset: i as i64,
+                sequence: seq + i as i32,
+                timestamp: ts,
+                key: Some(Bytes::from(k.to_string())),
+                value: Some(Bytes::from(v.to_string())),
+                headers: Default::default(),
+            })
+            .collect();
+        let mut buf = BytesMut::new();
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        };
+        RecordBatchEncoder::encode(&mut buf, &records, &options).unwrap();
+        validate_batches(&buf.freeze(), 1 << 20).unwrap()
+    }
+
+    /// Ends producer `producer_id`'s transaction; returns the marker's offset.
+    fn end_txn(log: &mut Log, producer_id: i64, commit: bool, ts: i64) -> i64 {
+        let marker = crate::log::producer_state::Marker {
+            commit,
             coordinator_epoch: 0,
         };
-        let marker = log.append_marker(5, 0, abort, 0, NOW).unwrap();
+        log.append_marker(producer_id, 0, marker, 0, ts).unwrap().base_offset
+    }
+
+    /// Every batch of the log: its header and records (a marker's one record included).
+    fn batches(log: &Log) -> Vec<(BatchHeader, Vec<Record>)> {
+        let (mut next, end) = (log.log_start_offset(), log.log_end_offset());
+        let mut out = Vec::new();
+        while next < end {
+            let bytes = log.read(next, end, 64 << 10, true).unwrap();
+            assert!(!bytes.is_empty(), "read stuck at {next} of {end}");
+            for (pos, header) in headers(&bytes) {
+                if header.last_offset() < next {
+                    continue;
+                }
+                let records = batch::decode_records(&bytes.slice(pos..pos + header.size))
+                    .unwrap()
+                    .records;
+                next = header.last_offset() + 1;
+                out.push((header, records));
+            }
+        }
+        out
+    }
+
+    /// (key, value) of every data record, as read_uncommitted reads them.
+    fn values(log: &Log) -> Vec<(String, String)> {
+        let text = |b: &Option<Bytes>| String::from_utf8(b.clone().unwrap_or_default().to_vec()).unwrap();
+        batches(log)
+            .into_iter()
+            .filter(|(h, _)| h.attributes & batch::CONTROL == 0)
+            .flat_map(|(_, records)| records)
+            .map(|r| (text(&r.key), text(&r.value)))
+            .collect()
+    }
+
+    fn markers(log: &Log) -> usize {
+        batches(log)
+            .iter()
+            .filter(|(h, _)| h.attributes & batch::CONTROL != 0)
+            .count()
+    }
+
+    #[test]
+    fn aborted_records_go_committed_ones_compact_and_markers_go_last() {
+        // Kafka's cleaner on a transactional log: aborted batches are removed, committed ones
+        // compact like any other, a marker goes once nothing of its transaction is left and
+        // delete.retention.ms has passed, and each producer's last batch stays (emptied).
+        let dir = TempDir::new().unwrap();
+        let mut log = Log::open(dir.path(), log_config(), NOW).unwrap();
+        let old: Vec<(String, Option<String>)> = (0..10).map(|k| (format!("k{k}"), Some("old".into()))).collect();
+        log.append(keyed(&old, NOW, Compression::None), 0, NOW).unwrap();
+        // Producer 7 commits k0..k4; producer 8 aborts k5..k9 and a key of its own.
+        let committed: Vec<(String, String)> = (0..5).map(|k| (format!("k{k}"), "committed".into())).collect();
+        let pairs: Vec<(&str, &str)> = committed.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        log.append(txn_batch(7, 0, &pairs[..3], NOW), 0, NOW).unwrap();
+        let aborted: Vec<(String, String)> = (5..10).map(|k| (format!("k{k}"), "aborted".into())).collect();
+        let aborted_pairs: Vec<(&str, &str)> = aborted.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        log.append(txn_batch(8, 0, &aborted_pairs, NOW), 0, NOW).unwrap();
+        log.append(txn_batch(7, 3, &pairs[3..], NOW), 0, NOW).unwrap();
+        log.append(txn_batch(8, 5, &[("only-aborted", "aborted")], NOW), 0, NOW)
+            .unwrap();
+        end_txn(&mut log, 7, true, NOW);
+        end_txn(&mut log, 8, false, NOW);
         roll_and_flush(&mut log);
-        append_records(&mut log, 60, 30, 10, NOW, Compression::None);
+        // Producer 7's second transaction overwrites k0 and k1; later plain records k0..k4.
+        log.append(
+            txn_batch(7, 5, &[("k0", "committed-2"), ("k1", "committed-2")], NOW),
+            0,
+            NOW,
+        )
+        .unwrap();
+        end_txn(&mut log, 7, true, NOW);
         roll_and_flush(&mut log);
-        let before = log.aborted_transactions(0, i64::MAX);
-        assert_eq!(before.len(), 1);
+        assert_eq!(log.aborted_transactions(0, i64::MAX).len(), 1);
+        let before = values(&log);
+        assert_eq!(before.len(), 10 + 5 + 6 + 2);
+
+        let stats = log.clean(&config(), NOW + 10).unwrap().unwrap();
+        let mut after = values(&log);
+        after.sort();
+        let mut expected: Vec<(String, String)> =
+            vec![("k0".into(), "committed-2".into()), ("k1".into(), "committed-2".into())];
+        expected.extend((2..5).map(|k| (format!("k{k}"), "committed".into())));
+        expected.extend((5..10).map(|k| (format!("k{k}"), "old".into())));
+        expected.sort();
+        assert_eq!(after, expected, "{stats:?}");
         assert_eq!(
-            (before[0].first_offset, before[0].last_offset),
-            (first.base_offset, marker.base_offset)
+            stats.records_removed,
+            6 + 5 + 2,
+            "aborted, and shadowed old and committed"
         );
-        let segments_before = log.segments.len();
-        let stats = log.clean(&config(), NOW).unwrap().unwrap();
-        assert!(
-            log.segments.len() < segments_before,
-            "the test needs merged segments: {segments_before} -> {} {stats:?}",
-            log.segments.len()
+        // The aborted transaction's records are gone, and with them its index entry.
+        assert!(log.aborted_transactions(0, i64::MAX).is_empty());
+        // Producer 8's last batch stays as an empty batch, so its abort marker stays too.
+        let all = batches(&log);
+        let empty: Vec<&BatchHeader> = all.iter().filter(|(_, r)| r.is_empty()).map(|(h, _)| h).collect();
+        assert_eq!(empty.len(), 1, "{all:?}");
+        assert_eq!((empty[0].producer_id, empty[0].base_sequence), (8, 5));
+        assert_eq!(markers(&log), 3, "markers stay until delete.retention.ms");
+
+        // Past delete.retention.ms, the commit marker of producer 7's first transaction goes
+        // once no batch of it is left: its k0, k1 were shadowed, k2..k4 remain, so it stays.
+        log.clean(&config(), NOW + 5_000).unwrap();
+        assert_eq!(markers(&log), 3);
+        // Plain records shadow the rest of the first transaction: its marker goes.
+        let newer: Vec<(String, Option<String>)> = (2..5).map(|k| (format!("k{k}"), Some("new".into()))).collect();
+        log.append(keyed(&newer, NOW + 5_000, Compression::None), 0, NOW + 5_000)
+            .unwrap();
+        roll_and_flush(&mut log);
+        let stats = log.clean(&config(), NOW + 5_010).unwrap().unwrap();
+        assert_eq!(stats.markers_removed, 1, "{stats:?}");
+        assert_eq!(
+            markers(&log),
+            2,
+            "the abort marker (producer 8's empty batch) and the last commit"
         );
-        assert_eq!(log.aborted_transactions(0, i64::MAX), before);
-        drop(log); // a crash: the open reads the .txnindex files
+
+        // Producer 10 aborts, then commits: its aborted batch is not its last, so it goes at
+        // once, and its abort marker is due delete.retention.ms later. A pass over the clean
+        // part alone (nothing new is written) removes it then.
+        log.append(txn_batch(10, 0, &[("k9", "aborted")], NOW + 6_000), 0, NOW + 6_000)
+            .unwrap();
+        end_txn(&mut log, 10, false, NOW + 6_000);
+        log.append(txn_batch(10, 1, &[("k9", "committed-10")], NOW + 6_000), 0, NOW + 6_000)
+            .unwrap();
+        end_txn(&mut log, 10, true, NOW + 6_000);
+        roll_and_flush(&mut log);
+        log.clean(&config(), NOW + 6_010).unwrap().unwrap();
+        assert_eq!(markers(&log), 4);
+        // The same producer id aborted, then committed: the committed record shadows k9's
+        // older value, the aborted one shadows nothing.
+        let now = values(&log);
+        assert!(!now.contains(&("k9".into(), "aborted".into())));
+        assert!(now.contains(&("k9".into(), "committed-10".into())) && !now.contains(&("k9".into(), "old".into())));
+        assert!(log.clean(&config(), NOW + 6_500).unwrap().is_none(), "not due yet");
+        let stats = log.clean(&config(), NOW + 7_100).unwrap().unwrap();
+        assert_eq!(stats.markers_removed, 1, "{stats:?}");
+        assert_eq!(markers(&log), 3);
+        // A reopen finds the same log, no aborted transaction, and a stable LSO.
+        let kept = values(&log);
+        drop(log);
         let log = Log::open(dir.path(), log_config(), NOW).unwrap();
-        assert_eq!(log.aborted_transactions(0, i64::MAX), before);
+        assert_eq!(values(&log), kept);
+        assert!(log.aborted_transactions(0, i64::MAX).is_empty());
+        assert_eq!(log.first_unstable_offset(), None);
+        assert!(!file_names(dir.path()).iter().any(|n| n.ends_with(".txnindex")));
+    }
+
+    #[test]
+    fn an_open_transaction_bounds_what_is_cleaned() {
+        // Kafka cleans only below the first unstable offset: an open transaction's records
+        // may yet be aborted.
+        let dir = TempDir::new().unwrap();
+        let mut log = Log::open(dir.path(), log_config(), NOW).unwrap();
+        append_records(&mut log, 0, 100, 10, NOW, Compression::None);
+        roll_and_flush(&mut log);
+        log.append(txn_batch(9, 0, &[("k0", "open")], NOW), 0, NOW).unwrap();
+        roll_and_flush(&mut log);
+        append_records(&mut log, 100, 100, 10, NOW, Compression::None);
+        roll_and_flush(&mut log);
+        let unstable = log.first_unstable_offset().unwrap();
+        log.clean(&config(), NOW + 10).unwrap().unwrap();
+        // Only the first segment was cleaned: 10 keys left there, everything after untouched.
+        let rows = rows(&log);
+        assert_eq!(rows.iter().filter(|r| r.0 < unstable).count(), 10);
+        assert_eq!(rows.iter().filter(|r| r.0 > unstable).count(), 100);
+        // Once it commits, the rest is cleanable (the committed record shadows nothing newer).
+        end_txn(&mut log, 9, true, NOW + 20);
+        roll_and_flush(&mut log);
+        log.clean(&config(), NOW + 30).unwrap().unwrap();
+        assert_eq!(values(&log).len(), 10);
     }
 
     #[test]

@@ -257,6 +257,16 @@ impl Log {
         self.producers.aborted_between(from, upper)
     }
 
+    /// Each producer's last data batch, by its last offset (the cleaner keeps those).
+    pub(crate) fn last_data_offsets(&self) -> std::collections::HashMap<i64, i64> {
+        self.producers
+            .producers()
+            .iter()
+            .filter(|(_, e)| e.last_offset() >= 0)
+            .map(|(&id, e)| (id, e.last_offset()))
+            .collect()
+    }
+
     /// The producer state (DescribeProducers).
     pub fn producer_state(&self) -> &ProducerState {
         &self.producers

@@ -313,6 +313,12 @@ impl ProducerState {
         self.aborted.retain(|a| a.last_offset >= log_start_offset);
     }
 
+    /// Forgets aborted transactions whose markers are below `offset`: the cleaner removed
+    /// their records.
+    pub fn forget_aborted_below(&mut self, offset: i64) {
+        self.aborted.retain(|a| a.last_offset >= offset);
+    }
+
     /// Adds aborted transactions read from `.txnindex` files at open.
     pub fn load_aborted(&mut self, mut entries: Vec<AbortedTxn>) {
         entries.sort_by_key(|a| (a.last_offset, a.producer_id, a.first_offset));
