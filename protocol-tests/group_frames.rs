@@ -15,6 +15,7 @@ use kafka_protocol::messages::offset_fetch_request::{
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
+use uuid::Uuid;
 
 const BROKER: &[(&str, &str)] = &[("group.initial.rebalance.delay.ms", "0"), ("num.partitions", "2")];
 
@@ -344,6 +345,245 @@ async fn offset_commit_and_fetch_at_every_version() {
     broker.handle.shutdown().await;
 }
 
+/// An OffsetCommit v10 (topics by id) of `(topic id, [(partition, offset)])`, metadata "by-id".
+fn commit_by_id(group: &str, generation: i32, topics: &[(Uuid, &[(i32, i64)])]) -> OffsetCommitRequest {
+    let topics = topics
+        .iter()
+        .map(|(id, partitions)| {
+            OffsetCommitRequestTopic::default().with_topic_id(*id).with_partitions(
+                partitions
+                    .iter()
+                    .map(|(p, offset)| {
+                        OffsetCommitRequestPartition::default()
+                            .with_partition_index(*p)
+                            .with_committed_offset(*offset)
+                            .with_committed_metadata(Some(s("by-id")))
+                    })
+                    .collect(),
+            )
+        })
+        .collect();
+    OffsetCommitRequest::default()
+        .with_group_id(gid(group))
+        .with_generation_id_or_member_epoch(generation)
+        .with_topics(topics)
+}
+
+/// An OffsetFetch v10 of one group: every topic (None), or `(topic id, partitions)`.
+fn fetch_by_id(group: &str, topics: Option<&[(Uuid, &[i32])]>) -> OffsetFetchRequest {
+    let topics = topics.map(|ts| {
+        ts.iter()
+            .map(|(id, partitions)| {
+                OffsetFetchRequestTopics::default()
+                    .with_topic_id(*id)
+                    .with_partition_indexes(partitions.to_vec())
+            })
+            .collect()
+    });
+    OffsetFetchRequest::default().with_groups(vec![
+        OffsetFetchRequestGroup::default()
+            .with_group_id(gid(group))
+            .with_topics(topics),
+    ])
+}
+
+/// Each topic of an OffsetCommit answer: (id, [(partition, code)]).
+type CommitCodes = Vec<(Uuid, Vec<(i32, i16)>)>;
+
+/// Each topic of an OffsetFetch answer: (id, [(partition, offset, code)]).
+type Fetched = Vec<(Uuid, Vec<(i32, i64, i16)>)>;
+
+/// The topics of an OffsetCommit v10 answer.
+fn commit_codes(resp: &OffsetCommitResponse) -> CommitCodes {
+    resp.topics
+        .iter()
+        .map(|t| {
+            let partitions = t.partitions.iter().map(|p| (p.partition_index, p.error_code)).collect();
+            (t.topic_id, partitions)
+        })
+        .collect()
+}
+
+/// The topics of the first group of an OffsetFetch v10 answer.
+fn fetched(resp: &OffsetFetchResponse) -> Fetched {
+    assert_eq!(resp.groups[0].error_code, 0, "group-level error");
+    resp.groups[0]
+        .topics
+        .iter()
+        .map(|t| {
+            assert!(t.name.is_empty(), "a v10 answer names no topic");
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| (p.partition_index, p.committed_offset, p.error_code))
+                .collect();
+            (t.topic_id, partitions)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn offset_commit_and_fetch_v10_name_topics_by_id() {
+    // OffsetCommit and OffsetFetch v10 (KIP-848; Kafka's KafkaApis.handleOffsetCommitRequest and
+    // fetchOffsetsForGroup): a topic is named by its id, resolved through the metadata image,
+    // and echoed by id in the answer. An id the image does not hold (the nil id too) is
+    // UNKNOWN_TOPIC_ID for each of its partitions, settled before the group coordinator is asked.
+    let broker = TestBroker::start(BROKER).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    let t = topic_id_of(&mut raw, "t").await;
+    let unknown = Uuid::new_v4();
+
+    // Commit by id, fetch by id.
+    let resp = raw.call(10, &commit_by_id("ids", -1, &[(t, &[(0, 7)])])).await;
+    assert_eq!(commit_codes(&resp), vec![(t, vec![(0, 0)])]);
+    assert!(resp.topics[0].name.is_empty(), "a v10 answer names no topic");
+    let resp = raw.call(10, &fetch_by_id("ids", Some(&[(t, &[0, 1])]))).await;
+    assert_eq!(fetched(&resp), vec![(t, vec![(0, 7, 0), (1, -1, 0)])]);
+    assert_eq!(
+        resp.groups[0].topics[0].partitions[0].metadata.as_deref(),
+        Some("by-id")
+    );
+
+    // The same offsets through v9 names, both ways.
+    let by_name = OffsetFetchRequest::default().with_groups(vec![
+        OffsetFetchRequestGroup::default()
+            .with_group_id(gid("ids"))
+            .with_topics(Some(vec![
+                OffsetFetchRequestTopics::default()
+                    .with_name(topic("t"))
+                    .with_partition_indexes(vec![0]),
+            ])),
+    ]);
+    let resp = raw.call(9, &by_name).await;
+    assert_eq!(
+        resp.groups[0].topics[0].partitions[0].committed_offset, 7,
+        "v9 reads the v10 commit"
+    );
+    let resp = raw.call(9, &commit("ids", "", -1, "t", 1, 11, "by-name")).await;
+    assert_eq!(resp.topics[0].partitions[0].error_code, 0);
+    let resp = raw.call(10, &fetch_by_id("ids", Some(&[(t, &[1])]))).await;
+    assert_eq!(fetched(&resp), vec![(t, vec![(1, 11, 0)])], "v10 reads the v9 commit");
+    assert_eq!(
+        resp.groups[0].topics[0].partitions[0].metadata.as_deref(),
+        Some("by-name")
+    );
+    let resp = raw.call(10, &fetch_by_id("ids", None)).await;
+    assert_eq!(
+        fetched(&resp),
+        vec![(t, vec![(0, 7, 0), (1, 11, 0)])],
+        "all topics, by id"
+    );
+
+    // Unknown ids, and a partition the topic does not have, are refused before the coordinator
+    // is asked; Kafka's answer builder lists them first, then the coordinator's codes in the
+    // entry of their topic.
+    let resp = raw
+        .call(
+            10,
+            &commit_by_id(
+                "ids",
+                -1,
+                &[
+                    (t, &[(0, 8), (5, 1)]),
+                    (unknown, &[(0, 1), (1, 1)]),
+                    (Uuid::nil(), &[(0, 1)]),
+                ],
+            ),
+        )
+        .await;
+    assert_eq!(
+        commit_codes(&resp),
+        vec![
+            (t, vec![(5, UNKNOWN_TOPIC_OR_PARTITION), (0, 0)]),
+            (unknown, vec![(0, UNKNOWN_TOPIC_ID), (1, UNKNOWN_TOPIC_ID)]),
+            (Uuid::nil(), vec![(0, UNKNOWN_TOPIC_ID)]),
+        ]
+    );
+    // Whatever the group: a generation for a group that does not exist is GROUP_ID_NOT_FOUND
+    // for the known topic only; a commit naming only unknown ids never reaches the coordinator,
+    // so it creates no group.
+    let resp = raw
+        .call(
+            10,
+            &commit_by_id("nobody-home", 3, &[(unknown, &[(0, 1)]), (t, &[(0, 1)])]),
+        )
+        .await;
+    assert_eq!(
+        commit_codes(&resp),
+        vec![
+            (unknown, vec![(0, UNKNOWN_TOPIC_ID)]),
+            (t, vec![(0, GROUP_ID_NOT_FOUND)])
+        ]
+    );
+    let resp = raw.call(10, &commit_by_id("ghost", -1, &[(unknown, &[(0, 1)])])).await;
+    assert_eq!(commit_codes(&resp), vec![(unknown, vec![(0, UNKNOWN_TOPIC_ID)])]);
+    let described = raw
+        .call(6, &DescribeGroupsRequest::default().with_groups(vec![gid("ghost")]))
+        .await;
+    assert_eq!(
+        described.groups[0].error_code, GROUP_ID_NOT_FOUND,
+        "no group was created"
+    );
+
+    // OffsetFetch: an unknown id gets UNKNOWN_TOPIC_ID and offset -1 for each partition, after
+    // the topics the coordinator answered.
+    let resp = raw
+        .call(10, &fetch_by_id("ids", Some(&[(unknown, &[0, 1]), (t, &[0])])))
+        .await;
+    assert_eq!(
+        fetched(&resp),
+        vec![
+            (t, vec![(0, 8, 0)]),
+            (unknown, vec![(0, -1, UNKNOWN_TOPIC_ID), (1, -1, UNKNOWN_TOPIC_ID)]),
+        ]
+    );
+
+    // A deleted topic's id is unknown from then on, and its offsets leave every group (Kafka's
+    // onPartitionsDeleted): asked for every topic, neither v10 nor v9 lists it, and a topic
+    // created again under its name starts without offsets.
+    let gone = topic_id_of(&mut raw, "gone").await;
+    let resp = raw.call(10, &commit_by_id("ids", -1, &[(gone, &[(0, 3)])])).await;
+    assert_eq!(commit_codes(&resp), vec![(gone, vec![(0, 0)])]);
+    let deleted = raw
+        .call(
+            6,
+            &DeleteTopicsRequest::default().with_topics(vec![
+                kafka_protocol::messages::delete_topics_request::DeleteTopicState::default().with_topic_id(gone),
+            ]),
+        )
+        .await;
+    assert_eq!(deleted.responses[0].error_code, 0);
+    let resp = raw.call(10, &commit_by_id("ids", -1, &[(gone, &[(0, 4)])])).await;
+    assert_eq!(commit_codes(&resp), vec![(gone, vec![(0, UNKNOWN_TOPIC_ID)])]);
+    let resp = raw.call(10, &fetch_by_id("ids", None)).await;
+    assert_eq!(fetched(&resp), vec![(t, vec![(0, 8, 0), (1, 11, 0)])]);
+    let all_by_name = OffsetFetchRequest::default().with_groups(vec![
+        OffsetFetchRequestGroup::default()
+            .with_group_id(gid("ids"))
+            .with_topics(None),
+    ]);
+    let names: Vec<String> = raw.call(9, &all_by_name).await.groups[0]
+        .topics
+        .iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    assert_eq!(names, vec!["t"]);
+    let again = topic_id_of(&mut raw, "gone").await;
+    assert_ne!(again, gone);
+    let resp = raw.call(10, &fetch_by_id("ids", Some(&[(again, &[0])]))).await;
+    assert_eq!(fetched(&resp), vec![(again, vec![(0, -1, 0)])]);
+    // And after a restart (the tombstones are in __consumer_offsets).
+    let broker = broker.restart(BROKER).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    let names: Vec<String> = raw.call(9, &all_by_name).await.groups[0]
+        .topics
+        .iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    assert_eq!(names, vec!["t"]);
+    broker.handle.shutdown().await;
+}
+
 #[tokio::test]
 async fn join_and_sync_misuse_gets_kafkas_error_codes() {
     let broker = TestBroker::start(BROKER).await;
@@ -581,6 +821,7 @@ async fn a_consumer_group_survives_a_broker_restart() {
 // classicGroupHeartbeat, ConsumerGroup.validateOffsetCommit): the member and its generation
 // come before the group's rebalance state.
 
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 const ILLEGAL_GENERATION: i16 = 22;
 const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
 const UNKNOWN_MEMBER_ID: i16 = 25;
@@ -588,6 +829,7 @@ const REBALANCE_IN_PROGRESS: i16 = 27;
 const UNSUPPORTED_VERSION: i16 = 35;
 const GROUP_ID_NOT_FOUND: i16 = 69;
 const FENCED_INSTANCE_ID: i16 = 82;
+const UNKNOWN_TOPIC_ID: i16 = 100;
 const STALE_MEMBER_EPOCH: i16 = 113;
 
 async fn create_topic_t(raw: &mut Raw) {
@@ -600,7 +842,23 @@ async fn create_topic_t(raw: &mut Raw) {
     .await;
 }
 
-/// OffsetCommit of partition t-0 at `version` (the instance id from v7); the partition's code.
+/// The id of topic `name`, from Metadata v12 (which creates the topic when it is missing).
+async fn topic_id_of(raw: &mut Raw, name: &str) -> Uuid {
+    let resp = raw
+        .call(
+            12,
+            &MetadataRequest::default().with_topics(Some(vec![
+                kafka_protocol::messages::metadata_request::MetadataRequestTopic::default()
+                    .with_name(Some(topic(name))),
+            ])),
+        )
+        .await;
+    assert_eq!(resp.topics[0].error_code, 0, "Metadata of {name}");
+    resp.topics[0].topic_id
+}
+
+/// OffsetCommit of partition t-0 at `version` (the instance id from v7, the topic by id from
+/// v10); the partition's code.
 async fn commit_code(
     raw: &mut Raw,
     version: i16,
@@ -612,6 +870,9 @@ async fn commit_code(
     let mut req = commit(group, member, generation, "t", 0, 1, "");
     if version >= 7 {
         req.group_instance_id = instance.map(s);
+    }
+    if version >= 10 {
+        req.topics[0].topic_id = topic_id_of(raw, "t").await;
     }
     raw.call(version, &req).await.topics[0].partitions[0].error_code
 }
@@ -683,7 +944,7 @@ async fn offset_commit_checks_the_member_and_generation_before_the_rebalance_sta
     let broker = TestBroker::start(BROKER).await;
     let mut raw = Raw::connect(broker.addr).await;
     create_topic_t(&mut raw).await;
-    for version in 2..=9 {
+    for version in 2..=10 {
         let group = format!("rejoin-v{version}");
         let (a, old) = join_alone(&mut raw, &group, 9, &["t"]).await;
         let new = rejoin(&mut raw, &group, &a).await;
@@ -763,7 +1024,7 @@ async fn offset_commit_checks_the_member_and_generation_before_the_rebalance_sta
     // Static members (v7+ name their instance): the instance id first, then the member id,
     // then the generation.
     let (id, generation) = join_static(&mut raw, "static", "inst").await;
-    for version in 7..=9 {
+    for version in 7..=10 {
         assert_eq!(
             commit_code(&mut raw, version, "static", "stranger", Some("inst"), generation + 5).await,
             FENCED_INSTANCE_ID,
@@ -1134,7 +1395,7 @@ async fn txn_offset_commit_checks_the_member_and_generation_but_not_the_rebalanc
 #[tokio::test]
 async fn a_consumer_group_checks_the_member_then_the_version_then_the_epoch() {
     // ConsumerGroup.validateOffsetCommit (Kafka 4, KIP-848): a member of the consumer protocol
-    // must commit with OffsetCommit v9; a wrong epoch is STALE_MEMBER_EPOCH there and
+    // must commit with OffsetCommit v9 or later; a wrong epoch is STALE_MEMBER_EPOCH there and
     // ILLEGAL_GENERATION in TxnOffsetCommit, which has no such code.
     use kafka_protocol::messages::ConsumerGroupHeartbeatRequest;
     let broker = TestBroker::start(BROKER).await;
@@ -1171,14 +1432,16 @@ async fn a_consumer_group_checks_the_member_then_the_version_then_the_epoch() {
             "OffsetCommit v{version}: no member named while the group has one"
         );
     }
-    for epoch in [0, 2] {
-        assert_eq!(
-            commit_code(&mut raw, 9, "kc", "m1", None, epoch).await,
-            STALE_MEMBER_EPOCH,
-            "epoch {epoch}"
-        );
+    for version in 9..=10 {
+        for epoch in [0, 2] {
+            assert_eq!(
+                commit_code(&mut raw, version, "kc", "m1", None, epoch).await,
+                STALE_MEMBER_EPOCH,
+                "OffsetCommit v{version}: epoch {epoch}"
+            );
+        }
+        assert_eq!(commit_code(&mut raw, version, "kc", "m1", None, 1).await, 0);
     }
-    assert_eq!(commit_code(&mut raw, 9, "kc", "m1", None, 1).await, 0);
     for version in 0..=5 {
         let id = format!("kc-tx-v{version}");
         let (pid, epoch) = txn::begin(&mut raw, &id, &["kc"]).await;

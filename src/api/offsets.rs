@@ -3,32 +3,95 @@
 //! the broker's `offsets.retention.minutes`, as in Kafka since KIP-211) · v3 throttle · v5 drops
 //! retention time · v6 committed leader epoch · v7 instance id · v8 flexible · v9 member epoch
 //! field (classic groups: the generation), GROUP_ID_NOT_FOUND for a group that does not exist
-//! (ILLEGAL_GENERATION before), and the only version a KIP-848 member may commit with (older
-//! ones: UNSUPPORTED_VERSION). Not served: v10 (topic ids).
+//! (ILLEGAL_GENERATION before), and the first version a KIP-848 member may commit with (older
+//! ones: UNSUPPORTED_VERSION) · v10 topics named by id instead of name, in the request and the
+//! answer (KIP-848; Kafka 4.1 ships it as its unstable latest version, 4.2 serves it): an id
+//! the metadata image does not hold gets UNKNOWN_TOPIC_ID. Every version checks the topic and
+//! partition before the group, as Kafka's `KafkaApis.handleOffsetCommitRequest`.
 //! OffsetFetch (key 9): v1 baseline · v2 all topics (null list), top-level error · v3 throttle ·
 //! v5 leader epoch · v6 flexible · v7 require_stable (a partition with an offset pending in an
 //! open transaction answers UNSTABLE_OFFSET_COMMIT, KIP-447) · v8 batched groups · v9 member id
-//! and epoch (classic groups: not checked).
-//! Not served: v10 (topic ids).
+//! and epoch (classic groups: not checked) · v10 topics named by id (as OffsetCommit v10): an
+//! unknown id gets UNKNOWN_TOPIC_ID and offset -1; asking for all topics lists only those the
+//! image still holds, by id.
+//! Not served: the topic id Kafka 4.1 stores with each commit (`OffsetCommitValue` v4) and
+//! compares on fetch (KAFKA-19154: an offset committed under another id of the same name reads
+//! as -1); `__consumer_offsets` keeps v3 values. A deleted topic's offsets are removed from
+//! every group (`GroupCoordinator::on_topic_deleted`), so a topic created again under the name
+//! starts without offsets either way.
 //! OffsetDelete (key 47): v0.
 
+use std::collections::HashMap;
+
 use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::offset_commit_request::OffsetCommitRequestTopic;
 use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
 use kafka_protocol::messages::offset_delete_response::{OffsetDeleteResponsePartition, OffsetDeleteResponseTopic};
+use kafka_protocol::messages::offset_fetch_request::{OffsetFetchRequestGroup, OffsetFetchRequestTopics};
 use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions, OffsetFetchResponseTopic,
     OffsetFetchResponseTopics,
 };
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
+use uuid::Uuid;
 
 use super::{Ctx, Versions, topic_name};
+use crate::cluster::MetadataImage;
 use crate::coordinator::CommitRequest;
 use crate::coordinator::records::CommittedOffset;
 
-pub const OFFSET_COMMIT_VERSIONS: Versions = Versions::new(ApiKey::OffsetCommit, 2, 9);
-pub const OFFSET_FETCH_VERSIONS: Versions = Versions::new(ApiKey::OffsetFetch, 1, 9);
+pub const OFFSET_COMMIT_VERSIONS: Versions = Versions::new(ApiKey::OffsetCommit, 2, 10);
+pub const OFFSET_FETCH_VERSIONS: Versions = Versions::new(ApiKey::OffsetFetch, 1, 10);
 pub const OFFSET_DELETE_VERSIONS: Versions = Versions::new(ApiKey::OffsetDelete, 0, 0);
+
+/// The first version of OffsetCommit and OffsetFetch that names topics by id (and no longer by
+/// name), in the request and the answer.
+const TOPIC_IDS_VERSION: i16 = 10;
+
+/// An OffsetCommit answer, built as Kafka's `OffsetCommitResponse.Builder`: one entry per topic
+/// (found by id from v10, by name before), each partition appended as it is settled, so the
+/// partitions refused before the group coordinator come first, then what it answered.
+struct CommitAnswer {
+    by_id: bool,
+    topics: Vec<OffsetCommitResponseTopic>,
+    /// Where each topic's entry is: (id, "") from v10, (nil, name) before.
+    entries: HashMap<(Uuid, String), usize>,
+}
+
+impl CommitAnswer {
+    fn new(version: i16) -> CommitAnswer {
+        CommitAnswer {
+            by_id: version >= TOPIC_IDS_VERSION,
+            topics: Vec::new(),
+            entries: HashMap::new(),
+        }
+    }
+
+    fn add(&mut self, topic: &OffsetCommitRequestTopic, partition_index: i32, code: i16) {
+        let key = if self.by_id {
+            (topic.topic_id, String::new())
+        } else {
+            (Uuid::nil(), topic.name.0.to_string())
+        };
+        let by_id = self.by_id;
+        let topics = &mut self.topics;
+        let at = *self.entries.entry(key).or_insert_with(|| {
+            let entry = if by_id {
+                OffsetCommitResponseTopic::default().with_topic_id(topic.topic_id)
+            } else {
+                OffsetCommitResponseTopic::default().with_name(topic.name.clone())
+            };
+            topics.push(entry);
+            topics.len() - 1
+        });
+        topics[at].partitions.push(
+            OffsetCommitResponsePartition::default()
+                .with_partition_index(partition_index)
+                .with_error_code(code),
+        );
+    }
+}
 
 pub async fn offset_commit(ctx: &Ctx, req: OffsetCommitRequest, version: i16) -> OffsetCommitResponse {
     let instance_id = if version >= 7 {
@@ -36,50 +99,65 @@ pub async fn offset_commit(ctx: &Ctx, req: OffsetCommitRequest, version: i16) ->
     } else {
         None
     };
+    let image = ctx.controller.image();
+    let mut answer = CommitAnswer::new(version);
     let mut wanted: Vec<CommitRequest> = Vec::new();
-    for t in &req.topics {
+    // (index of the request topic, partition) of each entry of `wanted`.
+    let mut asked: Vec<(usize, i32)> = Vec::new();
+    for (index, t) in req.topics.iter().enumerate() {
+        // Kafka's KafkaApis.handleOffsetCommitRequest: the topic is resolved (from v10 by id,
+        // through the metadata image) and each partition checked before the group coordinator
+        // sees the request. What fails is answered here whatever the group would say (an
+        // unknown id UNKNOWN_TOPIC_ID, an unknown name or partition UNKNOWN_TOPIC_OR_PARTITION);
+        // the coordinator gets the rest.
+        let (found, unknown) = if version >= TOPIC_IDS_VERSION {
+            (image.topic_by_id(&t.topic_id), ResponseError::UnknownTopicId)
+        } else {
+            (image.topic(&t.name.0), ResponseError::UnknownTopicOrPartition)
+        };
         for p in &t.partitions {
+            let Some(info) = found else {
+                answer.add(t, p.partition_index, unknown.code());
+                continue;
+            };
+            if p.partition_index < 0 || p.partition_index >= info.partitions {
+                answer.add(t, p.partition_index, ResponseError::UnknownTopicOrPartition.code());
+                continue;
+            }
             let epoch = if version >= 6 { p.committed_leader_epoch } else { -1 };
             wanted.push((
-                t.name.0.to_string(),
+                info.name.clone(),
                 p.partition_index,
                 p.committed_offset,
                 epoch,
                 p.committed_metadata.as_ref().map(|m| m.to_string()),
             ));
+            asked.push((index, p.partition_index));
         }
     }
-    let codes = ctx
-        .coordinator
-        .commit(
-            &req.group_id.0,
-            &req.member_id,
-            instance_id.as_deref(),
-            req.generation_id_or_member_epoch,
-            wanted,
-            version,
-        )
-        .await;
-    let mut codes = codes.into_iter();
-    let topics = req
-        .topics
-        .into_iter()
-        .map(|t| {
-            let partitions = t
-                .partitions
-                .iter()
-                .map(|p| {
-                    OffsetCommitResponsePartition::default()
-                        .with_partition_index(p.partition_index)
-                        .with_error_code(codes.next().unwrap_or(ResponseError::UnknownServerError.code()))
-                })
-                .collect();
-            OffsetCommitResponseTopic::default()
-                .with_name(t.name)
-                .with_partitions(partitions)
-        })
-        .collect();
-    OffsetCommitResponse::default().with_topics(topics)
+    // Kafka does not call the coordinator when nothing is left: such a commit creates no group.
+    if !wanted.is_empty() {
+        let codes = ctx
+            .coordinator
+            .commit(
+                &req.group_id.0,
+                &req.member_id,
+                instance_id.as_deref(),
+                req.generation_id_or_member_epoch,
+                wanted,
+                version,
+            )
+            .await;
+        debug_assert_eq!(codes.len(), asked.len(), "one code per committed partition");
+        for (i, (index, partition_index)) in asked.into_iter().enumerate() {
+            let code = codes
+                .get(i)
+                .copied()
+                .unwrap_or(ResponseError::UnknownServerError.code());
+            answer.add(&req.topics[index], partition_index, code);
+        }
+    }
+    OffsetCommitResponse::default().with_topics(answer.topics)
 }
 
 /// What a fetch reports for one partition: the commit, or offset -1 and empty metadata.
@@ -130,54 +208,105 @@ fn lookup(ctx: &Ctx, group: &str, wanted: Wanted) -> Found {
     }
 }
 
+/// The UNKNOWN_TOPIC_ID entry of a v10 fetch for an id the metadata image does not hold:
+/// offset -1 for each partition asked (Kafka's `KafkaApis.fetchOffsetsForGroup`).
+fn unknown_topic_id(topic: OffsetFetchRequestTopics) -> OffsetFetchResponseTopics {
+    let partitions = topic
+        .partition_indexes
+        .into_iter()
+        .map(|p| {
+            OffsetFetchResponsePartitions::default()
+                .with_partition_index(p)
+                .with_committed_offset(-1)
+                .with_error_code(ResponseError::UnknownTopicId.code())
+        })
+        .collect();
+    OffsetFetchResponseTopics::default()
+        .with_topic_id(topic.topic_id)
+        .with_partitions(partitions)
+}
+
+/// One group of an OffsetFetch v8+.
+fn fetch_group(
+    ctx: &Ctx,
+    image: &MetadataImage,
+    g: OffsetFetchRequestGroup,
+    require_stable: bool,
+    version: i16,
+) -> OffsetFetchResponseGroup {
+    // v9 (KIP-848): a member of a consumer group names itself and its epoch.
+    if version >= 9
+        && let Some(member) = g.member_id.as_ref()
+        && let Err(code) = ctx
+            .coordinator
+            .validate_fetch_member(&g.group_id.0, member, g.member_epoch)
+    {
+        return OffsetFetchResponseGroup::default()
+            .with_group_id(g.group_id)
+            .with_error_code(code);
+    }
+    let by_id = version >= TOPIC_IDS_VERSION;
+    // v10: each topic is named by id; Kafka's KafkaApis.fetchOffsetsForGroup resolves it through
+    // the metadata image and answers an id it does not hold itself, after the topics the
+    // coordinator answered.
+    let mut unknown = Vec::new();
+    let wanted = g.topics.map(|ts| {
+        ts.into_iter()
+            .filter_map(|t| {
+                if !by_id {
+                    return Some((t.name.0.to_string(), t.partition_indexes));
+                }
+                match image.topic_by_id(&t.topic_id) {
+                    Some(info) => Some((info.name.clone(), t.partition_indexes)),
+                    None => {
+                        unknown.push(t);
+                        None
+                    }
+                }
+            })
+            .collect()
+    });
+    let mut topics: Vec<OffsetFetchResponseTopics> = lookup(ctx, &g.group_id.0, wanted)
+        .into_iter()
+        .filter_map(|(topic, parts)| {
+            // The same image resolved the requested ids, so a requested topic gets its id back.
+            // Asked for all topics, Kafka leaves out one whose id it cannot find (a deleted
+            // topic): a v10 entry cannot name it.
+            let id = if by_id { Some(image.topic(&topic)?.id) } else { None };
+            let partitions = parts
+                .into_iter()
+                .map(|(p, c)| {
+                    let unstable = stability(ctx, &g.group_id.0, require_stable, &topic, p);
+                    let c = if unstable.is_some() { None } else { c };
+                    let (offset, epoch, metadata) = committed(c.as_ref());
+                    OffsetFetchResponsePartitions::default()
+                        .with_partition_index(p)
+                        .with_committed_offset(offset)
+                        .with_committed_leader_epoch(epoch)
+                        .with_metadata(Some(metadata))
+                        .with_error_code(unstable.unwrap_or(0))
+                })
+                .collect();
+            let entry = match id {
+                Some(id) => OffsetFetchResponseTopics::default().with_topic_id(id),
+                None => OffsetFetchResponseTopics::default().with_name(topic_name(&topic)),
+            };
+            Some(entry.with_partitions(partitions))
+        })
+        .collect();
+    topics.extend(unknown.into_iter().map(unknown_topic_id));
+    OffsetFetchResponseGroup::default()
+        .with_group_id(g.group_id)
+        .with_topics(topics)
+}
+
 pub async fn offset_fetch(ctx: &Ctx, req: OffsetFetchRequest, version: i16) -> OffsetFetchResponse {
     if version >= 8 {
+        let image = ctx.controller.image();
         let groups = req
             .groups
             .into_iter()
-            .map(|g| {
-                // v9 (KIP-848): a member of a consumer group names itself and its epoch.
-                if version >= 9
-                    && let Some(member) = g.member_id.as_ref()
-                    && let Err(code) = ctx
-                        .coordinator
-                        .validate_fetch_member(&g.group_id.0, member, g.member_epoch)
-                {
-                    return OffsetFetchResponseGroup::default()
-                        .with_group_id(g.group_id)
-                        .with_error_code(code);
-                }
-                let wanted = g.topics.map(|ts| {
-                    ts.into_iter()
-                        .map(|t| (t.name.0.to_string(), t.partition_indexes))
-                        .collect()
-                });
-                let topics = lookup(ctx, &g.group_id.0, wanted)
-                    .into_iter()
-                    .map(|(topic, parts)| {
-                        let partitions = parts
-                            .into_iter()
-                            .map(|(p, c)| {
-                                let unstable = stability(ctx, &g.group_id.0, req.require_stable, &topic, p);
-                                let c = if unstable.is_some() { None } else { c };
-                                let (offset, epoch, metadata) = committed(c.as_ref());
-                                OffsetFetchResponsePartitions::default()
-                                    .with_partition_index(p)
-                                    .with_committed_offset(offset)
-                                    .with_committed_leader_epoch(epoch)
-                                    .with_metadata(Some(metadata))
-                                    .with_error_code(unstable.unwrap_or(0))
-                            })
-                            .collect();
-                        OffsetFetchResponseTopics::default()
-                            .with_name(topic_name(&topic))
-                            .with_partitions(partitions)
-                    })
-                    .collect();
-                OffsetFetchResponseGroup::default()
-                    .with_group_id(g.group_id)
-                    .with_topics(topics)
-            })
+            .map(|g| fetch_group(ctx, &image, g, req.require_stable, version))
             .collect();
         return OffsetFetchResponse::default().with_groups(groups);
     }
@@ -256,4 +385,110 @@ pub async fn offset_delete(ctx: &Ctx, req: OffsetDeleteRequest, _version: i16) -
         })
         .collect();
     OffsetDeleteResponse::default().with_topics(topics)
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::{BufMut, Bytes, BytesMut};
+    use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
+    use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest};
+    use kafka_protocol::protocol::{Decodable, Encodable};
+    use uuid::Uuid;
+
+    const ID: [u8; 16] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16];
+
+    /// The encoding at `version`, checked against its computed size.
+    fn bytes_of(message: &impl Encodable, version: i16) -> Bytes {
+        let mut buf = BytesMut::new();
+        message.encode(&mut buf, version).unwrap();
+        assert_eq!(buf.len(), message.compute_size(version).unwrap(), "computed size");
+        buf.freeze()
+    }
+
+    #[test]
+    fn v10_requests_name_topics_by_id_on_the_wire() {
+        // OffsetCommitRequest.json and OffsetFetchRequest.json (Kafka 4.1, KIP-848): from v10 a
+        // topic is its 16-byte TopicId where v9 had its compact-string Name. Laid out by hand
+        // from the schema, not by the codec under test.
+        let mut commit = BytesMut::new();
+        commit.put_slice(&[2, b'g']); // group_id
+        commit.put_i32(-1); // generation_id_or_member_epoch
+        commit.put_u8(1); // member_id ""
+        commit.put_u8(0); // group_instance_id null
+        commit.put_u8(2); // one topic
+        commit.put_slice(&ID); // topic_id
+        commit.put_u8(2); // one partition
+        commit.put_i32(0); // partition_index
+        commit.put_i64(42); // committed_offset
+        commit.put_i32(-1); // committed_leader_epoch
+        commit.put_slice(&[2, b'm']); // committed_metadata
+        commit.put_slice(&[0, 0, 0]); // tagged fields: partition, topic, request
+        let commit = commit.freeze();
+        let req = OffsetCommitRequest::decode(&mut commit.clone(), 10).unwrap();
+        let topic = &req.topics[0];
+        assert_eq!(topic.topic_id, Uuid::from_bytes(ID));
+        assert!(topic.name.is_empty(), "no name on the wire from v10");
+        assert_eq!(
+            (
+                topic.partitions[0].committed_offset,
+                topic.partitions[0].committed_metadata.as_deref()
+            ),
+            (42, Some("m"))
+        );
+        assert_eq!(bytes_of(&req, 10), commit);
+        // The same request at v9 carries the name and no id.
+        let at_v9 = bytes_of(&req, 9);
+        assert_eq!(
+            at_v9.len(),
+            commit.len() - 16 + 1,
+            "a 1-byte empty compact name instead"
+        );
+
+        let mut fetch = BytesMut::new();
+        fetch.put_u8(2); // one group
+        fetch.put_slice(&[2, b'g']); // group_id
+        fetch.put_u8(0); // member_id null
+        fetch.put_i32(-1); // member_epoch
+        fetch.put_u8(2); // one topic
+        fetch.put_slice(&ID); // topic_id
+        fetch.put_u8(3); // two partition indexes
+        fetch.put_i32(0);
+        fetch.put_i32(1);
+        fetch.put_slice(&[0, 0]); // tagged fields: topic, group
+        fetch.put_u8(1); // require_stable
+        fetch.put_u8(0); // tagged fields: request
+        let fetch = fetch.freeze();
+        let req = OffsetFetchRequest::decode(&mut fetch.clone(), 10).unwrap();
+        let topics = req.groups[0].topics.as_ref().unwrap();
+        assert_eq!(topics[0].topic_id, Uuid::from_bytes(ID));
+        assert!(topics[0].name.is_empty());
+        assert_eq!(topics[0].partition_indexes, vec![0, 1]);
+        assert!(req.require_stable);
+        assert_eq!(bytes_of(&req, 10), fetch);
+        assert!(
+            OffsetFetchRequest::decode(&mut fetch.clone(), 11).is_err(),
+            "v11 is not defined"
+        );
+    }
+
+    #[test]
+    fn a_v10_commit_answer_names_its_topic_by_id_only() {
+        // OffsetCommitResponse.json: Name is versions 0-9, TopicId 10+; a name left in the
+        // entry is not written.
+        let resp = OffsetCommitResponse::default().with_topics(vec![
+            OffsetCommitResponseTopic::default()
+                .with_name(super::topic_name("t"))
+                .with_topic_id(Uuid::from_bytes(ID))
+                .with_partitions(vec![OffsetCommitResponsePartition::default().with_error_code(100)]),
+        ]);
+        let mut expected = BytesMut::new();
+        expected.put_i32(0); // throttle_time_ms
+        expected.put_u8(2); // one topic
+        expected.put_slice(&ID);
+        expected.put_u8(2); // one partition
+        expected.put_i32(0);
+        expected.put_i16(100); // UNKNOWN_TOPIC_ID
+        expected.put_slice(&[0, 0, 0]);
+        assert_eq!(bytes_of(&resp, 10), expected.freeze());
+    }
 }

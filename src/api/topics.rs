@@ -44,7 +44,7 @@ const SOURCE_DYNAMIC_TOPIC: i8 = 1;
 const SOURCE_DEFAULT: i8 = 5;
 
 fn reopen(ctx: &Ctx) -> Result<(), Error> {
-    ctx.replicas.apply_image(&ctx.controller.image())
+    ctx.replicas.catch_up(&ctx.controller.image())
 }
 
 pub async fn create_topics(ctx: &Ctx, req: CreateTopicsRequest, version: i16) -> CreateTopicsResponse {
@@ -277,6 +277,7 @@ pub async fn delete_topics(ctx: &Ctx, req: DeleteTopicsRequest, version: i16) ->
         let mut result = DeletableTopicResult::default();
         match outcome {
             Ok(topic) => {
+                ctx.coordinator.on_topic_deleted(&topic.name).await;
                 result.name = Some(topic_name(&topic.name));
                 if version >= 6 {
                     result.topic_id = topic.id;

@@ -198,7 +198,7 @@ impl GroupCoordinator {
             if self.replicas.get(OFFSETS_TOPIC, topic.partitions - 1).is_some() {
                 return Ok(());
             }
-            return self.replicas.apply_image(&self.controller.image());
+            return self.replicas.catch_up(&self.controller.image());
         }
         let configs = BTreeMap::from([("cleanup.policy".to_string(), "compact".to_string())]);
         match self
@@ -208,7 +208,7 @@ impl GroupCoordinator {
             Ok(_) | Err(Error::TopicAlreadyExists(_)) => {}
             Err(e) => return Err(e),
         }
-        self.replicas.apply_image(&self.controller.image())
+        self.replicas.catch_up(&self.controller.image())
     }
 
     /// Rebuilds groups and offsets from `__consumer_offsets` (start-up).
@@ -1133,6 +1133,39 @@ impl GroupCoordinator {
             }
         }
     }
+
+    /// A deleted topic's committed offsets go from every group, tombstoned in
+    /// `__consumer_offsets` (Kafka's `GroupCoordinator.onPartitionsDeleted`): a topic created
+    /// again under the name starts without them.
+    pub async fn on_topic_deleted(&self, topic: &str) {
+        let slots: Vec<Arc<Slot>> = self.map().values().cloned().collect();
+        for slot in slots {
+            let (id, records) = {
+                let mut e = slot.lock();
+                let gone: Vec<(String, i32)> = e.offsets.keys().filter(|(t, _)| t == topic).cloned().collect();
+                if gone.is_empty() {
+                    continue;
+                }
+                let id = e.group.id.clone();
+                let records: Vec<OffsetsRecord> = gone
+                    .into_iter()
+                    .map(|key| {
+                        e.offsets.remove(&key);
+                        OffsetsRecord::Offset {
+                            group: id.clone(),
+                            topic: key.0,
+                            partition: key.1,
+                            value: None,
+                        }
+                    })
+                    .collect();
+                (id, records)
+            };
+            if let Err(e) = self.persist(&id, &records).await {
+                tracing::warn!(group = %id, topic, error = %e, "removing a deleted topic's offsets");
+            }
+        }
+    }
 }
 
 /// OffsetCommit (or, `transactional`, TxnOffsetCommit) checks for a KIP-848 group, in the
@@ -1177,11 +1210,12 @@ mod tests {
         });
         let controller = Arc::new(Controller::open(dir, 1).unwrap());
         let replicas = Arc::new(ReplicaManager::new(config.clone()));
-        replicas.apply_image(&controller.image()).unwrap();
+        replicas.start_applier(controller.subscribe()).unwrap();
+        replicas.catch_up(&controller.image()).unwrap();
         if controller.image().topic("t").is_none() {
             controller.create_topic("t", 2, 1, BTreeMap::new()).unwrap();
         }
-        replicas.apply_image(&controller.image()).unwrap();
+        replicas.catch_up(&controller.image()).unwrap();
         let c = Arc::new(GroupCoordinator::new(config, controller, replicas));
         c.load().unwrap();
         c
