@@ -119,9 +119,12 @@ impl Broker {
         let controller = Arc::new(Controller::open(&config.data_dir, config.node_id)?);
         let replicas = Arc::new(ReplicaManager::new(config.clone()));
         replicas.remove_stray_dirs();
+        replicas
+            .start_applier(controller.subscribe())
+            .map_err(|e| error::Error::storage("start the replica-manager thread in", &config.data_dir, e))?;
         // The first apply also makes the stored dynamic broker configs (KIP-226) live, before
         // any partition opens: `config.live()` is what every part of the broker reads.
-        if let Err(e) = replicas.apply_image(&controller.image()) {
+        if let Err(e) = replicas.catch_up(&controller.image()) {
             // Kafka starts with a failed log directory offline rather than not at all: those
             // partitions are reported without a leader, the rest are served.
             tracing::error!(error = %e, "some partitions are offline: their storage failed to open");

@@ -10,10 +10,11 @@ mod metadata_log;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 
 use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
@@ -89,6 +90,9 @@ pub struct TopicInfo {
 pub struct MetadataImage {
     pub cluster_id: String,
     pub node_id: i32,
+    /// How many metadata records this image holds: images are published in increasing
+    /// order of it, and the replica manager reports how far it has applied by it.
+    pub offset: i64,
     pub topics: OrdMap<String, Arc<TopicInfo>>,
     pub topic_ids: imbl::HashMap<Uuid, String>,
     /// Topic names with '.' read as '_' (Kafka's collision rule), to the name that holds it.
@@ -121,6 +125,7 @@ impl MetadataImage {
 
     /// Applies one record; records are validated before they are written, so replay never fails.
     fn apply(&mut self, record: &MetadataRecord) {
+        self.offset += 1;
         match record {
             MetadataRecord::CreateTopic {
                 name,
@@ -225,7 +230,9 @@ fn collision_name(name: &str) -> String {
 pub struct Controller {
     node_id: i32,
     log: Mutex<MetadataLog>,
-    image: RwLock<Arc<MetadataImage>>,
+    /// The committed image, published: readers take the current one, the replica manager
+    /// subscribes and applies each (ARCHITECTURE.md, "Metadata flow").
+    image: watch::Sender<Arc<MetadataImage>>,
     /// This broker's current block of producer ids: the next one to hand out and the block's end.
     producer_ids: Mutex<(i64, i64)>,
 }
@@ -248,17 +255,22 @@ impl Controller {
         Ok(Controller {
             node_id,
             log: Mutex::new(log),
-            image: RwLock::new(Arc::new(image)),
+            image: watch::Sender::new(Arc::new(image)),
             producer_ids: Mutex::new((0, 0)),
         })
     }
 
     /// The current snapshot.
     pub fn image(&self) -> Arc<MetadataImage> {
-        match self.image.read() {
-            Ok(guard) => guard.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
-        }
+        self.image.borrow().clone()
+    }
+
+    /// Every image committed from now on (the current one is marked unseen: the subscriber
+    /// sees it first).
+    pub fn subscribe(&self) -> watch::Receiver<Arc<MetadataImage>> {
+        let mut images = self.image.subscribe();
+        images.mark_changed();
+        images
     }
 
     pub fn node_count(&self) -> i32 {
@@ -283,7 +295,7 @@ impl Controller {
         let mut next = (*current).clone();
         next.apply(&record);
         let next = Arc::new(next);
-        *self.image.write().unwrap_or_else(|p| p.into_inner()) = next.clone();
+        self.image.send_replace(next.clone());
         Ok(next)
     }
 

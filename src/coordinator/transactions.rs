@@ -890,7 +890,7 @@ impl TransactionCoordinator {
             {
                 return Ok(());
             }
-            return self.replicas.apply_image(&self.controller.image());
+            return self.replicas.catch_up(&self.controller.image());
         }
         let configs = BTreeMap::from([("cleanup.policy".to_string(), "compact".to_string())]);
         match self.controller.create_topic(
@@ -902,7 +902,7 @@ impl TransactionCoordinator {
             Ok(_) | Err(Error::TopicAlreadyExists(_)) => {}
             Err(e) => return Err(e),
         }
-        self.replicas.apply_image(&self.controller.image())
+        self.replicas.catch_up(&self.controller.image())
     }
 
     /// Rebuilds every transactional id from `__transaction_state` (start-up). Transactions
@@ -1793,10 +1793,11 @@ mod tests {
         });
         let controller = Arc::new(Controller::open(dir, 1).unwrap());
         let replicas = Arc::new(ReplicaManager::new(config.clone()));
+        replicas.start_applier(controller.subscribe()).unwrap();
         if controller.image().topic("t").is_none() {
             controller.create_topic("t", 2, 1, BTreeMap::new()).unwrap();
         }
-        replicas.apply_image(&controller.image()).unwrap();
+        replicas.catch_up(&controller.image()).unwrap();
         let groups = Arc::new(GroupCoordinator::new(
             config.clone(),
             controller.clone(),

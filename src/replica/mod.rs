@@ -18,7 +18,7 @@ pub mod produce_validation;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -431,7 +431,26 @@ pub struct ReplicaManager {
     /// Partitions the image has whose storage failed to open: reported offline (no leader),
     /// never served.
     offline: RwLock<HashSet<TopicPartition>>,
+    /// How far the published images are applied; `progressed` wakes whoever waits for it.
+    progress: Mutex<Progress>,
+    progressed: Condvar,
+    /// Set by `close_all`: nothing is applied any more.
+    stopped: AtomicBool,
 }
+
+/// The replica manager's progress through the published images.
+#[derive(Default)]
+struct Progress {
+    /// The offset of the last image applied; None before the first.
+    applied: Option<i64>,
+    /// Recent applies that failed: the image offsets each covered, and the first error.
+    failures: std::collections::VecDeque<(std::ops::RangeInclusive<i64>, String)>,
+}
+
+/// Failed applies remembered for the requests waiting on them.
+const FAILURES_KEPT: usize = 64;
+/// How long a request waits for its image to be applied before it gives up.
+const APPLY_WAIT: Duration = Duration::from_secs(60);
 
 /// The topics as last applied: the next image is compared with it (a persistent-map diff
 /// that skips shared structure), so applying a change costs the change, not the whole image.
@@ -449,6 +468,88 @@ impl ReplicaManager {
             partitions: RwLock::new(HashMap::new()),
             applying: Mutex::new(Applied::default()),
             offline: RwLock::new(HashSet::new()),
+            progress: Mutex::new(Progress::default()),
+            progressed: Condvar::new(),
+            stopped: AtomicBool::new(false),
+        }
+    }
+
+    /// Starts the replica-manager thread: the one place that applies the metadata images the
+    /// controller publishes (the latest one when several were published meanwhile). A thread
+    /// of its own, not a tokio task: requests wait for it from synchronous code (`catch_up`),
+    /// and must not be able to starve it of workers. It ends when the controller is dropped
+    /// or the replica manager closes.
+    pub fn start_applier(self: &Arc<Self>, mut images: watch::Receiver<Arc<MetadataImage>>) -> std::io::Result<()> {
+        let replicas = Arc::downgrade(self);
+        // Opening a partition spawns its flusher task on the broker's runtime.
+        let runtime = tokio::runtime::Handle::try_current().map_err(std::io::Error::other)?;
+        std::thread::Builder::new()
+            .name("replica-manager".into())
+            .spawn(move || {
+                let _runtime = runtime.enter();
+                while futures::executor::block_on(images.changed()).is_ok() {
+                    let image = images.borrow_and_update().clone();
+                    let Some(replicas) = replicas.upgrade() else { return };
+                    if replicas.stopped.load(Ordering::Acquire) {
+                        return;
+                    }
+                    replicas.apply_published(&image);
+                }
+            })
+            .map(drop)
+    }
+
+    /// Applies one published image and records the outcome for `catch_up`.
+    fn apply_published(&self, image: &MetadataImage) {
+        let from = self.progress.lock().unwrap_or_else(|p| p.into_inner()).applied;
+        if from.is_some_and(|applied| applied >= image.offset) {
+            return;
+        }
+        let result = self.apply_image(image);
+        let mut progress = self.progress.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(e) = result {
+            let first = from.map_or(i64::MIN, |applied| applied + 1);
+            progress.failures.push_back((first..=image.offset, e.to_string()));
+            if progress.failures.len() > FAILURES_KEPT {
+                progress.failures.pop_front();
+            }
+        }
+        progress.applied = Some(image.offset);
+        self.progressed.notify_all();
+    }
+
+    /// Waits until the replica manager has applied `image` (or a later one): the partitions it
+    /// names are open, and its configs live. The error of the apply that covered it, if any
+    /// (the partitions that failed are offline).
+    pub fn catch_up(&self, image: &MetadataImage) -> Result<()> {
+        let deadline = std::time::Instant::now() + APPLY_WAIT;
+        let mut progress = self.progress.lock().unwrap_or_else(|p| p.into_inner());
+        while progress.applied.is_none_or(|applied| applied < image.offset) {
+            let now = std::time::Instant::now();
+            if now >= deadline || self.stopped.load(Ordering::Acquire) {
+                return Err(self.not_applied(format!("metadata image {} was not applied", image.offset)));
+            }
+            progress = self
+                .progressed
+                .wait_timeout(progress, (deadline - now).min(Duration::from_millis(100)))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        match progress
+            .failures
+            .iter()
+            .find(|(offsets, _)| offsets.contains(&image.offset))
+        {
+            Some((_, message)) => Err(self.not_applied(message.clone())),
+            None => Ok(()),
+        }
+    }
+
+    fn not_applied(&self, message: String) -> Error {
+        Error::Storage {
+            op: "apply metadata in",
+            path: self.config.data_dir.clone(),
+            source: std::io::Error::other(message),
         }
     }
 
@@ -475,7 +576,7 @@ impl ReplicaManager {
     /// with them), then reach every partition's log (Kafka's `DynamicLogConfig.reconfigure`).
     /// A partition whose storage fails to open is marked offline and the others still open;
     /// the first such error is returned.
-    pub fn apply_image(&self, image: &MetadataImage) -> Result<()> {
+    fn apply_image(&self, image: &MetadataImage) -> Result<()> {
         use imbl::ordmap::DiffItem;
         let mut applied = self.applying.lock().unwrap_or_else(|p| p.into_inner());
         let layers = image.broker_config_layers(self.config.node_id);
@@ -761,6 +862,10 @@ impl ReplicaManager {
 
     /// Closes every partition (flush, index and checkpoint writes) for a clean shutdown.
     pub fn close_all(&self) {
+        // No apply after this one: an apply in progress finishes first (it holds the lock).
+        let _applying = self.applying.lock().unwrap_or_else(|p| p.into_inner());
+        self.stopped.store(true, Ordering::Release);
+        self.progressed.notify_all();
         let all: Vec<Arc<Partition>> = self
             .partitions
             .read()
@@ -796,5 +901,66 @@ fn remove_partition_dir(dir: &Path) {
     }
     if let Err(e) = std::fs::remove_dir_all(&aside) {
         tracing::warn!(dir = %aside.display(), error = %e, "removing a deleted partition");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::cluster::Controller;
+
+    fn setup(dir: &Path) -> (Arc<Controller>, Arc<ReplicaManager>) {
+        let config = Arc::new(BrokerConfig {
+            data_dir: dir.to_path_buf(),
+            ..BrokerConfig::default()
+        });
+        let controller = Arc::new(Controller::open(dir, 1).unwrap());
+        let replicas = Arc::new(ReplicaManager::new(config));
+        replicas.start_applier(controller.subscribe()).unwrap();
+        (controller, replicas)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_replica_manager_applies_every_published_image_by_itself() {
+        // Issue 11's seam: whoever commits a change, the replica manager's thread applies it,
+        // as it will apply what a quorum commits.
+        let dir = tempfile::TempDir::new().unwrap();
+        let (controller, replicas) = setup(dir.path());
+        controller.create_topic("t", 3, 1, BTreeMap::new()).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while (0..3).any(|p| replicas.get("t", p).is_none()) {
+            assert!(std::time::Instant::now() < deadline, "the partitions were never opened");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // catch_up waits for a given image; deleting the topic removes its files.
+        let id = controller.image().topic("t").unwrap().id;
+        controller.delete_topic(id).unwrap();
+        replicas.catch_up(&controller.image()).unwrap();
+        assert!(replicas.get("t", 0).is_none());
+        assert!(!dir.path().join("t-0").exists());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn catch_up_reports_the_storage_error_of_its_image() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let (controller, replicas) = setup(dir.path());
+        // A file where the partition's directory must go: the partition cannot open.
+        std::fs::write(dir.path().join("blocked-0"), b"").unwrap();
+        controller.create_topic("blocked", 1, 1, BTreeMap::new()).unwrap();
+        let error = replicas.catch_up(&controller.image()).unwrap_err();
+        assert!(matches!(error, Error::Storage { .. }), "{error}");
+        assert!(replicas.topic_is_offline("blocked", 1));
+        // A later image that opens fine is not blamed for it.
+        controller.create_topic("fine", 1, 1, BTreeMap::new()).unwrap();
+        replicas.catch_up(&controller.image()).unwrap();
+        // After close_all nothing more is applied, and waiting says so instead of hanging.
+        replicas.close_all();
+        controller.create_topic("late", 1, 1, BTreeMap::new()).unwrap();
+        assert!(replicas.catch_up(&controller.image()).is_err());
+        assert!(replicas.get("late", 0).is_none());
     }
 }

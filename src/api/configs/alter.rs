@@ -30,7 +30,7 @@ pub(super) fn replace_topic_configs(
         return Ok(());
     }
     ctx.controller.set_topic_configs(name, configs)?;
-    ctx.replicas.apply_image(&ctx.controller.image())?;
+    ctx.replicas.catch_up(&ctx.controller.image())?;
     Ok(())
 }
 

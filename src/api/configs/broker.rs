@@ -1,6 +1,6 @@
 //! Dynamic broker configs (KIP-226) for both alter APIs: checking a new layer as Kafka's
 //! `ConfigAdminManager` and `DynamicBrokerConfig.validate` do, storing it in the metadata log
-//! and making it live (`ReplicaManager::apply_image` hands the new defaults to every log).
+//! and making it live (the replica manager, applying the new image, hands the new defaults to every log).
 //!
 //! Kafka answers every refusal here with INVALID_REQUEST (KAFKA-13609 keeps that code for
 //! compatibility): a non-dynamic key ("Cannot update these configs dynamically: Set(k)"), a
@@ -89,7 +89,7 @@ pub(super) fn update_layer(
     ctx.controller.update_broker_configs(node, plan)?;
     // Stored: the change stands even if some partition (unrelated to it) failed to open. The
     // latest image, as the other handlers apply: a concurrent change may have followed ours.
-    if let Err(e) = ctx.replicas.apply_image(&ctx.controller.image()) {
+    if let Err(e) = ctx.replicas.catch_up(&ctx.controller.image()) {
         tracing::warn!(error = %e, "applying the metadata image after a broker config change");
     }
     tracing::info!(
