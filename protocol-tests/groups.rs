@@ -26,6 +26,9 @@ const BROKER: &[(&str, &str)] = &[
 struct Observed {
     assignment: Mutex<BTreeSet<i32>>,
     rebalances: AtomicUsize,
+    /// Set before the consumer is dropped: librdkafka 2.12 can deadlock when `assignment()` is
+    /// called from the revoke callback that `close` runs (the op waits on the thread closing).
+    closing: AtomicBool,
 }
 
 struct Ctx(Arc<Observed>);
@@ -35,6 +38,9 @@ impl ClientContext for Ctx {}
 impl ConsumerContext for Ctx {
     fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         self.0.rebalances.fetch_add(1, Ordering::SeqCst);
+        if self.0.closing.load(Ordering::SeqCst) {
+            return;
+        }
         if let Rebalance::Assign(_) | Rebalance::Revoke(_) = rebalance {
             let now: BTreeSet<i32> = consumer
                 .assignment()
@@ -78,7 +84,7 @@ impl Member {
         let seen: Arc<Mutex<Vec<(i32, i64, String)>>> = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
-            let (seen, stop) = (seen.clone(), stop.clone());
+            let (seen, stop, observed_by_thread) = (seen.clone(), stop.clone(), observed.clone());
             std::thread::spawn(move || {
                 while !stop.load(Ordering::SeqCst) {
                     if let Some(Ok(m)) = consumer.poll(Duration::from_millis(50)) {
@@ -89,6 +95,7 @@ impl Member {
                         let _ = consumer.commit_message(&m, CommitMode::Sync);
                     }
                 }
+                observed_by_thread.closing.store(true, Ordering::SeqCst);
                 drop(consumer); // closes: LeaveGroup
             })
         };
