@@ -113,6 +113,9 @@ pub struct GroupCoordinator {
     groups: Mutex<HashMap<String, Arc<Slot>>>,
     limits: GroupLimits,
     consumer_limits: ConsumerLimits,
+    /// The topics of the last metadata image a KIP-848 heartbeat saw, by image offset: built
+    /// once per metadata change, not at every heartbeat (O(topics) each).
+    topics_view: Mutex<Option<(i64, Arc<TopicsView>)>>,
 }
 
 impl GroupCoordinator {
@@ -133,6 +136,7 @@ impl GroupCoordinator {
             max_size: config.group_consumer_max_size,
         };
         GroupCoordinator {
+            topics_view: Mutex::new(None),
             config,
             controller,
             replicas,
@@ -189,6 +193,26 @@ impl GroupCoordinator {
                 })
             })
             .clone()
+    }
+
+    /// The topics of `image` as KIP-848 groups read them (name → id, partitions), shared by
+    /// every heartbeat until the image changes.
+    fn topics_view(&self, image: &MetadataImage) -> Arc<TopicsView> {
+        let mut cached = self.topics_view.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((offset, view)) = cached.as_ref()
+            && *offset == image.offset
+        {
+            return view.clone();
+        }
+        let view: Arc<TopicsView> = Arc::new(
+            image
+                .topics
+                .values()
+                .map(|t| (t.name.clone(), (t.id, t.partitions)))
+                .collect(),
+        );
+        *cached = Some((image.offset, view.clone()));
+        view
     }
 
     /// Creates `__consumer_offsets` on first use, as Kafka does.
@@ -348,11 +372,7 @@ impl GroupCoordinator {
                 e.group = Group::new(&group, now);
                 e.persisted_consumer = Some(snapshot.clone());
                 let image = self.controller.image();
-                let topics: TopicsView = image
-                    .topics
-                    .values()
-                    .map(|t| (t.name.clone(), (t.id, t.partitions)))
-                    .collect();
+                let topics = self.topics_view(&image);
                 e.consumer = Some(ConsumerGroup::restore(
                     &group,
                     snapshot,
@@ -939,11 +959,7 @@ impl GroupCoordinator {
             );
         }
         let image = self.controller.image();
-        let topics: TopicsView = image
-            .topics
-            .values()
-            .map(|t| (t.name.clone(), (t.id, t.partitions)))
-            .collect();
+        let topics = self.topics_view(&image);
         let slot = self.slot_or_create(group_id);
         let out = {
             let mut e = slot.lock();
