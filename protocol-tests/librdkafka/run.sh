@@ -248,7 +248,11 @@ for t in "${LIST[@]}"; do
     # 0049's 10 s consumer_poll() limit after its 10 s network outage covers librdkafka's
     # reconnect backoff, which has doubled to 3-10 s with jitter by then, plus the 3 s initial
     # rebalance delay of the rejoin: 5 s in most runs, over 10 s in about one in twenty).
-    if [[ $res == FAIL && $attempt == 1 && ($reason == *"timed out"* || $reason == *"() timeout"*) ]]; then
+    # 0061 compares each statistics event's consumer_lag_stored with the lag the application
+    # computed after its last consume(); an event generated just before the offset was stored
+    # but served after reads one more (seen once in a loaded full run; 3 of 3 alone pass).
+    if [[ $res == FAIL && $attempt == 1 && ($reason == *"timed out"* || $reason == *"() timeout"* ||
+        ($t == 0061 && $reason == *"Stats consumer_lag"*)) ]]; then
         echo "RETRY $t $name (${secs}s): $reason"
         continue
     fi
