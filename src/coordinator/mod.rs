@@ -1158,6 +1158,12 @@ impl GroupCoordinator {
         for slot in slots {
             let (id, records) = {
                 let mut e = slot.lock();
+                // Offsets of open transactions for the topic go too (Kafka's
+                // `cleanupGroupMetadata`): their commit marker must not bring them back.
+                for pending in e.pending_txn_offsets.values_mut() {
+                    pending.retain(|(t, _), _| t != topic);
+                }
+                e.committed_at.retain(|(t, _), _| t != topic);
                 let gone: Vec<(String, i32)> = e.offsets.keys().filter(|(t, _)| t == topic).cloned().collect();
                 if gone.is_empty() {
                     continue;
@@ -1358,5 +1364,30 @@ mod tests {
             busy.get(&("t".to_string(), 1)).map(|o| (o.offset, o.metadata.as_str())),
             Some((9, "m"))
         );
+    }
+
+    #[tokio::test]
+    async fn a_deleted_topic_loses_its_committed_and_pending_offsets() {
+        // Kafka's onPartitionsDeleted: committed offsets of the topic are tombstoned in every
+        // group, and offsets of open transactions for it are dropped.
+        let dir = tempfile::tempdir().unwrap();
+        let c = coordinator(dir.path()).await;
+        if c.controller.image().topic("kept").is_none() {
+            c.controller.create_topic("kept", 1, 1, BTreeMap::new()).unwrap();
+        }
+        c.replicas.catch_up(&c.controller.image()).unwrap();
+        let commit = |topic: &str, offset| vec![(topic.to_string(), 0, offset, -1, None)];
+        assert_eq!(c.commit("g", "", None, -1, commit("t", 5), 9).await, vec![0]);
+        assert_eq!(c.commit("g", "", None, -1, commit("kept", 6), 9).await, vec![0]);
+        assert_eq!(c.txn_commit("h", 7, 0, "", None, -1, commit("t", 8)).await, vec![0]);
+        c.on_topic_deleted("t").await;
+        assert!(!c.fetch_offsets("g").contains_key(&("t".to_string(), 0)));
+        assert_eq!(c.fetch_offsets("g")[&("kept".to_string(), 0)].offset, 6);
+        assert!(!c.has_pending_txn_offset("h", "t", 0));
+        // The tombstones are durable: a reload finds the same.
+        drop(c);
+        let c = coordinator(dir.path()).await;
+        assert!(!c.fetch_offsets("g").contains_key(&("t".to_string(), 0)));
+        assert_eq!(c.fetch_offsets("g")[&("kept".to_string(), 0)].offset, 6);
     }
 }
