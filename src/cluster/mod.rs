@@ -1,12 +1,14 @@
 //! Cluster metadata: topics, topic ids, partitions, configs. Every change goes through the
 //! `Controller`, which appends a record to the metadata log (fsynced) and then publishes a new
 //! immutable `MetadataImage`. On a single node the metadata log is a local file; replaying it at
-//! start-up rebuilds the image. In a cluster the same records will go through a raft quorum.
+//! start-up rebuilds the image. In a cluster the same records go through a raft quorum
+//! (`raft::MetadataQuorum`, not wired in yet).
 
 // Input from the network or disk becomes an `Error`, never a panic.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 mod metadata_log;
+pub mod raft;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -121,6 +123,63 @@ impl MetadataImage {
     pub fn broker_config_layers(&self, node: i32) -> (ConfigLayer, ConfigLayer) {
         let own = self.broker_configs.get(&node).cloned().unwrap_or_default();
         (self.broker_default_configs.clone(), own)
+    }
+
+    /// The records that rebuild this image from an empty one (a raft snapshot): each topic as
+    /// it is now (its partitions and configs folded in), the producer id mark, group configs,
+    /// then the dynamic broker config layers. The offset is not a record: the snapshot keeps it.
+    pub(crate) fn to_records(&self) -> Vec<MetadataRecord> {
+        // Destructured so that a new field does not compile until it is carried here too.
+        let MetadataImage {
+            cluster_id: _,
+            node_id: _,
+            offset: _,
+            topics,
+            topic_ids: _,
+            collision_names: _,
+            next_producer_id,
+            group_configs,
+            broker_default_configs,
+            broker_configs,
+        } = self;
+        let mut records = Vec::with_capacity(topics.len() + group_configs.len() + broker_configs.len() + 2);
+        records.extend(topics.values().map(|topic| MetadataRecord::CreateTopic {
+            name: topic.name.clone(),
+            id: topic.id,
+            partitions: topic.partitions,
+            replication_factor: topic.replication_factor,
+            configs: topic.configs.clone(),
+            leader: topic.leader,
+            leader_epoch: topic.leader_epoch,
+        }));
+        if *next_producer_id != 0 {
+            records.push(MetadataRecord::ProducerIds {
+                next_producer_id: *next_producer_id,
+            });
+        }
+        records.extend(
+            group_configs
+                .iter()
+                .map(|(group, configs)| MetadataRecord::SetGroupConfigs {
+                    group: group.clone(),
+                    configs: (**configs).clone(),
+                }),
+        );
+        if !broker_default_configs.is_empty() {
+            records.push(MetadataRecord::SetBrokerConfigs {
+                node: None,
+                configs: (**broker_default_configs).clone(),
+            });
+        }
+        records.extend(
+            broker_configs
+                .iter()
+                .map(|(node, configs)| MetadataRecord::SetBrokerConfigs {
+                    node: Some(*node),
+                    configs: (**configs).clone(),
+                }),
+        );
+        records
     }
 
     /// Applies one record; records are validated before they are written, so replay never fails.

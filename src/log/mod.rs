@@ -19,7 +19,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 pub mod batch;
-mod checkpoint;
+pub(crate) mod checkpoint;
 /// Log compaction: `Log::clean` (and `prepare_clean` / `commit_clean`) live in cleaner.rs.
 pub mod cleaner;
 mod config;

@@ -1,0 +1,490 @@
+//! The quorum's RPCs over TCP: openraft's AppendEntries, Vote and InstallSnapshot (chunked by
+//! openraft: `snapshot_max_chunk_size`) between controllers.
+//!
+//! A frame is `[length u32, big endian][serde_json body]`; a request is `RequestFrame` (the
+//! node it is meant for, so a peer configured with a wrong address is told so instead of
+//! voting in the wrong cluster) and its answer a `Reply`, one at a time on a connection. A
+//! length past `frame_bytes_max` or a body that does not parse closes the connection (a log
+//! line, never a panic); every read and write is bounded by a timeout, a connection silent for
+//! `idle_timeout` is closed, and at most `CONNECTIONS_MAX` are served at once.
+//!
+//! The client side (`PeerClient`, one per target and replication stream, made by openraft
+//! through `NetworkFactory`) keeps one connection and reconnects at the next RPC after any
+//! error. A connection is taken out of the client for the time of a call, so a call that
+//! openraft abandons midway (its own timeout) drops the connection with it rather than leaving
+//! an unread reply for the next call.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::{
+    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
+    VoteResponse,
+};
+use openraft::{BasicNode, Raft};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio::time::timeout;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::TypeConfig;
+
+/// Connections a node serves at once: two per peer (replication and votes) in a quorum of a
+/// handful of voters, with room for reconnections whose old half is not closed yet.
+const CONNECTIONS_MAX: usize = 64;
+/// How long one request may take to be handled by the local raft (an install of a snapshot's
+/// last chunk parses and persists the whole snapshot).
+const HANDLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The bounds of the quorum's connections.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct NetworkLimits {
+    /// The largest frame read or written; an AppendEntries that would exceed it is split.
+    pub(super) frame_bytes_max: usize,
+    /// Bound on each read or write of a frame, and on connecting.
+    pub(super) io_timeout: Duration,
+    /// A server connection with no request for this long is closed.
+    pub(super) idle_timeout: Duration,
+}
+
+/// A request: the node it is meant for and the RPC.
+#[derive(Debug, Serialize, Deserialize)]
+struct RequestFrame {
+    to: u64,
+    rpc: Rpc,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+enum Rpc {
+    AppendEntries(AppendEntriesRequest<TypeConfig>),
+    Vote(VoteRequest<u64>),
+    InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+enum Reply {
+    AppendEntries(Result<AppendEntriesResponse<u64>, RaftError<u64>>),
+    Vote(Result<VoteResponse<u64>, RaftError<u64>>),
+    InstallSnapshot(Result<InstallSnapshotResponse<u64>, RaftError<u64, InstallSnapshotError>>),
+    /// The request named another node: this address is node `node`.
+    WrongNode {
+        node: u64,
+    },
+}
+
+/// Why a frame could not be read or written; the connection is closed after any of them.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum FrameError {
+    #[error("{op}: {source}")]
+    Io { op: &'static str, source: std::io::Error },
+    #[error("no {what} within {ms} ms")]
+    TimedOut { what: &'static str, ms: u128 },
+    #[error("a frame of {len} bytes exceeds the {max} bytes allowed")]
+    TooLarge { len: usize, max: usize },
+    #[error("malformed frame: {0}")]
+    Malformed(serde_json::Error),
+    #[error("the peer closed the connection")]
+    Closed,
+}
+
+async fn bounded<T>(
+    limit: Duration,
+    what: &'static str,
+    op: impl Future<Output = std::io::Result<T>>,
+) -> Result<T, FrameError> {
+    match timeout(limit, op).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(source)) => Err(FrameError::Io { op: what, source }),
+        Err(_) => Err(FrameError::TimedOut {
+            what,
+            ms: limit.as_millis(),
+        }),
+    }
+}
+
+/// Serializes a frame (length prefix included), refusing one past `max`.
+fn encode_frame<T: Serialize>(value: &T, max: usize) -> Result<Vec<u8>, FrameError> {
+    let mut bytes = vec![0; 4];
+    serde_json::to_writer(&mut bytes, value).map_err(FrameError::Malformed)?;
+    let len = bytes.len() - 4;
+    let claimed = u32::try_from(len)
+        .ok()
+        .filter(|_| len <= max)
+        .ok_or(FrameError::TooLarge { len, max })?;
+    bytes[..4].copy_from_slice(&claimed.to_be_bytes());
+    Ok(bytes)
+}
+
+/// Reads the next frame: None at a clean end of stream before a frame starts. The wait for
+/// the frame to start is bounded by `first_byte_timeout`, the rest by `io_timeout`.
+async fn read_frame<R: AsyncRead + Unpin, T: DeserializeOwned>(
+    reader: &mut R,
+    max: usize,
+    first_byte_timeout: Duration,
+    io_timeout: Duration,
+) -> Result<Option<T>, FrameError> {
+    let mut length = [0u8; 4];
+    if bounded(first_byte_timeout, "read a frame length", reader.read(&mut length[..1])).await? == 0 {
+        return Ok(None);
+    }
+    bounded(io_timeout, "read a frame length", reader.read_exact(&mut length[1..])).await?;
+    // The peer's claim: checked before allocating anything.
+    let len = u32::from_be_bytes(length) as usize;
+    if len > max {
+        return Err(FrameError::TooLarge { len, max });
+    }
+    let mut body = vec![0; len];
+    bounded(io_timeout, "read a frame body", reader.read_exact(&mut body)).await?;
+    serde_json::from_slice(&body).map(Some).map_err(FrameError::Malformed)
+}
+
+async fn write_frame<W: AsyncWrite + Unpin>(
+    writer: &mut W,
+    frame: &[u8],
+    io_timeout: Duration,
+) -> Result<(), FrameError> {
+    bounded(io_timeout, "write a frame", writer.write_all(frame)).await
+}
+
+/// The raft server of one node; stops with `shutdown`.
+pub(super) struct RaftServer {
+    cancel: CancellationToken,
+    tasks: TaskTracker,
+}
+
+impl RaftServer {
+    /// Serves openraft's RPCs to `raft` on `listener` until `shutdown`.
+    pub(super) fn start(
+        listener: TcpListener,
+        node_id: u64,
+        raft: Raft<TypeConfig>,
+        limits: NetworkLimits,
+    ) -> RaftServer {
+        let cancel = CancellationToken::new();
+        let tasks = TaskTracker::new();
+        let slots = Arc::new(Semaphore::new(CONNECTIONS_MAX));
+        let (accept_cancel, accept_tasks) = (cancel.clone(), tasks.clone());
+        tasks.spawn(async move {
+            loop {
+                let accepted = tokio::select! {
+                    _ = accept_cancel.cancelled() => break,
+                    accepted = listener.accept() => accepted,
+                };
+                let (stream, peer) = match accepted {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        // Out of descriptors and the like: keep serving the others.
+                        tracing::warn!(node_id, error = %e, "metadata quorum: accept failed");
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                };
+                let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    tracing::warn!(node_id, %peer, max = CONNECTIONS_MAX, "metadata quorum: too many connections; closing a new one");
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                let (raft, cancel) = (raft.clone(), accept_cancel.clone());
+                accept_tasks.spawn(async move {
+                    let _slot = slot;
+                    match serve_connection(stream, node_id, &raft, limits, &cancel).await {
+                        Ok(()) | Err(FrameError::Closed) => {}
+                        Err(e @ FrameError::TimedOut { .. }) => {
+                            tracing::debug!(node_id, %peer, reason = %e, "metadata quorum: closing connection")
+                        }
+                        Err(e) => tracing::warn!(node_id, %peer, reason = %e, "metadata quorum: closing connection"),
+                    }
+                });
+            }
+        });
+        tasks.close();
+        RaftServer { cancel, tasks }
+    }
+
+    /// Stops accepting, closes every connection and waits for their tasks.
+    pub(super) async fn shutdown(self) {
+        self.cancel.cancel();
+        self.tasks.wait().await;
+    }
+}
+
+/// Answers the requests of one connection in order until it closes, errs or `cancel`.
+async fn serve_connection(
+    mut stream: TcpStream,
+    node_id: u64,
+    raft: &Raft<TypeConfig>,
+    limits: NetworkLimits,
+    cancel: &CancellationToken,
+) -> Result<(), FrameError> {
+    loop {
+        let read = tokio::select! {
+            _ = cancel.cancelled() => return Ok(()),
+            read = read_frame::<_, RequestFrame>(&mut stream, limits.frame_bytes_max, limits.idle_timeout, limits.io_timeout) => read,
+        };
+        let Some(request) = read? else {
+            return Ok(());
+        };
+        if request.to != node_id {
+            let frame = encode_frame(&Reply::WrongNode { node: node_id }, limits.frame_bytes_max)?;
+            write_frame(&mut stream, &frame, limits.io_timeout).await?;
+            tracing::warn!(
+                node_id,
+                to = request.to,
+                "metadata quorum: a request for another node; check controller.quorum.voters"
+            );
+            return Ok(());
+        }
+        let handled = async {
+            match request.rpc {
+                Rpc::AppendEntries(rpc) => Reply::AppendEntries(raft.append_entries(rpc).await),
+                Rpc::Vote(rpc) => Reply::Vote(raft.vote(rpc).await),
+                Rpc::InstallSnapshot(rpc) => Reply::InstallSnapshot(raft.install_snapshot(rpc).await),
+            }
+        };
+        let reply = tokio::select! {
+            _ = cancel.cancelled() => return Ok(()),
+            reply = timeout(HANDLE_TIMEOUT, handled) => reply.map_err(|_| FrameError::TimedOut {
+                what: "answer from the local raft",
+                ms: HANDLE_TIMEOUT.as_millis(),
+            })?,
+        };
+        let frame = encode_frame(&reply, limits.frame_bytes_max)?;
+        write_frame(&mut stream, &frame, limits.io_timeout).await?;
+    }
+}
+
+/// Makes the clients openraft sends RPCs through.
+pub(super) struct NetworkFactory {
+    pub(super) limits: NetworkLimits,
+}
+
+impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: u64, node: &BasicNode) -> PeerClient {
+        PeerClient {
+            target,
+            address: node.addr.clone(),
+            stream: None,
+            limits: self.limits,
+        }
+    }
+}
+
+/// The client of one peer.
+pub(super) struct PeerClient {
+    target: u64,
+    address: String,
+    stream: Option<TcpStream>,
+    limits: NetworkLimits,
+}
+
+/// Why an RPC failed on our side of the wire.
+#[derive(Debug, thiserror::Error)]
+enum CallError {
+    /// Not connected: openraft backs off before the next try.
+    #[error("cannot connect to {address}: {source}")]
+    Unreachable { address: String, source: FrameError },
+    /// Connected, then the exchange failed: openraft may retry at once (on a new connection).
+    #[error("RPC to {address} failed: {source}")]
+    Network { address: String, source: FrameError },
+    #[error("{address} is node {node}, not node {target}")]
+    WrongNode { address: String, node: u64, target: u64 },
+    #[error("{address} answered a {asked} request with another kind of reply")]
+    UnexpectedReply { address: String, asked: &'static str },
+    /// The request itself exceeds `frame_bytes_max`.
+    #[error(transparent)]
+    TooLarge(FrameError),
+}
+
+impl CallError {
+    fn into_rpc<E: std::error::Error>(self) -> RPCError<u64, BasicNode, E> {
+        match self {
+            CallError::Unreachable { .. } => RPCError::Unreachable(Unreachable::new(&self)),
+            _ => RPCError::Network(NetworkError::new(&self)),
+        }
+    }
+}
+
+impl PeerClient {
+    /// Sends one request and reads its reply, all within `ttl`.
+    async fn call(&mut self, rpc: Rpc, ttl: Duration) -> Result<Reply, CallError> {
+        let asked = match rpc {
+            Rpc::AppendEntries(_) => "AppendEntries",
+            Rpc::Vote(_) => "Vote",
+            Rpc::InstallSnapshot(_) => "InstallSnapshot",
+        };
+        let request = RequestFrame { to: self.target, rpc };
+        let frame = encode_frame(&request, self.limits.frame_bytes_max).map_err(CallError::TooLarge)?;
+        let limits = self.limits;
+        let address = self.address.clone();
+        let network = |source| CallError::Network {
+            address: address.clone(),
+            source,
+        };
+        let exchange = async {
+            let mut stream = match self.stream.take() {
+                Some(stream) => stream,
+                None => {
+                    let stream = bounded(limits.io_timeout, "connect", TcpStream::connect(address.as_str()))
+                        .await
+                        .map_err(|source| CallError::Unreachable {
+                            address: address.clone(),
+                            source,
+                        })?;
+                    let _ = stream.set_nodelay(true);
+                    stream
+                }
+            };
+            write_frame(&mut stream, &frame, limits.io_timeout)
+                .await
+                .map_err(network)?;
+            let reply = read_frame::<_, Reply>(
+                &mut stream,
+                limits.frame_bytes_max,
+                limits.io_timeout,
+                limits.io_timeout,
+            )
+            .await
+            .map_err(network)?
+            .ok_or_else(|| network(FrameError::Closed))?;
+            Ok((stream, reply))
+        };
+        let (stream, reply) = timeout(ttl, exchange).await.map_err(|_| CallError::Network {
+            address: self.address.clone(),
+            source: FrameError::TimedOut {
+                what: "reply",
+                ms: ttl.as_millis(),
+            },
+        })??;
+        let expected = matches!(
+            (&reply, asked),
+            (Reply::AppendEntries(_), "AppendEntries")
+                | (Reply::Vote(_), "Vote")
+                | (Reply::InstallSnapshot(_), "InstallSnapshot")
+        );
+        if !expected {
+            // The connection is dropped with `stream`: this peer is not the one we want.
+            return Err(match reply {
+                Reply::WrongNode { node } => CallError::WrongNode {
+                    address: self.address.clone(),
+                    node,
+                    target: self.target,
+                },
+                _ => CallError::UnexpectedReply {
+                    address: self.address.clone(),
+                    asked,
+                },
+            });
+        }
+        // Only a completed exchange leaves the connection reusable.
+        self.stream = Some(stream);
+        Ok(reply)
+    }
+}
+
+impl RaftNetwork<TypeConfig> for PeerClient {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
+        let entries = rpc.entries.len() as u64;
+        match self.call(Rpc::AppendEntries(rpc), option.hard_ttl()).await {
+            Ok(Reply::AppendEntries(Ok(response))) => Ok(response),
+            Ok(Reply::AppendEntries(Err(e))) => Err(RPCError::RemoteError(RemoteError::new(self.target, e))),
+            // Openraft resends fewer entries at once (one that alone is too large is unreachable).
+            Err(CallError::TooLarge(e)) => Err(RPCError::PayloadTooLarge(
+                PayloadTooLarge::new_entries_hint((entries / 2).max(1)).with_source_error(&e),
+            )),
+            Err(e) => Err(e.into_rpc()),
+            Ok(_) => Err(unexpected(&self.address, "AppendEntries")),
+        }
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<u64>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
+        match self.call(Rpc::Vote(rpc), option.hard_ttl()).await {
+            Ok(Reply::Vote(Ok(response))) => Ok(response),
+            Ok(Reply::Vote(Err(e))) => Err(RPCError::RemoteError(RemoteError::new(self.target, e))),
+            Err(e) => Err(e.into_rpc()),
+            Ok(_) => Err(unexpected(&self.address, "Vote")),
+        }
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<InstallSnapshotResponse<u64>, RPCError<u64, BasicNode, RaftError<u64, InstallSnapshotError>>> {
+        match self.call(Rpc::InstallSnapshot(rpc), option.hard_ttl()).await {
+            Ok(Reply::InstallSnapshot(Ok(response))) => Ok(response),
+            Ok(Reply::InstallSnapshot(Err(e))) => Err(RPCError::RemoteError(RemoteError::new(self.target, e))),
+            Err(e) => Err(e.into_rpc()),
+            Ok(_) => Err(unexpected(&self.address, "InstallSnapshot")),
+        }
+    }
+}
+
+fn unexpected<E: std::error::Error>(address: &str, asked: &'static str) -> RPCError<u64, BasicNode, E> {
+    CallError::UnexpectedReply {
+        address: address.to_string(),
+        asked,
+    }
+    .into_rpc()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMIT: Duration = Duration::from_secs(1);
+
+    async fn read(bytes: &[u8], max: usize) -> Result<Option<serde_json::Value>, FrameError> {
+        let mut reader = bytes;
+        read_frame(&mut reader, max, LIMIT, LIMIT).await
+    }
+
+    #[tokio::test]
+    async fn frames_round_trip_and_bad_ones_are_errors() {
+        let frame = encode_frame(&serde_json::json!({"a": [1, 2]}), 100).unwrap();
+        assert_eq!(read(&frame, 100).await.unwrap(), Some(serde_json::json!({"a": [1, 2]})));
+        assert!(read(&[], 100).await.unwrap().is_none(), "a clean end of stream");
+        // A length past the bound is refused before its body is read or allocated.
+        assert!(matches!(
+            read(&[0xff, 0xff, 0xff, 0xff], 100).await,
+            Err(FrameError::TooLarge { len: 0xffff_ffff, .. })
+        ));
+        // Cut anywhere after the first byte: an error, not a hang (the reader sees EOF).
+        for cut in 1..frame.len() {
+            assert!(read(&frame[..cut], 100).await.is_err(), "cut at {cut}");
+        }
+        let mut garbage = vec![0, 0, 0, 3];
+        garbage.extend_from_slice(b"{{{");
+        assert!(matches!(read(&garbage, 100).await, Err(FrameError::Malformed(_))));
+        assert!(matches!(
+            encode_frame(&"x".repeat(200), 100),
+            Err(FrameError::TooLarge { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_silent_peer_times_out() {
+        let (mut client, _server) = tokio::io::duplex(64);
+        let started = std::time::Instant::now();
+        let read = read_frame::<_, serde_json::Value>(&mut client, 100, Duration::from_millis(50), LIMIT).await;
+        assert!(matches!(read, Err(FrameError::TimedOut { .. })));
+        assert!(started.elapsed() < LIMIT);
+    }
+}
