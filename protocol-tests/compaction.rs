@@ -208,26 +208,12 @@ async fn kill_9_during_cleaning_leaves_a_consistent_log() {
 /// Every record of partition 0 from a raw read_uncommitted Fetch loop: (offset, control, key,
 /// value). Control records are the transaction markers.
 async fn raw_records(addr: std::net::SocketAddr, name: &str) -> Vec<(i64, bool, String, Option<String>)> {
-    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
     use kafka_protocol::records::RecordBatchDecoder;
     let mut raw = Raw::connect(addr).await;
     let text = |b: &Option<bytes::Bytes>| b.as_ref().map(|b| String::from_utf8_lossy(b).into_owned());
     let (mut next, mut out) = (0i64, Vec::new());
     for _ in 0..10_000 {
-        let req = FetchRequest::default()
-            .with_replica_id(BrokerId(-1))
-            .with_max_wait_ms(0)
-            .with_max_bytes(1 << 20)
-            .with_isolation_level(0)
-            .with_session_epoch(-1)
-            .with_topics(vec![FetchTopic::default().with_topic(topic(name)).with_partitions(
-                vec![
-                    FetchPartition::default()
-                        .with_partition(0)
-                        .with_fetch_offset(next)
-                        .with_partition_max_bytes(1 << 20),
-                ],
-            )]);
+        let req = fetch_request(name, next, 1 << 20, 1 << 20);
         let resp = raw.call(12, &req).await;
         let p = &resp.responses[0].partitions[0];
         assert_eq!(p.error_code, 0);

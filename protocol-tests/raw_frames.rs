@@ -7,7 +7,6 @@ use bytes::Bytes;
 use common::*;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::*;
@@ -27,27 +26,6 @@ fn batch(count: usize, value_len: usize, timestamp: i64) -> Bytes {
         })
         .collect();
     sluice::log::batch::encode_records(&records, Compression::None).unwrap()
-}
-
-fn fetch_request(topic_name: &str, offset: i64, max_bytes: i32, partition_max_bytes: i32) -> FetchRequest {
-    FetchRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_max_wait_ms(0)
-        .with_min_bytes(0)
-        .with_max_bytes(max_bytes)
-        .with_session_epoch(-1)
-        .with_topics(vec![
-            FetchTopic::default()
-                .with_topic(topic(topic_name))
-                .with_partitions(vec![
-                    FetchPartition::default()
-                        .with_partition(0)
-                        .with_fetch_offset(offset)
-                        .with_partition_max_bytes(partition_max_bytes)
-                        .with_current_leader_epoch(-1)
-                        .with_log_start_offset(-1),
-                ]),
-        ])
 }
 
 async fn create(raw: &mut Raw, name: &str, partitions: i32, configs: &[(&str, &str)]) -> i16 {

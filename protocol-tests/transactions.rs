@@ -1023,19 +1023,7 @@ async fn produce_txn(raw: &mut Raw, version: i16, id: &str, t: &str, records: by
 
 /// (records bytes, high watermark, last stable offset, aborted (producer id, first offset)).
 async fn fetch_committed(raw: &mut Raw, version: i16, t: &str) -> (usize, i64, i64, Vec<(i64, i64)>) {
-    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-    let req = FetchRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_max_wait_ms(0)
-        .with_max_bytes(1 << 20)
-        .with_isolation_level(1)
-        .with_session_epoch(-1)
-        .with_topics(vec![FetchTopic::default().with_topic(topic(t)).with_partitions(vec![
-                FetchPartition::default()
-                    .with_partition(0)
-                    .with_fetch_offset(0)
-                    .with_partition_max_bytes(1 << 20),
-            ])]);
+    let req = fetch_request(t, 0, 1 << 20, 1 << 20).with_isolation_level(1);
     let resp = raw.call(version, &req).await;
     let p = &resp.responses[0].partitions[0];
     assert_eq!(p.error_code, 0);

@@ -296,3 +296,31 @@ pub fn proc_status_kib(pid: &str, field: &str) -> Option<u64> {
     let value = status.lines().find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?;
     value.split_whitespace().next()?.parse().ok()
 }
+
+/// A Fetch of partition 0 of `topic_name` from `offset` (read_uncommitted; add
+/// `.with_isolation_level(1)` for read_committed), answered at once.
+pub fn fetch_request(
+    topic_name: &str,
+    offset: i64,
+    max_bytes: i32,
+    partition_max_bytes: i32,
+) -> kafka_protocol::messages::FetchRequest {
+    kafka_protocol::messages::FetchRequest::default()
+        .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+        .with_max_wait_ms(0)
+        .with_min_bytes(0)
+        .with_max_bytes(max_bytes)
+        .with_session_epoch(-1)
+        .with_topics(vec![
+            kafka_protocol::messages::fetch_request::FetchTopic::default()
+                .with_topic(topic(topic_name))
+                .with_partitions(vec![
+                    kafka_protocol::messages::fetch_request::FetchPartition::default()
+                        .with_partition(0)
+                        .with_fetch_offset(offset)
+                        .with_partition_max_bytes(partition_max_bytes)
+                        .with_current_leader_epoch(-1)
+                        .with_log_start_offset(-1),
+                ]),
+        ])
+}

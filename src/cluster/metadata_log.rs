@@ -8,9 +8,9 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use super::MetadataRecord;
+use super::frame::{decode_frame, encode_frame};
 use crate::error::{Error, Result};
 
-const FRAME_HEADER_BYTES: usize = 8;
 /// A metadata record is small; a larger length can only be corruption.
 const RECORD_BYTES_MAX: usize = 1 << 20;
 
@@ -47,11 +47,8 @@ impl MetadataLog {
     /// Appends one record and fsyncs it.
     pub fn append(&mut self, record: &MetadataRecord) -> Result<()> {
         let json = serde_json::to_vec(record).map_err(|e| Error::InvalidRequest(e.to_string()))?;
-        let len = u32::try_from(json.len()).map_err(|_| Error::InvalidRequest("metadata record too large".into()))?;
-        let mut frame = Vec::with_capacity(FRAME_HEADER_BYTES + json.len());
-        frame.extend_from_slice(&len.to_be_bytes());
-        frame.extend_from_slice(&crc32c::crc32c(&json).to_be_bytes());
-        frame.extend_from_slice(&json);
+        let mut frame = Vec::new();
+        encode_frame(&json, &mut frame)?;
         self.file
             .write_all(&frame)
             .map_err(|e| Error::storage("write", &self.path, e))?;
@@ -66,22 +63,12 @@ impl MetadataLog {
 fn parse(bytes: &[u8]) -> (Vec<MetadataRecord>, usize) {
     let mut records = Vec::new();
     let mut pos = 0;
-    while bytes.len() - pos >= FRAME_HEADER_BYTES {
-        let len = u32::from_be_bytes([bytes[pos], bytes[pos + 1], bytes[pos + 2], bytes[pos + 3]]) as usize;
-        let crc = u32::from_be_bytes([bytes[pos + 4], bytes[pos + 5], bytes[pos + 6], bytes[pos + 7]]);
-        let start = pos + FRAME_HEADER_BYTES;
-        if len > RECORD_BYTES_MAX || bytes.len() - start < len {
-            break;
-        }
-        let body = &bytes[start..start + len];
-        if crc32c::crc32c(body) != crc {
-            break;
-        }
+    while let Some((body, frame_len)) = decode_frame(&bytes[pos..], RECORD_BYTES_MAX) {
         let Ok(record) = serde_json::from_slice(body) else {
             break;
         };
         records.push(record);
-        pos = start + len;
+        pos += frame_len;
     }
     (records, pos)
 }

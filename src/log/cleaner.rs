@@ -1144,34 +1144,44 @@ mod tests {
         }
     }
 
-    /// A batch of keyed records (`None` value: a tombstone), timestamps `ts`.
-    fn keyed(records: &[(String, Option<String>)], ts: i64, compression: Compression) -> Vec<ValidBatch> {
-        let records: Vec<Record> = records
-            .iter()
-            .enumerate()
-            .map(|(i, (k, v))| Record {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: -1,
-                producer_id: -1,
-                producer_epoch: -1,
-                timestamp_type: RecordTimestampType::Creation,
-                offset: i as i64,
-                sequence: i as i32 - 1,
-                timestamp: ts,
-                key: Some(Bytes::from(k.clone())),
-                value: v.clone().map(Bytes::from),
-                headers: Default::default(),
-            })
-            .collect();
+    /// Record `i` of a batch: a plain one (no producer), keyed, `None` value a tombstone.
+    fn record(i: usize, key: &str, value: Option<&str>, ts: i64) -> Record {
+        Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: RecordTimestampType::Creation,
+            offset: i as i64,
+            sequence: i as i32 - 1,
+            timestamp: ts,
+            key: Some(Bytes::from(key.to_string())),
+            value: value.map(|v| Bytes::from(v.to_string())),
+            headers: Default::default(),
+        }
+    }
+
+    /// `records` as one validated batch.
+    fn encode(records: &[Record], compression: Compression) -> Vec<ValidBatch> {
         let mut buf = BytesMut::new();
         let options = RecordEncodeOptions {
             version: 2,
             compression,
         };
-        RecordBatchEncoder::encode(&mut buf, &records, &options).unwrap();
+        RecordBatchEncoder::encode(&mut buf, records, &options).unwrap();
         validate_batches(&buf.freeze(), 1 << 20).unwrap()
+    }
+
+    /// A batch of keyed records (`None` value: a tombstone), timestamps `ts`.
+    fn keyed(records: &[(String, Option<String>)], ts: i64, compression: Compression) -> Vec<ValidBatch> {
+        let records: Vec<Record> = records
+            .iter()
+            .enumerate()
+            .map(|(i, (k, v))| record(i, k, v.as_deref(), ts))
+            .collect();
+        encode(&records, compression)
     }
 
     /// Appends records `from..from + count` in batches of 10: record `i` has key
@@ -1313,27 +1323,13 @@ mod tests {
             .enumerate()
             .map(|(i, (k, v))| Record {
                 transactional: true,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: -1,
                 producer_id,
                 producer_epoch: 0,
-                timestamp_type: RecordTimestampType::Creation,
-                offset: i as i64,
                 sequence: seq + i as i32,
-                timestamp: ts,
-                key: Some(Bytes::from(k.to_string())),
-                value: Some(Bytes::from(v.to_string())),
-                headers: Default::default(),
+                ..record(i, k, Some(v), ts)
             })
             .collect();
-        let mut buf = BytesMut::new();
-        let options = RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        };
-        RecordBatchEncoder::encode(&mut buf, &records, &options).unwrap();
-        validate_batches(&buf.freeze(), 1 << 20).unwrap()
+        encode(&records, Compression::None)
     }
 
     /// Ends producer `producer_id`'s transaction; returns the marker's offset.
