@@ -34,10 +34,45 @@ fn invalid(key: &str, reason: impl Into<String>) -> ConfigError {
 pub struct BrokerConfig {
     /// `node.id`: this broker's id in metadata responses.
     pub node_id: i32,
-    /// `listeners`: the address the broker binds (`HOST:PORT` or `PLAINTEXT://HOST:PORT`).
+    /// The address the broker binds for clients: the PLAINTEXT entry of `listeners` (an empty
+    /// host made `0.0.0.0`), or set directly when `listeners` is not given.
     pub listen: String,
-    /// `advertised.listeners`: the address clients are told to connect to (defaults to `listen`).
+    /// The address clients are told to connect to: the PLAINTEXT entry of
+    /// `advertised.listeners` (defaults to `listen`).
     pub advertise: Option<String>,
+    /// `listeners` as given (`NAME://HOST:PORT,...`), empty when the key was not set. `listen`
+    /// and `controller_listen` are resolved from it and `controller.listener.names` whenever
+    /// either is set, so the keys may come in any order; `check` refuses what does not fit.
+    pub listeners: Vec<Listener>,
+    /// `advertised.listeners` as given; `advertise` is its PLAINTEXT entry.
+    pub advertised_listeners: Vec<Listener>,
+    /// The address the quorum binds (voters connect to it): the entry of `listeners` named in
+    /// `controller.listener.names`, an empty host made `0.0.0.0`.
+    pub controller_listen: Option<String>,
+    /// `process.roles`: what this node is. Every node is both for now (`check`).
+    pub process_roles: ProcessRoles,
+    /// `controller.listener.names`: the names of the listeners that serve the quorum, not
+    /// clients (upper-cased, as Kafka's `ListenerName.normalised`).
+    pub controller_listener_names: Vec<String>,
+    /// `controller.quorum.voters`: node id to `HOST:PORT` of its controller listener. Empty: a
+    /// single node, its own controller with a local metadata log.
+    pub controller_quorum_voters: BTreeMap<i32, String>,
+    /// `controller.quorum.bootstrap.servers`: accepted so the key is known, refused by `check`
+    /// (dynamic quorums, KIP-853, are not supported yet).
+    pub controller_quorum_bootstrap_servers: Vec<String>,
+    /// `controller.quorum.election.timeout.ms`: how long a voter waits without hearing from a
+    /// leader before it starts an election.
+    pub controller_quorum_election_timeout_ms: u64,
+    /// `broker.session.timeout.ms`: a broker whose heartbeats stop this long is fenced by the
+    /// controller.
+    pub broker_session_timeout_ms: u64,
+    /// `broker.heartbeat.interval.ms`: how often a broker heartbeats to the controller.
+    pub broker_heartbeat_interval_ms: u64,
+    /// `broker.rack`: this broker's rack, for rack-aware replica placement; none by default.
+    pub broker_rack: Option<String>,
+    /// `inter.broker.listener.name`: the listener brokers use to reach each other; only
+    /// PLAINTEXT until TLS/SASL listeners come with the security work.
+    pub inter_broker_listener_name: String,
     /// `log.dirs`: where partitions and the metadata log live.
     pub data_dir: PathBuf,
     /// `num.partitions`: partitions of an auto-created topic or a CreateTopics asking for -1.
@@ -163,6 +198,52 @@ pub struct BrokerConfig {
     pub dynamic: DynamicConfigs,
 }
 
+/// `process.roles`: Kafka's broker and controller roles of a node (KRaft).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessRoles {
+    pub broker: bool,
+    pub controller: bool,
+}
+
+impl std::fmt::Display for ProcessRoles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.broker, self.controller) {
+            (true, true) => f.write_str("broker,controller"),
+            (true, false) => f.write_str("broker"),
+            (false, true) => f.write_str("controller"),
+            (false, false) => Ok(()), // refused by `set`
+        }
+    }
+}
+
+/// The name of the one client listener (and of `inter.broker.listener.name`) until TLS/SASL
+/// listeners and `listener.security.protocol.map` come with the security work.
+const PLAINTEXT: &str = "PLAINTEXT";
+
+/// One entry of `listeners` or `advertised.listeners`: Kafka's `NAME://HOST:PORT`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listener {
+    /// PLAINTEXT or a name in `controller.listener.names`, upper-cased (`ListenerName.normalised`).
+    pub name: String,
+    /// As written: possibly empty (every interface), an IPv6 address in brackets.
+    pub host: String,
+    pub port: u16,
+}
+
+impl Listener {
+    /// The address to bind: an empty host is every interface, as in Kafka.
+    pub fn bind_address(&self) -> String {
+        let host = if self.host.is_empty() { "0.0.0.0" } else { &self.host };
+        format!("{host}:{}", self.port)
+    }
+}
+
+impl std::fmt::Display for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}://{}:{}", self.name, self.host, self.port)
+    }
+}
+
 /// The dynamic broker configs applied now, and the effective config they make: one cell
 /// shared by the clones of a `BrokerConfig`, so every holder of the broker's config sees a
 /// change at once. Empty until a dynamic config is applied.
@@ -226,6 +307,21 @@ impl Default for BrokerConfig {
             node_id: 1,
             listen: "127.0.0.1:9092".into(),
             advertise: None,
+            listeners: Vec::new(),
+            advertised_listeners: Vec::new(),
+            controller_listen: None,
+            process_roles: ProcessRoles {
+                broker: true,
+                controller: true,
+            },
+            controller_listener_names: vec!["CONTROLLER".into()],
+            controller_quorum_voters: BTreeMap::new(),
+            controller_quorum_bootstrap_servers: Vec::new(),
+            controller_quorum_election_timeout_ms: 1000,
+            broker_session_timeout_ms: 9000,
+            broker_heartbeat_interval_ms: 2000,
+            broker_rack: None,
+            inter_broker_listener_name: PLAINTEXT.into(),
             data_dir: PathBuf::from("./data"),
             num_partitions: 1,
             default_replication_factor: 1,
@@ -307,18 +403,115 @@ fn at_least<T: PartialOrd + std::fmt::Display>(key: &str, v: T, min: T) -> Resul
     }
 }
 
-/// Strips Kafka's `PLAINTEXT://` listener prefix; only plaintext listeners exist so far.
-fn parse_listener(key: &str, value: &str) -> Result<String, ConfigError> {
-    let addr = value.trim();
-    let addr = match addr.split_once("://") {
-        Some(("PLAINTEXT", rest)) => rest,
-        Some((proto, _)) => return Err(invalid(key, format!("listener protocol {proto} is not supported"))),
-        None => addr,
+/// Splits Kafka's `HOST:PORT`: the host possibly empty, an IPv6 address in brackets (as
+/// Kafka's `Utils.getHost`; unbracketed colons would make the port ambiguous).
+fn split_host_port(address: &str) -> Option<(&str, u16)> {
+    let (host, port) = address.rsplit_once(':')?;
+    let port = port.parse::<u16>().ok()?;
+    let valid = match host.strip_prefix('[') {
+        Some(bracketed) => bracketed
+            .strip_suffix(']')
+            .is_some_and(|ip| ip.contains(':') && ip.chars().all(|c| c.is_ascii_alphanumeric() || ":.%".contains(c))),
+        None => host.chars().all(|c| c.is_ascii_alphanumeric() || "-._".contains(c)),
     };
-    match addr.rsplit_once(':') {
-        Some((host, port)) if port.parse::<u16>().is_ok() => Ok(format!("{host}:{port}")),
-        _ => Err(invalid(key, format!("{value:?} is not HOST:PORT"))),
+    valid.then_some((host, port))
+}
+
+/// A comma-separated list with blanks around and between entries dropped (Kafka's
+/// `Utils.parseCsvList`).
+fn csv(value: &str) -> impl Iterator<Item = &str> {
+    value.split(',').map(str::trim).filter(|v| !v.is_empty())
+}
+
+/// A listener name, upper-cased as Kafka's `ListenerName.normalised`.
+fn listener_name(key: &str, name: &str) -> Result<String, ConfigError> {
+    let name = name.trim();
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "_-".contains(c)) {
+        return Err(invalid(key, format!("{name:?} is not a listener name")));
     }
+    Ok(name.to_ascii_uppercase())
+}
+
+/// Kafka's `NAME://HOST:PORT,...`; a bare `HOST:PORT` (the `--listen` flag) is PLAINTEXT.
+/// Names are checked against `controller.listener.names` by `check`, which may be set later.
+fn parse_listeners(key: &str, value: &str) -> Result<Vec<Listener>, ConfigError> {
+    let mut listeners: Vec<Listener> = Vec::new();
+    for entry in csv(value) {
+        let (name, address) = match entry.split_once("://") {
+            Some((name, address)) => (listener_name(key, name)?, address),
+            None => (PLAINTEXT.to_string(), entry),
+        };
+        if matches!(name.as_str(), "SSL" | "SASL_PLAINTEXT" | "SASL_SSL") {
+            return Err(invalid(
+                key,
+                format!("listener {name}: TLS and SASL listeners come with the security work; use PLAINTEXT"),
+            ));
+        }
+        let (host, port) =
+            split_host_port(address).ok_or_else(|| invalid(key, format!("{entry:?} is not NAME://HOST:PORT")))?;
+        if listeners.iter().any(|l| l.name == name) {
+            return Err(invalid(key, format!("listener name {name} appears twice")));
+        }
+        listeners.push(Listener {
+            name,
+            host: host.to_string(),
+            port,
+        });
+    }
+    Ok(listeners)
+}
+
+/// `process.roles`: `broker`, `controller` or both, in any order.
+fn parse_process_roles(key: &str, value: &str) -> Result<ProcessRoles, ConfigError> {
+    let mut roles = ProcessRoles {
+        broker: false,
+        controller: false,
+    };
+    for role in csv(value) {
+        match role {
+            "broker" => roles.broker = true,
+            "controller" => roles.controller = true,
+            _ => return Err(invalid(key, format!("{role:?} is not broker or controller"))),
+        }
+    }
+    if !roles.broker && !roles.controller {
+        return Err(invalid(key, "must name broker, controller or both"));
+    }
+    Ok(roles)
+}
+
+/// A host peers connect to: not empty, not a wildcard (Kafka's `QuorumConfig` requires
+/// routable voter addresses).
+fn routable(host: &str) -> bool {
+    !matches!(host, "" | "0.0.0.0" | "[::]")
+}
+
+/// `controller.quorum.voters`: Kafka's `ID@HOST:PORT,...` (`QuorumConfig.parseVoterConnections`).
+fn parse_voters(key: &str, value: &str) -> Result<BTreeMap<i32, String>, ConfigError> {
+    let mut voters = BTreeMap::new();
+    for entry in csv(value) {
+        let malformed = || invalid(key, format!("{entry:?} is not ID@HOST:PORT"));
+        let (id, address) = entry.split_once('@').ok_or_else(malformed)?;
+        let id = id
+            .trim()
+            .parse::<i32>()
+            .ok()
+            .filter(|id| *id >= 0)
+            .ok_or_else(|| invalid(key, format!("{entry:?}: the voter id must be an integer >= 0")))?;
+        let (host, port) = split_host_port(address.trim())
+            .filter(|(_, port)| *port > 0)
+            .ok_or_else(malformed)?;
+        if !routable(host) {
+            return Err(invalid(
+                key,
+                format!("{entry:?}: voters connect to it, so it needs a routable host"),
+            ));
+        }
+        if voters.insert(id, format!("{host}:{port}")).is_some() {
+            return Err(invalid(key, format!("voter id {id} appears twice")));
+        }
+    }
+    Ok(voters)
 }
 
 pub fn parse_timestamp_type(key: &str, value: &str) -> Result<TimestampType, ConfigError> {
@@ -355,12 +548,71 @@ const fn broker_key(name: &'static str, kind: ConfigType, dynamic: bool, doc: &'
 /// `DynamicListenerConfig`'s `max.connections` (the listener reads it at each accept).
 pub const BROKER_KEYS: &[BrokerKey] = &[
     broker_key("node.id", ConfigType::Int, false, "This broker's id in metadata."),
-    broker_key("listeners", ConfigType::String, false, "The address the broker binds."),
+    broker_key(
+        "listeners",
+        ConfigType::String,
+        false,
+        "NAME://HOST:PORT,...: the PLAINTEXT listener for clients, a controller listener for the quorum.",
+    ),
     broker_key(
         "advertised.listeners",
         ConfigType::String,
         false,
         "The address clients are told to connect to.",
+    ),
+    broker_key(
+        "process.roles",
+        ConfigType::List,
+        false,
+        "broker, controller or both (KRaft); every node is both for now.",
+    ),
+    broker_key(
+        "controller.listener.names",
+        ConfigType::String,
+        false,
+        "Names of the listeners that serve the metadata quorum, not clients.",
+    ),
+    broker_key(
+        "controller.quorum.voters",
+        ConfigType::List,
+        false,
+        "ID@HOST:PORT of every voter of the metadata quorum; empty: a single node, its own controller.",
+    ),
+    broker_key(
+        "controller.quorum.bootstrap.servers",
+        ConfigType::List,
+        false,
+        "Dynamic quorums (KIP-853): not supported yet, must be empty.",
+    ),
+    broker_key(
+        "controller.quorum.election.timeout.ms",
+        ConfigType::Int,
+        false,
+        "How long a voter waits without a leader before it starts an election.",
+    ),
+    broker_key(
+        "broker.session.timeout.ms",
+        ConfigType::Int,
+        false,
+        "A broker whose heartbeats stop this long is fenced by the controller.",
+    ),
+    broker_key(
+        "broker.heartbeat.interval.ms",
+        ConfigType::Int,
+        false,
+        "How often a broker heartbeats to the controller.",
+    ),
+    broker_key(
+        "broker.rack",
+        ConfigType::String,
+        false,
+        "This broker's rack, for rack-aware replica placement.",
+    ),
+    broker_key(
+        "inter.broker.listener.name",
+        ConfigType::String,
+        false,
+        "The listener brokers use to reach each other; only PLAINTEXT for now.",
     ),
     broker_key(
         "log.dirs",
@@ -727,7 +979,23 @@ impl BrokerConfig {
         };
         Some(match key {
             "node.id" => self.node_id.to_string(),
-            "listeners" => format!("PLAINTEXT://{}", self.listen),
+            "listeners" => self.listeners_text(),
+            "process.roles" => self.process_roles.to_string(),
+            "controller.listener.names" => self.controller_listener_names.join(","),
+            "controller.quorum.voters" => {
+                let voters: Vec<String> = self
+                    .controller_quorum_voters
+                    .iter()
+                    .map(|(id, address)| format!("{id}@{address}"))
+                    .collect();
+                voters.join(",")
+            }
+            "controller.quorum.bootstrap.servers" => self.controller_quorum_bootstrap_servers.join(","),
+            "controller.quorum.election.timeout.ms" => self.controller_quorum_election_timeout_ms.to_string(),
+            "broker.session.timeout.ms" => self.broker_session_timeout_ms.to_string(),
+            "broker.heartbeat.interval.ms" => self.broker_heartbeat_interval_ms.to_string(),
+            "broker.rack" => self.broker_rack.clone().unwrap_or_default(),
+            "inter.broker.listener.name" => self.inter_broker_listener_name.clone(),
             "advertised.listeners" => format!("PLAINTEXT://{}", self.advertised()),
             "log.dirs" => self.data_dir.display().to_string(),
             "num.partitions" => self.num_partitions.to_string(),
@@ -840,8 +1108,73 @@ impl BrokerConfig {
             "min.insync.replicas" => self.min_insync_replicas = at_least(key, parse_int(key, value)?, 1)?,
             "unclean.leader.election.enable" => self.unclean_leader_election_enable = parse_bool(key, value)?,
             "node.id" => self.node_id = at_least(key, parse_int(key, value)?, 0)?,
-            "listeners" => self.listen = parse_listener(key, value)?,
-            "advertised.listeners" => self.advertise = Some(parse_listener(key, value)?),
+            "listeners" => {
+                let listeners = parse_listeners(key, value)?;
+                if listeners.is_empty() {
+                    return Err(invalid(key, "must name at least one listener"));
+                }
+                self.listeners = listeners;
+                self.resolve_listeners();
+            }
+            "advertised.listeners" => {
+                // Empty: advertise the listener itself, as Kafka does when the key is unset.
+                let advertised = parse_listeners(key, value)?;
+                // Kafka's KafkaConfig refuses the wildcard; an empty host (Kafka: this host's
+                // name) is refused too, rather than advertised as it stands.
+                if let Some(l) = advertised.iter().find(|l| !routable(&l.host)) {
+                    return Err(invalid(
+                        key,
+                        format!("{l}: clients connect to it, so it needs a routable host"),
+                    ));
+                }
+                self.advertised_listeners = advertised;
+                let plaintext = self.advertised_listeners.iter().find(|l| l.name == PLAINTEXT);
+                self.advertise = plaintext.map(|l| format!("{}:{}", l.host, l.port));
+            }
+            "process.roles" => self.process_roles = parse_process_roles(key, value)?,
+            "controller.listener.names" => {
+                let mut names: Vec<String> = Vec::new();
+                for name in csv(value) {
+                    let name = listener_name(key, name)?;
+                    if !names.contains(&name) {
+                        names.push(name);
+                    }
+                }
+                if names.is_empty() {
+                    return Err(invalid(key, "must name at least one listener"));
+                }
+                self.controller_listener_names = names;
+                self.resolve_listeners();
+            }
+            "controller.quorum.voters" => self.controller_quorum_voters = parse_voters(key, value)?,
+            "controller.quorum.bootstrap.servers" => {
+                let mut servers = Vec::new();
+                for server in csv(value) {
+                    if split_host_port(server).is_none_or(|(host, _)| !routable(host)) {
+                        return Err(invalid(key, format!("{server:?} is not HOST:PORT")));
+                    }
+                    servers.push(server.to_string());
+                }
+                self.controller_quorum_bootstrap_servers = servers;
+            }
+            "controller.quorum.election.timeout.ms" => {
+                self.controller_quorum_election_timeout_ms = at_least(key, parse_int(key, value)?, 10)?
+            }
+            "broker.session.timeout.ms" => self.broker_session_timeout_ms = at_least(key, parse_int(key, value)?, 1)?,
+            "broker.heartbeat.interval.ms" => {
+                self.broker_heartbeat_interval_ms = at_least(key, parse_int(key, value)?, 1)?
+            }
+            "broker.rack" => self.broker_rack = Some(value.trim().to_string()).filter(|rack| !rack.is_empty()),
+            "inter.broker.listener.name" => {
+                let name = listener_name(key, value)?;
+                if name != PLAINTEXT {
+                    return Err(invalid(
+                        key,
+                        format!("{name}: only PLAINTEXT until TLS/SASL listeners come with the security work"),
+                    ));
+                }
+                self.inter_broker_listener_name = name;
+            }
             "log.dirs" | "log.dir" => {
                 if value.trim().is_empty() || value.contains(',') {
                     return Err(invalid(key, "exactly one data directory is supported"));
@@ -966,8 +1299,164 @@ impl BrokerConfig {
         self.advertise.as_deref().unwrap_or(&self.listen)
     }
 
+    /// Whether this node is one of several voters of a metadata quorum
+    /// (`controller.quorum.voters` set), rather than a single node that is its own controller.
+    pub fn cluster_mode(&self) -> bool {
+        !self.controller_quorum_voters.is_empty()
+    }
+
+    fn is_controller_listener(&self, name: &str) -> bool {
+        self.controller_listener_names.iter().any(|n| n == name)
+    }
+
+    /// Derives `listen` and `controller_listen` from `listeners` and `controller.listener.names`,
+    /// called when either is set: their order in a file or on the command line does not matter.
+    fn resolve_listeners(&mut self) {
+        if let Some(plaintext) = self.listeners.iter().find(|l| l.name == PLAINTEXT) {
+            self.listen = plaintext.bind_address();
+        }
+        self.controller_listen = self
+            .listeners
+            .iter()
+            .find(|l| self.is_controller_listener(&l.name))
+            .map(Listener::bind_address);
+    }
+
+    /// `listeners` as DescribeConfigs shows it: every listener as given, the PLAINTEXT one as
+    /// `listen` holds it (which `--listen` may have set without `listeners`).
+    fn listeners_text(&self) -> String {
+        let mut text: Vec<String> = Vec::new();
+        let mut plaintext_shown = false;
+        for listener in &self.listeners {
+            if listener.name == PLAINTEXT {
+                plaintext_shown = true;
+                if listener.bind_address() != self.listen {
+                    text.push(format!("{PLAINTEXT}://{}", self.listen));
+                    continue;
+                }
+            }
+            text.push(listener.to_string());
+        }
+        if !plaintext_shown {
+            text.insert(0, format!("{PLAINTEXT}://{}", self.listen));
+        }
+        text.join(",")
+    }
+
+    /// The relations between the KRaft keys and the listeners (Kafka's `KafkaConfig`
+    /// validation), for the one shape served so far: every node broker and controller, one
+    /// PLAINTEXT listener for clients and brokers, one controller listener for the quorum.
+    fn check_quorum(&self) -> Result<(), ConfigError> {
+        if !self.controller_quorum_bootstrap_servers.is_empty() {
+            return Err(invalid(
+                "controller.quorum.bootstrap.servers",
+                "dynamic quorums (KIP-853) are not supported yet; list the voters in controller.quorum.voters",
+            ));
+        }
+        if !self.process_roles.controller {
+            return Err(invalid(
+                "process.roles",
+                "process.roles=broker alone (a broker that is not a voter) is not supported yet; \
+                 every node is broker,controller",
+            ));
+        }
+        if !self.process_roles.broker {
+            return Err(invalid(
+                "process.roles",
+                "process.roles=controller alone (a controller that serves no clients) is not supported yet; \
+                 every node is broker,controller",
+            ));
+        }
+        if self.broker_heartbeat_interval_ms >= self.broker_session_timeout_ms {
+            return Err(invalid(
+                "broker.heartbeat.interval.ms",
+                "must be below broker.session.timeout.ms",
+            ));
+        }
+        if self.is_controller_listener(&self.inter_broker_listener_name) {
+            return Err(invalid(
+                "controller.listener.names",
+                format!(
+                    "must not contain inter.broker.listener.name ({})",
+                    self.inter_broker_listener_name
+                ),
+            ));
+        }
+        let mut controller_listeners = 0;
+        for listener in &self.listeners {
+            if self.is_controller_listener(&listener.name) {
+                controller_listeners += 1;
+            } else if listener.name != PLAINTEXT {
+                return Err(invalid(
+                    "listeners",
+                    format!(
+                        "listener {} is neither PLAINTEXT nor named in controller.listener.names \
+                         (listener.security.protocol.map, TLS and SASL come with the security work)",
+                        listener.name
+                    ),
+                ));
+            }
+        }
+        if controller_listeners > 1 {
+            return Err(invalid("listeners", "only one controller listener is supported"));
+        }
+        if !self.listeners.is_empty() && !self.listeners.iter().any(|l| l.name == PLAINTEXT) {
+            return Err(invalid("listeners", "must include a PLAINTEXT listener for clients"));
+        }
+        for listener in &self.advertised_listeners {
+            if self.is_controller_listener(&listener.name) {
+                // Kafka's KafkaConfig: clients reach brokers through advertised listeners,
+                // never the controllers.
+                return Err(invalid(
+                    "advertised.listeners",
+                    format!("must not contain the controller listener ({})", listener.name),
+                ));
+            }
+            if listener.name != PLAINTEXT {
+                return Err(invalid(
+                    "advertised.listeners",
+                    format!(
+                        "listener {} is not PLAINTEXT, the one listener for clients",
+                        listener.name
+                    ),
+                ));
+            }
+        }
+        if !self.cluster_mode() {
+            // A single node is its own controller; a controller listener is allowed and unused.
+            return Ok(());
+        }
+        let Some(own_voter) = self.controller_quorum_voters.get(&self.node_id) else {
+            return Err(invalid(
+                "node.id",
+                format!("node.id {} is not in controller.quorum.voters", self.node_id),
+            ));
+        };
+        let Some(controller_listen) = &self.controller_listen else {
+            return Err(invalid(
+                "listeners",
+                "listeners must include a listener named in controller.listener.names (CONTROLLER://host:port)",
+            ));
+        };
+        // Kafka's KafkaConfig: the voters reach this node at its own entry, so that is where
+        // its controller listener must be.
+        let port = |address: &str| split_host_port(address).map(|(_, port)| port);
+        if port(controller_listen) != port(own_voter) {
+            return Err(invalid(
+                "listeners",
+                format!(
+                    "the controller listener {controller_listen} and this node's entry {}@{own_voter} in \
+                     controller.quorum.voters must have the same port",
+                    self.node_id
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Checks relations between keys, naming them.
     pub fn check(&self) -> Result<(), ConfigError> {
+        self.check_quorum()?;
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms {
             return Err(invalid(
                 "group.min.session.timeout.ms",
@@ -1487,6 +1976,12 @@ mod tests {
             ("listeners", "PLAINTEXT://h:1"),
             ("advertised.listeners", "PLAINTEXT://h:1"),
             ("log.dirs", "/tmp/x"),
+            ("process.roles", "broker,controller"),
+            ("controller.listener.names", "CONTROLLER"),
+            ("controller.quorum.voters", "1@h:1,2@h:2"),
+            ("controller.quorum.bootstrap.servers", "h:1,h:2"),
+            ("broker.rack", "rack-a"),
+            ("inter.broker.listener.name", "PLAINTEXT"),
         ];
         for key in BROKER_KEYS.iter().map(|k| k.name) {
             let value = samples.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
@@ -1505,6 +2000,307 @@ mod tests {
             assert_eq!(c.get(key).as_deref(), Some(value), "{key} reads back");
             assert!(c.static_keys.contains(key));
         }
+    }
+
+    /// The keys main.rs makes of `--node-id 1 --data-dir d1 --set ...`, in that order.
+    fn from_flags(pairs: &[(&str, &str)]) -> Result<BrokerConfig, ConfigError> {
+        let mut c = BrokerConfig::default();
+        c.set("log.dirs", "d1")?;
+        c.set("node.id", "1")?;
+        for (key, value) in pairs {
+            c.set(key, value)?;
+        }
+        c.check()?;
+        Ok(c)
+    }
+
+    const CLUSTER: &[(&str, &str)] = &[
+        ("process.roles", "broker,controller"),
+        ("listeners", "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093"),
+        ("advertised.listeners", "PLAINTEXT://127.0.0.1:9092"),
+        ("controller.listener.names", "CONTROLLER"),
+        (
+            "controller.quorum.voters",
+            "1@127.0.0.1:9093,2@127.0.0.1:9193,3@127.0.0.1:9293",
+        ),
+    ];
+
+    /// The cluster flags with one key replaced (or added).
+    fn cluster_with(key: &str, value: &str) -> Vec<(String, String)> {
+        let mut pairs: Vec<(String, String)> = CLUSTER
+            .iter()
+            .filter(|(k, _)| *k != key)
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        pairs.push((key.to_string(), value.to_string()));
+        pairs
+    }
+
+    fn refused(pairs: &[(String, String)]) -> ConfigError {
+        let pairs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        from_flags(&pairs).unwrap_err()
+    }
+
+    #[test]
+    fn a_three_voter_cluster_node_from_flags_passes_check() {
+        // Kafka's KRaft combined mode (KafkaConfig, QuorumConfig): node 1 of voters 1, 2, 3.
+        let c = from_flags(CLUSTER).unwrap();
+        assert!(c.cluster_mode());
+        assert_eq!(
+            c.process_roles,
+            ProcessRoles {
+                broker: true,
+                controller: true
+            }
+        );
+        assert_eq!(c.node_id, 1);
+        assert_eq!(c.data_dir, PathBuf::from("d1"));
+        assert_eq!(c.listen, "127.0.0.1:9092");
+        assert_eq!(c.controller_listen.as_deref(), Some("127.0.0.1:9093"));
+        assert_eq!(c.advertised(), "127.0.0.1:9092");
+        assert_eq!(c.controller_listener_names, vec!["CONTROLLER".to_string()]);
+        let voters: Vec<(i32, &str)> = c
+            .controller_quorum_voters
+            .iter()
+            .map(|(id, a)| (*id, a.as_str()))
+            .collect();
+        assert_eq!(
+            voters,
+            vec![(1, "127.0.0.1:9093"), (2, "127.0.0.1:9193"), (3, "127.0.0.1:9293")]
+        );
+        assert_eq!(c.controller_quorum_election_timeout_ms, 1000);
+        assert_eq!(c.broker_session_timeout_ms, 9000);
+        assert_eq!(c.broker_heartbeat_interval_ms, 2000);
+        assert_eq!(c.broker_rack, None);
+        assert_eq!(c.inter_broker_listener_name, "PLAINTEXT");
+    }
+
+    #[test]
+    fn the_controller_listener_resolves_whatever_order_the_keys_come_in() {
+        let listeners = ("listeners", "PLAINTEXT://:9092, CTRL://10.0.0.1:9093");
+        let names = ("controller.listener.names", "ctrl");
+        let voters = ("controller.quorum.voters", "1@10.0.0.1:9093");
+        for pairs in [
+            [listeners, names, voters],
+            [names, listeners, voters],
+            [voters, listeners, names],
+        ] {
+            let c = from_flags(&pairs).unwrap();
+            assert_eq!(c.controller_listen.as_deref(), Some("10.0.0.1:9093"), "{pairs:?}");
+            assert_eq!(c.listen, "0.0.0.0:9092", "an empty host binds every interface");
+            assert_eq!(c.controller_listener_names, vec!["CTRL".to_string()]);
+        }
+        // Before controller.listener.names arrives, CTRL is just an unknown listener.
+        let mut c = BrokerConfig::default();
+        c.set(listeners.0, listeners.1).unwrap();
+        assert_eq!(c.controller_listen, None);
+        assert_eq!(c.check().unwrap_err().key, "listeners");
+        c.set(names.0, names.1).unwrap();
+        assert!(c.check().is_ok());
+    }
+
+    #[test]
+    fn the_listeners_read_back_as_given() {
+        let mut c = BrokerConfig::default();
+        assert_eq!(c.get("listeners").as_deref(), Some("PLAINTEXT://127.0.0.1:9092"));
+        let all = "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093";
+        c.set("listeners", all).unwrap();
+        assert_eq!(c.get("listeners").as_deref(), Some(all));
+        let reread = {
+            let mut again = BrokerConfig::default();
+            again.set("listeners", &c.get("listeners").unwrap()).unwrap();
+            again
+        };
+        assert_eq!(reread.listeners, c.listeners);
+        let spaced = " controller://[::1]:9093 , PLAINTEXT://:9092 ";
+        c.set("listeners", spaced).unwrap();
+        assert_eq!(
+            c.get("listeners").as_deref(),
+            Some("CONTROLLER://[::1]:9093,PLAINTEXT://:9092")
+        );
+        assert_eq!(c.controller_listen.as_deref(), Some("[::1]:9093"));
+        // `--listen` sets the PLAINTEXT address: a bare HOST:PORT, or `listen` itself.
+        c.set("listeners", "127.0.0.1:0").unwrap();
+        assert_eq!(c.listen, "127.0.0.1:0");
+        assert_eq!(c.get("listeners").as_deref(), Some("PLAINTEXT://127.0.0.1:0"));
+        assert_eq!(c.controller_listen, None);
+        c.set("listeners", all).unwrap();
+        c.listen = "0.0.0.0:19092".into();
+        assert_eq!(
+            c.get("listeners").as_deref(),
+            Some("PLAINTEXT://0.0.0.0:19092,CONTROLLER://127.0.0.1:9093")
+        );
+        assert!(c.check().is_ok());
+    }
+
+    #[test]
+    fn process_roles_is_an_order_free_list() {
+        let mut c = BrokerConfig::default();
+        for value in ["controller,broker", " broker , controller ", "broker,controller,broker"] {
+            c.set("process.roles", value).unwrap();
+            assert_eq!(
+                c.get("process.roles").as_deref(),
+                Some("broker,controller"),
+                "{value:?}"
+            );
+        }
+        for value in ["", " , ", "broker,zookeeper", "Broker"] {
+            assert_eq!(
+                c.set("process.roles", value).unwrap_err().key,
+                "process.roles",
+                "{value:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_single_node_may_name_an_unused_controller_listener() {
+        let c = from_flags(&[("listeners", "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093")]).unwrap();
+        assert!(!c.cluster_mode());
+        assert_eq!(c.controller_listen.as_deref(), Some("127.0.0.1:9093"));
+        assert!(BrokerConfig::default().check().is_ok());
+        assert!(!BrokerConfig::default().cluster_mode());
+    }
+
+    #[test]
+    fn cluster_mode_refuses_what_is_not_served_yet_naming_the_key() {
+        let cases: &[(&str, &str, &str, &str)] = &[
+            (
+                "process.roles",
+                "broker",
+                "process.roles",
+                "a broker that is not a voter",
+            ),
+            ("process.roles", "controller", "process.roles", "controller alone"),
+            (
+                "node.id",
+                "4",
+                "node.id",
+                "node.id 4 is not in controller.quorum.voters",
+            ),
+            (
+                "listeners",
+                "PLAINTEXT://127.0.0.1:9092",
+                "listeners",
+                "listeners must include a listener named in controller.listener.names",
+            ),
+            (
+                "listeners",
+                "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9094",
+                "listeners",
+                "same port",
+            ),
+            (
+                "advertised.listeners",
+                "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+                "advertised.listeners",
+                "must not contain the controller listener",
+            ),
+            (
+                "controller.quorum.bootstrap.servers",
+                "127.0.0.1:9093",
+                "controller.quorum.bootstrap.servers",
+                "KIP-853",
+            ),
+            (
+                "broker.heartbeat.interval.ms",
+                "9000",
+                "broker.heartbeat.interval.ms",
+                "below",
+            ),
+            (
+                "controller.listener.names",
+                "CONTROLLER,PLAINTEXT",
+                "controller.listener.names",
+                "inter.broker.listener.name",
+            ),
+            (
+                "listeners",
+                "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093,INTERNAL://127.0.0.1:9094",
+                "listeners",
+                "INTERNAL is neither PLAINTEXT nor named",
+            ),
+            (
+                "listeners",
+                "CONTROLLER://127.0.0.1:9093",
+                "listeners",
+                "PLAINTEXT listener",
+            ),
+            (
+                "listeners",
+                "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093,C2://127.0.0.1:9094",
+                "listeners",
+                "one controller listener",
+            ),
+        ];
+        for (key, value, named, says) in cases {
+            let err = if value.contains("C2://") {
+                let mut pairs = cluster_with(key, value);
+                pairs.push(("controller.listener.names".into(), "CONTROLLER,C2".into()));
+                refused(&pairs)
+            } else {
+                refused(&cluster_with(key, value))
+            };
+            assert_eq!(err.key, *named, "{key}={value}: {err}");
+            assert!(err.to_string().contains(says), "{key}={value}: {err}");
+        }
+        // The same node without voters is a single node: everything above it allows.
+        assert!(from_flags(&[("node.id", "4"), ("listeners", "PLAINTEXT://127.0.0.1:9092")]).is_ok());
+    }
+
+    #[test]
+    fn malformed_kraft_values_are_refused_naming_the_key() {
+        let cases: &[(&str, &str)] = &[
+            ("controller.quorum.voters", "1@127.0.0.1"),
+            ("controller.quorum.voters", "1@127.0.0.1:0"),
+            ("controller.quorum.voters", "127.0.0.1:9093"),
+            ("controller.quorum.voters", "-1@127.0.0.1:9093"),
+            ("controller.quorum.voters", "x@127.0.0.1:9093"),
+            ("controller.quorum.voters", "1@h:9093,1@k:9093"),
+            ("controller.quorum.voters", "1@::1:9093"),
+            ("controller.quorum.voters", "1@0.0.0.0:9093"),
+            ("controller.quorum.voters", "1@:9093"),
+            ("controller.quorum.bootstrap.servers", "h"),
+            ("listeners", "PLAINTEXT://h:1,PLAINTEXT://h:2"),
+            ("listeners", "PLAINTEXT://h:1,plaintext://h:2"),
+            ("listeners", "SSL://h:1"),
+            ("listeners", "SASL_PLAINTEXT://h:1"),
+            ("listeners", "PLAINTEXT://::1:9092"),
+            ("listeners", "PLAINTEXT://h"),
+            ("listeners", "PLAINTEXT://h:99999"),
+            ("listeners", "://h:1"),
+            ("listeners", ""),
+            ("advertised.listeners", "PLAINTEXT://0.0.0.0:9092"),
+            ("advertised.listeners", "PLAINTEXT://:9092"),
+            ("controller.listener.names", " , "),
+            ("controller.listener.names", "A B"),
+            ("controller.quorum.election.timeout.ms", "9"),
+            ("broker.session.timeout.ms", "0"),
+            ("broker.heartbeat.interval.ms", "-1"),
+            ("inter.broker.listener.name", "SSL"),
+            ("inter.broker.listener.name", "CONTROLLER"),
+        ];
+        for (key, value) in cases {
+            let err = BrokerConfig::default().set(key, value).unwrap_err();
+            assert_eq!(err.key, *key, "{key}={value:?}: {err}");
+        }
+        let mut c = BrokerConfig::default();
+        c.set("controller.quorum.voters", "0@[::1]:9093, 2@broker-2.example:9093")
+            .unwrap();
+        assert_eq!(
+            c.get("controller.quorum.voters").as_deref(),
+            Some("0@[::1]:9093,2@broker-2.example:9093")
+        );
+        c.set("controller.quorum.voters", "").unwrap();
+        assert!(!c.cluster_mode(), "empty: back to a single node");
+        c.set("broker.rack", " ").unwrap();
+        assert_eq!(c.broker_rack, None);
+        c.set("inter.broker.listener.name", "plaintext").unwrap();
+        assert_eq!(c.inter_broker_listener_name, "PLAINTEXT");
+        c.set("advertised.listeners", "broker.example:9092").unwrap();
+        assert_eq!(c.advertise.as_deref(), Some("broker.example:9092"));
+        c.set("advertised.listeners", "").unwrap();
+        assert_eq!(c.advertise, None, "empty: advertise the listener");
     }
 
     #[test]

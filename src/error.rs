@@ -41,6 +41,18 @@ pub enum Error {
     InvalidPartitions(i32),
     #[error("replication factor {asked} exceeds the {nodes} available node(s)")]
     InvalidReplicationFactor { asked: i32, nodes: i32 },
+    /// Replication factors above 1 wait for replication (issue 12): accepting one now would
+    /// promise copies that do not exist.
+    #[error("replication factor {0} needs replication between brokers, which is not built yet; use 1")]
+    ReplicationNotBuilt(i32),
+    /// A metadata change computed against an image that changed meanwhile; the caller retries
+    /// against a newer one.
+    #[error("metadata changed meanwhile: {0}")]
+    Stale(String),
+    /// The metadata quorum could not commit a change (no leader, no majority, stopped), or
+    /// its leader refused it: the code is what the client gets.
+    #[error("{message}")]
+    Controller { code: i16, message: String },
     #[error("invalid replica assignment: {0}")]
     InvalidReplicaAssignment(String),
     #[error("invalid config {key}: {reason}")]
@@ -51,6 +63,8 @@ pub enum Error {
     UnknownLeaderEpoch { asked: i32, current: i32 },
     #[error("leader epoch {asked} is older than the current {current}")]
     FencedLeaderEpoch { asked: i32, current: i32 },
+    #[error("this broker is not the leader of {0}")]
+    NotLeader(String),
     #[error("the broker is shutting down")]
     ShuttingDown,
     #[error("producer {producer_id}: sequence {sequence} out of order (expected {expected})")]
@@ -93,12 +107,17 @@ impl Error {
             Error::InvalidTopic { .. } => ResponseError::InvalidTopicException,
             Error::InvalidPartitions(_) => ResponseError::InvalidPartitions,
             Error::InvalidReplicationFactor { .. } => ResponseError::InvalidReplicationFactor,
+            Error::ReplicationNotBuilt(_) => ResponseError::InvalidReplicationFactor,
+            // Kafka's retriable answer when the active controller moved.
+            Error::Stale(_) => ResponseError::NotController,
+            Error::Controller { code, .. } => return *code,
             Error::InvalidReplicaAssignment(_) => ResponseError::InvalidReplicaAssignment,
             Error::InvalidConfig { .. } => ResponseError::InvalidConfig,
             Error::InvalidRequest(_) => ResponseError::InvalidRequest,
             Error::UnknownLeaderEpoch { .. } => ResponseError::UnknownLeaderEpoch,
             Error::FencedLeaderEpoch { .. } => ResponseError::FencedLeaderEpoch,
             Error::ShuttingDown => ResponseError::NotLeaderOrFollower,
+            Error::NotLeader(_) => ResponseError::NotLeaderOrFollower,
             Error::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
             Error::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
             Error::InvalidTxnState(_) => ResponseError::InvalidTxnState,

@@ -22,7 +22,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::api::Ctx;
-use crate::cluster::Controller;
+use crate::cluster::raft::{MetadataQuorum, QuorumConfig};
+use crate::cluster::{BrokerInfo, Controller, MetadataRecord};
 use crate::config::BrokerConfig;
 use crate::coordinator::GroupCoordinator;
 use crate::coordinator::transactions::TransactionCoordinator;
@@ -37,6 +38,118 @@ pub enum StartError {
     Storage(#[from] error::Error),
     #[error("cannot listen on {addr}: {source}")]
     Listen { addr: String, source: std::io::Error },
+    #[error("the metadata quorum: {0}")]
+    Quorum(#[from] cluster::raft::QuorumError),
+}
+
+/// This broker as the metadata names it to clients: its advertised endpoint and rack.
+fn this_broker(config: &BrokerConfig) -> BrokerInfo {
+    let (host, port) = api::metadata::split_host_port(config.advertised());
+    BrokerInfo {
+        id: config.node_id,
+        host,
+        port,
+        rack: config.broker_rack.clone(),
+        fenced: false,
+    }
+}
+
+/// Starts this node's controller of the metadata quorum, forms the quorum if this node is
+/// the one to (an empty log, the lowest voter id), then registers this broker: start-up waits
+/// until a majority of the voters is up and has agreed on the registration, as a Kafka broker
+/// waits for the controller quorum, so partitions open against up-to-date metadata.
+async fn start_quorum(config: &BrokerConfig, this: BrokerInfo) -> Result<Controller, StartError> {
+    let listen = config.controller_listen.clone().unwrap_or_default();
+    let listen_error = |source| StartError::Listen {
+        addr: listen.clone(),
+        source,
+    };
+    let listener = bind(&listen)
+        .await
+        .map_err(listen_error)?
+        .listen(LISTEN_BACKLOG)
+        .map_err(listen_error)?;
+    let voters = config
+        .controller_quorum_voters
+        .iter()
+        .map(|(id, address)| (*id as u64, address.clone()))
+        .collect();
+    let election = config.controller_quorum_election_timeout_ms;
+    let quorum_config = QuorumConfig {
+        election_timeout_min_ms: election,
+        election_timeout_max_ms: 2 * election,
+        heartbeat_interval_ms: (election / 5).max(10),
+        propose_timeout_ms: QUORUM_PROPOSE_TIMEOUT_MS,
+        ..Default::default()
+    };
+    let quorum = MetadataQuorum::start(this.id as u64, &config.data_dir, voters, listener, quorum_config).await?;
+    quorum.initialize().await?;
+    let quorum = Arc::new(quorum);
+    let mut waited = 0u64;
+    loop {
+        match register(&quorum, &this).await {
+            Ok(()) => break,
+            Err(e) => {
+                waited += 1;
+                if waited % 20 == 1 {
+                    tracing::warn!(error = %e, "waiting for the metadata quorum to register this broker");
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
+    tracing::info!(node_id = this.id, leader = ?quorum.leader(), "registered with the metadata quorum");
+    Ok(Controller::with_quorum(quorum))
+}
+
+/// How long a metadata change waits for the quorum before the client gets REQUEST_TIMED_OUT
+/// (below the clients' default request timeout of 30 s).
+const QUORUM_PROPOSE_TIMEOUT_MS: u64 = 10_000;
+
+/// Registers (or registers again) this broker and waits until this node has applied it.
+async fn register(quorum: &MetadataQuorum, this: &BrokerInfo) -> Result<(), error::Error> {
+    let offset = quorum
+        .submit(MetadataRecord::RegisterBroker {
+            id: this.id,
+            host: this.host.clone(),
+            port: this.port,
+            rack: this.rack.clone(),
+        })
+        .await?;
+    quorum.wait_applied(offset).await.map(drop)
+}
+
+/// A cluster node's broker side of the quorum (Kafka's BrokerLifecycleManager): heartbeats to
+/// the leader every `broker.heartbeat.interval.ms`, registering again when the leader does not
+/// know it; and, while this node leads the quorum, the leader's duties (fencing brokers past
+/// `broker.session.timeout.ms`).
+async fn broker_lifecycle(quorum: Arc<MetadataQuorum>, config: Arc<BrokerConfig>, shutdown: CancellationToken) {
+    let this = this_broker(&config);
+    let session = Duration::from_millis(config.broker_session_timeout_ms);
+    let heartbeat_every = Duration::from_millis(config.broker_heartbeat_interval_ms);
+    let tick = heartbeat_every.min(Duration::from_millis(250));
+    let mut leader_since = None;
+    let mut last_heartbeat = tokio::time::Instant::now() - heartbeat_every;
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(tick) => {}
+        }
+        quorum.leader_duties(session, &mut leader_since).await;
+        if last_heartbeat.elapsed() < heartbeat_every {
+            continue;
+        }
+        last_heartbeat = tokio::time::Instant::now();
+        match quorum.heartbeat(this.id).await {
+            Ok(true) => {}
+            Ok(false) => {
+                if let Err(e) = register(&quorum, &this).await {
+                    tracing::warn!(error = %e, "registering this broker again");
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "broker heartbeat"),
+        }
+    }
 }
 
 /// A running broker.
@@ -116,7 +229,12 @@ impl Broker {
             config.advertise = Some(format!("{host}:{}", addr.port()));
         }
         let config = Arc::new(config);
-        let controller = Arc::new(Controller::open(&config.data_dir, config.node_id)?);
+        let this = this_broker(&config);
+        let controller = Arc::new(if config.cluster_mode() {
+            start_quorum(&config, this).await?
+        } else {
+            Controller::open(&config.data_dir, this)?
+        });
         let replicas = Arc::new(ReplicaManager::new(config.clone()));
         replicas.remove_stray_dirs();
         replicas
@@ -154,6 +272,9 @@ impl Broker {
         });
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
+        if let Some(quorum) = ctx.controller.quorum() {
+            tokio::spawn(broker_lifecycle(quorum.clone(), config.clone(), shutdown.clone()));
+        }
         tokio::spawn({
             // Log retention (Kafka's log.retention.check.interval.ms task).
             let shutdown = shutdown.clone();
@@ -258,6 +379,7 @@ impl Broker {
         })?;
         let stopped = tokio::spawn({
             let shutdown = shutdown.clone();
+            let quorum = ctx.controller.quorum().cloned();
             async move {
                 server::serve(listener, ctx, shutdown, tracker.clone()).await;
                 tracker.close();
@@ -266,6 +388,11 @@ impl Broker {
                     tracing::warn!("connections still busy after shutdown.timeout.ms; closing anyway");
                 }
                 replicas.close_all();
+                if let Some(quorum) = quorum
+                    && let Err(e) = quorum.shutdown().await
+                {
+                    tracing::warn!(error = %e, "stopping the metadata quorum");
+                }
                 tracing::info!("sluice broker stopped cleanly");
             }
         });

@@ -1,7 +1,9 @@
 //! Cluster and storage descriptions.
-//! DescribeCluster (key 60): v0 baseline · v1 endpoint type (brokers; a controller endpoint
-//! request gets UNSUPPORTED_ENDPOINT_TYPE: there is no separate controller listener) · v2
-//! fenced brokers (none: a single node is never fenced).
+//! DescribeCluster (key 60): v0 baseline: every live (registered, unfenced) broker of the
+//! metadata image with its rack, and the active controller (a single node: itself; in a
+//! cluster the quorum's leader, -1 while none is known) · v1 endpoint type (brokers; a
+//! controller endpoint request gets UNSUPPORTED_ENDPOINT_TYPE: there is no separate
+//! controller listener) · v2 `include_fenced_brokers` adds the fenced ones, `is_fenced` set.
 //! DescribeLogDirs (key 35): v1 baseline here · v2 flexible · v3 top-level error code · v4
 //! total and usable bytes of the directory.
 
@@ -13,7 +15,7 @@ use kafka_protocol::messages::describe_log_dirs_response::{
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
-use super::metadata::{CLUSTER_OPERATIONS_ALL, split_host_port};
+use super::metadata::CLUSTER_OPERATIONS_ALL;
 use super::{Ctx, Versions, message, topic_name};
 
 pub const DESCRIBE_CLUSTER_VERSIONS: Versions = Versions::new(ApiKey::DescribeCluster, 0, 2);
@@ -25,19 +27,27 @@ pub async fn describe_cluster(ctx: &Ctx, req: DescribeClusterRequest, version: i
     let image = ctx.controller.image();
     let mut resp = DescribeClusterResponse::default()
         .with_cluster_id(StrBytes::from_string(image.cluster_id.clone()))
-        .with_controller_id(BrokerId(ctx.config.node_id));
+        .with_controller_id(BrokerId(ctx.controller.active_controller()));
     if version >= 1 && req.endpoint_type != ENDPOINT_BROKERS {
         return resp
             .with_error_code(ResponseError::UnsupportedEndpointType.code())
             .with_error_message(message("only broker endpoints are served"));
     }
-    let (host, port) = split_host_port(ctx.config.advertised());
-    resp.brokers = vec![
-        DescribeClusterBroker::default()
-            .with_broker_id(BrokerId(ctx.config.node_id))
-            .with_host(StrBytes::from_string(host))
-            .with_port(port),
-    ];
+    // The request field exists from v2 only (false before).
+    let include_fenced = version >= 2 && req.include_fenced_brokers;
+    resp.brokers = image
+        .brokers
+        .values()
+        .filter(|b| include_fenced || !b.fenced)
+        .map(|b| {
+            DescribeClusterBroker::default()
+                .with_broker_id(BrokerId(b.id))
+                .with_host(StrBytes::from_string(b.host.clone()))
+                .with_port(b.port)
+                .with_rack(b.rack.clone().map(StrBytes::from_string))
+                .with_is_fenced(b.fenced)
+        })
+        .collect();
     if req.include_cluster_authorized_operations {
         resp.cluster_authorized_operations = CLUSTER_OPERATIONS_ALL;
     }

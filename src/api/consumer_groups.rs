@@ -16,6 +16,7 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
+use super::coordinator_routing::{KeyKind, NOT_COORDINATOR, coordinator_here};
 use super::groups::Caller;
 use super::{Ctx, Versions, message, topic_name};
 use crate::coordinator::consumer::{HeartbeatIn, Tp};
@@ -52,6 +53,12 @@ pub async fn heartbeat(
     };
     if version >= 1 && req.member_id.is_empty() {
         return refuse("the member id must be set by the member (KIP-1082)");
+    }
+    if !coordinator_here(ctx, KeyKind::Group, &req.group_id.0) {
+        // Kafka's GroupCoordinatorService answers the code and its message only.
+        return ConsumerGroupHeartbeatResponse::default()
+            .with_error_code(NOT_COORDINATOR)
+            .with_error_message(message("this broker is not the group's coordinator"));
     }
     let owned = req.topic_partitions.map(|tps| {
         tps.into_iter()
@@ -113,6 +120,12 @@ pub async fn describe(ctx: &Ctx, req: ConsumerGroupDescribeRequest, version: i16
         .group_ids
         .iter()
         .map(|id| {
+            if !coordinator_here(ctx, KeyKind::Group, &id.0) {
+                return DescribedGroup::default()
+                    .with_group_id(id.clone())
+                    .with_error_code(NOT_COORDINATOR)
+                    .with_error_message(message("this broker is not the group's coordinator"));
+            }
             let described = ctx.coordinator.with_group(&id.0, |e| {
                 let c = e.consumer.as_ref()?;
                 let members = c

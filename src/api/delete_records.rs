@@ -3,7 +3,6 @@
 //! `DeleteRecordsRequest.HIGH_WATERMARK`); an offset above it is OFFSET_OUT_OF_RANGE. The new
 //! log start offset is checkpointed before the answer, so it survives a restart.
 
-use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
 use kafka_protocol::messages::*;
 
@@ -22,9 +21,11 @@ pub async fn handle(ctx: &Ctx, req: DeleteRecordsRequest, _version: i16) -> Dele
                 .map(|p| {
                     let out = DeleteRecordsPartitionResult::default().with_partition_index(p.partition_index);
                     match ctx.replicas.get(&t.name.0, p.partition_index) {
-                        None => out
-                            .with_low_watermark(-1)
-                            .with_error_code(ResponseError::UnknownTopicOrPartition.code()),
+                        None => out.with_low_watermark(-1).with_error_code(super::absent_partition(
+                            ctx,
+                            &t.name.0,
+                            p.partition_index,
+                        )),
                         Some(partition) => match partition.delete_records(p.offset) {
                             Ok(low) => out.with_low_watermark(low),
                             Err(e) => out.with_low_watermark(-1).with_error_code(e.code()),

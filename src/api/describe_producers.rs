@@ -2,7 +2,6 @@
 //! sequence and open transaction (Kafka's `kafka-transactions.sh describe-producers`).
 //! v0 only (Kafka 4.1 serves v0).
 
-use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_producers_response::{PartitionResponse, ProducerState, TopicResponse};
 use kafka_protocol::messages::{ApiKey, DescribeProducersRequest, DescribeProducersResponse, ProducerId};
 
@@ -19,8 +18,8 @@ pub async fn handle(ctx: &Ctx, req: DescribeProducersRequest, _version: i16) -> 
             let mut out = PartitionResponse::default().with_partition_index(index);
             let producers = match ctx.replicas.get(&name, index) {
                 None => Err((
-                    ResponseError::UnknownTopicOrPartition.code(),
-                    format!("unknown topic or partition {name}-{index}"),
+                    super::absent_partition(ctx, &name, index),
+                    format!("no replica of {name}-{index} here"),
                 )),
                 Some(p) => p.producers().map_err(|e| (e.code(), e.to_string())),
             };

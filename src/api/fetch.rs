@@ -78,7 +78,7 @@ pub async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchResponse
                 Some(name) => ctx
                     .replicas
                     .get(name, p.partition)
-                    .ok_or(ResponseError::UnknownTopicOrPartition.code()),
+                    .ok_or_else(|| super::absent_partition(ctx, name, p.partition)),
             };
             wanted.push(Wanted {
                 topic: index,

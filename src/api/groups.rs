@@ -1,7 +1,9 @@
 //! Classic consumer group APIs, served by `coordinator::GroupCoordinator`.
 //! FindCoordinator (key 10): v0 baseline · v1 key type, error message · v2 same · v3 flexible ·
 //! v4 batched keys (KIP-699) · v5 same · v6 share-group key type (answered INVALID_REQUEST: no
-//! share groups). Group (0) and transaction (1) keys both name this node.
+//! share groups). A group (0) or transaction (1) key names the live leader of its partition of
+//! `__consumer_offsets` or `__transaction_state` (COORDINATOR_NOT_AVAILABLE without one); every
+//! group API on another broker answers NOT_COORDINATOR (`coordinator_routing`).
 //! JoinGroup (key 11): v0 baseline (rebalance timeout = session timeout) · v1 rebalance timeout
 //! · v2-v3 same · v4 MEMBER_ID_REQUIRED round trip (KIP-394) · v5 group.instance.id (KIP-345) ·
 //! v6 flexible · v7 protocol type and name in answers · v8 reason · v9 skip_assignment (KIP-814).
@@ -29,8 +31,10 @@ use kafka_protocol::messages::list_groups_response::ListedGroup;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
+use super::coordinator_routing::{self as routing, KeyKind, NOT_COORDINATOR, coordinator_here};
 use super::metadata::split_host_port;
 use super::{Ctx, Versions, message};
+use crate::cluster::MetadataImage;
 use crate::coordinator::group::{GroupState, JoinRequest};
 
 pub const FIND_COORDINATOR_VERSIONS: Versions = Versions::new(ApiKey::FindCoordinator, 0, 6);
@@ -59,59 +63,106 @@ fn opt(text: Option<&StrBytes>) -> Option<String> {
 const KEY_TYPE_GROUP: i8 = 0;
 const KEY_TYPE_TRANSACTION: i8 = 1;
 
+/// What FindCoordinator answers for one key: its coordinator (id, host, port), or an error
+/// code with its message.
+type Found = Result<(i32, String, i32), (i16, &'static str)>;
+
+/// The coordinator of one key, once its internal topic is known to exist (`error` 0).
+fn coordinator_of(ctx: &Ctx, image: &MetadataImage, kind: Option<KeyKind>, error: i16, key: &str) -> Found {
+    let Some(kind) = kind else {
+        return Err((ResponseError::InvalidRequest.code(), "unsupported key type"));
+    };
+    if error != 0 {
+        return Err((error, "the coordinator is not available"));
+    }
+    match routing::locate(image, kind, key) {
+        routing::Coordinator::Broker(b) => Ok((b.id, b.host.clone(), b.port)),
+        // `ensure_*` just created the topic, so this image lags it: this node serves the key,
+        // as before the topic existed.
+        routing::Coordinator::NotCreated => {
+            let (host, port) = split_host_port(ctx.config.advertised());
+            Ok((ctx.config.node_id, host, port))
+        }
+        routing::Coordinator::Unavailable => Err((
+            ResponseError::CoordinatorNotAvailable.code(),
+            "the coordinator's partition has no live leader",
+        )),
+    }
+}
+
 pub async fn find_coordinator(ctx: &Ctx, req: FindCoordinatorRequest, version: i16) -> FindCoordinatorResponse {
-    let (host, port) = split_host_port(ctx.config.advertised());
-    let node = BrokerId(ctx.config.node_id);
-    let key_type_ok = req.key_type == KEY_TYPE_GROUP || req.key_type == KEY_TYPE_TRANSACTION;
+    let kind = match req.key_type {
+        KEY_TYPE_GROUP => Some(KeyKind::Group),
+        KEY_TYPE_TRANSACTION => Some(KeyKind::Transaction),
+        _ => None,
+    };
     // Kafka creates the offsets topic when a group coordinator is first looked up, and
     // `__transaction_state` when a transaction coordinator is.
-    let ready = match req.key_type {
-        KEY_TYPE_GROUP => ctx.coordinator.ensure_offsets_topic().is_ok(),
-        KEY_TYPE_TRANSACTION => ctx.transactions.ensure_topic().is_ok(),
-        _ => true,
+    let ready = match kind {
+        Some(KeyKind::Group) => ctx.coordinator.ensure_offsets_topic().is_ok(),
+        Some(KeyKind::Transaction) => ctx.transactions.ensure_topic().is_ok(),
+        None => true,
     };
-    let error = if !key_type_ok {
-        ResponseError::InvalidRequest.code()
-    } else if !ready {
-        ResponseError::CoordinatorNotAvailable.code()
-    } else {
+    let error = if ready {
         0
+    } else {
+        ResponseError::CoordinatorNotAvailable.code()
     };
+    // Read after `ensure_*`: the image then holds the topic it may have created.
+    let image = ctx.controller.image();
     if version >= 4 {
+        // KIP-699: each key its own coordinator.
         let coordinators = req
             .coordinator_keys
             .iter()
             .map(|key| {
-                let c = Coordinator::default().with_key(key.clone()).with_error_code(error);
-                if error == 0 {
-                    c.with_node_id(node).with_host(s(&host)).with_port(port)
-                } else {
-                    c.with_node_id(BrokerId(-1))
+                let c = Coordinator::default().with_key(key.clone());
+                match coordinator_of(ctx, &image, kind, error, key) {
+                    Ok((id, host, port)) => c.with_node_id(BrokerId(id)).with_host(s(&host)).with_port(port),
+                    Err((code, text)) => c
+                        .with_error_code(code)
+                        .with_node_id(BrokerId(-1))
                         .with_host(s(""))
                         .with_port(-1)
-                        .with_error_message(message(if key_type_ok {
-                            "the coordinator is not available"
-                        } else {
-                            "unsupported key type"
-                        }))
+                        .with_error_message(message(text)),
                 }
             })
             .collect();
         return FindCoordinatorResponse::default().with_coordinators(coordinators);
     }
-    let mut resp = FindCoordinatorResponse::default().with_error_code(error);
-    if error == 0 {
-        resp = resp.with_node_id(node).with_host(s(&host)).with_port(port);
-    } else {
-        resp = resp.with_node_id(BrokerId(-1)).with_host(s("")).with_port(-1);
-        if version >= 1 {
-            resp.error_message = message("the coordinator is not available");
+    match coordinator_of(ctx, &image, kind, error, &req.key) {
+        Ok((id, host, port)) => FindCoordinatorResponse::default()
+            .with_node_id(BrokerId(id))
+            .with_host(s(&host))
+            .with_port(port),
+        Err((code, text)) => {
+            let mut resp = FindCoordinatorResponse::default()
+                .with_error_code(code)
+                .with_node_id(BrokerId(-1))
+                .with_host(s(""))
+                .with_port(-1);
+            if version >= 1 {
+                resp.error_message = message(text);
+            }
+            resp
         }
     }
+}
+
+/// A JoinGroup refused before the coordinator (Kafka's `JoinGroupRequest.getErrorResponse`): no
+/// generation, no member id; the protocol name is nullable only from v7.
+fn join_refused(code: i16, version: i16) -> JoinGroupResponse {
+    let mut resp = JoinGroupResponse::default()
+        .with_error_code(code)
+        .with_generation_id(-1);
+    resp.protocol_name = if version >= 7 { None } else { Some(s("")) };
     resp
 }
 
 pub async fn join_group(ctx: &Ctx, caller: &Caller, req: JoinGroupRequest, version: i16) -> JoinGroupResponse {
+    if !coordinator_here(ctx, KeyKind::Group, &req.group_id.0) {
+        return join_refused(NOT_COORDINATOR, version);
+    }
     let session_timeout = Duration::from_millis(u64::try_from(req.session_timeout_ms).unwrap_or(0));
     let rebalance_timeout = if version == 0 {
         session_timeout
@@ -177,6 +228,9 @@ pub async fn sync_group(ctx: &Ctx, req: SyncGroupRequest, version: i16) -> SyncG
     if version >= 5 && (req.protocol_type.is_none() || req.protocol_name.is_none()) {
         return SyncGroupResponse::default().with_error_code(ResponseError::InconsistentGroupProtocol.code());
     }
+    if !coordinator_here(ctx, KeyKind::Group, &req.group_id.0) {
+        return SyncGroupResponse::default().with_error_code(NOT_COORDINATOR);
+    }
     let instance_id = if version >= 3 {
         opt(req.group_instance_id.as_ref())
     } else {
@@ -210,6 +264,9 @@ pub async fn sync_group(ctx: &Ctx, req: SyncGroupRequest, version: i16) -> SyncG
 }
 
 pub async fn heartbeat(ctx: &Ctx, req: HeartbeatRequest, version: i16) -> HeartbeatResponse {
+    if !coordinator_here(ctx, KeyKind::Group, &req.group_id.0) {
+        return HeartbeatResponse::default().with_error_code(NOT_COORDINATOR);
+    }
     let instance_id = if version >= 3 {
         opt(req.group_instance_id.as_ref())
     } else {
@@ -225,6 +282,10 @@ pub async fn heartbeat(ctx: &Ctx, req: HeartbeatRequest, version: i16) -> Heartb
 }
 
 pub async fn leave_group(ctx: &Ctx, req: LeaveGroupRequest, version: i16) -> LeaveGroupResponse {
+    // Every version: a top-level error and no member entries, as the coordinator's own refusals.
+    if !coordinator_here(ctx, KeyKind::Group, &req.group_id.0) {
+        return LeaveGroupResponse::default().with_error_code(NOT_COORDINATOR);
+    }
     let members: Vec<(String, Option<String>)> = if version >= 3 {
         req.members
             .iter()
@@ -282,6 +343,12 @@ pub async fn describe_groups(ctx: &Ctx, req: DescribeGroupsRequest, version: i16
         .groups
         .iter()
         .map(|id| {
+            if !coordinator_here(ctx, KeyKind::Group, &id.0) {
+                // Kafka's DescribeGroupsResponse.groupError: the code, empty fields.
+                return DescribedGroup::default()
+                    .with_group_id(id.clone())
+                    .with_error_code(NOT_COORDINATOR);
+            }
             let described = ctx.coordinator.with_group(&id.0, |e| {
                 if e.consumer.is_some() {
                     // Kafka: DescribeGroups only describes classic groups.
@@ -347,8 +414,34 @@ pub async fn describe_groups(ctx: &Ctx, req: DescribeGroupsRequest, version: i16
 pub async fn delete_groups(ctx: &Ctx, req: DeleteGroupsRequest, _version: i16) -> DeleteGroupsResponse {
     let mut results = Vec::with_capacity(req.groups_names.len());
     for id in req.groups_names {
-        let code = ctx.coordinator.delete_group(&id.0).await;
+        let code = if coordinator_here(ctx, KeyKind::Group, &id.0) {
+            ctx.coordinator.delete_group(&id.0).await
+        } else {
+            NOT_COORDINATOR
+        };
         results.push(DeletableGroupResult::default().with_group_id(id).with_error_code(code));
     }
     DeleteGroupsResponse::default().with_results(results)
+}
+
+#[cfg(test)]
+mod tests {
+    use kafka_protocol::protocol::{Decodable, Encodable};
+
+    use super::*;
+
+    #[test]
+    fn a_join_refused_before_the_coordinator_encodes_at_every_version() {
+        // JoinGroupResponse.json: ProtocolName is nullable from v7 only; before, an absent one
+        // would not encode at all.
+        for version in JOIN_GROUP_VERSIONS.min..=JOIN_GROUP_VERSIONS.max {
+            let mut buf = bytes::BytesMut::new();
+            join_refused(NOT_COORDINATOR, version)
+                .encode(&mut buf, version)
+                .unwrap();
+            let back = JoinGroupResponse::decode(&mut buf.freeze(), version).unwrap();
+            assert_eq!((back.error_code, back.generation_id), (16, -1), "v{version}");
+            assert!(back.member_id.is_empty() && back.members.is_empty(), "v{version}");
+        }
+    }
 }

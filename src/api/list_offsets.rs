@@ -28,6 +28,11 @@ pub async fn handle(ctx: &Ctx, req: ListOffsetsRequest, version: i16) -> ListOff
         let mut partitions = Vec::with_capacity(topic.partitions.len());
         for p in &topic.partitions {
             let answer = match ctx.replicas.get(&name, p.partition_index) {
+                None if super::absent_partition(ctx, &name, p.partition_index)
+                    == Error::NotLeader(String::new()).code() =>
+                {
+                    Err(Error::NotLeader(format!("{name}-{}", p.partition_index)))
+                }
                 None => Err(Error::UnknownTopicOrPartition(format!("{name}-{}", p.partition_index))),
                 Some(partition) => lookup(&partition, p.timestamp, p.current_leader_epoch, read_committed, version),
             };

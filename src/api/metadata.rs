@@ -15,7 +15,7 @@ use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
 use super::{Ctx, Versions, topic_name};
-use crate::cluster::TopicInfo;
+use crate::cluster::{MetadataImage, TopicInfo};
 
 /// Cluster operations (AclOperation codes) allowed to everyone while no authorizer runs:
 /// CREATE(5), ALTER(7), DESCRIBE(8), CLUSTER_ACTION(9), DESCRIBE_CONFIGS(10), ALTER_CONFIGS(11),
@@ -33,12 +33,6 @@ const TOPIC_OPERATIONS_ALL: i32 =
     (1 << 3) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 10) | (1 << 11);
 
 pub async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> MetadataResponse {
-    let node_id = ctx.config.node_id;
-    let (host, port) = split_host_port(ctx.config.advertised());
-    let broker = MetadataResponseBroker::default()
-        .with_node_id(BrokerId(node_id))
-        .with_host(StrBytes::from_string(host))
-        .with_port(port);
     let operations = if version >= 8 && req.include_topic_authorized_operations {
         TOPIC_OPERATIONS_ALL
     } else {
@@ -48,10 +42,16 @@ pub async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> MetadataRe
 
     let mut image = ctx.controller.image();
     let topics = match req.topics {
-        None => image.topics.values().map(|t| describe(ctx, t, operations)).collect(),
-        Some(ref list) if list.is_empty() && version == 0 => {
-            image.topics.values().map(|t| describe(ctx, t, operations)).collect()
-        }
+        None => image
+            .topics
+            .values()
+            .map(|t| describe(ctx, &image, t, operations))
+            .collect(),
+        Some(ref list) if list.is_empty() && version == 0 => image
+            .topics
+            .values()
+            .map(|t| describe(ctx, &image, t, operations))
+            .collect(),
         Some(list) => {
             let mut out = Vec::with_capacity(list.len());
             for wanted in list {
@@ -68,7 +68,7 @@ pub async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> MetadataRe
                             }
                         }
                         match image.topic(&name) {
-                            Some(t) => out.push(describe(ctx, t, operations)),
+                            Some(t) => out.push(describe(ctx, &image, t, operations)),
                             None => out.push(error_topic(
                                 Some(&name),
                                 Uuid::nil(),
@@ -78,7 +78,7 @@ pub async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> MetadataRe
                         }
                     }
                     None => match image.topic_by_id(&wanted.topic_id) {
-                        Some(t) => out.push(describe(ctx, t, operations)),
+                        Some(t) => out.push(describe(ctx, &image, t, operations)),
                         None => out.push(error_topic(
                             None,
                             wanted.topic_id,
@@ -91,10 +91,21 @@ pub async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> MetadataRe
             out
         }
     };
+    // The brokers clients may use: registered and not fenced (a single node: itself).
+    let brokers = image
+        .live_brokers()
+        .map(|b| {
+            MetadataResponseBroker::default()
+                .with_node_id(BrokerId(b.id))
+                .with_host(StrBytes::from_string(b.host.clone()))
+                .with_port(b.port)
+                .with_rack(b.rack.clone().map(StrBytes::from_string))
+        })
+        .collect();
     MetadataResponse::default()
-        .with_brokers(vec![broker])
+        .with_brokers(brokers)
         .with_cluster_id(Some(StrBytes::from_string(image.cluster_id.clone())))
-        .with_controller_id(BrokerId(node_id))
+        .with_controller_id(BrokerId(ctx.controller.active_controller()))
         .with_topics(topics)
         .with_cluster_authorized_operations(
             // v8-v10 answer it when asked (v11 moved it to DescribeCluster).
@@ -125,23 +136,36 @@ fn auto_create(ctx: &Ctx, name: &str) -> Result<(), i16> {
     }
 }
 
-fn describe(ctx: &Ctx, topic: &TopicInfo, operations: i32) -> MetadataResponseTopic {
+fn describe(ctx: &Ctx, image: &MetadataImage, topic: &TopicInfo, operations: i32) -> MetadataResponseTopic {
     let partitions = (0..topic.partitions)
         .map(|index| {
+            let replicas = topic.replicas(index);
+            let leader = topic.leader(index);
             let partition = MetadataResponsePartition::default()
                 .with_partition_index(index)
                 .with_leader_epoch(topic.leader_epoch)
-                .with_replica_nodes(vec![BrokerId(topic.leader)]);
-            if ctx.replicas.is_offline(&topic.name, index) {
-                // Its storage failed to open: no leader, as Kafka reports an offline partition.
+                .with_replica_nodes(replicas.iter().map(|&r| BrokerId(r)).collect());
+            // A replica is offline when its broker is fenced (or gone), or, here, when its
+            // storage failed to open.
+            let offline =
+                |r: i32| !image.is_live(r) || (r == ctx.config.node_id && ctx.replicas.is_offline(&topic.name, index));
+            if offline(leader) {
+                // No leader, as Kafka reports an offline partition.
                 partition
                     .with_error_code(ResponseError::LeaderNotAvailable.code())
                     .with_leader_id(BrokerId(-1))
-                    .with_offline_replicas(vec![BrokerId(topic.leader)])
+                    .with_offline_replicas(replicas.iter().filter(|&&r| offline(r)).map(|&r| BrokerId(r)).collect())
             } else {
                 partition
-                    .with_leader_id(BrokerId(topic.leader))
-                    .with_isr_nodes(vec![BrokerId(topic.leader)])
+                    .with_leader_id(BrokerId(leader))
+                    .with_isr_nodes(
+                        replicas
+                            .iter()
+                            .filter(|&&r| !offline(r))
+                            .map(|&r| BrokerId(r))
+                            .collect(),
+                    )
+                    .with_offline_replicas(replicas.iter().filter(|&&r| offline(r)).map(|&r| BrokerId(r)).collect())
             }
         })
         .collect();

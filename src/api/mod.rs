@@ -13,6 +13,7 @@ pub mod api_versions;
 pub mod cluster;
 pub mod configs;
 pub mod consumer_groups;
+pub mod coordinator_routing;
 pub mod delete_records;
 pub mod describe_producers;
 pub mod fetch;
@@ -340,6 +341,19 @@ pub fn topic_name(name: &str) -> kafka_protocol::messages::TopicName {
 /// `Some(message)` for a response's error_message field.
 pub fn message(text: impl std::fmt::Display) -> Option<StrBytes> {
     Some(StrBytes::from_string(text.to_string()))
+}
+
+/// The error for a partition this broker holds no replica of: NOT_LEADER_OR_FOLLOWER when
+/// the topic has that partition on another broker (the client refreshes its metadata and
+/// goes to the leader), else UNKNOWN_TOPIC_OR_PARTITION.
+pub(crate) fn absent_partition(ctx: &Ctx, topic: &str, partition: i32) -> i16 {
+    let image = ctx.controller.image();
+    match image.topic(topic) {
+        Some(t) if !t.replicas(partition).is_empty() && !t.hosts(partition, ctx.config.node_id) => {
+            kafka_protocol::error::ResponseError::NotLeaderOrFollower.code()
+        }
+        _ => kafka_protocol::error::ResponseError::UnknownTopicOrPartition.code(),
+    }
 }
 
 #[cfg(test)]

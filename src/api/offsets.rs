@@ -36,6 +36,7 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
+use super::coordinator_routing::{KeyKind, NOT_COORDINATOR, coordinator_here};
 use super::{Ctx, Versions, topic_name};
 use crate::cluster::MetadataImage;
 use crate::coordinator::CommitRequest;
@@ -137,17 +138,22 @@ pub async fn offset_commit(ctx: &Ctx, req: OffsetCommitRequest, version: i16) ->
     }
     // Kafka does not call the coordinator when nothing is left: such a commit creates no group.
     if !wanted.is_empty() {
-        let codes = ctx
-            .coordinator
-            .commit(
-                &req.group_id.0,
-                &req.member_id,
-                instance_id.as_deref(),
-                req.generation_id_or_member_epoch,
-                wanted,
-                version,
-            )
-            .await;
+        // On a broker that does not coordinate the group, what passed the topic checks gets
+        // the coordinator's NOT_COORDINATOR, as in Kafka.
+        let codes = if coordinator_here(ctx, KeyKind::Group, &req.group_id.0) {
+            ctx.coordinator
+                .commit(
+                    &req.group_id.0,
+                    &req.member_id,
+                    instance_id.as_deref(),
+                    req.generation_id_or_member_epoch,
+                    wanted,
+                    version,
+                )
+                .await
+        } else {
+            vec![NOT_COORDINATOR; asked.len()]
+        };
         debug_assert_eq!(codes.len(), asked.len(), "one code per committed partition");
         for (i, (index, partition_index)) in asked.into_iter().enumerate() {
             let code = codes
@@ -234,6 +240,11 @@ fn fetch_group(
     require_stable: bool,
     version: i16,
 ) -> OffsetFetchResponseGroup {
+    if !coordinator_here(ctx, KeyKind::Group, &g.group_id.0) {
+        return OffsetFetchResponseGroup::default()
+            .with_group_id(g.group_id)
+            .with_error_code(NOT_COORDINATOR);
+    }
     // v9 (KIP-848): a member of a consumer group names itself and its epoch.
     if version >= 9
         && let Some(member) = g.member_id.as_ref()
@@ -310,6 +321,9 @@ pub async fn offset_fetch(ctx: &Ctx, req: OffsetFetchRequest, version: i16) -> O
             .collect();
         return OffsetFetchResponse::default().with_groups(groups);
     }
+    if !coordinator_here(ctx, KeyKind::Group, &req.group_id.0) {
+        return not_coordinator_fetch(req, version);
+    }
     let wanted = req.topics.map(|ts| {
         ts.into_iter()
             .map(|t| (t.name.0.to_string(), t.partition_indexes))
@@ -347,7 +361,42 @@ pub async fn offset_fetch(ctx: &Ctx, req: OffsetFetchRequest, version: i16) -> O
     OffsetFetchResponse::default().with_topics(topics)
 }
 
+/// The NOT_COORDINATOR answer of an OffsetFetch v1-v7 (Kafka's `OffsetFetchRequest.getErrorResponse`):
+/// from v2 the top-level error and no topics; v1 has no top-level error, so each partition asked
+/// carries it, with offset -1.
+fn not_coordinator_fetch(req: OffsetFetchRequest, version: i16) -> OffsetFetchResponse {
+    if version >= 2 {
+        return OffsetFetchResponse::default().with_error_code(NOT_COORDINATOR);
+    }
+    let topics = req
+        .topics
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| {
+            let partitions = t
+                .partition_indexes
+                .into_iter()
+                .map(|p| {
+                    let (offset, _, metadata) = committed(None);
+                    OffsetFetchResponsePartition::default()
+                        .with_partition_index(p)
+                        .with_committed_offset(offset)
+                        .with_metadata(Some(metadata))
+                        .with_error_code(NOT_COORDINATOR)
+                })
+                .collect();
+            OffsetFetchResponseTopic::default()
+                .with_name(t.name)
+                .with_partitions(partitions)
+        })
+        .collect();
+    OffsetFetchResponse::default().with_topics(topics)
+}
+
 pub async fn offset_delete(ctx: &Ctx, req: OffsetDeleteRequest, _version: i16) -> OffsetDeleteResponse {
+    if !coordinator_here(ctx, KeyKind::Group, &req.group_id.0) {
+        return OffsetDeleteResponse::default().with_error_code(NOT_COORDINATOR);
+    }
     let image = ctx.controller.image();
     let mut known = Vec::new();
     for t in &req.topics {
@@ -469,6 +518,39 @@ mod tests {
             OffsetFetchRequest::decode(&mut fetch.clone(), 11).is_err(),
             "v11 is not defined"
         );
+    }
+
+    #[test]
+    fn a_fetch_on_a_broker_that_is_not_the_coordinator_answers_by_version() {
+        // Kafka's OffsetFetchRequest.getErrorResponse: v1 has no top-level error, so each
+        // partition asked carries NOT_COORDINATOR; from v2 the top-level error alone.
+        use kafka_protocol::messages::OffsetFetchResponse;
+        use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+        let req = OffsetFetchRequest::default()
+            .with_group_id(kafka_protocol::messages::GroupId(
+                kafka_protocol::protocol::StrBytes::from_static_str("g"),
+            ))
+            .with_topics(Some(vec![
+                OffsetFetchRequestTopic::default()
+                    .with_name(super::topic_name("t"))
+                    .with_partition_indexes(vec![0, 1]),
+            ]));
+        for version in 1..8 {
+            let resp = super::not_coordinator_fetch(req.clone(), version);
+            let back = OffsetFetchResponse::decode(&mut bytes_of(&resp, version), version).unwrap();
+            if version == 1 {
+                let partitions = &back.topics[0].partitions;
+                assert_eq!(partitions.len(), 2);
+                assert!(
+                    partitions
+                        .iter()
+                        .all(|p| p.error_code == 16 && p.committed_offset == -1)
+                );
+            } else {
+                assert_eq!(back.error_code, 16, "v{version}");
+                assert!(back.topics.is_empty(), "v{version}");
+            }
+        }
     }
 
     #[test]

@@ -109,13 +109,12 @@ pub fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcome {
                 continue;
             }
             let (Some(partition), Some(rules)) = (ctx.replicas.get(&name, index), rules.as_ref()) else {
-                let text = format!("unknown topic or partition {name}-{index}");
-                partitions.push(error_response(
-                    index,
-                    ResponseError::UnknownTopicOrPartition.code(),
-                    Some(text),
-                    version,
-                ));
+                let code = super::absent_partition(ctx, &name, index);
+                let text = match code == ResponseError::NotLeaderOrFollower.code() {
+                    true => format!("this broker is not the leader of {name}-{index}"),
+                    false => format!("unknown topic or partition {name}-{index}"),
+                };
+                partitions.push(error_response(index, code, Some(text), version));
                 continue;
             };
             let Some(records) = data.records else {

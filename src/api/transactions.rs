@@ -1,6 +1,9 @@
 //! Producer ids and transactions, served by `coordinator::transactions::TransactionCoordinator`
-//! (TxnOffsetCommit by the group coordinator). Every version answers PRODUCER_FENCED where
-//! Kafka does; versions older than KIP-588's get INVALID_PRODUCER_EPOCH instead, as in Kafka.
+//! (TxnOffsetCommit by the group coordinator). A broker that does not coordinate the
+//! transactional id (TxnOffsetCommit: the group) answers NOT_COORDINATOR, except to an
+//! InitProducerId without a transactional id, which any broker serves. Every version answers
+//! PRODUCER_FENCED where Kafka does; versions older than KIP-588's get INVALID_PRODUCER_EPOCH
+//! instead, as in Kafka.
 //! InitProducerId (key 22): v0 baseline · v1 same · v2 flexible · v3 producer id and epoch
 //! (KIP-360 bump) · v4 PRODUCER_FENCED · v5 same (KIP-890 marker version). Not served: v6 (2PC).
 //! AddPartitionsToTxn (key 24): v0 baseline · v1 same · v2 PRODUCER_FENCED · v3 flexible ·
@@ -28,6 +31,7 @@ use kafka_protocol::messages::txn_offset_commit_response::{
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
+use super::coordinator_routing::{KeyKind, NOT_COORDINATOR, coordinator_here};
 use super::{Ctx, Versions, topic_name};
 use crate::coordinator::records::partition_for;
 use crate::coordinator::transactions::ListFilter;
@@ -83,6 +87,12 @@ pub async fn init_producer_id(ctx: &Ctx, req: InitProducerIdRequest, version: i1
         (true, pid, epoch) => Some((pid, epoch)),
     };
     let transactional_id = req.transactional_id.as_ref().map(|t| t.0.as_str());
+    // Any broker hands out an idempotent producer id; a transactional id goes to its coordinator.
+    if let Some(id) = transactional_id
+        && !coordinator_here(ctx, KeyKind::Transaction, id)
+    {
+        return fail(NOT_COORDINATOR);
+    }
     match ctx
         .transactions
         .init_producer_id(transactional_id, req.transaction_timeout_ms, expected)
@@ -143,6 +153,9 @@ async fn add_one(
     topics: &[add_partitions_to_txn_request::AddPartitionsToTxnTopic],
     version: i16,
 ) -> Vec<AddPartitionsToTxnTopicResult> {
+    if !coordinator_here(ctx, KeyKind::Transaction, transactional_id) {
+        return topic_results(topics, |_, _| NOT_COORDINATOR);
+    }
     let mut wanted = Vec::new();
     let mut unknown = Vec::new();
     for t in topics {
@@ -227,13 +240,15 @@ pub async fn add_partitions_to_txn(
 fn offsets_partition(ctx: &Ctx, group_id: &str) -> TopicPartition {
     TopicPartition {
         topic: OFFSETS_TOPIC.to_string(),
-        partition: partition_for(group_id, ctx.config.offsets_topic_num_partitions),
+        partition: partition_for(group_id, ctx.coordinator.offsets_partition_count()),
     }
 }
 
 pub async fn add_offsets_to_txn(ctx: &Ctx, req: AddOffsetsToTxnRequest, version: i16) -> AddOffsetsToTxnResponse {
     let c = if req.group_id.0.is_empty() {
         code(ResponseError::InvalidGroupId)
+    } else if !coordinator_here(ctx, KeyKind::Transaction, &req.transactional_id.0) {
+        NOT_COORDINATOR
     } else if ctx.coordinator.ensure_offsets_topic().is_err() {
         code(ResponseError::CoordinatorNotAvailable)
     } else {
@@ -254,17 +269,20 @@ pub async fn add_offsets_to_txn(ctx: &Ctx, req: AddOffsetsToTxnRequest, version:
 }
 
 pub async fn end_txn(ctx: &Ctx, req: EndTxnRequest, version: i16) -> EndTxnResponse {
-    // v5: transaction version 2 (Kafka's `transactionVersionForEndTxn`).
-    let ended = ctx
-        .transactions
-        .end_txn(
-            &req.transactional_id.0,
-            req.producer_id.0,
-            req.producer_epoch,
-            req.committed,
-            version >= 5,
-        )
-        .await;
+    let ended = if coordinator_here(ctx, KeyKind::Transaction, &req.transactional_id.0) {
+        // v5: transaction version 2 (Kafka's `transactionVersionForEndTxn`).
+        ctx.transactions
+            .end_txn(
+                &req.transactional_id.0,
+                req.producer_id.0,
+                req.producer_epoch,
+                req.committed,
+                version >= 5,
+            )
+            .await
+    } else {
+        Err(NOT_COORDINATOR)
+    };
     let resp = EndTxnResponse::default();
     match ended {
         Ok((producer_id, epoch)) if version >= 5 => resp
@@ -304,14 +322,28 @@ pub async fn txn_offset_commit(ctx: &Ctx, req: TxnOffsetCommitRequest, version: 
     };
     // KIP-890 part 1: the group's offsets partition must be in the transaction (added by
     // AddOffsetsToTxn); v5 clients (transaction version 2) leave it to the coordinator.
+    // Kafka routes TxnOffsetCommit by its group: the group's coordinator answers it.
     let checked = if group.is_empty() {
         Err(code(ResponseError::InvalidGroupId))
+    } else if !coordinator_here(ctx, KeyKind::Group, &group) {
+        Err(NOT_COORDINATOR)
     } else if ctx.coordinator.ensure_offsets_topic().is_err() {
         Err(code(ResponseError::CoordinatorNotAvailable))
     } else {
         let tp = offsets_partition(ctx, &group);
         let txn = &req.transactional_id.0;
-        if version >= 5 {
+        if !coordinator_here(ctx, KeyKind::Transaction, txn) {
+            // The transaction's coordinator is another broker, which Kafka asks with an
+            // AddPartitionsToTxn (verify only, or adding from v5); no broker-to-broker client
+            // exists yet. v5 needs the offsets partition added, else no marker would ever
+            // settle these offsets: the transaction is aborted. Older versions go on unverified,
+            // as Kafka did before KIP-890 (AddOffsetsToTxn added the partition).
+            if version >= 5 {
+                Err(code(ResponseError::TransactionAbortable))
+            } else {
+                Ok(())
+            }
+        } else if version >= 5 {
             ctx.transactions
                 .add_partitions(
                     txn,
@@ -387,7 +419,15 @@ pub async fn describe_transactions(
     let states = req
         .transactional_ids
         .into_iter()
-        .map(|id| match ctx.transactions.describe(&id.0) {
+        .map(|id| {
+            let described = if coordinator_here(ctx, KeyKind::Transaction, &id.0) {
+                ctx.transactions.describe(&id.0)
+            } else {
+                Err(NOT_COORDINATOR)
+            };
+            (id, described)
+        })
+        .map(|(id, described)| match described {
             Err(c) => TransactionState::default()
                 .with_transactional_id(id)
                 .with_error_code(c)

@@ -120,6 +120,7 @@ mod tests {
         let b = MetadataRecord::CreatePartitions {
             id: uuid::Uuid::new_v4(),
             partitions: 7,
+            assignments: Vec::new(),
         };
         log.append(&a).unwrap();
         let first_len = std::fs::metadata(dir.path().join("metadata.log")).unwrap().len();

@@ -27,7 +27,10 @@ use metadata_log::MetadataLog;
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "type")]
 pub enum MetadataRecord {
-    /// A topic and its partitions, all led by `leader` at `leader_epoch`.
+    /// A topic and its partitions at `leader_epoch`. `assignments` lists each partition's
+    /// replicas, the first being its leader (Kafka's PartitionRecord); empty means every
+    /// partition lives on `leader` (the single-node form, and every record written before
+    /// clusters existed).
     CreateTopic {
         name: String,
         id: Uuid,
@@ -36,14 +39,19 @@ pub enum MetadataRecord {
         configs: BTreeMap<String, String>,
         leader: i32,
         leader_epoch: i32,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        assignments: Vec<Vec<i32>>,
     },
     DeleteTopic {
         id: Uuid,
     },
-    /// The topic grows to `partitions` partitions.
+    /// The topic grows to `partitions` partitions; `assignments` are the new partitions'
+    /// replicas (empty: on this node, as `CreateTopic`'s).
     CreatePartitions {
         id: Uuid,
         partitions: i32,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        assignments: Vec<Vec<i32>>,
     },
     /// The topic's config overrides become exactly `configs`.
     SetTopicConfigs {
@@ -69,6 +77,47 @@ pub enum MetadataRecord {
         node: Option<i32>,
         configs: BTreeMap<String, String>,
     },
+    /// A broker joined, or came back (Kafka's RegisterBrokerRecord): its client endpoint and
+    /// rack. A registered broker is unfenced.
+    RegisterBroker {
+        id: i32,
+        host: String,
+        port: i32,
+        rack: Option<String>,
+    },
+    /// A broker missed its session timeout (fenced: Kafka's FenceBrokerRecord) or heartbeats
+    /// again (unfenced). A fenced broker is not listed to clients and gets no new partitions.
+    SetBrokerFenced {
+        id: i32,
+        fenced: bool,
+    },
+    /// The cluster's id, agreed once by the quorum's first leader.
+    SetClusterId {
+        id: String,
+    },
+}
+
+/// A broker as the metadata image holds it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BrokerInfo {
+    pub id: i32,
+    pub host: String,
+    pub port: i32,
+    pub rack: Option<String>,
+    pub fenced: bool,
+}
+
+impl BrokerInfo {
+    /// An unfenced broker with no rack.
+    pub fn new(id: i32, host: &str, port: i32) -> BrokerInfo {
+        BrokerInfo {
+            id,
+            host: host.to_string(),
+            port,
+            rack: None,
+            fenced: false,
+        }
+    }
 }
 
 /// A set of dynamic broker configs (one level: the cluster default or one broker's).
@@ -82,8 +131,29 @@ pub struct TopicInfo {
     pub partitions: i32,
     pub replication_factor: i16,
     pub configs: BTreeMap<String, String>,
-    pub leader: i32,
     pub leader_epoch: i32,
+    /// Each partition's replicas; the first is its leader.
+    pub assignments: Vec<Vec<i32>>,
+}
+
+impl TopicInfo {
+    /// The replicas of `partition` (empty for a partition the topic does not have).
+    pub fn replicas(&self, partition: i32) -> &[i32] {
+        usize::try_from(partition)
+            .ok()
+            .and_then(|p| self.assignments.get(p))
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// The node that leads `partition` (-1: none).
+    pub fn leader(&self, partition: i32) -> i32 {
+        self.replicas(partition).first().copied().unwrap_or(-1)
+    }
+
+    /// Whether `node` holds a replica of `partition`.
+    pub fn hosts(&self, partition: i32, node: i32) -> bool {
+        self.replicas(partition).contains(&node)
+    }
 }
 
 /// An immutable snapshot of cluster metadata, read by every handler and swapped on change.
@@ -108,6 +178,8 @@ pub struct MetadataImage {
     pub broker_default_configs: ConfigLayer,
     /// Dynamic broker configs: each broker's own layer, by node id.
     pub broker_configs: OrdMap<i32, ConfigLayer>,
+    /// The registered brokers, by node id (a single node: itself, not recorded).
+    pub brokers: OrdMap<i32, Arc<BrokerInfo>>,
 }
 
 impl MetadataImage {
@@ -117,6 +189,16 @@ impl MetadataImage {
 
     pub fn topic_by_id(&self, id: &Uuid) -> Option<&Arc<TopicInfo>> {
         self.topic_ids.get(id).and_then(|name| self.topics.get(name))
+    }
+
+    /// The brokers clients may use (registered and not fenced), by id.
+    pub fn live_brokers(&self) -> impl Iterator<Item = &Arc<BrokerInfo>> {
+        self.brokers.values().filter(|b| !b.fenced)
+    }
+
+    /// Whether node `id` is registered and not fenced.
+    pub fn is_live(&self, id: i32) -> bool {
+        self.brokers.get(&id).is_some_and(|b| !b.fenced)
     }
 
     /// The dynamic broker config layers that apply to broker `node`: the cluster-wide default
@@ -132,7 +214,7 @@ impl MetadataImage {
     pub(crate) fn to_records(&self) -> Vec<MetadataRecord> {
         // Destructured so that a new field does not compile until it is carried here too.
         let MetadataImage {
-            cluster_id: _,
+            cluster_id,
             node_id: _,
             offset: _,
             topics,
@@ -142,16 +224,36 @@ impl MetadataImage {
             group_configs,
             broker_default_configs,
             broker_configs,
+            brokers,
         } = self;
-        let mut records = Vec::with_capacity(topics.len() + group_configs.len() + broker_configs.len() + 2);
+        let mut records =
+            Vec::with_capacity(topics.len() + group_configs.len() + broker_configs.len() + 2 * brokers.len() + 3);
+        if !cluster_id.is_empty() {
+            records.push(MetadataRecord::SetClusterId { id: cluster_id.clone() });
+        }
+        for broker in brokers.values() {
+            records.push(MetadataRecord::RegisterBroker {
+                id: broker.id,
+                host: broker.host.clone(),
+                port: broker.port,
+                rack: broker.rack.clone(),
+            });
+            if broker.fenced {
+                records.push(MetadataRecord::SetBrokerFenced {
+                    id: broker.id,
+                    fenced: true,
+                });
+            }
+        }
         records.extend(topics.values().map(|topic| MetadataRecord::CreateTopic {
             name: topic.name.clone(),
             id: topic.id,
             partitions: topic.partitions,
             replication_factor: topic.replication_factor,
             configs: topic.configs.clone(),
-            leader: topic.leader,
+            leader: topic.leader(0),
             leader_epoch: topic.leader_epoch,
+            assignments: topic.assignments.clone(),
         }));
         if *next_producer_id != 0 {
             records.push(MetadataRecord::ProducerIds {
@@ -183,7 +285,110 @@ impl MetadataImage {
         records
     }
 
-    /// Applies one record; records are validated before they are written, so replay never fails.
+    /// Whether `record` may be applied to this image: what the quorum's leader checks before
+    /// it proposes a record that a broker computed against a possibly older image. The
+    /// caller's own validation (names, configs, counts) already ran; this keeps the image's
+    /// invariants whoever proposes.
+    pub fn check(&self, record: &MetadataRecord) -> Result<()> {
+        match record {
+            MetadataRecord::CreateTopic {
+                name,
+                id,
+                partitions,
+                assignments,
+                ..
+            } => {
+                if self.topics.contains_key(name) {
+                    return Err(Error::TopicAlreadyExists(name.clone()));
+                }
+                if self
+                    .collision_names
+                    .get(&collision_name(name))
+                    .is_some_and(|other| other != name)
+                {
+                    return Err(Error::InvalidTopic {
+                        name: name.clone(),
+                        reason: "it collides with an existing topic ('.' and '_' are equivalent)",
+                    });
+                }
+                if self.topic_ids.contains_key(id) {
+                    return Err(Error::InvalidRequest(format!("topic id {id} is taken")));
+                }
+                self.check_assignments(assignments, *partitions, 0)
+            }
+            MetadataRecord::CreatePartitions {
+                id,
+                partitions,
+                assignments,
+            } => {
+                let topic = self.topic_by_id(id).ok_or(Error::UnknownTopicId(*id))?;
+                if *partitions <= topic.partitions {
+                    return Err(Error::InvalidPartitions(*partitions));
+                }
+                self.check_assignments(assignments, *partitions, topic.partitions)
+            }
+            MetadataRecord::DeleteTopic { id } | MetadataRecord::SetTopicConfigs { id, .. } => {
+                self.topic_by_id(id).map(|_| ()).ok_or(Error::UnknownTopicId(*id))
+            }
+            MetadataRecord::ProducerIds { next_producer_id } => {
+                if next_producer_id - PRODUCER_ID_BLOCK_SIZE < self.next_producer_id {
+                    return Err(Error::Stale("another producer id block was taken meanwhile".into()));
+                }
+                Ok(())
+            }
+            MetadataRecord::SetBrokerFenced { id, .. } => match self.brokers.contains_key(id) {
+                true => Ok(()),
+                false => Err(Error::InvalidRequest(format!("broker {id} is not registered"))),
+            },
+            MetadataRecord::SetClusterId { .. } if !self.cluster_id.is_empty() => {
+                Err(Error::Stale("the cluster id is set already".into()))
+            }
+            MetadataRecord::SetGroupConfigs { .. }
+            | MetadataRecord::SetBrokerConfigs { .. }
+            | MetadataRecord::RegisterBroker { .. }
+            | MetadataRecord::SetClusterId { .. } => Ok(()),
+        }
+    }
+
+    /// Assignments for partitions `from..partitions` name registered brokers, once each.
+    fn check_assignments(&self, assignments: &[Vec<i32>], partitions: i32, from: i32) -> Result<()> {
+        if assignments.is_empty() {
+            return Ok(());
+        }
+        if i64::try_from(assignments.len()).ok() != Some(i64::from(partitions) - i64::from(from)) {
+            return Err(Error::InvalidReplicaAssignment(format!(
+                "{} assignments for {} partitions",
+                assignments.len(),
+                i64::from(partitions) - i64::from(from)
+            )));
+        }
+        for replicas in assignments {
+            let mut seen = replicas.clone();
+            seen.sort_unstable();
+            seen.dedup();
+            if replicas.is_empty() || seen.len() != replicas.len() {
+                return Err(Error::InvalidReplicaAssignment(format!("replicas {replicas:?}")));
+            }
+            if let Some(unknown) = replicas.iter().find(|r| !self.brokers.contains_key(*r)) {
+                return Err(Error::InvalidReplicaAssignment(format!(
+                    "broker {unknown} is not registered"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The replicas of new partitions: as recorded, or all on `leader` (the single-node form).
+    fn assignments_or_on(assignments: &[Vec<i32>], count: i32, leader: i32) -> Vec<Vec<i32>> {
+        if assignments.is_empty() {
+            vec![vec![leader]; usize::try_from(count).unwrap_or(0)]
+        } else {
+            assignments.to_vec()
+        }
+    }
+
+    /// Applies one record. Records are checked before they are written, so replay never
+    /// fails; a record that does not fit the image anyway is skipped with a warning.
     fn apply(&mut self, record: &MetadataRecord) {
         self.offset += 1;
         match record {
@@ -195,7 +400,13 @@ impl MetadataImage {
                 configs,
                 leader,
                 leader_epoch,
+                assignments,
             } => {
+                if self.topics.contains_key(name) || self.topic_ids.contains_key(id) {
+                    tracing::warn!(topic = %name, "metadata: skipping the creation of a topic that exists");
+                    return;
+                }
+                let assignments = Self::assignments_or_on(assignments, *partitions, *leader);
                 self.topic_ids.insert(*id, name.clone());
                 self.collision_names.insert(collision_name(name), name.clone());
                 self.topics.insert(
@@ -206,8 +417,8 @@ impl MetadataImage {
                         partitions: *partitions,
                         replication_factor: *replication_factor,
                         configs: configs.clone(),
-                        leader: *leader,
                         leader_epoch: *leader_epoch,
+                        assignments,
                     }),
                 );
             }
@@ -247,11 +458,50 @@ impl MetadataImage {
                     self.broker_configs.insert(*node, Arc::new(configs.clone()));
                 }
             }
-            MetadataRecord::CreatePartitions { id, partitions } => {
-                if let Some(name) = self.topic_ids.get(id)
-                    && let Some(topic) = self.topics.get_mut(name)
-                {
-                    Arc::make_mut(topic).partitions = *partitions;
+            MetadataRecord::CreatePartitions {
+                id,
+                partitions,
+                assignments,
+            } => {
+                let Some(name) = self.topic_ids.get(id).cloned() else {
+                    return;
+                };
+                let Some(current) = self.topics.get(&name).map(|t| t.partitions) else {
+                    return;
+                };
+                let added = if assignments.is_empty() {
+                    // The single-node form: the new partitions live where the first one does.
+                    let here = self.topics.get(&name).map_or(self.node_id, |t| t.leader(0));
+                    vec![vec![here]; usize::try_from(*partitions - current).unwrap_or(0)]
+                } else {
+                    assignments.clone()
+                };
+                if let Some(topic) = self.topics.get_mut(&name) {
+                    let topic = Arc::make_mut(topic);
+                    topic.partitions = *partitions;
+                    topic.assignments.extend(added);
+                }
+            }
+            MetadataRecord::RegisterBroker { id, host, port, rack } => {
+                self.brokers.insert(
+                    *id,
+                    Arc::new(BrokerInfo {
+                        id: *id,
+                        host: host.clone(),
+                        port: *port,
+                        rack: rack.clone(),
+                        fenced: false,
+                    }),
+                );
+            }
+            MetadataRecord::SetBrokerFenced { id, fenced } => {
+                if let Some(broker) = self.brokers.get_mut(id) {
+                    Arc::make_mut(broker).fenced = *fenced;
+                }
+            }
+            MetadataRecord::SetClusterId { id } => {
+                if self.cluster_id.is_empty() {
+                    self.cluster_id = id.clone();
                 }
             }
         }
@@ -286,24 +536,97 @@ fn collision_name(name: &str) -> String {
     name.replace('.', "_")
 }
 
+/// A random starting point for placement (Kafka starts at a random broker too, so that
+/// topics created one after another do not all lead on the same node).
+fn rand_index() -> usize {
+    (Uuid::new_v4().as_u128() % (1 << 32)) as usize
+}
+
+/// Kafka's replica placement (`StripedReplicaPlacer` in spirit): the live brokers, ordered so
+/// that racks alternate, take the first replica of partition `first + i` in turn from a
+/// random start, so leaders spread evenly; the other replicas follow at a shift that grows
+/// each time the brokers have been gone round, so that a broker's followers are spread too.
+fn place_replicas(
+    image: &MetadataImage,
+    count: i32,
+    replication_factor: i16,
+    first: i32,
+    start: usize,
+) -> Result<Vec<Vec<i32>>> {
+    let brokers = rack_alternated(image.live_brokers().map(|b| (b.id, b.rack.clone())).collect());
+    let n = brokers.len();
+    let rf = usize::try_from(replication_factor).unwrap_or(0);
+    if rf == 0 || rf > n {
+        return Err(Error::InvalidReplicationFactor {
+            asked: replication_factor.into(),
+            nodes: i32::try_from(n).unwrap_or(i32::MAX),
+        });
+    }
+    let first = usize::try_from(first).unwrap_or(0);
+    let count = usize::try_from(count).unwrap_or(0);
+    Ok((first..first + count)
+        .map(|p| {
+            let leader = (start + p) % n;
+            let shift = if n > 1 { 1 + (start / n + p / n) % (n - 1) } else { 0 };
+            (0..rf)
+                .map(|r| match r {
+                    0 => brokers[leader],
+                    r => brokers[(leader + shift + r - 1) % n],
+                })
+                .collect()
+        })
+        .collect())
+}
+
+/// Broker ids ordered so that consecutive ones are on different racks where racks differ
+/// (Kafka's rack-alternated list): round-robin over the racks, each rack's brokers by id.
+fn rack_alternated(mut brokers: Vec<(i32, Option<String>)>) -> Vec<i32> {
+    brokers.sort();
+    let mut racks: BTreeMap<Option<String>, std::collections::VecDeque<i32>> = BTreeMap::new();
+    for (id, rack) in brokers {
+        racks.entry(rack).or_default().push_back(id);
+    }
+    let mut out = Vec::new();
+    while racks.values().any(|r| !r.is_empty()) {
+        for ids in racks.values_mut() {
+            if let Some(id) = ids.pop_front() {
+                out.push(id);
+            }
+        }
+    }
+    out
+}
+
 /// Owner of all metadata changes.
 pub struct Controller {
     node_id: i32,
-    log: Mutex<MetadataLog>,
+    backend: Backend,
     /// The committed image, published: readers take the current one, the replica manager
     /// subscribes and applies each (ARCHITECTURE.md, "Metadata flow").
-    image: watch::Sender<Arc<MetadataImage>>,
+    image: Arc<watch::Sender<Arc<MetadataImage>>>,
     /// This broker's current block of producer ids: the next one to hand out and the block's end.
     producer_ids: Mutex<(i64, i64)>,
 }
 
+/// Where committed metadata records go.
+enum Backend {
+    /// One node, its own controller: the local metadata log.
+    Local(Mutex<MetadataLog>),
+    /// A cluster: the raft quorum of controllers (this node is one of them).
+    Quorum(Arc<raft::MetadataQuorum>),
+}
+
 /// Producer ids taken from the metadata log at a time (Kafka's `ProducerIdsBlock` size).
 const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
+/// How many times a change computed against a stale image is computed again.
+const STALE_RETRIES: usize = 5;
 
 impl Controller {
-    /// Opens the metadata log under `data_dir` and replays it.
-    pub fn open(data_dir: &Path, node_id: i32) -> Result<Controller> {
+    /// Opens the metadata log under `data_dir` and replays it: a single node, which is its
+    /// own controller and the only broker (`this`, not recorded: the image lists it).
+    pub fn open(data_dir: &Path, this: BrokerInfo) -> Result<Controller> {
         let (log, records, cluster_id) = MetadataLog::open(&data_dir.join("__cluster_metadata-0"))?;
+        let node_id = this.id;
         let mut image = MetadataImage {
             cluster_id,
             node_id,
@@ -312,12 +635,31 @@ impl Controller {
         for record in &records {
             image.apply(record);
         }
+        image.brokers.insert(node_id, Arc::new(this));
         Ok(Controller {
             node_id,
-            log: Mutex::new(log),
-            image: watch::Sender::new(Arc::new(image)),
+            backend: Backend::Local(Mutex::new(log)),
+            image: Arc::new(watch::Sender::new(Arc::new(image))),
             producer_ids: Mutex::new((0, 0)),
         })
+    }
+
+    /// A controller whose records go through the metadata quorum (a cluster node).
+    pub fn with_quorum(quorum: Arc<raft::MetadataQuorum>) -> Controller {
+        Controller {
+            node_id: quorum.broker_id(),
+            image: quorum.image_sender(),
+            backend: Backend::Quorum(quorum),
+            producer_ids: Mutex::new((0, 0)),
+        }
+    }
+
+    /// The quorum, in a cluster.
+    pub fn quorum(&self) -> Option<&Arc<raft::MetadataQuorum>> {
+        match &self.backend {
+            Backend::Local(_) => None,
+            Backend::Quorum(quorum) => Some(quorum),
+        }
     }
 
     /// The current snapshot.
@@ -333,30 +675,64 @@ impl Controller {
         images
     }
 
+    /// The brokers new partitions may be placed on.
     pub fn node_count(&self) -> i32 {
-        1
+        i32::try_from(self.image().live_brokers().count()).unwrap_or(i32::MAX)
+    }
+
+    /// The active controller: this node alone, or the quorum's leader (-1: none known).
+    pub fn active_controller(&self) -> i32 {
+        match &self.backend {
+            Backend::Local(_) => self.node_id,
+            Backend::Quorum(quorum) => quorum.leader().and_then(|id| i32::try_from(id).ok()).unwrap_or(-1),
+        }
     }
 
     /// Appends `record` durably, then publishes the image with it applied. The metadata lock
     /// serializes changes, so validation against the current image cannot race.
-    fn commit(&self, validate: impl FnOnce(&MetadataImage) -> Result<MetadataRecord>) -> Result<Arc<MetadataImage>> {
+    fn commit(&self, validate: impl Fn(&MetadataImage) -> Result<MetadataRecord>) -> Result<Arc<MetadataImage>> {
         self.commit_with(validate)
     }
 
     /// `commit` with the caller's error type (a handler's refusal carries its own code).
+    ///
+    /// In a cluster, `validate` runs against this node's image, which may lag the quorum;
+    /// the quorum's leader checks the record again against its own (`MetadataImage::check`)
+    /// before proposing it, and a record found stale is computed again from a newer image.
+    /// The call returns once this node has applied the record, so the caller sees its change.
     fn commit_with<E: From<Error>>(
         &self,
-        validate: impl FnOnce(&MetadataImage) -> std::result::Result<MetadataRecord, E>,
+        validate: impl Fn(&MetadataImage) -> std::result::Result<MetadataRecord, E>,
     ) -> std::result::Result<Arc<MetadataImage>, E> {
-        let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
-        let current = self.image();
-        let record = validate(&current)?;
-        log.append(&record)?;
-        let mut next = (*current).clone();
-        next.apply(&record);
-        let next = Arc::new(next);
-        self.image.send_replace(next.clone());
-        Ok(next)
+        match &self.backend {
+            Backend::Local(log) => {
+                let mut log = log.lock().unwrap_or_else(|p| p.into_inner());
+                let current = self.image();
+                let record = validate(&current)?;
+                current.check(&record)?;
+                log.append(&record)?;
+                let mut next = (*current).clone();
+                next.apply(&record);
+                let next = Arc::new(next);
+                self.image.send_replace(next.clone());
+                Ok(next)
+            }
+            Backend::Quorum(quorum) => {
+                let mut attempt = 0;
+                loop {
+                    let record = validate(&self.image())?;
+                    match quorum.submit_blocking(record) {
+                        Err(Error::Stale(_)) if attempt < STALE_RETRIES => {
+                            attempt += 1;
+                            // The leader's image is newer: wait a little for ours to follow.
+                            std::thread::sleep(std::time::Duration::from_millis(20 << attempt));
+                        }
+                        Err(e) => return Err(e.into()),
+                        Ok(image) => return Ok(image),
+                    }
+                }
+            }
+        }
     }
 
     /// A producer id never handed out before (InitProducerId), from this broker's block;
@@ -364,14 +740,18 @@ impl Controller {
     pub fn allocate_producer_id(&self) -> Result<i64> {
         let mut block = self.producer_ids.lock().unwrap_or_else(|p| p.into_inner());
         if block.0 >= block.1 {
-            let image = self.commit(|image| {
+            // The block is the one this record takes: in a cluster the image returned may
+            // hold other brokers' later blocks too.
+            let taken = std::cell::Cell::new(0);
+            self.commit(|image| {
                 let next_producer_id = image
                     .next_producer_id
                     .checked_add(PRODUCER_ID_BLOCK_SIZE)
                     .ok_or_else(|| Error::InvalidRequest("producer ids exhausted".into()))?;
+                taken.set(next_producer_id);
                 Ok(MetadataRecord::ProducerIds { next_producer_id })
             })?;
-            *block = (image.next_producer_id - PRODUCER_ID_BLOCK_SIZE, image.next_producer_id);
+            *block = (taken.get() - PRODUCER_ID_BLOCK_SIZE, taken.get());
         }
         let id = block.0;
         block.0 += 1;
@@ -420,17 +800,19 @@ impl Controller {
         replication_factor: i16,
         configs: BTreeMap<String, String>,
     ) -> Result<Arc<TopicInfo>> {
-        let nodes = self.node_count();
+        let id = Uuid::new_v4();
         let image = self.commit(|image| {
+            let nodes = i32::try_from(image.live_brokers().count()).unwrap_or(i32::MAX);
             Self::check_new_topic(image, name, partitions, replication_factor, nodes)?;
             Ok(MetadataRecord::CreateTopic {
                 name: name.to_string(),
-                id: Uuid::new_v4(),
+                id,
                 partitions,
                 replication_factor,
-                configs,
+                configs: configs.clone(),
                 leader: self.node_id,
                 leader_epoch: 0,
+                assignments: self.place(image, partitions, replication_factor, 0)?,
             })
         })?;
         image
@@ -439,13 +821,30 @@ impl Controller {
             .ok_or_else(|| Error::UnknownTopicOrPartition(name.to_string()))
     }
 
+    /// Where the partitions `first..first + count` of a new or growing topic live: nowhere
+    /// recorded on a single node (all on it), else placed over the live brokers.
+    fn place(&self, image: &MetadataImage, count: i32, replication_factor: i16, first: i32) -> Result<Vec<Vec<i32>>> {
+        match &self.backend {
+            Backend::Local(_) => Ok(Vec::new()),
+            Backend::Quorum(_) => {
+                if replication_factor > 1 {
+                    return Err(Error::ReplicationNotBuilt(replication_factor.into()));
+                }
+                place_replicas(image, count, replication_factor, first, rand_index())
+            }
+        }
+    }
+
     /// Replaces a topic's config overrides (validated by the caller).
     pub fn set_topic_configs(&self, name: &str, configs: BTreeMap<String, String>) -> Result<Arc<TopicInfo>> {
         let image = self.commit(|image| {
             let topic = image
                 .topic(name)
                 .ok_or_else(|| Error::UnknownTopicOrPartition(name.to_string()))?;
-            Ok(MetadataRecord::SetTopicConfigs { id: topic.id, configs })
+            Ok(MetadataRecord::SetTopicConfigs {
+                id: topic.id,
+                configs: configs.clone(),
+            })
         })?;
         image
             .topic(name)
@@ -459,7 +858,7 @@ impl Controller {
         self.commit(|_| {
             Ok(MetadataRecord::SetGroupConfigs {
                 group: group.to_string(),
-                configs,
+                configs: configs.clone(),
             })
         })
         .map(|_| ())
@@ -472,7 +871,7 @@ impl Controller {
     pub fn update_broker_configs<E: From<Error>>(
         &self,
         node: Option<i32>,
-        update: impl FnOnce(&MetadataImage, &BTreeMap<String, String>) -> std::result::Result<BTreeMap<String, String>, E>,
+        update: impl Fn(&MetadataImage, &BTreeMap<String, String>) -> std::result::Result<BTreeMap<String, String>, E>,
     ) -> std::result::Result<Arc<MetadataImage>, E> {
         self.commit_with(|image| {
             let current = match node {
@@ -511,6 +910,12 @@ impl Controller {
             Ok(MetadataRecord::CreatePartitions {
                 id: topic.id,
                 partitions,
+                assignments: self.place(
+                    image,
+                    partitions - topic.partitions,
+                    topic.replication_factor,
+                    topic.partitions,
+                )?,
             })
         })?;
         image
@@ -535,7 +940,7 @@ mod tests {
     #[test]
     fn metadata_survives_reopen() {
         let dir = tempfile::tempdir().unwrap();
-        let c = Controller::open(dir.path(), 1).unwrap();
+        let c = Controller::open(dir.path(), crate::cluster::BrokerInfo::new(1, "localhost", 9092)).unwrap();
         let cluster_id = c.image().cluster_id.clone();
         let t = c
             .create_topic("a", 3, 1, BTreeMap::from([("segment.bytes".into(), "1024".into())]))
@@ -553,7 +958,7 @@ mod tests {
         let b = c.image().topic("b").unwrap().id;
         c.delete_topic(b).unwrap();
         drop(c);
-        let c = Controller::open(dir.path(), 1).unwrap();
+        let c = Controller::open(dir.path(), crate::cluster::BrokerInfo::new(1, "localhost", 9092)).unwrap();
         let image = c.image();
         assert_eq!(image.cluster_id, cluster_id);
         let a = image.topic("a").unwrap();
@@ -566,13 +971,13 @@ mod tests {
     #[test]
     fn group_configs_survive_reopen_and_an_empty_set_removes_them() {
         let dir = tempfile::tempdir().unwrap();
-        let c = Controller::open(dir.path(), 1).unwrap();
+        let c = Controller::open(dir.path(), crate::cluster::BrokerInfo::new(1, "localhost", 9092)).unwrap();
         let configs = BTreeMap::from([("consumer.session.timeout.ms".to_string(), "50000".to_string())]);
         c.set_group_configs("g1", configs.clone()).unwrap();
         c.set_group_configs("g2", configs.clone()).unwrap();
         c.set_group_configs("g2", BTreeMap::new()).unwrap();
         drop(c);
-        let c = Controller::open(dir.path(), 1).unwrap();
+        let c = Controller::open(dir.path(), crate::cluster::BrokerInfo::new(1, "localhost", 9092)).unwrap();
         let image = c.image();
         assert_eq!(image.group_configs.get("g1").map(|c| (**c).clone()), Some(configs));
         assert!(!image.group_configs.contains_key("g2"));
@@ -581,7 +986,7 @@ mod tests {
     #[test]
     fn broker_config_layers_survive_reopen_and_an_empty_set_removes_one() {
         let dir = tempfile::tempdir().unwrap();
-        let c = Controller::open(dir.path(), 1).unwrap();
+        let c = Controller::open(dir.path(), crate::cluster::BrokerInfo::new(1, "localhost", 9092)).unwrap();
         let default = BTreeMap::from([("log.retention.ms".to_string(), "1000".to_string())]);
         let own = BTreeMap::from([("message.max.bytes".to_string(), "2000".to_string())]);
         c.update_broker_configs::<Error>(None, |_, _| Ok(default.clone()))
@@ -598,7 +1003,7 @@ mod tests {
         let refused = c.update_broker_configs(None, |_, _| Err(Error::InvalidRequest("no".into())));
         assert!(refused.is_err());
         drop(c);
-        let c = Controller::open(dir.path(), 1).unwrap();
+        let c = Controller::open(dir.path(), crate::cluster::BrokerInfo::new(1, "localhost", 9092)).unwrap();
         let (cluster, node) = c.image().broker_config_layers(1);
         assert_eq!(((*cluster).clone(), (*node).clone()), (default, own));
         assert!(!c.image().broker_configs.contains_key(&2));
@@ -607,11 +1012,11 @@ mod tests {
     #[test]
     fn producer_ids_are_never_reissued_after_a_restart() {
         let dir = tempfile::tempdir().unwrap();
-        let c = Controller::open(dir.path(), 1).unwrap();
+        let c = Controller::open(dir.path(), crate::cluster::BrokerInfo::new(1, "localhost", 9092)).unwrap();
         let first: Vec<i64> = (0..3).map(|_| c.allocate_producer_id().unwrap()).collect();
         assert_eq!(first, vec![0, 1, 2]);
         drop(c);
-        let c = Controller::open(dir.path(), 1).unwrap();
+        let c = Controller::open(dir.path(), crate::cluster::BrokerInfo::new(1, "localhost", 9092)).unwrap();
         // The rest of the first block is lost, never reused.
         assert_eq!(c.allocate_producer_id().unwrap(), PRODUCER_ID_BLOCK_SIZE);
         for _ in 0..PRODUCER_ID_BLOCK_SIZE {
@@ -623,7 +1028,7 @@ mod tests {
     #[test]
     fn invalid_creates_are_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let c = Controller::open(dir.path(), 1).unwrap();
+        let c = Controller::open(dir.path(), crate::cluster::BrokerInfo::new(1, "localhost", 9092)).unwrap();
         c.create_topic("a.b", 1, 1, BTreeMap::new()).unwrap();
         assert_eq!(c.create_topic("a.b", 1, 1, BTreeMap::new()).unwrap_err().code(), 36);
         assert_eq!(c.create_topic("a_b", 1, 1, BTreeMap::new()).unwrap_err().code(), 17);

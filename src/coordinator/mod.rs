@@ -215,6 +215,15 @@ impl GroupCoordinator {
         view
     }
 
+    /// The partitions of `__consumer_offsets` groups are spread over: the topic's, once it
+    /// exists (the same count every broker routes by), else the configured one.
+    pub fn offsets_partition_count(&self) -> i32 {
+        self.controller
+            .image()
+            .topic(OFFSETS_TOPIC)
+            .map_or(self.config.offsets_topic_num_partitions, |t| t.partitions)
+    }
+
     /// Creates `__consumer_offsets` on first use, as Kafka does.
     pub fn ensure_offsets_topic(&self) -> Result<(), Error> {
         if let Some(topic) = self.controller.image().topic(OFFSETS_TOPIC) {
@@ -410,7 +419,7 @@ impl GroupCoordinator {
     /// `persist`, answering the log offset of the first record (the others follow it).
     async fn persist_at(&self, group_id: &str, records: &[OffsetsRecord]) -> Result<i64, Error> {
         self.ensure_offsets_topic()?;
-        let index = partition_for(group_id, self.config.offsets_topic_num_partitions);
+        let index = partition_for(group_id, self.offsets_partition_count());
         let partition = self
             .replicas
             .get(OFFSETS_TOPIC, index)
@@ -832,7 +841,7 @@ impl GroupCoordinator {
         producer_epoch: i16,
         records: &[OffsetsRecord],
     ) -> Result<i64, Error> {
-        let index = partition_for(group_id, self.config.offsets_topic_num_partitions);
+        let index = partition_for(group_id, self.offsets_partition_count());
         let partition = self
             .replicas
             .get(OFFSETS_TOPIC, index)
@@ -885,7 +894,7 @@ impl GroupCoordinator {
         let slots: Vec<Arc<Slot>> = self.map().values().cloned().collect();
         for slot in slots {
             let mut e = slot.lock();
-            if partition_for(&e.group.id, self.config.offsets_topic_num_partitions) != partition {
+            if partition_for(&e.group.id, self.offsets_partition_count()) != partition {
                 continue;
             }
             let Some(pending) = e.pending_txn_offsets.remove(&producer_id) else {
@@ -1230,7 +1239,8 @@ mod tests {
             offsets_topic_num_partitions: 3,
             ..BrokerConfig::default()
         });
-        let controller = Arc::new(Controller::open(dir, 1).unwrap());
+        let controller =
+            Arc::new(Controller::open(dir, crate::cluster::BrokerInfo::new(1, "localhost", 9092)).unwrap());
         let replicas = Arc::new(ReplicaManager::new(config.clone()));
         replicas.start_applier(controller.subscribe()).unwrap();
         replicas.catch_up(&controller.image()).unwrap();

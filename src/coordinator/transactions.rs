@@ -1791,7 +1791,8 @@ mod tests {
             transaction_state_log_num_partitions: 3,
             ..BrokerConfig::default()
         });
-        let controller = Arc::new(Controller::open(dir, 1).unwrap());
+        let controller =
+            Arc::new(Controller::open(dir, crate::cluster::BrokerInfo::new(1, "localhost", 9092)).unwrap());
         let replicas = Arc::new(ReplicaManager::new(config.clone()));
         replicas.start_applier(controller.subscribe()).unwrap();
         if controller.image().topic("t").is_none() {

@@ -681,13 +681,22 @@ impl ReplicaManager {
                     self.partitions.write().unwrap_or_else(|p| p.into_inner()).insert(tp, p);
                 }
                 // Never opened (offline): its files, if any, go too.
-                None => remove_partition_dir(&self.partition_dir(&tp)),
+                None => {
+                    let dir = self.partition_dir(&tp);
+                    if dir.exists() {
+                        remove_partition_dir(&dir);
+                    }
+                }
             }
         }
     }
 
     /// Opens (or creates) one partition's log; on failure the partition is marked offline.
     fn open_partition(&self, topic: &crate::cluster::TopicInfo, partition: i32) -> Result<()> {
+        if !topic.hosts(partition, self.config.node_id) {
+            // Another broker's partition: nothing of it lives here.
+            return Ok(());
+        }
         let tp = TopicPartition {
             topic: topic.name.clone(),
             partition,
@@ -918,7 +927,8 @@ mod tests {
             data_dir: dir.to_path_buf(),
             ..BrokerConfig::default()
         });
-        let controller = Arc::new(Controller::open(dir, 1).unwrap());
+        let controller =
+            Arc::new(Controller::open(dir, crate::cluster::BrokerInfo::new(1, "localhost", 9092)).unwrap());
         let replicas = Arc::new(ReplicaManager::new(config));
         replicas.start_applier(controller.subscribe()).unwrap();
         (controller, replicas)

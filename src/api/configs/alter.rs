@@ -88,7 +88,7 @@ fn alter_one(ctx: &Ctx, r: &alter_configs_request::AlterConfigsResource, validat
         RESOURCE_GROUP => replace_group_configs(ctx, &r.resource_name, whole, validate_only),
         RESOURCE_BROKER => {
             let node = super::broker::layer_of(ctx, &r.resource_name)?;
-            super::broker::update_layer(ctx, node, validate_only, |_| Ok(whole))
+            super::broker::update_layer(ctx, node, validate_only, |_| Ok(whole.clone()))
         }
         // BROKER_LOGGER included: log levels change only through IncrementalAlterConfigs.
         other => Err(Refusal::invalid_request(format!("Unknown resource type {other}"))),

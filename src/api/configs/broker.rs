@@ -73,7 +73,7 @@ pub(super) fn update_layer(
     ctx: &Ctx,
     node: Option<i32>,
     validate_only: bool,
-    update: impl FnOnce(&BTreeMap<String, String>) -> Result<BTreeMap<String, String>, Refusal>,
+    update: impl Fn(&BTreeMap<String, String>) -> Result<BTreeMap<String, String>, Refusal>,
 ) -> Result<(), Refusal> {
     let plan = |image: &MetadataImage, current: &BTreeMap<String, String>| {
         let layer = update(current)?;

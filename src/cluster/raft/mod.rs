@@ -64,6 +64,15 @@ type SnapshotMeta = openraft::SnapshotMeta<u64, BasicNode>;
 
 /// The directory of the quorum's files under the data directory.
 pub const RAFT_DIR: &str = "__cluster_metadata-raft";
+/// A cluster id as Kafka makes them: 16 random bytes in URL-safe base64 without padding.
+fn new_cluster_id() -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let bits = uuid::Uuid::new_v4().as_u128();
+    (0..22)
+        .map(|i| ALPHABET[((bits >> (i * 6)) & 63) as usize] as char)
+        .collect()
+}
+
 /// One metadata record, serialized; the single-node log has the same bound.
 const RECORD_BYTES_MAX: usize = 1 << 20;
 /// The snapshot is sent in chunks of this size (JSON of bytes: up to 4 bytes each on the wire).
@@ -168,6 +177,136 @@ pub struct MetadataQuorum {
     images: Arc<watch::Sender<Arc<MetadataImage>>>,
     server: RaftServer,
     propose_timeout_ms: u64,
+    core: Arc<Core>,
+    limits: NetworkLimits,
+}
+
+/// Why the quorum's leader refused a proposal or a heartbeat (sent back over the wire to a
+/// broker that forwarded it).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub(super) enum Refusal {
+    /// This node is not the leader (any more): ask the leader.
+    NotLeader,
+    /// The record was computed against an older image: compute it again.
+    Stale(String),
+    /// Refused for good, with the Kafka error code the client gets.
+    Final { code: i16, message: String },
+}
+
+impl Refusal {
+    fn from_error(e: crate::error::Error) -> Refusal {
+        match e {
+            crate::error::Error::Stale(message) => Refusal::Stale(message),
+            e => Refusal::Final {
+                code: e.code(),
+                message: e.to_string(),
+            },
+        }
+    }
+
+    fn from_quorum(e: QuorumError) -> Refusal {
+        match e {
+            QuorumError::NotLeader { .. } => Refusal::NotLeader,
+            e => Refusal::Final {
+                code: e.code(),
+                message: e.to_string(),
+            },
+        }
+    }
+}
+
+/// What a broker's heartbeat is answered.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub(super) struct HeartbeatReply {
+    /// False: the leader does not know the broker (it must register again).
+    registered: bool,
+}
+
+/// The part of a quorum node that the RPC server shares: proposals checked on the leader and
+/// the brokers' heartbeats.
+pub(super) struct Core {
+    node_id: u64,
+    raft: Raft<TypeConfig>,
+    images: Arc<watch::Sender<Arc<MetadataImage>>>,
+    /// Serializes checked proposals on the leader, so a check cannot race another commit.
+    propose_lock: tokio::sync::Mutex<()>,
+    propose_timeout_ms: u64,
+    /// On the leader: when each broker was last heard from.
+    heartbeats: std::sync::Mutex<std::collections::HashMap<i32, std::time::Instant>>,
+}
+
+impl Core {
+    async fn propose(&self, record: MetadataRecord) -> Result<i64, QuorumError> {
+        let size = serde_json::to_vec(&record).map(|json| json.len()).unwrap_or(usize::MAX);
+        if size > RECORD_BYTES_MAX {
+            return Err(QuorumError::RecordTooLarge {
+                size,
+                max: RECORD_BYTES_MAX,
+            });
+        }
+        let wait = Duration::from_millis(self.propose_timeout_ms);
+        match tokio::time::timeout(wait, self.raft.client_write(record)).await {
+            Ok(Ok(response)) => Ok(response.data),
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))) => Err(QuorumError::NotLeader {
+                node: self.node_id,
+                leader: forward.leader_id,
+                leader_address: forward.leader_node.map(|node| node.addr),
+            }),
+            Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e)))) => {
+                Err(QuorumError::Stopped(e.to_string()))
+            }
+            Ok(Err(RaftError::Fatal(e))) => Err(QuorumError::Stopped(e.to_string())),
+            Err(_) => Err(QuorumError::NotCommitted {
+                waited_ms: self.propose_timeout_ms,
+                leader: self.raft.metrics().borrow().current_leader,
+            }),
+        }
+    }
+
+    /// On the leader: checks `record` against the leader's image (every committed record
+    /// applied first) and proposes it; checks and commits are serialized.
+    pub(super) async fn propose_checked(&self, record: MetadataRecord) -> Result<i64, Refusal> {
+        let wait = Duration::from_millis(self.propose_timeout_ms);
+        let _turn = self.propose_lock.lock().await;
+        match tokio::time::timeout(wait, self.raft.ensure_linearizable()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(RaftError::APIError(_))) => return Err(Refusal::NotLeader),
+            Ok(Err(RaftError::Fatal(e))) => return Err(Refusal::from_quorum(QuorumError::Stopped(e.to_string()))),
+            Err(_) => {
+                return Err(Refusal::from_quorum(QuorumError::NotCommitted {
+                    waited_ms: self.propose_timeout_ms,
+                    leader: self.raft.metrics().borrow().current_leader,
+                }));
+            }
+        }
+        let image = self.images.borrow().clone();
+        image.check(&record).map_err(Refusal::from_error)?;
+        self.propose(record).await.map_err(Refusal::from_quorum)
+    }
+
+    /// On the leader: broker `broker` is alive. A fenced broker is unfenced (it heard from
+    /// the quorum, so it follows the metadata).
+    pub(super) async fn heartbeat(&self, broker: i32) -> Result<HeartbeatReply, Refusal> {
+        if self.raft.metrics().borrow().current_leader != Some(self.node_id) {
+            return Err(Refusal::NotLeader);
+        }
+        let Some(info) = self.images.borrow().brokers.get(&broker).cloned() else {
+            return Ok(HeartbeatReply { registered: false });
+        };
+        self.heartbeats
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(broker, std::time::Instant::now());
+        if info.fenced {
+            tracing::info!(broker, "metadata quorum: unfencing a broker that heartbeats again");
+            self.propose_checked(MetadataRecord::SetBrokerFenced {
+                id: broker,
+                fenced: false,
+            })
+            .await?;
+        }
+        Ok(HeartbeatReply { registered: true })
+    }
 }
 
 impl MetadataQuorum {
@@ -242,7 +381,15 @@ impl MetadataQuorum {
         )
         .await
         .map_err(|e| QuorumError::Stopped(e.to_string()))?;
-        let server = RaftServer::start(listener, node_id, raft.clone(), limits);
+        let core = Arc::new(Core {
+            node_id,
+            raft: raft.clone(),
+            images: images.clone(),
+            propose_lock: tokio::sync::Mutex::new(()),
+            propose_timeout_ms: config.propose_timeout_ms,
+            heartbeats: std::sync::Mutex::new(std::collections::HashMap::new()),
+        });
+        let server = RaftServer::start(listener, node_id, raft.clone(), core.clone(), limits);
         Ok(MetadataQuorum {
             node_id,
             voters: voters.into_iter().map(|(id, addr)| (id, BasicNode { addr })).collect(),
@@ -250,6 +397,8 @@ impl MetadataQuorum {
             images,
             server,
             propose_timeout_ms: config.propose_timeout_ms,
+            core,
+            limits,
         })
     }
 
@@ -272,30 +421,181 @@ impl MetadataQuorum {
 
     /// Commits `record` through the quorum and returns the image offset it produced, once
     /// this node (the leader) has applied it. On a follower: `NotLeader`, naming the leader.
+    /// Unchecked: `submit` is what the broker uses.
     pub async fn propose(&self, record: MetadataRecord) -> Result<i64, QuorumError> {
-        let size = serde_json::to_vec(&record).map(|json| json.len()).unwrap_or(usize::MAX);
-        if size > RECORD_BYTES_MAX {
-            return Err(QuorumError::RecordTooLarge {
-                size,
-                max: RECORD_BYTES_MAX,
-            });
-        }
-        let wait = Duration::from_millis(self.propose_timeout_ms);
-        match tokio::time::timeout(wait, self.raft.client_write(record)).await {
-            Ok(Ok(response)) => Ok(response.data),
-            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))) => Err(QuorumError::NotLeader {
-                node: self.node_id,
-                leader: forward.leader_id,
-                leader_address: forward.leader_node.map(|node| node.addr),
-            }),
-            Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e)))) => {
-                Err(QuorumError::Stopped(e.to_string()))
+        self.core.propose(record).await
+    }
+
+    /// Commits `record` through the quorum's leader, wherever it is: proposed here when this
+    /// node leads, else sent to the leader, which checks it against its image
+    /// (`MetadataImage::check`) and proposes it. Waits for a leader (an election) up to the
+    /// propose timeout. Returns the image offset that holds the record.
+    pub async fn submit(&self, record: MetadataRecord) -> Result<i64, crate::error::Error> {
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(self.propose_timeout_ms);
+        loop {
+            let outcome = match self.leader_address() {
+                Some((leader, _)) if leader == self.node_id => self.core.propose_checked(record.clone()).await,
+                Some((leader, address)) => network::forward(
+                    &address,
+                    leader,
+                    network::Rpc::Propose(record.clone()),
+                    self.limits,
+                )
+                .await
+                .map_err(|e| {
+                    tracing::debug!(leader, %address, error = %e, "metadata quorum: forwarding a proposal failed");
+                    Refusal::NotLeader
+                })
+                .and_then(|reply| match reply {
+                    network::Reply::Proposed(outcome) => outcome,
+                    _ => Err(Refusal::NotLeader),
+                }),
+                None => Err(Refusal::NotLeader),
+            };
+            match outcome {
+                Ok(offset) => return Ok(offset),
+                Err(Refusal::NotLeader) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(Refusal::NotLeader) => {
+                    return Err(crate::error::Error::Controller {
+                        code: ResponseError::RequestTimedOut.code(),
+                        message: format!(
+                            "no metadata quorum leader accepted the change within {} ms: is a majority of controller.quorum.voters up?",
+                            self.propose_timeout_ms
+                        ),
+                    });
+                }
+                Err(Refusal::Stale(message)) => return Err(crate::error::Error::Stale(message)),
+                Err(Refusal::Final { code, message }) => return Err(crate::error::Error::Controller { code, message }),
             }
-            Ok(Err(RaftError::Fatal(e))) => Err(QuorumError::Stopped(e.to_string())),
-            Err(_) => Err(QuorumError::NotCommitted {
-                waited_ms: self.propose_timeout_ms,
-                leader: self.leader(),
+        }
+    }
+
+    /// `submit` from synchronous code on a multi-threaded runtime's thread (the handlers call
+    /// the controller synchronously), then waits until this node's image holds the record.
+    pub fn submit_blocking(&self, record: MetadataRecord) -> Result<Arc<MetadataImage>, crate::error::Error> {
+        let unusable = |why: &str| crate::error::Error::Controller {
+            code: ResponseError::UnknownServerError.code(),
+            message: format!("a metadata change cannot be made from here: {why}"),
+        };
+        let handle = tokio::runtime::Handle::try_current().map_err(|_| unusable("no tokio runtime"))?;
+        if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread {
+            return Err(unusable("a current-thread runtime cannot wait for the quorum"));
+        }
+        tokio::task::block_in_place(|| {
+            handle.block_on(async {
+                let offset = self.submit(record).await?;
+                self.wait_applied(offset).await
+            })
+        })
+    }
+
+    /// Waits until this node's image holds `offset` records.
+    pub async fn wait_applied(&self, offset: i64) -> Result<Arc<MetadataImage>, crate::error::Error> {
+        let mut images = self.images.subscribe();
+        let wait = Duration::from_millis(self.propose_timeout_ms);
+        match tokio::time::timeout(wait, images.wait_for(|image| image.offset >= offset)).await {
+            Ok(Ok(image)) => Ok(image.clone()),
+            _ => Err(crate::error::Error::Controller {
+                code: ResponseError::RequestTimedOut.code(),
+                message: format!(
+                    "this node did not learn metadata offset {offset} within {} ms",
+                    self.propose_timeout_ms
+                ),
             }),
+        }
+    }
+
+    /// The leader this node knows of, with its controller address.
+    fn leader_address(&self) -> Option<(u64, String)> {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        let leader = metrics.current_leader?;
+        let address = metrics
+            .membership_config
+            .membership()
+            .get_node(&leader)
+            .map(|node| node.addr.clone())?;
+        Some((leader, address))
+    }
+
+    /// This node's id as a Kafka broker id.
+    pub fn broker_id(&self) -> i32 {
+        i32::try_from(self.node_id).unwrap_or(-1)
+    }
+
+    /// The channel this node's images are published on (the `Controller` publishes the same).
+    pub(crate) fn image_sender(&self) -> Arc<watch::Sender<Arc<MetadataImage>>> {
+        self.images.clone()
+    }
+
+    /// Tells the leader that broker `broker` (this node) is alive; false when the leader does
+    /// not know it (it must register).
+    pub async fn heartbeat(&self, broker: i32) -> Result<bool, crate::error::Error> {
+        let outcome = match self.leader_address() {
+            Some((leader, _)) if leader == self.node_id => self.core.heartbeat(broker).await,
+            Some((leader, address)) => {
+                match network::forward(&address, leader, network::Rpc::BrokerHeartbeat { broker }, self.limits).await {
+                    Ok(network::Reply::Heartbeat(outcome)) => outcome,
+                    Ok(_) | Err(_) => Err(Refusal::NotLeader),
+                }
+            }
+            None => Err(Refusal::NotLeader),
+        };
+        match outcome {
+            Ok(reply) => Ok(reply.registered),
+            Err(Refusal::NotLeader) => Err(crate::error::Error::Controller {
+                code: ResponseError::NotController.code(),
+                message: "no metadata quorum leader reachable".into(),
+            }),
+            Err(Refusal::Stale(message)) => Err(crate::error::Error::Stale(message)),
+            Err(Refusal::Final { code, message }) => Err(crate::error::Error::Controller { code, message }),
+        }
+    }
+
+    /// On the leader, once per call: fences the brokers not heard from for `session_timeout`
+    /// (counting from when this node became leader, so a new leader gives every broker a full
+    /// session), and records a cluster id if none was agreed yet.
+    pub async fn leader_duties(&self, session_timeout: Duration, leader_since: &mut Option<std::time::Instant>) {
+        let leading = self.leader() == Some(self.node_id);
+        if !leading {
+            *leader_since = None;
+            return;
+        }
+        let now = std::time::Instant::now();
+        let since = *leader_since.get_or_insert(now);
+        let image = self.image();
+        if image.cluster_id.is_empty() {
+            let id = new_cluster_id();
+            if let Err(e) = self.core.propose_checked(MetadataRecord::SetClusterId { id }).await {
+                tracing::debug!(?e, "metadata quorum: recording the cluster id");
+            }
+        }
+        let late: Vec<i32> = {
+            let heard = self.core.heartbeats.lock().unwrap_or_else(|p| p.into_inner());
+            image
+                .live_brokers()
+                .filter(|b| {
+                    let last = heard.get(&b.id).copied().unwrap_or(since).max(since);
+                    now.duration_since(last) > session_timeout
+                })
+                .map(|b| b.id)
+                .collect()
+        };
+        for id in late {
+            tracing::warn!(
+                broker = id,
+                timeout_ms = session_timeout.as_millis() as u64,
+                "metadata quorum: fencing a broker that missed its session timeout"
+            );
+            if let Err(e) = self
+                .core
+                .propose_checked(MetadataRecord::SetBrokerFenced { id, fenced: true })
+                .await
+            {
+                tracing::warn!(broker = id, ?e, "metadata quorum: fencing failed");
+            }
         }
     }
 
@@ -340,7 +640,7 @@ impl MetadataQuorum {
 
     /// Stops serving the other controllers, then stops the raft node. Everything it
     /// acknowledged is on disk already.
-    pub async fn shutdown(self) -> Result<(), QuorumError> {
+    pub async fn shutdown(&self) -> Result<(), QuorumError> {
         self.server.shutdown().await;
         self.raft
             .shutdown()

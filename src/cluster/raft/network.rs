@@ -35,7 +35,8 @@ use tokio::time::timeout;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::TypeConfig;
+use super::{Core, HeartbeatReply, Refusal, TypeConfig};
+use crate::cluster::MetadataRecord;
 
 /// Connections a node serves at once: two per peer (replication and votes) in a quorum of a
 /// handful of voters, with room for reconnections whose old half is not closed yet.
@@ -63,17 +64,26 @@ struct RequestFrame {
 }
 
 #[derive(Debug, Serialize, Deserialize)]
-enum Rpc {
+pub(super) enum Rpc {
     AppendEntries(AppendEntriesRequest<TypeConfig>),
     Vote(VoteRequest<u64>),
     InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
+    /// A broker forwards a metadata change to the leader (Kafka forwards admin requests to
+    /// the active controller).
+    Propose(MetadataRecord),
+    /// A broker tells the leader it is alive (Kafka's BrokerHeartbeat).
+    BrokerHeartbeat {
+        broker: i32,
+    },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
-enum Reply {
+pub(super) enum Reply {
     AppendEntries(Result<AppendEntriesResponse<u64>, RaftError<u64>>),
     Vote(Result<VoteResponse<u64>, RaftError<u64>>),
     InstallSnapshot(Result<InstallSnapshotResponse<u64>, RaftError<u64, InstallSnapshotError>>),
+    Proposed(Result<i64, Refusal>),
+    Heartbeat(Result<HeartbeatReply, Refusal>),
     /// The request named another node: this address is node `node`.
     WrongNode {
         node: u64,
@@ -166,6 +176,7 @@ impl RaftServer {
         listener: TcpListener,
         node_id: u64,
         raft: Raft<TypeConfig>,
+        core: Arc<Core>,
         limits: NetworkLimits,
     ) -> RaftServer {
         let cancel = CancellationToken::new();
@@ -192,10 +203,10 @@ impl RaftServer {
                     continue;
                 };
                 let _ = stream.set_nodelay(true);
-                let (raft, cancel) = (raft.clone(), accept_cancel.clone());
+                let (raft, core, cancel) = (raft.clone(), core.clone(), accept_cancel.clone());
                 accept_tasks.spawn(async move {
                     let _slot = slot;
-                    match serve_connection(stream, node_id, &raft, limits, &cancel).await {
+                    match serve_connection(stream, node_id, &raft, &core, limits, &cancel).await {
                         Ok(()) | Err(FrameError::Closed) => {}
                         Err(e @ FrameError::TimedOut { .. }) => {
                             tracing::debug!(node_id, %peer, reason = %e, "metadata quorum: closing connection")
@@ -210,7 +221,7 @@ impl RaftServer {
     }
 
     /// Stops accepting, closes every connection and waits for their tasks.
-    pub(super) async fn shutdown(self) {
+    pub(super) async fn shutdown(&self) {
         self.cancel.cancel();
         self.tasks.wait().await;
     }
@@ -221,6 +232,7 @@ async fn serve_connection(
     mut stream: TcpStream,
     node_id: u64,
     raft: &Raft<TypeConfig>,
+    core: &Core,
     limits: NetworkLimits,
     cancel: &CancellationToken,
 ) -> Result<(), FrameError> {
@@ -247,6 +259,8 @@ async fn serve_connection(
                 Rpc::AppendEntries(rpc) => Reply::AppendEntries(raft.append_entries(rpc).await),
                 Rpc::Vote(rpc) => Reply::Vote(raft.vote(rpc).await),
                 Rpc::InstallSnapshot(rpc) => Reply::InstallSnapshot(raft.install_snapshot(rpc).await),
+                Rpc::Propose(record) => Reply::Proposed(core.propose_checked(record).await),
+                Rpc::BrokerHeartbeat { broker } => Reply::Heartbeat(core.heartbeat(broker).await),
             }
         };
         let reply = tokio::select! {
@@ -259,6 +273,24 @@ async fn serve_connection(
         let frame = encode_frame(&reply, limits.frame_bytes_max)?;
         write_frame(&mut stream, &frame, limits.io_timeout).await?;
     }
+}
+
+/// One request to node `to` at `address` on a connection of its own (a broker's forwarded
+/// proposal or heartbeat: rare, so not worth a pooled connection), bounded by `io_timeout` for
+/// the connect and the writes and by the handling bound for the answer.
+pub(super) async fn forward(address: &str, to: u64, rpc: Rpc, limits: NetworkLimits) -> Result<Reply, FrameError> {
+    let frame = encode_frame(&RequestFrame { to, rpc }, limits.frame_bytes_max)?;
+    let mut stream = bounded(limits.io_timeout, "connect", TcpStream::connect(address)).await?;
+    let _ = stream.set_nodelay(true);
+    write_frame(&mut stream, &frame, limits.io_timeout).await?;
+    read_frame::<_, Reply>(
+        &mut stream,
+        limits.frame_bytes_max,
+        HANDLE_TIMEOUT + limits.io_timeout,
+        limits.io_timeout,
+    )
+    .await?
+    .ok_or(FrameError::Closed)
 }
 
 /// Makes the clients openraft sends RPCs through.
@@ -321,6 +353,8 @@ impl PeerClient {
             Rpc::AppendEntries(_) => "AppendEntries",
             Rpc::Vote(_) => "Vote",
             Rpc::InstallSnapshot(_) => "InstallSnapshot",
+            Rpc::Propose(_) => "Propose",
+            Rpc::BrokerHeartbeat { .. } => "BrokerHeartbeat",
         };
         let request = RequestFrame { to: self.target, rpc };
         let frame = encode_frame(&request, self.limits.frame_bytes_max).map_err(CallError::TooLarge)?;

@@ -320,11 +320,32 @@ pub(super) mod tests {
             configs: configs(&[("cleanup.policy", "compact")]),
             leader: 1,
             leader_epoch: 0,
+            assignments: Vec::new(),
         };
         vec![
+            MetadataRecord::SetClusterId {
+                id: "q1ClusterId-AAAAAAAAAA".into(),
+            },
+            MetadataRecord::RegisterBroker {
+                id: 1,
+                host: "127.0.0.1".into(),
+                port: 9092,
+                rack: Some("r1".into()),
+            },
+            MetadataRecord::RegisterBroker {
+                id: 2,
+                host: "127.0.0.1".into(),
+                port: 9192,
+                rack: None,
+            },
+            MetadataRecord::SetBrokerFenced { id: 2, fenced: true },
             create("orders.v1", a),
             create("doomed", b),
-            MetadataRecord::CreatePartitions { id: a, partitions: 8 },
+            MetadataRecord::CreatePartitions {
+                id: a,
+                partitions: 8,
+                assignments: Vec::new(),
+            },
             MetadataRecord::SetTopicConfigs {
                 id: a,
                 configs: configs(&[("retention.ms", "5")]),

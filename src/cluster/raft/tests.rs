@@ -52,6 +52,7 @@ fn topic(i: u128) -> MetadataRecord {
         configs: BTreeMap::new(),
         leader: 1,
         leader_epoch: 0,
+        assignments: Vec::new(),
     }
 }
 
