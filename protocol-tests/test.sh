@@ -23,4 +23,6 @@ stage "other clients (kcat, Python)" env SLUICE_BIN=target/debug/sluice protocol
 stage "librdkafka test suite" bash -c 'protocol-tests/librdkafka/build.sh && cargo build --release --quiet && SLUICE_BIN=target/release/sluice protocol-tests/librdkafka/run.sh expected'
 # Skips itself (with a message) where no Docker engine answers.
 stage "docker image and compose" protocol-tests/docker/test.sh
+# The same image as a three-node cluster (docker/cluster.yml); skips itself likewise.
+stage "docker cluster" env SLUICE_TEST_SKIP_BUILD=1 protocol-tests/docker/cluster.sh
 echo "all tests passed"

@@ -165,8 +165,15 @@ fn main() -> std::process::ExitCode {
     // Colour only on a terminal: redirected logs (files, docker logs) stay plain text. Levels
     // start from RUST_LOG and may change at runtime (BROKER_LOGGER, sluice::verbosity).
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout()) && std::env::var_os("NO_COLOR").is_none();
+    // openraft logs every failed RPC to an unreachable peer (each election timeout, at WARN
+    // and ERROR): with a node down that drowns everything else, so it is off unless RUST_LOG
+    // names it; the quorum's own events (leader, fencing, registration) are Sluice's lines.
     let directives = std::env::var("RUST_LOG").ok().filter(|d| !d.trim().is_empty());
-    sluice::verbosity::install(directives.as_deref().unwrap_or("info"), ansi, std::io::stdout);
+    sluice::verbosity::install(
+        directives.as_deref().unwrap_or("info,openraft=off"),
+        ansi,
+        std::io::stdout,
+    );
     let cli = Cli::parse();
     if let Command::Healthcheck { address } = &cli.command {
         return match healthcheck(address) {

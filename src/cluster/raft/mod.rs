@@ -564,6 +564,12 @@ impl MetadataQuorum {
             return;
         }
         let now = std::time::Instant::now();
+        if leader_since.is_none() {
+            tracing::info!(
+                node_id = self.node_id,
+                "this node leads the metadata quorum (the active controller)"
+            );
+        }
         let since = *leader_since.get_or_insert(now);
         let image = self.image();
         if image.cluster_id.is_empty() {

@@ -1,0 +1,540 @@
+//! A cluster of Sluice processes on loopback: every node both broker and controller (Kafka's
+//! combined mode), voters of one metadata quorum, each with a data directory that outlives its
+//! process so a node can be killed and started again on the same log.
+//!
+//! Waits are bounded and panic with what each node last answered. A test that fails prints the
+//! tail of each node's log (stdout and stderr, appended across restarts) when it drops its
+//! `Cluster`; SLUICE_CLUSTER_LOG sets the nodes' RUST_LOG (default `info,openraft=warn`).
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::fs::OpenOptions;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::{DescribeClusterRequest, MetadataRequest, MetadataResponse, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::{Raw, topic};
+
+/// How long `start`, `restart` and `start_all` wait for every running node to list every
+/// running broker.
+pub const READY_WAIT: Duration = Duration::from_secs(30);
+/// How long `controller` waits for the running nodes to agree on a running active controller.
+pub const CONTROLLER_WAIT: Duration = Duration::from_secs(20);
+/// How long `stop_all` waits for a node to exit after SIGTERM (its shutdown.timeout.ms is 10 s).
+pub const STOP_WAIT: Duration = Duration::from_secs(30);
+/// How long one request of a polling loop may take before it counts as unanswered.
+pub const POLL_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// How much of each node's log a failing test prints.
+const LOG_LINES_ON_FAILURE: usize = 40;
+/// Response frames above this are a broken peer, not something to allocate for.
+const RESPONSE_BYTES_MAX: usize = 64 << 20;
+
+/// Short failure detection so kills are noticed within a test's budget.
+const TIMEOUTS: &[(&str, &str)] = &[
+    ("broker.session.timeout.ms", "3000"),
+    ("broker.heartbeat.interval.ms", "500"),
+    ("controller.quorum.election.timeout.ms", "500"),
+];
+
+/// Settings every node gets besides the cluster form and `TIMEOUTS`: a group forms at once, and
+/// nothing creates a topic by being asked about it (a topic a test finds must be one it made).
+const DEFAULTS: &[(&str, &str)] = &[
+    ("group.initial.rebalance.delay.ms", "0"),
+    ("auto.create.topics.enable", "false"),
+];
+
+/// One node: its fixed ports and data directory, and its process while it runs.
+pub struct Node {
+    pub id: i32,
+    /// The PLAINTEXT listener, also the advertised address.
+    pub addr: SocketAddr,
+    pub controller_port: u16,
+    pub dir: tempfile::TempDir,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Node {
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+}
+
+pub struct Cluster {
+    pub nodes: Vec<Node>,
+    settings: Vec<(String, String)>,
+    logs: tempfile::TempDir,
+}
+
+/// The broker binary: SLUICE_BIN, else the one cargo built for this test.
+pub fn sluice_bin() -> PathBuf {
+    std::env::var_os("SLUICE_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_sluice")))
+}
+
+/// Ports handed out in this test process, so clusters of tests running at once never share one.
+static PORTS_TAKEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+
+/// `count` distinct free loopback ports. Taken below Linux's ephemeral range (32768+), where an
+/// outgoing connection's source port could otherwise take a killed node's port before it
+/// restarts; each is checked free by binding it (all held at once, then released).
+pub fn free_ports(count: usize) -> Vec<u16> {
+    let mut taken = PORTS_TAKEN.lock().unwrap_or_else(|e| e.into_inner());
+    let taken = taken.get_or_insert_with(HashSet::new);
+    let mut held = Vec::with_capacity(count);
+    let mut attempts = 0;
+    while held.len() < count {
+        attempts += 1;
+        let candidate = if attempts < 1000 {
+            fastrand::u16(15_000..32_000)
+        } else {
+            0
+        };
+        if taken.contains(&candidate) {
+            continue;
+        }
+        if let Ok(listener) = std::net::TcpListener::bind(("127.0.0.1", candidate)) {
+            let port = listener.local_addr().unwrap().port();
+            if taken.insert(port) {
+                held.push((port, listener));
+            }
+        }
+    }
+    held.into_iter().map(|(port, _)| port).collect()
+}
+
+/// Sends one request on a new connection and decodes the answer; every failure (refused,
+/// closed, no answer within `timeout`, undecodable) is an `Err` saying which, for polling loops
+/// that must outlive a node being down.
+pub async fn try_call<R>(addr: SocketAddr, version: i16, request: &R, timeout: Duration) -> Result<R::Response, String>
+where
+    R: Request + Encodable,
+    R::Response: Decodable + HeaderVersion,
+{
+    let exchange = async {
+        let stream = TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("connect {addr}: {e}"))?;
+        let mut raw = Raw {
+            stream,
+            correlation_id: 0,
+            response_timeout: timeout,
+        };
+        let frame = raw.encode(version, request);
+        raw.stream
+            .write_all(&frame)
+            .await
+            .map_err(|e| format!("write to {addr}: {e}"))?;
+        let mut len = [0u8; 4];
+        raw.stream
+            .read_exact(&mut len)
+            .await
+            .map_err(|e| format!("{addr} closed the connection: {e}"))?;
+        let len = usize::try_from(i32::from_be_bytes(len))
+            .ok()
+            .filter(|len| *len <= RESPONSE_BYTES_MAX)
+            .ok_or_else(|| format!("{addr} sent a frame length of {len:?}"))?;
+        let mut body = vec![0u8; len];
+        raw.stream
+            .read_exact(&mut body)
+            .await
+            .map_err(|e| format!("{addr} closed mid-response: {e}"))?;
+        let mut body = Bytes::from(body);
+        let header = ResponseHeader::decode(&mut body, R::Response::header_version(version))
+            .map_err(|e| format!("response header from {addr}: {e}"))?;
+        if header.correlation_id != raw.correlation_id {
+            return Err(format!(
+                "{addr} answered correlation id {} to {}",
+                header.correlation_id, raw.correlation_id
+            ));
+        }
+        R::Response::decode(&mut body, version).map_err(|e| format!("response from {addr}: {e}"))
+    };
+    tokio::time::timeout(timeout, exchange)
+        .await
+        .unwrap_or_else(|_| Err(format!("no answer from {addr} within {timeout:?}")))
+}
+
+/// Metadata v12 of `topics` (empty: brokers only), never creating a topic.
+pub fn metadata_request(topics: &[&str]) -> MetadataRequest {
+    MetadataRequest::default()
+        .with_topics(Some(
+            topics
+                .iter()
+                .map(|name| MetadataRequestTopic::default().with_name(Some(topic(name))))
+                .collect(),
+        ))
+        .with_allow_auto_topic_creation(false)
+}
+
+impl Cluster {
+    /// Starts `n` nodes and waits until each lists all `n` brokers at their advertised ports.
+    pub async fn start(n: usize) -> Cluster {
+        Cluster::start_with(n, &[]).await
+    }
+
+    /// `start` with extra `--set` settings for every node (they win over the defaults).
+    pub async fn start_with(n: usize, extra: &[(&str, &str)]) -> Cluster {
+        assert!(n >= 1, "a cluster needs a node");
+        let ports = free_ports(2 * n);
+        let logs = tempfile::tempdir().expect("log dir");
+        let nodes = (0..n)
+            .map(|i| {
+                let id = i32::try_from(i + 1).unwrap();
+                Node {
+                    id,
+                    addr: SocketAddr::from(([127, 0, 0, 1], ports[2 * i])),
+                    controller_port: ports[2 * i + 1],
+                    dir: tempfile::tempdir().expect("data dir"),
+                    log: logs.path().join(format!("node{id}.log")),
+                    child: None,
+                }
+            })
+            .collect();
+        let settings = TIMEOUTS
+            .iter()
+            .chain(DEFAULTS)
+            .chain(extra)
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let mut cluster = Cluster { nodes, settings, logs };
+        for id in cluster.ids() {
+            cluster.spawn(id);
+        }
+        cluster.wait_ready().await;
+        cluster
+    }
+
+    /// Every node's id, running or not.
+    pub fn ids(&self) -> Vec<i32> {
+        self.nodes.iter().map(|n| n.id).collect()
+    }
+
+    /// The ids of the nodes whose process runs.
+    pub fn running(&self) -> Vec<i32> {
+        self.nodes.iter().filter(|n| n.is_running()).map(|n| n.id).collect()
+    }
+
+    pub fn node(&self, id: i32) -> &Node {
+        self.nodes
+            .iter()
+            .find(|n| n.id == id)
+            .unwrap_or_else(|| panic!("no node {id}"))
+    }
+
+    fn node_mut(&mut self, id: i32) -> &mut Node {
+        self.nodes
+            .iter_mut()
+            .find(|n| n.id == id)
+            .unwrap_or_else(|| panic!("no node {id}"))
+    }
+
+    pub fn addr(&self, id: i32) -> SocketAddr {
+        self.node(id).addr
+    }
+
+    /// Every node's client address, running or not: "127.0.0.1:P1,127.0.0.1:P2,...".
+    pub fn bootstrap(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| n.addr.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// `1@127.0.0.1:C1,2@127.0.0.1:C2,...`
+    fn voters(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| format!("{}@127.0.0.1:{}", n.id, n.controller_port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    fn spawn(&mut self, id: i32) {
+        let voters = self.voters();
+        let settings = self.settings.clone();
+        let node = self.node_mut(id);
+        assert!(node.child.is_none(), "node {id} is already running");
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&node.log)
+            .expect("node log file");
+        let stderr = log.try_clone().expect("node log file");
+        mark(&log, &format!("node {id} started by the test"));
+        let (port, controller_port) = (node.addr.port(), node.controller_port);
+        let mut cmd = Command::new(sluice_bin());
+        cmd.arg("serve")
+            .arg("--node-id")
+            .arg(id.to_string())
+            .arg("--data-dir")
+            .arg(node.dir.path())
+            .arg("--set")
+            .arg("process.roles=broker,controller")
+            .arg("--set")
+            .arg(format!(
+                "listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}"
+            ))
+            .arg("--set")
+            .arg(format!("advertised.listeners=PLAINTEXT://127.0.0.1:{port}"))
+            .arg("--set")
+            .arg("controller.listener.names=CONTROLLER")
+            .arg("--set")
+            .arg(format!("controller.quorum.voters={voters}"));
+        for (k, v) in &settings {
+            cmd.arg("--set").arg(format!("{k}={v}"));
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(stderr))
+            .env("NO_COLOR", "1")
+            .env(
+                "RUST_LOG",
+                std::env::var("SLUICE_CLUSTER_LOG").unwrap_or_else(|_| "info,openraft=warn".into()),
+            );
+        node.child = Some(
+            cmd.spawn()
+                .unwrap_or_else(|e| panic!("spawn {}: {e}", sluice_bin().display())),
+        );
+    }
+
+    /// SIGKILL: no shutdown, the data directory stays as the crash left it.
+    pub fn kill(&mut self, id: i32) {
+        let node = self.node_mut(id);
+        let mut child = node.child.take().unwrap_or_else(|| panic!("node {id} is not running"));
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reap");
+        self.mark_log(id, "killed (SIGKILL) by the test");
+    }
+
+    /// A line in node `id`'s log, so its tail shows what the test did to it.
+    fn mark_log(&self, id: i32, what: &str) {
+        if let Ok(log) = OpenOptions::new().append(true).open(&self.node(id).log) {
+            mark(&log, &format!("node {id} {what}"));
+        }
+    }
+
+    /// Starts a stopped node again on its ports and data directory, then waits until every
+    /// running node lists every running broker.
+    pub async fn restart(&mut self, id: i32) {
+        self.spawn(id);
+        self.wait_ready().await;
+    }
+
+    /// SIGTERM to every running node at once (as `docker compose stop` does), then waits for
+    /// each to exit; a node that does not exit 0 within `STOP_WAIT` fails the test.
+    pub async fn stop_all(&mut self) {
+        let mut stopping = Vec::new();
+        for node in &mut self.nodes {
+            if let Some(child) = node.child.take() {
+                let pid = i32::try_from(child.id()).unwrap();
+                // SAFETY: plain kill(2) on our own child, not yet reaped.
+                let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
+                assert_eq!(rc, 0, "SIGTERM to node {}", node.id);
+                if let Ok(log) = OpenOptions::new().append(true).open(&node.log) {
+                    mark(&log, &format!("node {} sent SIGTERM by the test", node.id));
+                }
+                stopping.push((node.id, child));
+            }
+        }
+        let deadline = Instant::now() + STOP_WAIT;
+        let mut failures = Vec::new();
+        for (id, mut child) in stopping {
+            let status = loop {
+                if let Some(status) = child.try_wait().expect("wait") {
+                    break Some(status);
+                }
+                if Instant::now() >= deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break None;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            };
+            match status {
+                Some(status) if status.success() => {}
+                Some(status) => failures.push(format!("node {id} exited with {status}")),
+                None => failures.push(format!("node {id} still ran {STOP_WAIT:?} after SIGTERM")),
+            }
+        }
+        assert!(
+            failures.is_empty(),
+            "unclean shutdown: {} (node logs follow)",
+            failures.join("; ")
+        );
+    }
+
+    /// Starts every stopped node, then waits as `restart` does.
+    pub async fn start_all(&mut self) {
+        for id in self.ids() {
+            if !self.node(id).is_running() {
+                self.spawn(id);
+            }
+        }
+        self.wait_ready().await;
+    }
+
+    /// The ids and ports of the brokers that node `id` lists in Metadata.
+    pub async fn brokers_seen_by(&self, id: i32) -> Result<BTreeMap<i32, i32>, String> {
+        let resp = self.metadata(id, &[]).await?;
+        Ok(resp.brokers.iter().map(|b| (b.node_id.0, b.port)).collect())
+    }
+
+    /// Metadata of `topics` from node `id`.
+    pub async fn metadata(&self, id: i32, topics: &[&str]) -> Result<MetadataResponse, String> {
+        try_call(self.addr(id), 12, &metadata_request(topics), POLL_REQUEST_TIMEOUT).await
+    }
+
+    /// Waits until every running node lists every running broker at the port it advertises
+    /// (brokers still listed while their session has not yet expired are tolerated).
+    pub async fn wait_ready(&self) {
+        let deadline = Instant::now() + READY_WAIT;
+        loop {
+            let running = self.running();
+            let mut waiting = Vec::new();
+            for &id in &running {
+                match self.brokers_seen_by(id).await {
+                    Ok(brokers) => {
+                        let wrong: Vec<i32> = running
+                            .iter()
+                            .copied()
+                            .filter(|b| brokers.get(b) != Some(&i32::from(self.addr(*b).port())))
+                            .collect();
+                        if !wrong.is_empty() {
+                            waiting.push(format!(
+                                "node {id} lists brokers (id: port) {brokers:?}, missing {wrong:?}"
+                            ));
+                        }
+                    }
+                    Err(e) => waiting.push(format!("node {id}: {e}")),
+                }
+            }
+            if waiting.is_empty() {
+                return;
+            }
+            self.assert_still_running();
+            assert!(
+                Instant::now() < deadline,
+                "nodes {running:?} did not all list each other within {READY_WAIT:?} (node logs follow):\n  {}",
+                waiting.join("\n  ")
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// The active controller as node `id` reports it (DescribeCluster's controller_id; -1 or
+    /// an error while it knows none).
+    pub async fn controller_seen_by(&self, id: i32) -> Result<i32, String> {
+        let resp = try_call(
+            self.addr(id),
+            0,
+            &DescribeClusterRequest::default(),
+            POLL_REQUEST_TIMEOUT,
+        )
+        .await?;
+        if resp.error_code != 0 {
+            return Err(format!("node {id}: DescribeCluster error {}", resp.error_code));
+        }
+        Ok(resp.controller_id.0)
+    }
+
+    /// Waits until every running node reports the same active controller, itself running.
+    pub async fn controller(&self) -> i32 {
+        let deadline = Instant::now() + CONTROLLER_WAIT;
+        loop {
+            let running = self.running();
+            let mut seen = BTreeMap::new();
+            for &id in &running {
+                seen.insert(id, self.controller_seen_by(id).await);
+            }
+            let agreed: BTreeSet<_> = seen.values().filter_map(|c| c.as_ref().ok()).collect();
+            if seen.values().all(Result::is_ok) && agreed.len() == 1 {
+                let controller = **agreed.first().unwrap();
+                if running.contains(&controller) {
+                    return controller;
+                }
+            }
+            self.assert_still_running();
+            assert!(
+                Instant::now() < deadline,
+                "running nodes {running:?} did not agree on a running controller within \
+                 {CONTROLLER_WAIT:?}: {seen:?} (node logs follow)"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Fails at once, with the logs, when a node meant to run has exited. Reads the process
+    /// state from /proc (a zombie is one that exited) since `Child::try_wait` needs `&mut`.
+    pub fn assert_still_running(&self) {
+        let exited: Vec<i32> = self
+            .nodes
+            .iter()
+            .filter(|n| {
+                n.child.as_ref().is_some_and(|child| {
+                    let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap_or_default();
+                    let state = stat.rsplit(')').next().and_then(|s| s.split_whitespace().next());
+                    matches!(state, None | Some("Z" | "X"))
+                })
+            })
+            .map(|n| n.id)
+            .collect();
+        assert!(exited.is_empty(), "nodes {exited:?} exited (node logs follow)");
+    }
+
+    /// The last `lines` lines of each node's log, for failure messages.
+    pub fn logs_tail(&self, lines: usize) -> String {
+        let mut out = String::new();
+        for node in &self.nodes {
+            let text = std::fs::read_to_string(&node.log).unwrap_or_default();
+            let all: Vec<&str> = text.lines().collect();
+            let state = if node.is_running() {
+                "started"
+            } else {
+                "stopped by the test"
+            };
+            out.push_str(&format!("--- node {} ({state}), last {lines} log lines:\n", node.id));
+            for line in &all[all.len().saturating_sub(lines)..] {
+                let cut: String = line.chars().take(400).collect();
+                out.push_str(&cut);
+                out.push('\n');
+            }
+        }
+        out
+    }
+
+    /// Where the node logs are (removed with the cluster).
+    pub fn log_dir(&self) -> PathBuf {
+        self.logs.path().to_path_buf()
+    }
+}
+
+/// Appends `what` to a node log as a line of its own.
+fn mark(mut log: &std::fs::File, what: &str) {
+    use std::io::Write;
+    let _ = writeln!(log, "=== {what}");
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("{}", self.logs_tail(LOG_LINES_ON_FAILURE));
+        }
+        for node in &mut self.nodes {
+            if let Some(mut child) = node.child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
