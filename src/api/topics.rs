@@ -21,7 +21,7 @@ use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
 use super::{Ctx, Versions, message, topic_name};
-use crate::cluster::{Controller, TopicInfo};
+use crate::cluster::TopicInfo;
 use crate::config::{TOPIC_KEYS, validate_topic_config};
 use crate::error::Error;
 
@@ -183,13 +183,8 @@ fn create_one(
         (partitions, 1)
     };
     if validate_only {
-        Controller::check_new_topic(
-            &ctx.controller.image(),
-            name,
-            partitions,
-            replication_factor,
-            ctx.controller.node_count(),
-        )?;
+        ctx.controller
+            .validate_new_topic(name, partitions, replication_factor)?;
         return Ok((partitions, replication_factor, Uuid::nil(), configs));
     }
     let info = create_and_open(ctx, name, partitions, replication_factor, configs)?;

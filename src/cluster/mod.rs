@@ -675,11 +675,6 @@ impl Controller {
         images
     }
 
-    /// The brokers new partitions may be placed on.
-    pub fn node_count(&self) -> i32 {
-        i32::try_from(self.image().live_brokers().count()).unwrap_or(i32::MAX)
-    }
-
     /// The active controller: this node alone, or the quorum's leader (-1: none known).
     pub fn active_controller(&self) -> i32 {
         match &self.backend {
@@ -756,6 +751,15 @@ impl Controller {
         let id = block.0;
         block.0 += 1;
         Ok(id)
+    }
+
+    /// Checks a new topic as `create_topic` would, without creating it (validate_only): the
+    /// image's rules, then placement (a replication factor a cluster cannot serve yet).
+    pub fn validate_new_topic(&self, name: &str, partitions: i32, replication_factor: i16) -> Result<()> {
+        let image = self.image();
+        let nodes = i32::try_from(image.live_brokers().count()).unwrap_or(i32::MAX);
+        Self::check_new_topic(&image, name, partitions, replication_factor, nodes)?;
+        self.place(&image, partitions.min(1), replication_factor, 0).map(drop)
     }
 
     /// Checks a new topic against the image without creating it (validate_only and the real
