@@ -15,9 +15,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use common::cluster::{Cluster, POLL_REQUEST_TIMEOUT, try_call};
 use common::*;
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::{BrokerId, CreateTopicsRequest, ListOffsetsRequest};
+use kafka_protocol::messages::{BrokerId, ListOffsetsRequest};
 use kafka_protocol::records::Compression;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -48,14 +47,7 @@ async fn create_topic(
     partitions: i32,
     timeout: Duration,
 ) -> Result<(), String> {
-    let request = CreateTopicsRequest::default()
-        .with_topics(vec![
-            CreatableTopic::default()
-                .with_name(topic(name))
-                .with_num_partitions(partitions)
-                .with_replication_factor(1),
-        ])
-        .with_timeout_ms(5_000);
+    let request = common::create_topic_request(name, partitions, 5_000);
     let resp = try_call(cluster.addr(via), 7, &request, timeout).await?;
     let result = resp
         .topics

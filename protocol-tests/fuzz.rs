@@ -379,6 +379,8 @@ default_bodies! {
     AddOffsetsToTxn => AddOffsetsToTxnRequest, EndTxn => EndTxnRequest, TxnOffsetCommit => TxnOffsetCommitRequest,
     DescribeTransactions => DescribeTransactionsRequest, ListTransactions => ListTransactionsRequest,
     DescribeProducers => DescribeProducersRequest, ListConfigResources => ListConfigResourcesRequest,
+    DescribeQuorum => DescribeQuorumRequest, DescribeTopicPartitions => DescribeTopicPartitionsRequest,
+    WriteTxnMarkers => WriteTxnMarkersRequest,
 }
 
 fn name(text: &'static str) -> TopicName {

@@ -61,15 +61,18 @@ done
 
 echo "== produce 1 KiB acks=all, $MSGS messages, 6 partitions: 3 nodes vs 1 (MB/s)"
 python3 "$HERE/cluster_admin.py" create 127.0.0.1:19092 1 6 spread >/dev/null
-kcat -b 127.0.0.1:19092 -L -t spread-0 | grep -c "partition" >/dev/null
 mkdir -p "$WORK/single"
 "$BIN" serve --node-id 1 --data-dir "$WORK/single" --listen 127.0.0.1:49092 --set auto.create.topics.enable=false >"$WORK/single.log" 2>&1 &
 PID[single]=$!
 wait_port 49092
 python3 "$HERE/cluster_admin.py" create 127.0.0.1:49092 1 6 spread >/dev/null
-perf() {
-    "$TOOLS/bin/rdkafka_performance" -P -t spread-0 -s 1024 -c "$MSGS" -b "$1" -X acks=all -X linger.ms=5 -u 2>&1 |
-        sed -n 's/.* \([0-9.]*\) MB\/s.*/\1/p' | tail -1
+perf() { # prints MB/s (payload) from rdkafka_performance's final line
+    local line n ms
+    line=$("$TOOLS/bin/rdkafka_performance" -P -t spread-0 -s 1024 -c "$MSGS" -b "$1" -a -1 -X linger.ms=5 -i 1000 2>&1 |
+        grep ' messages produced ' | tail -n 1)
+    n=$(sed -n 's/.*, \([0-9]*\) delivered .*/\1/p' <<<"$line")
+    ms=$(sed -n 's/.* in \([0-9]*\)ms:.*/\1/p' <<<"$line")
+    awk -v n="${n:-0}" -v ms="${ms:-0}" 'BEGIN { printf "%.1f", (ms > 0 ? n * 1024 / ms / 1000 : 0) }'
 }
 for r in $(seq 1 "$RUNS"); do
     three=$(perf 127.0.0.1:19092,127.0.0.1:29092,127.0.0.1:39092)

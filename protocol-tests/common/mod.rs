@@ -325,3 +325,22 @@ pub fn fetch_request(
                 ]),
         ])
 }
+
+/// A CreateTopics request for one topic of `partitions` partitions, replication factor 1.
+pub fn create_topic_request(
+    name: &str,
+    partitions: i32,
+    timeout_ms: i32,
+) -> kafka_protocol::messages::CreateTopicsRequest {
+    use kafka_protocol::messages::create_topics_request::CreatableTopic;
+    kafka_protocol::messages::CreateTopicsRequest::default()
+        .with_topics(vec![
+            CreatableTopic::default()
+                .with_name(kafka_protocol::messages::TopicName(
+                    kafka_protocol::protocol::StrBytes::from_string(name.to_string()),
+                ))
+                .with_num_partitions(partitions)
+                .with_replication_factor(1),
+        ])
+        .with_timeout_ms(timeout_ms)
+}

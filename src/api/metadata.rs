@@ -29,7 +29,7 @@ const OPERATIONS_NOT_REQUESTED: i32 = i32::MIN;
 /// Topic operations (AclOperation codes) a principal may perform: no authorizer runs yet, so
 /// every client may do all of READ(3), WRITE(4), CREATE(5), DELETE(6), ALTER(7), DESCRIBE(8),
 /// DESCRIBE_CONFIGS(10), ALTER_CONFIGS(11).
-const TOPIC_OPERATIONS_ALL: i32 =
+pub(crate) const TOPIC_OPERATIONS_ALL: i32 =
     (1 << 3) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 10) | (1 << 11);
 
 pub async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> MetadataResponse {
@@ -139,42 +139,75 @@ fn auto_create(ctx: &Ctx, name: &str) -> Result<(), i16> {
 fn describe(ctx: &Ctx, image: &MetadataImage, topic: &TopicInfo, operations: i32) -> MetadataResponseTopic {
     let partitions = (0..topic.partitions)
         .map(|index| {
-            let replicas = topic.replicas(index);
-            let leader = topic.leader(index);
+            let state = PartitionState::of(ctx, image, topic, index);
             let partition = MetadataResponsePartition::default()
                 .with_partition_index(index)
-                .with_leader_epoch(topic.leader_epoch)
-                .with_replica_nodes(replicas.iter().map(|&r| BrokerId(r)).collect());
-            // A replica is offline when its broker is fenced (or gone), or, here, when its
-            // storage failed to open.
-            let offline =
-                |r: i32| !image.is_live(r) || (r == ctx.config.node_id && ctx.replicas.is_offline(&topic.name, index));
-            if offline(leader) {
-                // No leader, as Kafka reports an offline partition.
-                partition
-                    .with_error_code(ResponseError::LeaderNotAvailable.code())
-                    .with_leader_id(BrokerId(-1))
-                    .with_offline_replicas(replicas.iter().filter(|&&r| offline(r)).map(|&r| BrokerId(r)).collect())
+                .with_leader_epoch(state.leader_epoch)
+                .with_leader_id(BrokerId(state.leader))
+                .with_replica_nodes(state.replicas)
+                .with_isr_nodes(state.isr)
+                .with_offline_replicas(state.offline_replicas);
+            if state.leader < 0 {
+                // Kafka's Metadata reports a partition without a live leader this way;
+                // DescribeTopicPartitions lists it with no error.
+                partition.with_error_code(ResponseError::LeaderNotAvailable.code())
             } else {
                 partition
-                    .with_leader_id(BrokerId(leader))
-                    .with_isr_nodes(
-                        replicas
-                            .iter()
-                            .filter(|&&r| !offline(r))
-                            .map(|&r| BrokerId(r))
-                            .collect(),
-                    )
-                    .with_offline_replicas(replicas.iter().filter(|&&r| offline(r)).map(|&r| BrokerId(r)).collect())
             }
         })
         .collect();
     MetadataResponseTopic::default()
         .with_name(Some(topic_name(&topic.name)))
         .with_topic_id(topic.id)
-        .with_is_internal(topic.name.starts_with("__"))
+        .with_is_internal(is_internal(&topic.name))
         .with_partitions(partitions)
         .with_topic_authorized_operations(operations)
+}
+
+/// One partition as Metadata and DescribeTopicPartitions report it (Kafka's
+/// `KRaftMetadataCache` builds both answers from the same partition registration).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct PartitionState {
+    /// The leader, or -1 when it is offline.
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub replicas: Vec<BrokerId>,
+    /// The replicas in sync with the leader: the live ones (no replication yet, so a live
+    /// replica is its own leader's only copy); none without a leader.
+    pub isr: Vec<BrokerId>,
+    pub offline_replicas: Vec<BrokerId>,
+}
+
+impl PartitionState {
+    pub(crate) fn of(ctx: &Ctx, image: &MetadataImage, topic: &TopicInfo, index: i32) -> PartitionState {
+        let replicas = topic.replicas(index);
+        // A replica is offline when its broker is fenced (or gone), or, here, when its
+        // storage failed to open.
+        let offline =
+            |r: i32| !image.is_live(r) || (r == ctx.config.node_id && ctx.replicas.is_offline(&topic.name, index));
+        let leader = topic.leader(index);
+        let leader_online = !offline(leader);
+        PartitionState {
+            leader: if leader_online { leader } else { -1 },
+            leader_epoch: topic.leader_epoch,
+            replicas: replicas.iter().map(|&r| BrokerId(r)).collect(),
+            isr: if leader_online {
+                replicas
+                    .iter()
+                    .filter(|&&r| !offline(r))
+                    .map(|&r| BrokerId(r))
+                    .collect()
+            } else {
+                Vec::new()
+            },
+            offline_replicas: replicas.iter().filter(|&&r| offline(r)).map(|&r| BrokerId(r)).collect(),
+        }
+    }
+}
+
+/// Whether clients are told `name` is an internal topic.
+pub(crate) fn is_internal(name: &str) -> bool {
+    name.starts_with("__")
 }
 
 fn error_topic(name: Option<&str>, id: Uuid, code: i16, operations: i32) -> MetadataResponseTopic {

@@ -16,6 +16,8 @@ pub mod consumer_groups;
 pub mod coordinator_routing;
 pub mod delete_records;
 pub mod describe_producers;
+pub mod describe_quorum;
+pub mod describe_topic_partitions;
 pub mod fetch;
 pub mod groups;
 pub mod list_config_resources;
@@ -25,6 +27,7 @@ pub mod offsets;
 pub mod produce;
 pub mod topics;
 pub mod transactions;
+pub mod write_txn_markers;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -101,6 +104,9 @@ pub const SUPPORTED: &[Versions] = &[
     transactions::DESCRIBE_VERSIONS,
     transactions::LIST_VERSIONS,
     describe_producers::VERSIONS,
+    write_txn_markers::VERSIONS,
+    describe_quorum::VERSIONS,
+    describe_topic_partitions::VERSIONS,
 ];
 
 pub fn supported(key: ApiKey) -> Option<Versions> {
@@ -210,6 +216,9 @@ pub fn decode_only(key: ApiKey, version: i16, body: &mut Bytes) -> Result<(), Re
         ApiKey::DescribeTransactions => as_!(DescribeTransactionsRequest),
         ApiKey::ListTransactions => as_!(ListTransactionsRequest),
         ApiKey::DescribeProducers => as_!(DescribeProducersRequest),
+        ApiKey::WriteTxnMarkers => as_!(WriteTxnMarkersRequest),
+        ApiKey::DescribeQuorum => as_!(DescribeQuorumRequest),
+        ApiKey::DescribeTopicPartitions => as_!(DescribeTopicPartitionsRequest),
         _ => Err(Reject::UnsupportedVersion { key, version }),
     }
 }
@@ -303,6 +312,9 @@ pub async fn dispatch(
         ApiKey::DescribeTransactions => now!(transactions::describe_transactions),
         ApiKey::ListTransactions => now!(transactions::list_transactions),
         ApiKey::DescribeProducers => now!(describe_producers),
+        ApiKey::WriteTxnMarkers => now!(write_txn_markers),
+        ApiKey::DescribeQuorum => now!(describe_quorum),
+        ApiKey::DescribeTopicPartitions => now!(describe_topic_partitions),
         ApiKey::SyncGroup => now!(groups::sync_group),
         ApiKey::Heartbeat => now!(groups::heartbeat),
         ApiKey::LeaveGroup => now!(groups::leave_group),
@@ -314,7 +326,7 @@ pub async fn dispatch(
         ApiKey::OffsetDelete => now!(offsets::offset_delete),
         ApiKey::Produce => {
             let req = decode(key, version, &mut body)?;
-            Ok(match produce::handle(ctx, req, version) {
+            Ok(match produce::handle(ctx, req, version).await {
                 produce::Outcome::NoResponse => Reply::Now(None),
                 produce::Outcome::Done(resp) => Reply::Now(Some(frame(cid, version, &resp)?)),
                 produce::Outcome::Wait(fut) => Reply::Later(Box::pin(async move {
@@ -400,6 +412,9 @@ mod tests {
             ApiKey::DescribeTransactions => DescribeTransactionsRequest::VERSIONS,
             ApiKey::ListTransactions => ListTransactionsRequest::VERSIONS,
             ApiKey::DescribeProducers => DescribeProducersRequest::VERSIONS,
+            ApiKey::WriteTxnMarkers => WriteTxnMarkersRequest::VERSIONS,
+            ApiKey::DescribeQuorum => DescribeQuorumRequest::VERSIONS,
+            ApiKey::DescribeTopicPartitions => DescribeTopicPartitionsRequest::VERSIONS,
             other => panic!("no codec range listed for {other:?}"),
         };
         (r.min, r.max)

@@ -9,21 +9,37 @@
 //! verification, record errors). Not served: magic 0/1 message sets.
 //! acks 0 (no response), 1 (answered once written), -1 (answered when the records are durable
 //! by the flush policy, fsynced by default; REQUEST_TIMED_OUT after `timeout_ms`).
+//! KIP-890 verification asks the transactional id's coordinator: this broker's, or the
+//! coordinator broker with an AddPartitionsToTxn `verify_only` (Kafka's
+//! `AddPartitionsToTxnManager`); every transactional Produce is verified, where Kafka verifies
+//! only a partition's first batch of a transaction.
 
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::add_partitions_to_txn_request::{AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction};
+use kafka_protocol::messages::produce_request::TopicProduceData;
 use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
 };
-use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
+use kafka_protocol::messages::{
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, ProduceRequest, ProduceResponse, ProducerId,
+    TopicName, TransactionalId,
+};
+use kafka_protocol::protocol::StrBytes;
+use uuid::Uuid;
 
-use super::{Ctx, Versions, message};
-use crate::replica::Partition;
+use super::coordinator_routing::{Coordinator, KeyKind, is_coordinator, locate};
+use super::{Ctx, Versions, message, topic_name};
+use crate::cluster::MetadataImage;
+use crate::coordinator::transactions::produce_verification_code;
+use crate::log::ValidBatch;
 use crate::replica::produce_validation::{ProduceRules, Refusal};
+use crate::replica::{Partition, TopicPartition};
 
 pub const VERSIONS: Versions = Versions::new(ApiKey::Produce, 3, 13);
 
@@ -42,6 +58,28 @@ struct Waiting {
     last_offset: i64,
 }
 
+/// One partition of the request on its way: answered already (refused), or validated and
+/// waiting for its transaction's verification and its append.
+enum Slot {
+    Answered(PartitionProduceResponse),
+    Ready {
+        index: i32,
+        partition: Arc<Partition>,
+        batches: Vec<ValidBatch>,
+        /// The producer id and epoch of its transactional batches, which KIP-890 verifies.
+        transactional: Option<(i64, i16)>,
+    },
+}
+
+/// One topic of the request: how the answer names it, its name and rules, its partitions.
+struct TopicSlots {
+    name: String,
+    wire_name: TopicName,
+    topic_id: Uuid,
+    rules: Option<ProduceRules>,
+    slots: Vec<Slot>,
+}
+
 fn error_response(index: i32, code: i16, text: Option<String>, version: i16) -> PartitionProduceResponse {
     let mut p = PartitionProduceResponse::default()
         .with_index(index)
@@ -53,115 +91,49 @@ fn error_response(index: i32, code: i16, text: Option<String>, version: i16) -> 
     p
 }
 
-/// Appends synchronously (in request order) and returns the response or the wait for it.
-pub fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcome {
+/// Checks and validates every partition, verifies the transactional ones with their
+/// transaction's coordinator, then appends in request order and returns the response or the
+/// wait for it. The dispatcher awaits this before reading the connection's next request, so
+/// pipelined produces keep their order even when a verification goes to another broker.
+pub async fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcome {
     let acks = req.acks;
     let image = ctx.controller.image();
     let now_ms = crate::replica::now_ms();
+    let mut topics: Vec<TopicSlots> = req
+        .topic_data
+        .into_iter()
+        .map(|topic| check_topic(ctx, &image, topic, acks, version, now_ms))
+        .collect();
+    let transactional_id = req.transactional_id.as_ref().map(|id| id.0.as_str());
+    verify_transactions(ctx, transactional_id, &mut topics, version).await;
+
     let mut waits = Vec::new();
-    let mut responses = Vec::with_capacity(req.topic_data.len());
-    for (ti, topic) in req.topic_data.into_iter().enumerate() {
-        // Kafka's KafkaApis.handleProduceRequest (KIP-516): from v13 the topic is named by id
-        // only, and an id the metadata cache does not know is UNKNOWN_TOPIC_ID for each of its
-        // partitions (the nil id included).
-        let resolved = if version >= 13 {
-            image.topic_by_id(&topic.topic_id).map(|t| t.name.clone())
-        } else {
-            Some(topic.name.0.to_string())
-        };
-        let unknown_id = resolved.is_none();
-        let topic_info = resolved.as_deref().and_then(|name| image.topic(name));
-        let name = resolved.unwrap_or_default(); // empty only for an unknown id, answered below
-        let rules = topic_info.map(|t| ProduceRules::of_topic(&ctx.config, &t.configs));
-        let mut partitions = Vec::with_capacity(topic.partition_data.len());
-        for (pi, data) in topic.partition_data.into_iter().enumerate() {
-            let index = data.index;
-            if !matches!(acks, -1..=1) {
+    let mut responses = Vec::with_capacity(topics.len());
+    for (ti, topic) in topics.into_iter().enumerate() {
+        let mut partitions = Vec::with_capacity(topic.slots.len());
+        for (pi, slot) in topic.slots.into_iter().enumerate() {
+            let (index, partition, batches) = match slot {
+                Slot::Answered(answer) => {
+                    partitions.push(answer);
+                    continue;
+                }
+                Slot::Ready {
+                    index,
+                    partition,
+                    batches,
+                    ..
+                } => (index, partition, batches),
+            };
+            let Some(rules) = topic.rules.as_ref() else {
+                // Ready only with the topic's rules; unreachable, answered rather than assumed.
                 partitions.push(error_response(
                     index,
-                    ResponseError::InvalidRequiredAcks.code(),
+                    ResponseError::UnknownServerError.code(),
                     None,
                     version,
                 ));
                 continue;
-            }
-            if unknown_id {
-                let text = format!("unknown topic id {}", topic.topic_id);
-                partitions.push(error_response(
-                    index,
-                    ResponseError::UnknownTopicId.code(),
-                    Some(text),
-                    version,
-                ));
-                continue;
-            }
-            if name == crate::coordinator::OFFSETS_TOPIC
-                || name == crate::coordinator::transactions::TRANSACTION_STATE_TOPIC
-            {
-                // Kafka: clients may not append to internal topics.
-                let text = format!("cannot append to internal topic {name}");
-                partitions.push(error_response(
-                    index,
-                    ResponseError::InvalidTopicException.code(),
-                    Some(text),
-                    version,
-                ));
-                continue;
-            }
-            let (Some(partition), Some(rules)) = (ctx.replicas.get(&name, index), rules.as_ref()) else {
-                let code = super::absent_partition(ctx, &name, index);
-                let text = match code == ResponseError::NotLeaderOrFollower.code() {
-                    true => format!("this broker is not the leader of {name}-{index}"),
-                    false => format!("unknown topic or partition {name}-{index}"),
-                };
-                partitions.push(error_response(index, code, Some(text), version));
-                continue;
             };
-            let Some(records) = data.records else {
-                let text = "no records".to_string();
-                partitions.push(error_response(
-                    index,
-                    ResponseError::CorruptMessage.code(),
-                    Some(text),
-                    version,
-                ));
-                continue;
-            };
-            let batches = match partition.validate_produce(&records, version, rules, now_ms) {
-                Ok(batches) => batches,
-                Err(refusal) => {
-                    partitions.push(refusal_response(index, refusal, version));
-                    continue;
-                }
-            };
-            // KIP-890 part 1: a transactional batch goes in only when its transaction holds the
-            // partition (AddPartitionsToTxn came first), so no transaction is left hanging.
-            if let Some(first) = batches.iter().find(|b| b.is_transactional()) {
-                let verified = match req.transactional_id.as_deref() {
-                    // Kafka refuses transactional records without a transactional id as an
-                    // authorization failure of the (absent) id.
-                    None => Err(ResponseError::TransactionalIdAuthorizationFailed.code()),
-                    Some(id) => {
-                        let tp = crate::replica::TopicPartition {
-                            topic: name.clone(),
-                            partition: index,
-                        };
-                        ctx.transactions
-                            .verify_partitions(id, first.producer_id(), first.producer_epoch(), &[tp])
-                            .and_then(|codes| match codes.first() {
-                                Some(0) => Ok(()),
-                                Some(c) => Err(*c),
-                                None => Err(ResponseError::UnknownServerError.code()),
-                            })
-                            .map_err(|c| crate::coordinator::transactions::produce_verification_code(c, version))
-                    }
-                };
-                if let Err(code) = verified {
-                    let text = format!("transactional produce to {name}-{index} refused by the transaction's state");
-                    partitions.push(error_response(index, code, Some(text), version));
-                    continue;
-                }
-            }
             let batches = match partition.recompress(batches, rules) {
                 Ok(batches) => batches,
                 Err(refusal) => {
@@ -169,8 +141,7 @@ pub fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcome {
                     continue;
                 }
             };
-            let appended = partition.append(batches, acks == -1);
-            match appended {
+            match partition.append(batches, acks == -1) {
                 Ok(info) => {
                     let mut p = PartitionProduceResponse::default()
                         .with_index(index)
@@ -190,7 +161,7 @@ pub fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcome {
                     partitions.push(p);
                 }
                 Err(e) => {
-                    tracing::debug!(partition = %format!("{name}-{index}"), error = %e, "produce refused");
+                    tracing::debug!(partition = %format!("{}-{index}", topic.name), error = %e, "produce refused");
                     partitions.push(error_response(index, e.code(), Some(e.to_string()), version));
                 }
             }
@@ -199,7 +170,7 @@ pub fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcome {
         if version >= 13 {
             answer.topic_id = topic.topic_id;
         } else {
-            answer.name = topic.name;
+            answer.name = topic.wire_name;
         }
         responses.push(answer);
     }
@@ -234,6 +205,244 @@ pub fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcome {
     }))
 }
 
+/// Everything Produce checks of one topic's partitions before any of them is written: acks,
+/// the topic (by id from v13), internal topics, leadership, the batches themselves.
+fn check_topic(
+    ctx: &Ctx,
+    image: &MetadataImage,
+    topic: TopicProduceData,
+    acks: i16,
+    version: i16,
+    now_ms: i64,
+) -> TopicSlots {
+    // Kafka's KafkaApis.handleProduceRequest (KIP-516): from v13 the topic is named by id
+    // only, and an id the metadata cache does not know is UNKNOWN_TOPIC_ID for each of its
+    // partitions (the nil id included).
+    let resolved = if version >= 13 {
+        image.topic_by_id(&topic.topic_id).map(|t| t.name.clone())
+    } else {
+        Some(topic.name.0.to_string())
+    };
+    let unknown_id = resolved.is_none();
+    let topic_info = resolved.as_deref().and_then(|name| image.topic(name));
+    let name = resolved.unwrap_or_default(); // empty only for an unknown id, answered below
+    let rules = topic_info.map(|t| ProduceRules::of_topic(&ctx.config, &t.configs));
+    let mut slots = Vec::with_capacity(topic.partition_data.len());
+    for data in topic.partition_data {
+        let index = data.index;
+        let refuse = |code: ResponseError, text: Option<String>| {
+            Slot::Answered(error_response(index, code.code(), text, version))
+        };
+        if !matches!(acks, -1..=1) {
+            slots.push(refuse(ResponseError::InvalidRequiredAcks, None));
+            continue;
+        }
+        if unknown_id {
+            let text = format!("unknown topic id {}", topic.topic_id);
+            slots.push(refuse(ResponseError::UnknownTopicId, Some(text)));
+            continue;
+        }
+        if name == crate::coordinator::OFFSETS_TOPIC
+            || name == crate::coordinator::transactions::TRANSACTION_STATE_TOPIC
+        {
+            // Kafka: clients may not append to internal topics.
+            let text = format!("cannot append to internal topic {name}");
+            slots.push(refuse(ResponseError::InvalidTopicException, Some(text)));
+            continue;
+        }
+        let (Some(partition), Some(rules)) = (ctx.replicas.get(&name, index), rules.as_ref()) else {
+            let code = super::absent_partition(ctx, &name, index);
+            let text = match code == ResponseError::NotLeaderOrFollower.code() {
+                true => format!("this broker is not the leader of {name}-{index}"),
+                false => format!("unknown topic or partition {name}-{index}"),
+            };
+            slots.push(Slot::Answered(error_response(index, code, Some(text), version)));
+            continue;
+        };
+        let Some(records) = data.records else {
+            slots.push(refuse(ResponseError::CorruptMessage, Some("no records".to_string())));
+            continue;
+        };
+        match partition.validate_produce(&records, version, rules, now_ms) {
+            Ok(batches) => {
+                let transactional = batches
+                    .iter()
+                    .find(|b| b.is_transactional())
+                    .map(|b| (b.producer_id(), b.producer_epoch()));
+                slots.push(Slot::Ready {
+                    index,
+                    partition,
+                    batches,
+                    transactional,
+                });
+            }
+            Err(refusal) => slots.push(Slot::Answered(refusal_response(index, refusal, version))),
+        }
+    }
+    TopicSlots {
+        name,
+        wire_name: topic.name,
+        topic_id: topic.topic_id,
+        rules,
+        slots,
+    }
+}
+
+/// KIP-890 part 1: a transactional batch goes in only when its transaction holds the partition
+/// (AddPartitionsToTxn came first), so no transaction is left hanging. One verification per
+/// producer in the request (normally one) covers all of its partitions; a partition refused
+/// becomes answered.
+async fn verify_transactions(ctx: &Ctx, transactional_id: Option<&str>, topics: &mut [TopicSlots], version: i16) {
+    let mut by_producer: BTreeMap<(i64, i16), Vec<(usize, usize)>> = BTreeMap::new();
+    for (ti, topic) in topics.iter().enumerate() {
+        for (si, slot) in topic.slots.iter().enumerate() {
+            if let Slot::Ready {
+                transactional: Some(producer),
+                ..
+            } = slot
+            {
+                by_producer.entry(*producer).or_default().push((ti, si));
+            }
+        }
+    }
+    for ((producer_id, producer_epoch), positions) in by_producer {
+        let partitions: Vec<TopicPartition> = positions
+            .iter()
+            .filter_map(|(ti, si)| {
+                let topic = topics.get(*ti)?;
+                match topic.slots.get(*si)? {
+                    Slot::Ready { index, .. } => Some(TopicPartition {
+                        topic: topic.name.clone(),
+                        partition: *index,
+                    }),
+                    Slot::Answered(_) => None,
+                }
+            })
+            .collect();
+        let codes: Vec<i16> = match transactional_id {
+            // Kafka refuses transactional records without a transactional id as an
+            // authorization failure of the (absent) id.
+            None => vec![ResponseError::TransactionalIdAuthorizationFailed.code(); partitions.len()],
+            Some(id) => match verify_in_transaction(ctx, id, producer_id, producer_epoch, &partitions).await {
+                Ok(codes) => (0..partitions.len())
+                    .map(|i| {
+                        codes
+                            .get(i)
+                            .copied()
+                            .unwrap_or(ResponseError::UnknownServerError.code())
+                    })
+                    .collect(),
+                Err(c) => vec![c; partitions.len()],
+            }
+            .into_iter()
+            .map(|c| produce_verification_code(c, version))
+            .collect(),
+        };
+        for (((ti, si), tp), code) in positions.into_iter().zip(&partitions).zip(codes) {
+            if code == 0 {
+                continue;
+            }
+            if let Some(slot) = topics.get_mut(ti).and_then(|t| t.slots.get_mut(si)) {
+                let text = format!("transactional produce to {tp} refused by the transaction's state");
+                *slot = Slot::Answered(error_response(tp.partition, code, Some(text), version));
+            }
+        }
+    }
+}
+
+/// The AddPartitionsToTxn version of a verification sent to another broker: v5, whose answers
+/// carry TRANSACTION_ABORTABLE as the local check does (v4 would turn it into INVALID_TXN_STATE).
+pub const VERIFY_VERSION: i16 = 5;
+
+/// Whether `partitions` are in the ongoing transaction of `transactional_id` at this producer
+/// id and epoch, asked of the transaction's coordinator: this broker's `TransactionCoordinator`,
+/// or the coordinator broker with an AddPartitionsToTxn `verify_only` (Kafka's
+/// `AddPartitionsToTxnManager` does the same). Per partition NONE or TRANSACTION_ABORTABLE, or
+/// one code for all: the coordinator's refusal (PRODUCER_FENCED, INVALID_PRODUCER_ID_MAPPING,
+/// CONCURRENT_TRANSACTIONS, NOT_COORDINATOR, ...), COORDINATOR_NOT_AVAILABLE when the metadata
+/// names no live coordinator, or the network error of a coordinator not reached.
+pub(crate) async fn verify_in_transaction(
+    ctx: &Ctx,
+    transactional_id: &str,
+    producer_id: i64,
+    producer_epoch: i16,
+    partitions: &[TopicPartition],
+) -> Result<Vec<i16>, i16> {
+    let image = ctx.controller.image();
+    if is_coordinator(&image, ctx.config.node_id, KeyKind::Transaction, transactional_id) {
+        return ctx
+            .transactions
+            .verify_partitions(transactional_id, producer_id, producer_epoch, partitions);
+    }
+    let Coordinator::Broker(coordinator) = locate(&image, KeyKind::Transaction, transactional_id) else {
+        return Err(ResponseError::CoordinatorNotAvailable.code());
+    };
+    let request = verify_request(transactional_id, producer_id, producer_epoch, partitions);
+    let client = ctx.transactions.markers().broker_client();
+    match client.call(&coordinator, VERIFY_VERSION, &request).await {
+        Ok(response) => verify_results(&response, partitions),
+        Err(e) => {
+            tracing::warn!(transactional_id, coordinator = coordinator.id, error = %e, "verifying a transactional produce");
+            Err(e.code())
+        }
+    }
+}
+
+/// AddPartitionsToTxn (v4+) verifying `partitions` for one transaction, adding nothing.
+fn verify_request(
+    transactional_id: &str,
+    producer_id: i64,
+    producer_epoch: i16,
+    partitions: &[TopicPartition],
+) -> AddPartitionsToTxnRequest {
+    let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+    for tp in partitions {
+        by_topic.entry(&tp.topic).or_default().push(tp.partition);
+    }
+    let topics = by_topic
+        .into_iter()
+        .map(|(topic, indexes)| {
+            AddPartitionsToTxnTopic::default()
+                .with_name(topic_name(topic))
+                .with_partitions(indexes)
+        })
+        .collect();
+    AddPartitionsToTxnRequest::default().with_transactions(vec![
+        AddPartitionsToTxnTransaction::default()
+            .with_transactional_id(TransactionalId(StrBytes::from_string(transactional_id.to_string())))
+            .with_producer_id(ProducerId(producer_id))
+            .with_producer_epoch(producer_epoch)
+            .with_verify_only(true)
+            .with_topics(topics),
+    ])
+}
+
+/// The coordinator's answer to `verify_request`, per partition in the order of `partitions`;
+/// a top-level error is every partition's, and a partition the answer leaves out gets
+/// UNKNOWN_SERVER_ERROR.
+fn verify_results(response: &AddPartitionsToTxnResponse, partitions: &[TopicPartition]) -> Result<Vec<i16>, i16> {
+    if response.error_code != 0 {
+        return Err(response.error_code);
+    }
+    let mut codes: HashMap<(&str, i32), i16> = HashMap::new();
+    for result in response.results_by_transaction.iter().take(1) {
+        for topic in &result.topic_results {
+            for p in &topic.results_by_partition {
+                codes.insert((topic.name.0.as_str(), p.partition_index), p.partition_error_code);
+            }
+        }
+    }
+    Ok(partitions
+        .iter()
+        .map(|tp| {
+            codes
+                .get(&(tp.topic.as_str(), tp.partition))
+                .copied()
+                .unwrap_or(ResponseError::UnknownServerError.code())
+        })
+        .collect())
+}
+
 /// The partition's answer to a refusal of the replica layer: the message from v8, and the
 /// refused records (named by the replica layer only for v8+, KIP-467).
 fn refusal_response(index: i32, refusal: Refusal, version: i16) -> PartitionProduceResponse {
@@ -260,10 +469,81 @@ mod tests {
 
     use super::*;
     use crate::log::batch::encode_records;
-    use crate::replica::TopicPartition;
     use crate::replica::produce_validation::validate;
 
     const NOW: i64 = 1_700_000_000_000;
+
+    #[test]
+    fn a_remote_verification_asks_verify_only_for_every_partition_at_once() {
+        // Kafka's AddPartitionsToTxnManager: one AddPartitionsToTxn v4+ per transaction,
+        // verify_only, the partitions grouped by topic.
+        let tps = [
+            TopicPartition {
+                topic: "b".into(),
+                partition: 2,
+            },
+            TopicPartition {
+                topic: "a".into(),
+                partition: 0,
+            },
+            TopicPartition {
+                topic: "b".into(),
+                partition: 0,
+            },
+        ];
+        let req = verify_request("txn", 5, 9, &tps);
+        assert_eq!(req.transactions.len(), 1);
+        let t = &req.transactions[0];
+        assert_eq!(
+            (
+                t.transactional_id.0.as_str(),
+                t.producer_id.0,
+                t.producer_epoch,
+                t.verify_only
+            ),
+            ("txn", 5, 9, true)
+        );
+        let topics: Vec<(&str, Vec<i32>)> = t
+            .topics
+            .iter()
+            .map(|t| (t.name.0.as_str(), t.partitions.clone()))
+            .collect();
+        assert_eq!(topics, vec![("a", vec![0]), ("b", vec![2, 0])]);
+    }
+
+    #[test]
+    fn the_coordinators_answer_maps_back_in_the_partitions_order() {
+        use kafka_protocol::messages::add_partitions_to_txn_response::{
+            AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResult, AddPartitionsToTxnTopicResult,
+        };
+        let abortable = ResponseError::TransactionAbortable.code();
+        let tp = |topic: &str, partition| TopicPartition {
+            topic: topic.into(),
+            partition,
+        };
+        let response = AddPartitionsToTxnResponse::default().with_results_by_transaction(vec![
+            AddPartitionsToTxnResult::default().with_topic_results(vec![
+                AddPartitionsToTxnTopicResult::default()
+                    .with_name(super::super::topic_name("a"))
+                    .with_results_by_partition(vec![
+                        AddPartitionsToTxnPartitionResult::default()
+                            .with_partition_index(1)
+                            .with_partition_error_code(abortable),
+                        AddPartitionsToTxnPartitionResult::default().with_partition_index(0),
+                    ]),
+            ]),
+        ]);
+        assert_eq!(
+            verify_results(&response, &[tp("a", 0), tp("a", 1), tp("b", 0)]),
+            Ok(vec![0, abortable, ResponseError::UnknownServerError.code()])
+        );
+        let refused =
+            AddPartitionsToTxnResponse::default().with_error_code(ResponseError::ClusterAuthorizationFailed.code());
+        assert_eq!(
+            verify_results(&refused, &[tp("a", 0)]),
+            Err(ResponseError::ClusterAuthorizationFailed.code())
+        );
+    }
 
     #[test]
     fn before_v8_the_answer_is_the_code_alone_and_nothing_is_named() {

@@ -7,6 +7,7 @@
 // Input from the network or disk becomes an `Error`, never a panic.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
+pub mod broker_client;
 mod frame;
 mod metadata_log;
 pub mod raft;

@@ -9,9 +9,10 @@
 //! without the lock, then applied, or dropped when the write failed.
 //!
 //! Ending a transaction (EndTxn, a fence by InitProducerId, a timeout) writes PrepareCommit or
-//! PrepareAbort, then a marker to every partition of the transaction (`MarkerWriter`), then
+//! PrepareAbort, then a marker to every partition of the transaction (`MarkerWriter`: written
+//! here for partitions hosted here, one WriteTxnMarkers request per other leader), then
 //! CompleteCommit or CompleteAbort. A transaction left in Prepare* (markers that failed, a
-//! crash) is finished by the timer task and at load.
+//! leader unreachable, a crash) is finished by the timer task and at load.
 //!
 //! Transaction versions follow the request, as Kafka's `TransactionVersion.transactionVersionFor*`
 //! derive them: EndTxn v5 and AddPartitionsToTxn v4+ (the broker's add on a Produce) speak
@@ -27,17 +28,21 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::write_txn_markers_request::{WritableTxnMarker, WritableTxnMarkerTopic};
+use kafka_protocol::messages::{ProducerId, TopicName, WriteTxnMarkersRequest, WriteTxnMarkersResponse};
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::Compression;
 
 use super::GroupCoordinator;
 use super::records::partition_for;
 use super::txn_records::{self, TxnLogValue};
-use crate::cluster::Controller;
+use crate::cluster::broker_client::BrokerClient;
+use crate::cluster::{Controller, MetadataImage};
 use crate::config::BrokerConfig;
 use crate::error::Error;
 use crate::log::batch::{batches, decode_records, encode_records};
 use crate::log::validate_batches;
-use crate::replica::{ReplicaManager, TopicPartition, now_ms};
+use crate::replica::{Partition, ReplicaManager, TopicPartition, now_ms};
 
 pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
 
@@ -745,75 +750,255 @@ impl TxnStates {
     }
 }
 
+/// One commit or abort marker, as WriteTxnMarkers carries it (Kafka's `TxnMarkerEntry`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxnMarker {
+    pub producer_id: i64,
+    /// The producer's epoch the transaction ends with (bumped first under version 2).
+    pub producer_epoch: i16,
+    /// The leader epoch of the coordinator's `__transaction_state` partition: a partition
+    /// refuses markers of an older coordinator (TRANSACTION_COORDINATOR_FENCED).
+    pub coordinator_epoch: i32,
+    pub commit: bool,
+}
+
+/// What became of a marker on each partition.
+pub type MarkerResults = Vec<(TopicPartition, Result<(), i16>)>;
+
+/// The WriteTxnMarkers version sent: the only one Kafka 4 serves (v0 went with KIP-896).
+pub const WRITE_TXN_MARKERS_VERSION: i16 = 1;
+
 /// Writes transaction markers: the one place a coordinator touches the data partitions of a
-/// transaction. On a single node it appends locally; in a cluster this is where a
-/// WriteTxnMarkers request goes to each partition's leader (Kafka's
-/// `TransactionMarkerChannelManager`), with the same per-partition answers.
+/// transaction (Kafka's `TransactionMarkerChannelManager`). Partitions hosted here are written
+/// directly; each other broker leading some of the partitions gets one WriteTxnMarkers request
+/// for all of them, sent concurrently, and its per-partition answers are the results. That
+/// broker writes them with `write_hosted`, as this one writes its own.
 pub struct MarkerWriter {
+    node_id: i32,
     controller: Arc<Controller>,
     replicas: Arc<ReplicaManager>,
     groups: Arc<GroupCoordinator>,
+    brokers: Arc<BrokerClient>,
+}
+
+/// Where each partition's marker goes: written here, sent to its leader, or settled without a
+/// write.
+#[derive(Debug)]
+struct MarkerRoute<P> {
+    hosted: Vec<(TopicPartition, P)>,
+    remote: BTreeMap<i32, Vec<TopicPartition>>,
+    settled: MarkerResults,
+}
+
+/// Routes each partition's marker by `image`: hosted here (`hosted_here` finds the open
+/// partition), else to the leader the image names. A partition whose topic is gone needs no
+/// marker (Kafka drops it too); one with no leader, or led here but not open, fails for now
+/// and is retried with the transaction.
+fn route_markers<P>(
+    image: &MetadataImage,
+    node_id: i32,
+    partitions: &[TopicPartition],
+    hosted_here: impl Fn(&TopicPartition) -> Option<P>,
+) -> MarkerRoute<P> {
+    let mut route = MarkerRoute {
+        hosted: Vec::new(),
+        remote: BTreeMap::new(),
+        settled: Vec::new(),
+    };
+    for tp in partitions {
+        if let Some(partition) = hosted_here(tp) {
+            route.hosted.push((tp.clone(), partition));
+            continue;
+        }
+        let settled = match image.topic(&tp.topic) {
+            None => Ok(()),
+            Some(topic) if tp.partition < 0 || tp.partition >= topic.partitions => Ok(()),
+            Some(topic) => match topic.leader(tp.partition) {
+                -1 => Err(code(ResponseError::LeaderNotAvailable)),
+                leader if leader == node_id => Err(code(ResponseError::NotLeaderOrFollower)),
+                leader => {
+                    route.remote.entry(leader).or_default().push(tp.clone());
+                    continue;
+                }
+            },
+        };
+        route.settled.push((tp.clone(), settled));
+    }
+    route
+}
+
+/// Whether the metadata no longer has `tp`: its marker is moot.
+fn partition_gone(image: &MetadataImage, tp: &TopicPartition) -> bool {
+    image
+        .topic(&tp.topic)
+        .is_none_or(|t| tp.partition < 0 || tp.partition >= t.partitions)
+}
+
+/// The WriteTxnMarkers request for `marker` on `partitions` (one leader's).
+fn marker_request(marker: TxnMarker, partitions: &[TopicPartition]) -> WriteTxnMarkersRequest {
+    let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+    for tp in partitions {
+        by_topic.entry(&tp.topic).or_default().push(tp.partition);
+    }
+    let topics = by_topic
+        .into_iter()
+        .map(|(topic, indexes)| {
+            WritableTxnMarkerTopic::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                .with_partition_indexes(indexes)
+        })
+        .collect();
+    WriteTxnMarkersRequest::default().with_markers(vec![
+        WritableTxnMarker::default()
+            .with_producer_id(ProducerId(marker.producer_id))
+            .with_producer_epoch(marker.producer_epoch)
+            .with_transaction_result(marker.commit)
+            .with_coordinator_epoch(marker.coordinator_epoch)
+            .with_topics(topics),
+    ])
+}
+
+/// Each partition's result in a WriteTxnMarkers answer. UNKNOWN_TOPIC_OR_PARTITION for a
+/// partition `gone` from the metadata meanwhile settles it (deleted since); a partition the
+/// answer leaves out failed.
+fn marker_results(
+    partitions: Vec<TopicPartition>,
+    producer_id: i64,
+    response: &WriteTxnMarkersResponse,
+    gone: impl Fn(&TopicPartition) -> bool,
+) -> MarkerResults {
+    let mut codes: HashMap<(&str, i32), i16> = HashMap::new();
+    for marker in response.markers.iter().filter(|m| m.producer_id.0 == producer_id) {
+        for topic in &marker.topics {
+            for p in &topic.partitions {
+                codes.insert((topic.name.0.as_str(), p.partition_index), p.error_code);
+            }
+        }
+    }
+    let unknown = code(ResponseError::UnknownTopicOrPartition);
+    partitions
+        .into_iter()
+        .map(|tp| {
+            let result = match codes.get(&(tp.topic.as_str(), tp.partition)) {
+                Some(0) => Ok(()),
+                Some(c) if *c == unknown && gone(&tp) => Ok(()),
+                Some(c) => Err(*c),
+                None => Err(code(ResponseError::UnknownServerError)),
+            };
+            (tp, result)
+        })
+        .collect()
 }
 
 impl MarkerWriter {
     pub fn new(
+        node_id: i32,
         controller: Arc<Controller>,
         replicas: Arc<ReplicaManager>,
         groups: Arc<GroupCoordinator>,
+        brokers: Arc<BrokerClient>,
     ) -> MarkerWriter {
         MarkerWriter {
+            node_id,
             controller,
             replicas,
             groups,
+            brokers,
         }
     }
 
-    /// Writes a commit or abort marker to each partition and waits until each is durable (all
-    /// appended first, then one wait for all: the fsyncs overlap). A partition whose topic no
-    /// longer exists counts as done (Kafka drops it too).
-    pub async fn write_markers(
-        &self,
-        producer_id: i64,
-        producer_epoch: i16,
-        coordinator_epoch: i32,
-        commit: bool,
-        partitions: &[TopicPartition],
-    ) -> Vec<(TopicPartition, Result<(), i16>)> {
-        let mut done = Vec::with_capacity(partitions.len());
-        let mut written = Vec::with_capacity(partitions.len());
-        for tp in partitions {
-            let Some(partition) = self.replicas.get(&tp.topic, tp.partition) else {
-                let gone = self
-                    .controller
-                    .image()
-                    .topic(&tp.topic)
-                    .is_none_or(|t| tp.partition >= t.partitions);
-                let result = if gone {
-                    Ok(())
-                } else {
-                    Err(code(ResponseError::NotLeaderOrFollower))
-                };
-                done.push((tp.clone(), result));
-                continue;
-            };
-            match partition.write_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit) {
-                Ok(info) => written.push((tp.clone(), partition, info.last_offset)),
-                Err(e) => done.push((tp.clone(), Err(e.code()))),
-            }
-        }
-        let waits = written
-            .iter()
-            .map(|(_, partition, offset)| partition.wait_durable(*offset));
-        let durable = futures::future::join_all(waits).await;
-        for ((tp, _, _), result) in written.into_iter().zip(durable) {
-            let result = result.map_err(|e| e.code());
-            if result.is_ok() && tp.topic == super::OFFSETS_TOPIC {
-                // Offsets committed in the transaction become visible, or are dropped.
-                self.groups.complete_txn(tp.partition, producer_id, commit);
-            }
-            done.push((tp, result));
-        }
+    /// The client for requests to other brokers (Produce's KIP-890 verification uses it too).
+    pub fn broker_client(&self) -> &Arc<BrokerClient> {
+        &self.brokers
+    }
+
+    /// Writes `marker` to each of `partitions`, wherever it is led, and waits until each is
+    /// durable. A partition whose topic no longer exists counts as done.
+    pub async fn write_markers(&self, marker: TxnMarker, partitions: &[TopicPartition]) -> MarkerResults {
+        let image = self.controller.image();
+        let route = route_markers(&image, self.node_id, partitions, |tp| {
+            self.replicas.get(&tp.topic, tp.partition)
+        });
+        let (hosted_tps, hosted): (Vec<TopicPartition>, Vec<Arc<Partition>>) = route.hosted.into_iter().unzip();
+        let local = self.write_hosted(marker, hosted);
+        let remote = futures::future::join_all(
+            route
+                .remote
+                .into_iter()
+                .map(|(leader, tps)| self.write_remote(&image, leader, marker, tps)),
+        );
+        let (local, remote) = futures::join!(local, remote);
+        let mut done = route.settled;
+        done.extend(hosted_tps.into_iter().zip(local));
+        done.extend(remote.into_iter().flatten());
         done
+    }
+
+    /// Writes `marker` to partitions hosted here and waits until each is durable (all appended
+    /// first, then one wait for all: the fsyncs overlap); a `__consumer_offsets` partition then
+    /// applies or drops the offsets the transaction committed there. The one write path of
+    /// markers: the coordinator's own partitions and WriteTxnMarkers from another broker's
+    /// coordinator. Results are in the order of `partitions`.
+    pub async fn write_hosted(&self, marker: TxnMarker, partitions: Vec<Arc<Partition>>) -> Vec<Result<(), i16>> {
+        let appended: Vec<Result<i64, i16>> = partitions
+            .iter()
+            .map(|partition| {
+                partition
+                    .write_txn_marker(
+                        marker.producer_id,
+                        marker.producer_epoch,
+                        marker.coordinator_epoch,
+                        marker.commit,
+                    )
+                    .map(|info| info.last_offset)
+                    .map_err(|e| e.code())
+            })
+            .collect();
+        let waits = partitions
+            .iter()
+            .zip(&appended)
+            .map(|(partition, appended)| async move {
+                match appended {
+                    Ok(offset) => partition.wait_durable(*offset).await.map_err(|e| e.code()),
+                    Err(c) => Err(*c),
+                }
+            });
+        let durable = futures::future::join_all(waits).await;
+        for (partition, result) in partitions.iter().zip(&durable) {
+            if result.is_ok() && partition.tp.topic == super::OFFSETS_TOPIC {
+                // Offsets committed in the transaction become visible, or are dropped.
+                self.groups
+                    .complete_txn(partition.tp.partition, marker.producer_id, marker.commit);
+            }
+        }
+        durable
+    }
+
+    /// One WriteTxnMarkers to `leader` for its `partitions`. A broker not registered or fenced
+    /// gets nothing (Kafka's marker manager waits for a live leader); one that cannot be reached
+    /// fails its partitions with the network error. Both are retried with the transaction.
+    async fn write_remote(
+        &self,
+        image: &MetadataImage,
+        leader: i32,
+        marker: TxnMarker,
+        partitions: Vec<TopicPartition>,
+    ) -> MarkerResults {
+        let failed = |partitions: Vec<TopicPartition>, c: i16| partitions.into_iter().map(|tp| (tp, Err(c))).collect();
+        let Some(broker) = image.brokers.get(&leader).filter(|b| !b.fenced) else {
+            return failed(partitions, code(ResponseError::LeaderNotAvailable));
+        };
+        let request = marker_request(marker, &partitions);
+        match self.brokers.call(broker, WRITE_TXN_MARKERS_VERSION, &request).await {
+            Ok(response) => {
+                let now = self.controller.image();
+                marker_results(partitions, marker.producer_id, &response, |tp| partition_gone(&now, tp))
+            }
+            Err(e) => {
+                tracing::warn!(leader, error = %e, "sending transaction markers");
+                failed(partitions, e.code())
+            }
+        }
     }
 }
 
@@ -859,13 +1044,19 @@ impl TransactionCoordinator {
             max_timeout_ms: config.transaction_max_timeout_ms,
             id_expiration_ms: config.transactional_id_expiration_ms,
         };
+        let brokers = Arc::new(BrokerClient::new(config.node_id));
         TransactionCoordinator {
-            markers: MarkerWriter::new(controller.clone(), replicas.clone(), groups),
+            markers: MarkerWriter::new(config.node_id, controller.clone(), replicas.clone(), groups, brokers),
             config,
             controller,
             replicas,
             states: Mutex::new(TxnStates::new(limits)),
         }
+    }
+
+    /// The markers' writer: WriteTxnMarkers from other coordinators writes through it.
+    pub fn markers(&self) -> &MarkerWriter {
+        &self.markers
     }
 
     fn lock(&self) -> MutexGuard<'_, TxnStates> {
@@ -1168,10 +1359,13 @@ impl TransactionCoordinator {
             )
         };
         let commit = t.state == TxnState::CompleteCommit;
-        let results = self
-            .markers
-            .write_markers(producer_id, epoch, coordinator_epoch, commit, &partitions)
-            .await;
+        let marker = TxnMarker {
+            producer_id,
+            producer_epoch: epoch,
+            coordinator_epoch,
+            commit,
+        };
+        let results = self.markers.write_markers(marker, &partitions).await;
         let failed: Vec<String> = results
             .iter()
             .filter_map(|(tp, r)| r.err().map(|c| format!("{tp}: {c}")))
@@ -1292,8 +1486,10 @@ impl TransactionCoordinator {
 /// Kafka's mapping of a verification failure to what Produce answers (`AddPartitionsToTxnManager`
 /// and `ReplicaManager.appendRecords`): a fenced epoch is INVALID_PRODUCER_EPOCH; a partition
 /// not in the transaction is TRANSACTION_ABORTABLE for Produce v11+ and INVALID_TXN_STATE
-/// before; a transaction being ended (or a coordinator not ready) is NOT_ENOUGH_REPLICAS, which
-/// every client retries.
+/// before; a transaction being ended, a coordinator not ready or not reached (the network
+/// errors of a verification sent to another broker), or a partition the coordinator did not
+/// check because another of the request was unknown to it (OPERATION_NOT_ATTEMPTED) is
+/// NOT_ENOUGH_REPLICAS, which every client retries: nothing was written.
 pub fn produce_verification_code(c: i16, produce_version: i16) -> i16 {
     if c == code(ResponseError::ProducerFenced) {
         code(ResponseError::InvalidProducerEpoch)
@@ -1303,6 +1499,9 @@ pub fn produce_verification_code(c: i16, produce_version: i16) -> i16 {
         || c == code(ResponseError::CoordinatorLoadInProgress)
         || c == code(ResponseError::CoordinatorNotAvailable)
         || c == code(ResponseError::NotCoordinator)
+        || c == code(ResponseError::NetworkException)
+        || c == code(ResponseError::RequestTimedOut)
+        || c == code(ResponseError::OperationNotAttempted)
     {
         code(ResponseError::NotEnoughReplicas)
     } else {
@@ -1881,6 +2080,163 @@ mod tests {
         // A new producer for the expired id gets a new producer id.
         let (again, epoch) = c.init_producer_id(Some("old"), 60_000, None).await.unwrap();
         assert!(again != pid && epoch == 0);
+    }
+
+    /// Brokers 1–3 (3 fenced); topic "t" with partitions led by 1, 2, 3, 2; "x" whose one
+    /// partition has no replica; "y" led by 1.
+    fn placed() -> MetadataImage {
+        use crate::cluster::{BrokerInfo, TopicInfo};
+        let mut image = MetadataImage::default();
+        for id in 1..=3 {
+            let mut broker = BrokerInfo::new(id, "127.0.0.1", 9000 + id);
+            broker.fenced = id == 3;
+            image.brokers.insert(id, Arc::new(broker));
+        }
+        for (name, assignments) in [
+            ("t", vec![vec![1], vec![2], vec![3], vec![2]]),
+            ("x", vec![vec![]]),
+            ("y", vec![vec![1]]),
+        ] {
+            let topic = TopicInfo {
+                name: name.to_string(),
+                id: uuid::Uuid::new_v4(),
+                partitions: i32::try_from(assignments.len()).unwrap(),
+                replication_factor: 1,
+                configs: BTreeMap::new(),
+                leader_epoch: 0,
+                assignments,
+            };
+            image.topics.insert(name.to_string(), Arc::new(topic));
+        }
+        image
+    }
+
+    #[test]
+    fn markers_go_to_each_partitions_leader_and_moot_ones_are_settled() {
+        // Kafka's TransactionMarkerChannelManager: markers are queued per leader; a deleted
+        // topic's partition needs none; one without a live leader waits (here: fails, retried).
+        let image = placed();
+        let partitions = [
+            tp("t", 0),
+            tp("t", 1),
+            tp("t", 2),
+            tp("t", 3),
+            tp("gone", 0),
+            tp("t", 9),
+            tp("x", 0),
+            tp("y", 0),
+        ];
+        let route = route_markers(&image, 1, &partitions, |p| (*p == tp("t", 0)).then_some("open"));
+        assert_eq!(route.hosted, vec![(tp("t", 0), "open")]);
+        assert_eq!(
+            route.remote,
+            BTreeMap::from([(2, vec![tp("t", 1), tp("t", 3)]), (3, vec![tp("t", 2)])]),
+            "one request per leader; the fenced one is refused when sending"
+        );
+        assert_eq!(
+            route.settled,
+            vec![
+                (tp("gone", 0), Ok(())),
+                (tp("t", 9), Ok(())),
+                (tp("x", 0), Err(code(ResponseError::LeaderNotAvailable))),
+                (tp("y", 0), Err(code(ResponseError::NotLeaderOrFollower))),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_marker_request_names_each_topic_once() {
+        let marker = TxnMarker {
+            producer_id: 7,
+            producer_epoch: 3,
+            coordinator_epoch: 2,
+            commit: false,
+        };
+        let req = marker_request(marker, &[tp("b", 1), tp("a", 0), tp("b", 0)]);
+        assert_eq!(req.markers.len(), 1);
+        let m = &req.markers[0];
+        assert_eq!(
+            (
+                m.producer_id.0,
+                m.producer_epoch,
+                m.coordinator_epoch,
+                m.transaction_result
+            ),
+            (7, 3, 2, false)
+        );
+        let topics: Vec<(&str, Vec<i32>)> = m
+            .topics
+            .iter()
+            .map(|t| (t.name.0.as_str(), t.partition_indexes.clone()))
+            .collect();
+        assert_eq!(topics, vec![("a", vec![0]), ("b", vec![1, 0])]);
+    }
+
+    #[test]
+    fn marker_answers_map_back_to_their_partitions() {
+        use kafka_protocol::messages::write_txn_markers_response::{
+            WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
+        };
+        let result = |producer_id: i64, topic: &str, codes: &[(i32, i16)]| {
+            WritableTxnMarkerResult::default()
+                .with_producer_id(ProducerId(producer_id))
+                .with_topics(vec![
+                    WritableTxnMarkerTopicResult::default()
+                        .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                        .with_partitions(
+                            codes
+                                .iter()
+                                .map(|(p, c)| {
+                                    WritableTxnMarkerPartitionResult::default()
+                                        .with_partition_index(*p)
+                                        .with_error_code(*c)
+                                })
+                                .collect(),
+                        ),
+                ])
+        };
+        let not_leader = code(ResponseError::NotLeaderOrFollower);
+        let unknown = code(ResponseError::UnknownTopicOrPartition);
+        let response = WriteTxnMarkersResponse::default().with_markers(vec![
+            // Another producer's answer says nothing about ours.
+            result(8, "u", &[(1, 0)]),
+            result(7, "t", &[(1, 0), (3, not_leader)]),
+            result(7, "u", &[(0, unknown), (2, unknown)]),
+        ]);
+        let asked = vec![tp("t", 1), tp("t", 3), tp("u", 0), tp("u", 1), tp("u", 2)];
+        let results = marker_results(asked, 7, &response, |p| *p == tp("u", 0));
+        assert_eq!(
+            results,
+            vec![
+                (tp("t", 1), Ok(())),
+                (tp("t", 3), Err(not_leader)),
+                (tp("u", 0), Ok(())), // deleted meanwhile: nothing to mark
+                (tp("u", 1), Err(code(ResponseError::UnknownServerError))), // left out
+                (tp("u", 2), Err(unknown)), // not deleted here: the leader lags, retry
+            ]
+        );
+    }
+
+    #[test]
+    fn a_verification_not_answered_is_retried_by_the_producer() {
+        // Kafka's AddPartitionsToTxnManager: a coordinator not reached is NETWORK_EXCEPTION,
+        // which ReplicaManager answers as NOT_ENOUGH_REPLICAS (retriable).
+        let retriable = code(ResponseError::NotEnoughReplicas);
+        for c in [
+            ResponseError::NetworkException,
+            ResponseError::RequestTimedOut,
+            ResponseError::NotCoordinator,
+            ResponseError::CoordinatorNotAvailable,
+            ResponseError::ConcurrentTransactions,
+            ResponseError::OperationNotAttempted,
+        ] {
+            assert_eq!(produce_verification_code(code(c), 11), retriable, "{c:?}");
+        }
+        assert_eq!(
+            produce_verification_code(code(ResponseError::TransactionAbortable), 9),
+            code(ResponseError::InvalidTxnState)
+        );
+        assert_eq!(produce_verification_code(0, 9), 0);
     }
 
     #[test]

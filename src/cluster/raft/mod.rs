@@ -653,4 +653,14 @@ impl MetadataQuorum {
             .await
             .map_err(|e| QuorumError::Stopped(format!("shutting down: {e}")))
     }
+
+    /// The index of the last entry this node knows committed (None before the first commit or
+    /// once the raft node stopped): on the leader, DescribeQuorum's high watermark.
+    pub async fn committed_index(&self) -> Option<u64> {
+        self.raft
+            .with_raft_state(|state| state.committed.as_ref().map(|id| id.index))
+            .await
+            .ok()
+            .flatten()
+    }
 }

@@ -1,0 +1,420 @@
+//! DescribeQuorum (KIP-595/KIP-853) and DescribeTopicPartitions (KIP-966) as raw frames:
+//! pagination and cursors against a single in-process node, the single node's quorum of one,
+//! and a 3-process cluster's quorum seen from its leader and through a follower.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use common::cluster::{CONTROLLER_WAIT, Cluster, POLL_REQUEST_TIMEOUT, try_call};
+use common::*;
+use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
+use kafka_protocol::messages::describe_topic_partitions_request::{Cursor, TopicRequest};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::*;
+use uuid::Uuid;
+
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+const INVALID_TOPIC_EXCEPTION: i16 = 17;
+const INVALID_REQUEST: i16 = 42;
+/// READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS: every topic
+/// operation, as Kafka reports them without an authorizer.
+const TOPIC_OPERATIONS_ALL: i32 =
+    (1 << 3) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 10) | (1 << 11);
+
+async fn create(raw: &mut Raw, name: &str, partitions: i32) {
+    let request = common::create_topic_request(name, partitions, 5000);
+    let resp = raw.call(7, &request).await;
+    assert_eq!(resp.topics[0].error_code, 0, "creating {name}");
+}
+
+fn describe_partitions(names: &[&str], limit: i32, cursor: Option<(&str, i32)>) -> DescribeTopicPartitionsRequest {
+    DescribeTopicPartitionsRequest::default()
+        .with_topics(
+            names
+                .iter()
+                .map(|name| TopicRequest::default().with_name(topic(name)))
+                .collect(),
+        )
+        .with_response_partition_limit(limit)
+        .with_cursor(cursor.map(|(name, partition)| {
+            Cursor::default()
+                .with_topic_name(topic(name))
+                .with_partition_index(partition)
+        }))
+}
+
+/// (topic, partition) pairs of one answer, and its next cursor.
+type Page = (Vec<(String, i32)>, Option<(String, i32)>);
+
+fn page_of(resp: &DescribeTopicPartitionsResponse) -> Page {
+    let listed = resp
+        .topics
+        .iter()
+        .flat_map(|t| {
+            let name = t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default();
+            t.partitions.iter().map(move |p| (name.clone(), p.partition_index))
+        })
+        .collect();
+    let next = resp
+        .next_cursor
+        .as_ref()
+        .map(|c| (c.topic_name.0.to_string(), c.partition_index));
+    (listed, next)
+}
+
+fn pairs(list: &[(&str, i32)]) -> Vec<(String, i32)> {
+    list.iter().map(|(t, p)| (t.to_string(), *p)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn describe_topic_partitions_pages_one_partition_at_a_time_along_the_cursor() {
+    // Kafka's DescribeTopicPartitionsRequestHandler and KRaftMetadataCache
+    // .getTopicMetadataForDescribeTopicResponse: sorted names, a cursor at the first
+    // partition left out, then at the next topic's partition 0 when a topic ends the page.
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    create(&mut raw, "pages-b", 2).await;
+    create(&mut raw, "pages-a", 3).await;
+
+    // Named out of order: answered in name order.
+    let names = ["pages-b", "pages-a"];
+    let mut cursor: Option<(String, i32)> = None;
+    let mut walked = Vec::new();
+    let mut pages = Vec::new();
+    loop {
+        let request = describe_partitions(&names, 1, cursor.as_ref().map(|(t, p)| (t.as_str(), *p)));
+        let resp = raw.call(0, &request).await;
+        let (listed, next) = page_of(&resp);
+        pages.push((listed.clone(), next.clone()));
+        walked.extend(listed);
+        match next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+        assert!(pages.len() <= 10, "the cursor does not end: {pages:?}");
+    }
+    let expected: Vec<Page> = vec![
+        (pairs(&[("pages-a", 0)]), Some(("pages-a".into(), 1))),
+        (pairs(&[("pages-a", 1)]), Some(("pages-a".into(), 2))),
+        // The limit is used up with the topic's last partition: the cursor moves to the next
+        // topic's partition 0.
+        (pairs(&[("pages-a", 2)]), Some(("pages-b".into(), 0))),
+        (pairs(&[("pages-b", 0)]), Some(("pages-b".into(), 1))),
+        (pairs(&[("pages-b", 1)]), None),
+    ];
+    assert_eq!(pages, expected);
+
+    // A page that fits everything: each partition described as Metadata describes it.
+    let resp = raw.call(0, &describe_partitions(&names, 100, None)).await;
+    assert_eq!(resp.next_cursor, None);
+    let metadata = raw
+        .call(
+            12,
+            &MetadataRequest::default().with_topics(Some(
+                names
+                    .iter()
+                    .map(|n| MetadataRequestTopic::default().with_name(Some(topic(n))))
+                    .collect(),
+            )),
+        )
+        .await;
+    assert_eq!(resp.topics.len(), 2);
+    for t in &resp.topics {
+        let name = t.name.as_ref().unwrap();
+        let meta = metadata.topics.iter().find(|m| m.name.as_ref() == Some(name)).unwrap();
+        assert_eq!(t.error_code, 0);
+        assert_eq!(t.topic_id, meta.topic_id);
+        assert_ne!(t.topic_id, Uuid::nil());
+        assert!(!t.is_internal);
+        assert_eq!(t.topic_authorized_operations, TOPIC_OPERATIONS_ALL);
+        assert_eq!(t.partitions.len(), meta.partitions.len());
+        for (p, m) in t.partitions.iter().zip(&meta.partitions) {
+            assert_eq!(p.error_code, 0);
+            assert_eq!(p.partition_index, m.partition_index);
+            assert_eq!(p.leader_id, m.leader_id);
+            assert_eq!(p.leader_id, metadata.brokers[0].node_id);
+            assert_eq!(p.leader_epoch, m.leader_epoch);
+            assert_eq!(p.replica_nodes, m.replica_nodes);
+            assert_eq!(p.isr_nodes, m.isr_nodes);
+            assert_eq!(p.offline_replicas, m.offline_replicas);
+            assert_eq!(p.eligible_leader_replicas, Some(vec![]));
+            assert_eq!(p.last_known_elr, Some(vec![]));
+        }
+    }
+    broker.handle.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn describe_topic_partitions_without_names_walks_every_topic_in_name_order() {
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    create(&mut raw, "all-c", 1).await;
+    create(&mut raw, "all-a", 3).await;
+    create(&mut raw, "all-b", 2).await;
+    let mut cursor: Option<(String, i32)> = None;
+    let mut walked = Vec::new();
+    for _ in 0..100 {
+        let request = describe_partitions(&[], 2, cursor.as_ref().map(|(t, p)| (t.as_str(), *p)));
+        let resp = raw.call(0, &request).await;
+        assert!(resp.topics.iter().all(|t| t.error_code == 0));
+        let (listed, next) = page_of(&resp);
+        assert!(listed.len() <= 2, "a page over the limit: {listed:?}");
+        walked.extend(listed);
+        cursor = next;
+        if cursor.is_none() {
+            break;
+        }
+    }
+    assert_eq!(cursor, None, "the cursor does not end");
+    // Only ours: the broker may hold internal topics too (they sort first, and are walked).
+    let ours: Vec<(String, i32)> = walked.into_iter().filter(|(t, _)| t.starts_with("all-")).collect();
+    assert_eq!(
+        ours,
+        pairs(&[
+            ("all-a", 0),
+            ("all-a", 1),
+            ("all-a", 2),
+            ("all-b", 0),
+            ("all-b", 1),
+            ("all-c", 0)
+        ])
+    );
+    broker.handle.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn describe_topic_partitions_reports_unknown_topics_and_creates_none() {
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    create(&mut raw, "known", 1).await;
+    let resp = raw
+        .call(0, &describe_partitions(&["known", "never-made", "bad/name"], 10, None))
+        .await;
+    let answers: Vec<(String, i16, Uuid, usize)> = resp
+        .topics
+        .iter()
+        .map(|t| {
+            let name = t.name.as_ref().unwrap().0.to_string();
+            (name, t.error_code, t.topic_id, t.partitions.len())
+        })
+        .collect();
+    let known_id = resp.topics.iter().find(|t| t.error_code == 0).unwrap().topic_id;
+    assert_eq!(
+        answers,
+        vec![
+            ("bad/name".into(), INVALID_TOPIC_EXCEPTION, Uuid::nil(), 0),
+            ("known".into(), 0, known_id, 1),
+            ("never-made".into(), UNKNOWN_TOPIC_OR_PARTITION, Uuid::nil(), 0),
+        ]
+    );
+    assert_eq!(resp.next_cursor, None);
+    // Auto-creation is on (the default), yet asking did not create it.
+    let metadata = raw
+        .call(
+            12,
+            &MetadataRequest::default()
+                .with_topics(Some(vec![
+                    MetadataRequestTopic::default().with_name(Some(topic("never-made"))),
+                ]))
+                .with_allow_auto_topic_creation(false),
+        )
+        .await;
+    assert_eq!(metadata.topics[0].error_code, UNKNOWN_TOPIC_OR_PARTITION);
+
+    // A cursor naming a topic the request does not: INVALID_REQUEST for every topic asked.
+    let resp = raw
+        .call(
+            0,
+            &describe_partitions(&["known", "never-made"], 10, Some(("other", 0))),
+        )
+        .await;
+    let codes: Vec<(String, i16)> = resp
+        .topics
+        .iter()
+        .map(|t| (t.name.as_ref().unwrap().0.to_string(), t.error_code))
+        .collect();
+    assert_eq!(
+        codes,
+        vec![
+            ("known".into(), INVALID_REQUEST),
+            ("never-made".into(), INVALID_REQUEST)
+        ]
+    );
+    assert!(
+        resp.topics
+            .iter()
+            .all(|t| t.partitions.is_empty() && t.topic_id == Uuid::nil())
+    );
+    broker.handle.shutdown().await;
+}
+
+fn describe_quorum(partition: i32) -> DescribeQuorumRequest {
+    DescribeQuorumRequest::default().with_topics(vec![
+        TopicData::default()
+            .with_topic_name(topic("__cluster_metadata"))
+            .with_partitions(vec![PartitionData::default().with_partition_index(partition)]),
+    ])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_node_is_a_quorum_of_one_whose_high_watermark_counts_metadata_records() {
+    // KafkaRaftClient.handleDescribeQuorumRequest / RaftUtil.singletonDescribeQuorumResponse.
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    let node_id = raw.call(12, &MetadataRequest::default()).await.brokers[0].node_id;
+
+    let before = raw.call(2, &describe_quorum(0)).await;
+    create(&mut raw, "one-more-record", 1).await;
+    let started = common_now_ms();
+    let resp = raw.call(2, &describe_quorum(0)).await;
+    assert_eq!(resp.error_code, 0);
+    assert_eq!(resp.topics.len(), 1);
+    assert_eq!(resp.topics[0].topic_name.0.as_str(), "__cluster_metadata");
+    let p = &resp.topics[0].partitions[0];
+    let hw_before = before.topics[0].partitions[0].high_watermark;
+    assert_eq!((p.partition_index, p.error_code), (0, 0));
+    assert_eq!((p.leader_id, p.leader_epoch), (node_id, 1));
+    // The topic is one metadata record.
+    assert_eq!(p.high_watermark, hw_before + 1);
+    assert_eq!(p.current_voters.len(), 1);
+    let me = &p.current_voters[0];
+    assert_eq!(me.replica_id, node_id);
+    assert_eq!(me.log_end_offset, p.high_watermark);
+    assert_eq!(me.replica_directory_id, Uuid::nil());
+    assert!(me.last_fetch_timestamp >= started && me.last_caught_up_timestamp >= started);
+    assert!(p.observers.is_empty());
+    // No controller listener on a single node: the voter is listed without one.
+    assert_eq!(resp.nodes.len(), 1);
+    assert_eq!(resp.nodes[0].node_id, node_id);
+    assert!(resp.nodes[0].listeners.is_empty());
+
+    // Every version answers; v0 has no timestamps, v0-1 no nodes.
+    for version in 0..=1 {
+        let resp = raw.call(version, &describe_quorum(0)).await;
+        let p = &resp.topics[0].partitions[0];
+        assert_eq!(
+            (p.error_code, p.leader_id, p.high_watermark),
+            (0, node_id, hw_before + 1)
+        );
+        assert!(resp.nodes.is_empty());
+        let fetched = p.current_voters[0].last_fetch_timestamp;
+        assert_eq!(fetched >= started, version == 1, "v{version}: {fetched}");
+    }
+
+    // Anything but partition 0 of the metadata log alone: UNKNOWN_TOPIC_OR_PARTITION for each
+    // partition asked.
+    let resp = raw.call(2, &describe_quorum(1)).await;
+    assert_eq!(resp.topics[0].partitions[0].partition_index, 1);
+    assert_eq!(resp.topics[0].partitions[0].error_code, UNKNOWN_TOPIC_OR_PARTITION);
+    let resp = raw.call(2, &DescribeQuorumRequest::default()).await;
+    assert_eq!((resp.error_code, resp.topics.len()), (0, 0));
+    broker.handle.shutdown().await;
+}
+
+fn common_now_ms() -> i64 {
+    // A millisecond of slack for clocks read on different threads.
+    sluice::replica::now_ms() - 1
+}
+
+/// Asks every running node until each answers without error and names `leader`, or the
+/// wait runs out (an election may move the leader between the two questions).
+async fn quorum_from_every_node(cluster: &Cluster) -> (i32, Vec<(i32, DescribeQuorumResponse)>) {
+    let deadline = Instant::now() + CONTROLLER_WAIT;
+    loop {
+        let leader = cluster.controller().await;
+        let mut answers = Vec::new();
+        let mut problems = Vec::new();
+        for id in cluster.running() {
+            match try_call(cluster.addr(id), 2, &describe_quorum(0), POLL_REQUEST_TIMEOUT).await {
+                Ok(resp) => {
+                    let p = &resp.topics[0].partitions[0];
+                    if p.error_code != 0 || p.leader_id.0 != leader {
+                        problems.push(format!("node {id}: error {} leader {}", p.error_code, p.leader_id.0));
+                    }
+                    answers.push((id, resp));
+                }
+                Err(e) => problems.push(format!("node {id}: {e}")),
+            }
+        }
+        if problems.is_empty() {
+            return (leader, answers);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the nodes did not all describe leader {leader}: {problems:?} (node logs follow)"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_three_node_quorum_is_described_by_its_leader_and_through_its_followers() {
+    let cluster = Cluster::start(3).await;
+    let (leader, answers) = quorum_from_every_node(&cluster).await;
+    let from_leader = &answers.iter().find(|(id, _)| *id == leader).unwrap().1;
+    let p = &from_leader.topics[0].partitions[0];
+    assert_eq!(from_leader.topics[0].topic_name.0.as_str(), "__cluster_metadata");
+    assert_eq!(p.leader_id.0, leader);
+    assert!(p.leader_epoch >= 1, "epoch {}", p.leader_epoch);
+    // Brokers registered through the quorum: something is committed.
+    assert!(p.high_watermark > 0, "high watermark {}", p.high_watermark);
+    let voters: BTreeSet<i32> = p.current_voters.iter().map(|v| v.replica_id.0).collect();
+    assert_eq!(voters, BTreeSet::from([1, 2, 3]));
+    assert!(p.observers.is_empty());
+    // Committed means held by a majority: at least 2 voters have the high watermark.
+    let holding = p
+        .current_voters
+        .iter()
+        .filter(|v| v.log_end_offset >= p.high_watermark)
+        .count();
+    assert!(
+        holding >= 2,
+        "{:?} at high watermark {}",
+        p.current_voters,
+        p.high_watermark
+    );
+    let me = p.current_voters.iter().find(|v| v.replica_id.0 == leader).unwrap();
+    assert!(me.last_fetch_timestamp > 0 && me.last_caught_up_timestamp > 0);
+    // v2: each voter's CONTROLLER listener, at the port the voters were configured with.
+    let mut nodes: Vec<(i32, String, u16)> = from_leader
+        .nodes
+        .iter()
+        .flat_map(|n| {
+            n.listeners
+                .iter()
+                .map(move |l| (n.node_id.0, l.name.to_string(), l.port))
+        })
+        .collect();
+    nodes.sort();
+    let expected: Vec<(i32, String, u16)> = cluster
+        .nodes
+        .iter()
+        .map(|n| (n.id, "CONTROLLER".to_string(), n.controller_port))
+        .collect();
+    assert_eq!(nodes, expected);
+    // The followers forwarded to the leader: the same quorum, the same voters.
+    for (id, resp) in &answers {
+        let q = &resp.topics[0].partitions[0];
+        assert_eq!((q.leader_id.0, q.leader_epoch), (leader, p.leader_epoch), "node {id}");
+        let seen: BTreeSet<i32> = q.current_voters.iter().map(|v| v.replica_id.0).collect();
+        assert_eq!(seen, voters, "node {id}");
+        assert_eq!(resp.nodes.len(), 3, "node {id}");
+    }
+    // Asked by another node, a follower answers as Kafka's controller does when it does not
+    // lead (it never forwards twice), naming the leader.
+    let follower = cluster.running().into_iter().find(|id| *id != leader).unwrap();
+    let mut forwarded = describe_quorum(0);
+    forwarded
+        .unknown_tagged_fields
+        .insert(sluice::api::describe_quorum::FORWARDED_TAG, bytes::Bytes::new());
+    let resp = try_call(cluster.addr(follower), 2, &forwarded, POLL_REQUEST_TIMEOUT)
+        .await
+        .unwrap();
+    let q = &resp.topics[0].partitions[0];
+    assert_eq!(q.error_code, NOT_LEADER_OR_FOLLOWER);
+    assert_eq!((q.leader_id.0, q.leader_epoch), (leader, p.leader_epoch));
+    assert!(q.current_voters.is_empty());
+}
