@@ -356,6 +356,22 @@ async fn a_partition_on_another_node_gets_not_leader_or_follower() {
             let resp = try_call(addr, 9, &produce, POLL_REQUEST_TIMEOUT).await.unwrap();
             let p = &resp.responses[0].partition_responses[0];
             assert_eq!(p.error_code, NOT_LEADER_OR_FOLLOWER, "{}", at("Produce"));
+            // KIP-951 (Produce v10+): the refusal names the leader and lists its endpoint.
+            let resp = try_call(addr, 10, &produce, POLL_REQUEST_TIMEOUT).await.unwrap();
+            let p = &resp.responses[0].partition_responses[0];
+            assert_eq!(
+                (p.error_code, p.current_leader.leader_id.0),
+                (NOT_LEADER_OR_FOLLOWER, leader),
+                "{}",
+                at("Produce v10")
+            );
+            let endpoints: Vec<(i32, i32)> = resp.node_endpoints.iter().map(|e| (e.node_id.0, e.port)).collect();
+            assert_eq!(
+                endpoints,
+                vec![(leader, i32::from(cluster.addr(leader).port()))],
+                "{}",
+                at("Produce v10")
+            );
 
             let resp = try_call(addr, 7, &list_latest(&name, partition), POLL_REQUEST_TIMEOUT)
                 .await
@@ -367,7 +383,12 @@ async fn a_partition_on_another_node_gets_not_leader_or_follower() {
             fetch.topics[0].partitions[0].partition = partition;
             let resp = try_call(addr, 12, &fetch, POLL_REQUEST_TIMEOUT).await.unwrap();
             let p = &resp.responses[0].partitions[0];
-            assert_eq!(p.error_code, NOT_LEADER_OR_FOLLOWER, "{}", at("Fetch"));
+            assert_eq!(
+                (p.error_code, p.current_leader.leader_id.0),
+                (NOT_LEADER_OR_FOLLOWER, leader),
+                "{}",
+                at("Fetch (KIP-951 current leader)")
+            );
             checked += 1;
         }
 

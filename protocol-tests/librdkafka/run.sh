@@ -15,6 +15,7 @@
 #
 # Environment (all optional):
 #   SLUICE_BIN=target/release/sluice  broker binary (relative to the repository root)
+#   SLUICE_NODES=1                    3: a cluster of 3 nodes (each broker and controller)
 #   SLUICE_SET="k=v ..."              extra broker settings, each passed as --set k=v
 #   SLUICE_LOG=info                   the broker's RUST_LOG (e.g. debug); its log is split per
 #                                     test into NNNN.broker.log next to the test's NNNN.log
@@ -106,21 +107,34 @@ mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 ln -sfn "$OUT" "$BUILD_DIR/last-run"
 DATA=$(mktemp -d "${TMPDIR:-/tmp}/sluice-rdk-data.XXXXXX")
 BLOG=$OUT/broker.log
-BROKER_PID=
+# SLUICE_NODES=3: a cluster of that many nodes on loopback, each broker and controller (the
+# KRaft form of the README), instead of one broker; every node logs to broker.log.
+NODES=${SLUICE_NODES:-1}
+declare -a NODE_PIDS=()
+BROKER_PID=   # the first node's: the tests' "is the broker alive" check
 stop_broker() {
-    if [[ -n $BROKER_PID ]] && kill -0 "$BROKER_PID" 2>/dev/null; then
-        kill "$BROKER_PID" 2>/dev/null
-        for _ in $(seq 50); do kill -0 "$BROKER_PID" 2>/dev/null || break; sleep 0.2; done
-        kill -9 "$BROKER_PID" 2>/dev/null
-        wait "$BROKER_PID" 2>/dev/null
-    fi
+    local pid
+    for pid in "${NODE_PIDS[@]}"; do
+        kill "$pid" 2>/dev/null || true
+    done
+    for pid in "${NODE_PIDS[@]}"; do
+        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+        kill -9 "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+    done
+    NODE_PIDS=()
     BROKER_PID=
 }
 trap 'stop_broker; rm -rf "$DATA"' EXIT
 trap 'exit 130' INT TERM
 
-PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-BROKERS=127.0.0.1:$PORT
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+declare -a PORTS=() CPORTS=()
+for ((n = 1; n <= NODES; n++)); do PORTS+=("$(free_port)"); CPORTS+=("$(free_port)"); done
+BROKERS=$(printf '127.0.0.1:%s,' "${PORTS[@]}"); BROKERS=${BROKERS%,}
+VOTERS=
+for ((n = 1; n <= NODES; n++)); do VOTERS+="$n@127.0.0.1:${CPORTS[n-1]},"; done
+VOTERS=${VOTERS%,}
 # The broker upstream's tests run against: trivup's KafkaBrokerApp with tests/scenarios/
 # default.json (num_partitions 4, auto-create on; replication factor 3 needs more brokers).
 # trivup leaves group.initial.rebalance.delay.ms at Kafka's default, 3000, and the suite is
@@ -132,13 +146,32 @@ SETS=(--set num.partitions=4 --set auto.create.topics.enable=true
       --set group.initial.rebalance.delay.ms=3000)
 for kv in ${SLUICE_SET:-}; do SETS+=(--set "$kv"); done
 start_broker() {
-    echo "== $(date -u +%FT%TZ) starting $BIN on $BROKERS ${SETS[*]}" >>"$BLOG"
-    RUST_LOG=${SLUICE_LOG:-${RUST_LOG:-info}} \
-        "$BIN" serve --listen "$BROKERS" --data-dir "$DATA" "${SETS[@]}" >>"$BLOG" 2>&1 &
-    BROKER_PID=$!
-    for _ in $(seq 100); do
-        kill -0 "$BROKER_PID" 2>/dev/null || break
-        (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && return 0
+    stop_broker
+    echo "== $(date -u +%FT%TZ) starting $NODES x $BIN on $BROKERS ${SETS[*]}" >>"$BLOG"
+    local n args
+    for ((n = 1; n <= NODES; n++)); do
+        if ((NODES == 1)); then
+            args=(--listen "$BROKERS")
+        else
+            # shellcheck disable=SC2054 # the commas are inside one --set value
+            args=(--node-id "$n" --set process.roles=broker,controller
+                  --set "listeners=PLAINTEXT://127.0.0.1:${PORTS[n-1]},CONTROLLER://127.0.0.1:${CPORTS[n-1]}"
+                  --set "advertised.listeners=PLAINTEXT://127.0.0.1:${PORTS[n-1]}"
+                  --set controller.listener.names=CONTROLLER --set "controller.quorum.voters=$VOTERS")
+        fi
+        RUST_LOG=${SLUICE_LOG:-${RUST_LOG:-info}} \
+            "$BIN" serve "${args[@]}" --data-dir "$DATA/n$n" "${SETS[@]}" >>"$BLOG" 2>&1 &
+        NODE_PIDS+=($!)
+    done
+    BROKER_PID=${NODE_PIDS[0]}
+    local port up
+    for _ in $(seq 300); do
+        up=0
+        for port in "${PORTS[@]}"; do
+            (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && up=$((up + 1))
+        done
+        ((up == NODES)) && return 0
+        for pid in "${NODE_PIDS[@]}"; do kill -0 "$pid" 2>/dev/null || break 2; done
         sleep 0.1
     done
     echo "run.sh: the broker did not start; end of $BLOG:" >&2
@@ -191,7 +224,9 @@ for t in "${LIST[@]}"; do
     attempt=0
     while :; do
     attempt=$((attempt + 1))
-    kill -0 "$BROKER_PID" 2>/dev/null || start_broker
+    alive=1
+    for pid in "${NODE_PIDS[@]}"; do kill -0 "$pid" 2>/dev/null || alive=0; done
+    ((alive)) || start_broker
     args=(-p1 -L)
     case $QUICK in
         1) args+=(-Q) ;;

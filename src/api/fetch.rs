@@ -3,7 +3,9 @@
 //! offset · v7 fetch sessions (KIP-227: we never create one, so every answer carries session id
 //! 0 and clients keep sending full fetches) · v9 current leader epoch fencing · v11 rack id and
 //! preferred read replica (always -1) · v12 flexible · v13 topic ids instead of names · v15
-//! replica state · v16-v17 node endpoints and replica directory id (tagged; unused on one node) ·
+//! replica state · v16-v17 node endpoints and replica directory id (tagged) · KIP-951: a
+//! partition answered NOT_LEADER_OR_FOLLOWER names its current leader (v12+) and the response
+//! lists that leader's endpoint (v16+) ·
 //! v18 the high watermark a follower knows, per partition (KIP-1166, Kafka 4.1): a tagged field
 //! only replicas set (a consumer leaves it at its default, i64::MAX). Kafka 4.1 reads it only in
 //! its KRaft quorum (KafkaRaftClient, KAFKA-14145); Sluice has no followers and ignores it, so
@@ -20,8 +22,11 @@ use std::time::Duration;
 use futures::future::select_all;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::fetch_request::FetchPartition;
-use kafka_protocol::messages::fetch_response::{AbortedTransaction, FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, ProducerId};
+use kafka_protocol::messages::fetch_response::{
+    AbortedTransaction, FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
+};
+use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, FetchResponse, ProducerId};
+use kafka_protocol::protocol::StrBytes;
 use tokio::time::Instant;
 use uuid::Uuid;
 
@@ -105,7 +110,7 @@ pub async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchResponse
         .collect();
     let (answers, bytes, any_error) = read_all(&wanted, max_bytes, read_committed, version);
     if bytes >= min_bytes || any_error || receivers.is_empty() || Instant::now() >= deadline {
-        return respond(topics, &wanted, answers);
+        return respond(ctx, version, topics, &wanted, answers);
     }
     // Kafka's DelayedFetch: what was read is let go while waiting, and the wait is judged from
     // file positions, first at once (tryCompleteElseWatch: the bytes on disk may reach
@@ -123,14 +128,61 @@ pub async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchResponse
         }
     }
     let (answers, _, _) = read_all(&wanted, max_bytes, read_committed, version);
-    respond(topics, &wanted, answers)
+    respond(ctx, version, topics, &wanted, answers)
 }
 
-fn respond(mut topics: Vec<FetchableTopicResponse>, wanted: &[Wanted], answers: Vec<PartitionData>) -> FetchResponse {
+fn respond(
+    ctx: &Ctx,
+    version: i16,
+    mut topics: Vec<FetchableTopicResponse>,
+    wanted: &[Wanted],
+    answers: Vec<PartitionData>,
+) -> FetchResponse {
     for (w, answer) in wanted.iter().zip(answers) {
         topics[w.topic].partitions.push(answer);
     }
-    FetchResponse::default().with_responses(topics)
+    let mut response = FetchResponse::default().with_responses(topics);
+    if version >= 12 {
+        point_to_leaders(&ctx.controller.image(), &mut response, version);
+    }
+    response
+}
+
+/// KIP-951: each partition answered NOT_LEADER_OR_FOLLOWER gets its current leader and epoch
+/// (v12+), and from v16 the response lists those leaders' endpoints.
+fn point_to_leaders(image: &crate::cluster::MetadataImage, response: &mut FetchResponse, version: i16) {
+    let not_leader = ResponseError::NotLeaderOrFollower.code();
+    let mut leaders = std::collections::BTreeSet::new();
+    for topic in &mut response.responses {
+        let info = if version >= 13 {
+            image.topic_by_id(&topic.topic_id)
+        } else {
+            image.topic(topic.topic.0.as_str())
+        };
+        let Some(info) = info else { continue };
+        for p in topic.partitions.iter_mut().filter(|p| p.error_code == not_leader) {
+            let leader = info.leader(p.partition_index);
+            if image.is_live(leader) {
+                p.current_leader = LeaderIdAndEpoch::default()
+                    .with_leader_id(BrokerId(leader))
+                    .with_leader_epoch(info.leader_epoch);
+                leaders.insert(leader);
+            }
+        }
+    }
+    if version >= 16 {
+        response.node_endpoints = leaders
+            .into_iter()
+            .filter_map(|id| image.brokers.get(&id))
+            .map(|b| {
+                NodeEndpoint::default()
+                    .with_node_id(BrokerId(b.id))
+                    .with_host(StrBytes::from_string(b.host.clone()))
+                    .with_port(b.port)
+                    .with_rack(b.rack.clone().map(StrBytes::from_string))
+            })
+            .collect();
+    }
 }
 
 /// Whether a waiting fetch can be answered (Kafka's `DelayedFetch.tryComplete`): a partition

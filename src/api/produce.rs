@@ -1,8 +1,9 @@
 //! Produce (key 0): append record batches to partition leaders.
 //! v3 baseline here (record batch v2, transactional id field) · v4 same · v5 log_start_offset in
 //! the answer · v6-v7 same · v8 record errors (every invalid record named) and error message
-//! (KIP-467) · v9 flexible · v10-v11 current leader / node endpoints tagged fields (left empty:
-//! no leader moves on one node) · v12 same as v11 · v13 topics named by id instead of name in
+//! (KIP-467) · v9 flexible · v10-v11 current leader / node endpoints tagged fields (KIP-951: a
+//! partition answered NOT_LEADER_OR_FOLLOWER names its leader, whose endpoint is listed) · v12
+//! same as v11 · v13 topics named by id instead of name in
 //! the request and the answer (KIP-516; Kafka 4.1): an id the metadata image does not hold gets
 //! UNKNOWN_TOPIC_ID, as a topic deleted and created again under its name gets a new id. Once
 //! the id is resolved every version takes the same path (validation, idempotence, KIP-890
@@ -24,11 +25,11 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::add_partitions_to_txn_request::{AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction};
 use kafka_protocol::messages::produce_request::TopicProduceData;
 use kafka_protocol::messages::produce_response::{
-    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+    BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
 };
 use kafka_protocol::messages::{
-    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, ProduceRequest, ProduceResponse, ProducerId,
-    TopicName, TransactionalId,
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, BrokerId, ProduceRequest, ProduceResponse,
+    ProducerId, TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
@@ -78,6 +79,46 @@ struct TopicSlots {
     topic_id: Uuid,
     rules: Option<ProduceRules>,
     slots: Vec<Slot>,
+}
+
+/// KIP-951: each partition answered NOT_LEADER_OR_FOLLOWER gets its current leader and epoch,
+/// and the response lists those leaders' endpoints, so the client goes there without a
+/// Metadata round trip.
+fn point_to_leaders(image: &MetadataImage, response: &mut ProduceResponse, version: i16) {
+    let not_leader = ResponseError::NotLeaderOrFollower.code();
+    let mut leaders = std::collections::BTreeSet::new();
+    for topic in &mut response.responses {
+        let info = if version >= 13 {
+            image.topic_by_id(&topic.topic_id)
+        } else {
+            image.topic(topic.name.0.as_str())
+        };
+        let Some(info) = info else { continue };
+        for p in topic
+            .partition_responses
+            .iter_mut()
+            .filter(|p| p.error_code == not_leader)
+        {
+            let leader = info.leader(p.index);
+            if image.is_live(leader) {
+                p.current_leader = LeaderIdAndEpoch::default()
+                    .with_leader_id(BrokerId(leader))
+                    .with_leader_epoch(info.leader_epoch);
+                leaders.insert(leader);
+            }
+        }
+    }
+    response.node_endpoints = leaders
+        .into_iter()
+        .filter_map(|id| image.brokers.get(&id))
+        .map(|b| {
+            NodeEndpoint::default()
+                .with_node_id(BrokerId(b.id))
+                .with_host(StrBytes::from_string(b.host.clone()))
+                .with_port(b.port)
+                .with_rack(b.rack.clone().map(StrBytes::from_string))
+        })
+        .collect();
 }
 
 fn error_response(index: i32, code: i16, text: Option<String>, version: i16) -> PartitionProduceResponse {
@@ -174,7 +215,10 @@ pub async fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcom
         }
         responses.push(answer);
     }
-    let response = ProduceResponse::default().with_responses(responses);
+    let mut response = ProduceResponse::default().with_responses(responses);
+    if version >= 10 {
+        point_to_leaders(&image, &mut response, version);
+    }
     if acks == 0 {
         return Outcome::NoResponse;
     }
