@@ -34,7 +34,7 @@ start_node() {
 stop() {
     for p in "${PID[@]}"; do kill "$p" 2>/dev/null || true; done
     wait 2>/dev/null || true
-    rm -rf "$WORK"
+    if [[ ${SLUICE_KEEP:-0} == 1 ]]; then echo "kept $WORK" >&2; else rm -rf "$WORK"; fi
 }
 trap stop EXIT
 wait_port() { for _ in $(seq 1 300); do (echo >/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.1; done; return 1; }
