@@ -542,3 +542,65 @@ async fn metadata_survives_a_full_cluster_restart() {
         assert_eq!(&consumed, produced, "{name}: records after the restart");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_broker_is_fenced_and_unfenced_when_it_returns() {
+    // Kafka's BrokerHeartbeatManager: a broker silent past broker.session.timeout.ms (3 s
+    // here) is fenced: Metadata no longer lists it and its partitions have no leader
+    // (LEADER_NOT_AVAILABLE); it is unfenced once it heartbeats again, caught up.
+    let mut cluster = Cluster::start(3).await;
+    let name = unique("fenced");
+    create_topic_within(&cluster, 1, &name, 6, Duration::from_secs(20)).await;
+    let view = topic_everywhere(&cluster, &name, 6).await;
+    let gone = cluster.controller().await % 3 + 1;
+    let on_gone: Vec<i32> = (0..)
+        .zip(&view.leaders)
+        .filter(|(_, l)| **l == gone)
+        .map(|(p, _)| p)
+        .collect();
+    assert!(
+        !on_gone.is_empty(),
+        "placement left node {gone} without a partition: {:?}",
+        view.leaders
+    );
+    cluster.kill(gone);
+    let observer = cluster.running()[0];
+
+    let state = |resp: &kafka_protocol::messages::MetadataResponse| {
+        let listed = resp.brokers.iter().any(|b| b.node_id.0 == gone);
+        let partitions: Vec<(i32, i16, i32)> = resp
+            .topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .filter(|p| on_gone.contains(&p.partition_index))
+            .map(|p| (p.partition_index, p.error_code, p.leader_id.0))
+            .collect();
+        (listed, partitions)
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let resp = cluster.metadata(observer, &[&name]).await;
+        if let Ok(resp) = &resp {
+            let (listed, partitions) = state(resp);
+            if !listed && partitions.iter().all(|&(_, code, leader)| (code, leader) == (5, -1)) {
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "node {gone} was never fenced: {resp:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    cluster.restart(gone).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let resp = cluster.metadata(observer, &[&name]).await;
+        if let Ok(resp) = &resp {
+            let (listed, partitions) = state(resp);
+            if listed && partitions.iter().all(|&(_, code, leader)| (code, leader) == (0, gone)) {
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "node {gone} was never unfenced: {resp:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

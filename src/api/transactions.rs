@@ -332,17 +332,13 @@ pub async fn txn_offset_commit(ctx: &Ctx, req: TxnOffsetCommitRequest, version: 
     } else {
         let tp = offsets_partition(ctx, &group);
         let txn = &req.transactional_id.0;
-        if !coordinator_here(ctx, KeyKind::Transaction, txn) {
-            // The transaction's coordinator is another broker, which Kafka asks with an
-            // AddPartitionsToTxn (verify only, or adding from v5); no broker-to-broker client
-            // exists yet. v5 needs the offsets partition added, else no marker would ever
-            // settle these offsets: the transaction is aborted. Older versions go on unverified,
-            // as Kafka did before KIP-890 (AddOffsetsToTxn added the partition).
-            if version >= 5 {
-                Err(code(ResponseError::TransactionAbortable))
-            } else {
-                Ok(())
-            }
+        if version >= 5 && !coordinator_here(ctx, KeyKind::Transaction, txn) {
+            // v5 (transaction version 2) adds the offsets partition to the transaction here;
+            // with the transaction's coordinator on another broker that needs an adding
+            // AddPartitionsToTxn, not built (Sluice finalizes transaction.version 1, so
+            // clients do not send v5): the transaction is aborted rather than left with
+            // offsets no marker would settle.
+            Err(code(ResponseError::TransactionAbortable))
         } else if version >= 5 {
             ctx.transactions
                 .add_partitions(
@@ -354,13 +350,21 @@ pub async fn txn_offset_commit(ctx: &Ctx, req: TxnOffsetCommitRequest, version: 
                 )
                 .await
         } else {
-            ctx.transactions
-                .verify_partitions(txn, req.producer_id.0, req.producer_epoch, std::slice::from_ref(&tp))
-                .and_then(|codes| match codes.first() {
-                    Some(0) => Ok(()),
-                    Some(c) => Err(*c),
-                    None => Err(code(ResponseError::UnknownServerError)),
-                })
+            // The transaction's coordinator, here or on another broker (AddPartitionsToTxn
+            // verify_only, as Kafka's AddPartitionsToTxnManager).
+            super::produce::verify_in_transaction(
+                ctx,
+                txn,
+                req.producer_id.0,
+                req.producer_epoch,
+                std::slice::from_ref(&tp),
+            )
+            .await
+            .and_then(|codes| match codes.first() {
+                Some(0) => Ok(()),
+                Some(c) => Err(*c),
+                None => Err(code(ResponseError::UnknownServerError)),
+            })
         }
     };
     let codes = match checked {

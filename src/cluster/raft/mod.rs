@@ -233,6 +233,8 @@ pub(super) struct Core {
     propose_timeout_ms: u64,
     /// On the leader: when each broker was last heard from.
     heartbeats: std::sync::Mutex<std::collections::HashMap<i32, std::time::Instant>>,
+    /// On the leader: the image offset a fenced broker must reach before it is unfenced.
+    fenced_at: std::sync::Mutex<std::collections::HashMap<i32, i64>>,
 }
 
 impl Core {
@@ -284,9 +286,12 @@ impl Core {
         self.propose(record).await.map_err(Refusal::from_quorum)
     }
 
-    /// On the leader: broker `broker` is alive. A fenced broker is unfenced (it heard from
-    /// the quorum, so it follows the metadata).
-    pub(super) async fn heartbeat(&self, broker: i32) -> Result<HeartbeatReply, Refusal> {
+    /// On the leader: broker `broker` is alive and has applied `applied` metadata records. A
+    /// fenced broker is unfenced once it has caught up with the metadata as it stood when the
+    /// leader first saw it fenced (Kafka unfences a broker whose metadata offset reached the
+    /// controller's at its registration), so it never serves from an image that predates
+    /// changes made while it was away.
+    pub(super) async fn heartbeat(&self, broker: i32, applied: i64) -> Result<HeartbeatReply, Refusal> {
         if self.raft.metrics().borrow().current_leader != Some(self.node_id) {
             return Err(Refusal::NotLeader);
         }
@@ -298,7 +303,26 @@ impl Core {
             .unwrap_or_else(|p| p.into_inner())
             .insert(broker, std::time::Instant::now());
         if info.fenced {
-            tracing::info!(broker, "metadata quorum: unfencing a broker that heartbeats again");
+            let needed = *self
+                .fenced_at
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(broker)
+                .or_insert_with(|| self.images.borrow().offset);
+            if applied < needed {
+                tracing::debug!(
+                    broker,
+                    applied,
+                    needed,
+                    "metadata quorum: a fenced broker is still catching up"
+                );
+                return Ok(HeartbeatReply { registered: true });
+            }
+            self.fenced_at.lock().unwrap_or_else(|p| p.into_inner()).remove(&broker);
+            tracing::info!(
+                broker,
+                "metadata quorum: unfencing a broker that heartbeats again, caught up"
+            );
             self.propose_checked(MetadataRecord::SetBrokerFenced {
                 id: broker,
                 fenced: false,
@@ -388,6 +412,7 @@ impl MetadataQuorum {
             propose_lock: tokio::sync::Mutex::new(()),
             propose_timeout_ms: config.propose_timeout_ms,
             heartbeats: std::sync::Mutex::new(std::collections::HashMap::new()),
+            fenced_at: std::sync::Mutex::new(std::collections::HashMap::new()),
         });
         let server = RaftServer::start(listener, node_id, raft.clone(), core.clone(), limits);
         Ok(MetadataQuorum {
@@ -533,10 +558,12 @@ impl MetadataQuorum {
     /// Tells the leader that broker `broker` (this node) is alive; false when the leader does
     /// not know it (it must register).
     pub async fn heartbeat(&self, broker: i32) -> Result<bool, crate::error::Error> {
+        let applied = self.image().offset;
         let outcome = match self.leader_address() {
-            Some((leader, _)) if leader == self.node_id => self.core.heartbeat(broker).await,
+            Some((leader, _)) if leader == self.node_id => self.core.heartbeat(broker, applied).await,
             Some((leader, address)) => {
-                match network::forward(&address, leader, network::Rpc::BrokerHeartbeat { broker }, self.limits).await {
+                let rpc = network::Rpc::BrokerHeartbeat { broker, applied };
+                match network::forward(&address, leader, rpc, self.limits).await {
                     Ok(network::Reply::Heartbeat(outcome)) => outcome,
                     Ok(_) | Err(_) => Err(Refusal::NotLeader),
                 }
@@ -595,12 +622,19 @@ impl MetadataQuorum {
                 timeout_ms = session_timeout.as_millis() as u64,
                 "metadata quorum: fencing a broker that missed its session timeout"
             );
-            if let Err(e) = self
+            match self
                 .core
                 .propose_checked(MetadataRecord::SetBrokerFenced { id, fenced: true })
                 .await
             {
-                tracing::warn!(broker = id, ?e, "metadata quorum: fencing failed");
+                Ok(offset) => {
+                    self.core
+                        .fenced_at
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(id, offset);
+                }
+                Err(e) => tracing::warn!(broker = id, ?e, "metadata quorum: fencing failed"),
             }
         }
     }

@@ -71,9 +71,12 @@ pub(super) enum Rpc {
     /// A broker forwards a metadata change to the leader (Kafka forwards admin requests to
     /// the active controller).
     Propose(MetadataRecord),
-    /// A broker tells the leader it is alive (Kafka's BrokerHeartbeat).
+    /// A broker tells the leader it is alive and how many metadata records it has applied
+    /// (Kafka's BrokerHeartbeat with its metadata offset).
     BrokerHeartbeat {
         broker: i32,
+        #[serde(default)]
+        applied: i64,
     },
 }
 
@@ -260,7 +263,7 @@ async fn serve_connection(
                 Rpc::Vote(rpc) => Reply::Vote(raft.vote(rpc).await),
                 Rpc::InstallSnapshot(rpc) => Reply::InstallSnapshot(raft.install_snapshot(rpc).await),
                 Rpc::Propose(record) => Reply::Proposed(core.propose_checked(record).await),
-                Rpc::BrokerHeartbeat { broker } => Reply::Heartbeat(core.heartbeat(broker).await),
+                Rpc::BrokerHeartbeat { broker, applied } => Reply::Heartbeat(core.heartbeat(broker, applied).await),
             }
         };
         let reply = tokio::select! {
