@@ -604,3 +604,71 @@ async fn a_silent_broker_is_fenced_and_unfenced_when_it_returns() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manual_replica_assignments_place_partitions_where_asked() {
+    // kafka-topics --replica-assignment: CreateTopics and CreatePartitions with explicit
+    // replicas put each partition on the brokers named; a broker that is not live is
+    // INVALID_REPLICA_ASSIGNMENT (39), two replicas INVALID_REPLICATION_FACTOR (38) until
+    // replication exists.
+    use kafka_protocol::messages::create_partitions_request::{CreatePartitionsAssignment, CreatePartitionsTopic};
+    use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment, CreatableTopic};
+    use kafka_protocol::messages::{CreatePartitionsRequest, CreateTopicsRequest};
+    let cluster = Cluster::start(3).await;
+    let create = |name: &str, replicas: &[&[i32]]| {
+        CreateTopicsRequest::default()
+            .with_topics(vec![
+                CreatableTopic::default()
+                    .with_name(topic(name))
+                    .with_num_partitions(-1)
+                    .with_replication_factor(-1)
+                    .with_assignments(
+                        (0..)
+                            .zip(replicas)
+                            .map(|(p, r)| {
+                                CreatableReplicaAssignment::default()
+                                    .with_partition_index(p)
+                                    .with_broker_ids(r.iter().map(|b| BrokerId(*b)).collect())
+                            })
+                            .collect(),
+                    ),
+            ])
+            .with_timeout_ms(10_000)
+    };
+    let via = cluster.addr(2);
+    let name = unique("assigned");
+    let resp = try_call(via, 5, &create(&name, &[&[3], &[1], &[2], &[3]]), POLL_REQUEST_TIMEOUT)
+        .await
+        .unwrap();
+    assert_eq!(resp.topics[0].error_code, 0, "{resp:?}");
+    let view = topic_everywhere(&cluster, &name, 4).await;
+    assert_eq!(view.leaders, vec![3, 1, 2, 3]);
+
+    let grow = CreatePartitionsRequest::default()
+        .with_topics(vec![
+            CreatePartitionsTopic::default()
+                .with_name(topic(&name))
+                .with_count(6)
+                .with_assignments(Some(vec![
+                    CreatePartitionsAssignment::default().with_broker_ids(vec![BrokerId(1)]),
+                    CreatePartitionsAssignment::default().with_broker_ids(vec![BrokerId(1)]),
+                ])),
+        ])
+        .with_timeout_ms(10_000);
+    let resp = try_call(via, 3, &grow, POLL_REQUEST_TIMEOUT).await.unwrap();
+    assert_eq!(resp.results[0].error_code, 0, "{resp:?}");
+    let view = topic_everywhere(&cluster, &name, 6).await;
+    assert_eq!(view.leaders, vec![3, 1, 2, 3, 1, 1]);
+
+    for (replicas, code) in [
+        (&[&[9][..]][..], 39),
+        (&[&[1, 2][..]][..], 38),
+        (&[&[1, 1][..]][..], 39),
+    ] {
+        let other = unique("refused");
+        let resp = try_call(via, 5, &create(&other, replicas), POLL_REQUEST_TIMEOUT)
+            .await
+            .unwrap();
+        assert_eq!(resp.topics[0].error_code, code, "{replicas:?}: {resp:?}");
+    }
+}

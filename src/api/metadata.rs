@@ -124,6 +124,7 @@ fn auto_create(ctx: &Ctx, name: &str) -> Result<(), i16> {
         name,
         ctx.config.num_partitions,
         ctx.config.default_replication_factor,
+        None,
         Default::default(),
     ) {
         Ok(_) => Ok(()),

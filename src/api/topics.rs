@@ -121,7 +121,6 @@ fn create_one(
     topic: &kafka_protocol::messages::create_topics_request::CreatableTopic,
     validate_only: bool,
 ) -> Result<Created, Error> {
-    let node = ctx.config.node_id;
     let mut configs = BTreeMap::new();
     for c in &topic.configs {
         let key = c.name.to_string();
@@ -137,7 +136,7 @@ fn create_one(
         })?;
         configs.insert(key, value);
     }
-    let (partitions, replication_factor) = if topic.assignments.is_empty() {
+    let (partitions, replication_factor, manual) = if topic.assignments.is_empty() {
         let partitions = if topic.num_partitions == -1 {
             ctx.config.num_partitions
         } else {
@@ -148,9 +147,10 @@ fn create_one(
         } else {
             topic.replication_factor
         };
-        (partitions, rf)
+        (partitions, rf, None)
     } else {
-        // A manual assignment: partitions 0..n each on existing nodes, and the counts unset.
+        // A manual assignment: partitions 0..n, the counts unset; the controller checks the
+        // brokers (live, none twice, as many per partition).
         if topic.num_partitions != -1 || topic.replication_factor != -1 {
             return Err(Error::InvalidRequest(
                 "both a replica assignment and a partition count or replication factor were given".into(),
@@ -164,30 +164,23 @@ fn create_one(
                     "partitions must be numbered 0..n without gaps".into(),
                 ));
             }
-            if a.broker_ids.is_empty() || a.broker_ids.iter().any(|b| b.0 != node) {
-                return Err(Error::InvalidReplicaAssignment(format!(
-                    "partition {} names a node that does not exist (only {node} does)",
-                    a.partition_index
-                )));
-            }
-            if a.broker_ids.len() > 1 {
-                return Err(Error::InvalidReplicaAssignment(format!(
-                    "partition {} lists a node twice",
-                    a.partition_index
-                )));
-            }
         }
+        let manual: Vec<Vec<i32>> = sorted
+            .iter()
+            .map(|a| a.broker_ids.iter().map(|b| b.0).collect())
+            .collect();
         // At most PARTITIONS_PER_REQUEST_MAX (create_topics checked), so this always converts.
         let partitions =
-            i32::try_from(sorted.len()).map_err(|_| Error::InvalidReplicaAssignment("too many partitions".into()))?;
-        (partitions, 1)
+            i32::try_from(manual.len()).map_err(|_| Error::InvalidReplicaAssignment("too many partitions".into()))?;
+        let rf = manual.first().and_then(|r| i16::try_from(r.len()).ok()).unwrap_or(0);
+        (partitions, rf, Some(manual))
     };
     if validate_only {
         ctx.controller
             .validate_new_topic(name, partitions, replication_factor)?;
         return Ok((partitions, replication_factor, Uuid::nil(), configs));
     }
-    let info = create_and_open(ctx, name, partitions, replication_factor, configs)?;
+    let info = create_and_open(ctx, name, partitions, replication_factor, manual, configs)?;
     Ok((info.partitions, info.replication_factor, info.id, info.configs.clone()))
 }
 
@@ -200,11 +193,15 @@ pub(super) fn create_and_open(
     name: &str,
     partitions: i32,
     replication_factor: i16,
+    manual: Option<Vec<Vec<i32>>>,
     configs: BTreeMap<String, String>,
 ) -> Result<std::sync::Arc<TopicInfo>, Error> {
-    let info = ctx
-        .controller
-        .create_topic(name, partitions, replication_factor, configs)?;
+    let info = match manual {
+        Some(manual) => ctx.controller.create_topic_assigned(name, manual, configs)?,
+        None => ctx
+            .controller
+            .create_topic(name, partitions, replication_factor, configs)?,
+    };
     if let Err(e) = reopen(ctx) {
         if ctx.replicas.topic_is_offline(&info.name, info.partitions) {
             tracing::error!(topic = name, error = %e, "creating a topic failed: removing it again");
@@ -381,23 +378,25 @@ fn create_partitions_one(
     }
     // count > current >= 0: the difference fits.
     let added = i64::from(count) - i64::from(current);
-    if let Some(assignments) = topic.assignments.as_ref().filter(|a| !a.is_empty()) {
-        if i64::try_from(assignments.len()).ok() != Some(added) {
-            let message = format!(
-                "Attempted to add {added} additional partition(s), but only {} assignment(s) were specified.",
-                assignments.len()
-            );
-            return Err(Refusal::worded(
-                Error::InvalidReplicaAssignment(message.clone()),
-                message,
-            ));
-        }
-        let node = ctx.config.node_id;
-        if assignments.iter().any(|a| !a.broker_ids.iter().map(|b| b.0).eq([node])) {
-            return Err(Error::InvalidReplicaAssignment(format!("only node {node} exists")).into());
-        }
+    if let Some(assignments) = topic.assignments.as_ref().filter(|a| !a.is_empty())
+        && i64::try_from(assignments.len()).ok() != Some(added)
+    {
+        let message = format!(
+            "Attempted to add {added} additional partition(s), but only {} assignment(s) were specified.",
+            assignments.len()
+        );
+        return Err(Refusal::worded(
+            Error::InvalidReplicaAssignment(message.clone()),
+            message,
+        ));
     }
-    ctx.controller.create_partitions(&name, count, validate_only)?;
+    let manual: Option<Vec<Vec<i32>>> = topic
+        .assignments
+        .as_ref()
+        .filter(|a| !a.is_empty())
+        .map(|a| a.iter().map(|a| a.broker_ids.iter().map(|b| b.0).collect()).collect());
+    ctx.controller
+        .create_partitions(&name, count, manual.as_deref(), validate_only)?;
     if !validate_only {
         reopen(ctx)?;
     }

@@ -805,10 +805,42 @@ impl Controller {
         replication_factor: i16,
         configs: BTreeMap<String, String>,
     ) -> Result<Arc<TopicInfo>> {
+        self.create_topic_with(name, partitions, replication_factor, None, configs)
+    }
+
+    /// `create_topic` with a manual replica assignment (CreateTopics' `assignments`): each
+    /// partition's replicas, which must be live brokers, the same number for every partition.
+    pub fn create_topic_assigned(
+        &self,
+        name: &str,
+        assignments: Vec<Vec<i32>>,
+        configs: BTreeMap<String, String>,
+    ) -> Result<Arc<TopicInfo>> {
+        let partitions = i32::try_from(assignments.len())
+            .map_err(|_| Error::InvalidReplicaAssignment("too many partitions".into()))?;
+        let replication_factor = assignments
+            .first()
+            .and_then(|r| i16::try_from(r.len()).ok())
+            .unwrap_or(0);
+        self.create_topic_with(name, partitions, replication_factor, Some(assignments), configs)
+    }
+
+    fn create_topic_with(
+        &self,
+        name: &str,
+        partitions: i32,
+        replication_factor: i16,
+        manual: Option<Vec<Vec<i32>>>,
+        configs: BTreeMap<String, String>,
+    ) -> Result<Arc<TopicInfo>> {
         let id = Uuid::new_v4();
         let image = self.commit(|image| {
             let nodes = i32::try_from(image.live_brokers().count()).unwrap_or(i32::MAX);
             Self::check_new_topic(image, name, partitions, replication_factor, nodes)?;
+            let assignments = match &manual {
+                Some(manual) => self.check_manual(image, manual)?,
+                None => self.place(image, partitions, replication_factor, 0)?,
+            };
             Ok(MetadataRecord::CreateTopic {
                 name: name.to_string(),
                 id,
@@ -817,13 +849,49 @@ impl Controller {
                 configs: configs.clone(),
                 leader: self.node_id,
                 leader_epoch: 0,
-                assignments: self.place(image, partitions, replication_factor, 0)?,
+                assignments,
             })
         })?;
         image
             .topic(name)
             .cloned()
             .ok_or_else(|| Error::UnknownTopicOrPartition(name.to_string()))
+    }
+
+    /// A manual assignment as the record holds it, once checked as Kafka's
+    /// `validateManualPartitionAssignment` does: every partition has replicas, none twice, all
+    /// live brokers, as many for each partition. On a single node: not recorded (all here).
+    fn check_manual(&self, image: &MetadataImage, manual: &[Vec<i32>]) -> Result<Vec<Vec<i32>>> {
+        let width = manual.first().map_or(0, Vec::len);
+        for (partition, replicas) in manual.iter().enumerate() {
+            let mut seen = replicas.clone();
+            seen.sort_unstable();
+            seen.dedup();
+            let problem = if replicas.is_empty() {
+                Some("lists no replica".to_string())
+            } else if seen.len() != replicas.len() {
+                Some("lists a broker twice".to_string())
+            } else if replicas.len() != width {
+                Some(format!("has {} replicas where partition 0 has {width}", replicas.len()))
+            } else {
+                replicas
+                    .iter()
+                    .find(|r| !image.is_live(**r))
+                    .map(|r| format!("names broker {r}, which is not a live broker"))
+            };
+            if let Some(problem) = problem {
+                return Err(Error::InvalidReplicaAssignment(format!(
+                    "partition {partition} {problem}"
+                )));
+            }
+        }
+        match &self.backend {
+            Backend::Local(_) => Ok(Vec::new()),
+            Backend::Quorum(_) if width > 1 => {
+                Err(Error::ReplicationNotBuilt(i32::try_from(width).unwrap_or(i32::MAX)))
+            }
+            Backend::Quorum(_) => Ok(manual.to_vec()),
+        }
     }
 
     /// Where the partitions `first..first + count` of a new or growing topic live: nowhere
@@ -896,14 +964,24 @@ impl Controller {
         .map(|_| ())
     }
 
-    /// Grows a topic to `partitions`; `validate_only` checks without changing anything.
-    pub fn create_partitions(&self, name: &str, partitions: i32, validate_only: bool) -> Result<Arc<TopicInfo>> {
+    /// Grows a topic to `partitions`, the new ones placed by `manual` when given (one replica
+    /// list per new partition); `validate_only` checks without changing anything.
+    pub fn create_partitions(
+        &self,
+        name: &str,
+        partitions: i32,
+        manual: Option<&[Vec<i32>]>,
+        validate_only: bool,
+    ) -> Result<Arc<TopicInfo>> {
         let check = |image: &MetadataImage| -> Result<Arc<TopicInfo>> {
             let topic = image
                 .topic(name)
                 .ok_or_else(|| Error::UnknownTopicOrPartition(name.to_string()))?;
             if partitions <= topic.partitions {
                 return Err(Error::InvalidPartitions(partitions));
+            }
+            if let Some(manual) = manual {
+                self.check_manual(image, manual)?;
             }
             Ok(topic.clone())
         };
@@ -912,15 +990,19 @@ impl Controller {
         }
         let image = self.commit(|image| {
             let topic = check(image)?;
-            Ok(MetadataRecord::CreatePartitions {
-                id: topic.id,
-                partitions,
-                assignments: self.place(
+            let assignments = match manual {
+                Some(manual) => self.check_manual(image, manual)?,
+                None => self.place(
                     image,
                     partitions - topic.partitions,
                     topic.replication_factor,
                     topic.partitions,
                 )?,
+            };
+            Ok(MetadataRecord::CreatePartitions {
+                id: topic.id,
+                partitions,
+                assignments,
             })
         })?;
         image
@@ -951,7 +1033,7 @@ mod tests {
             .create_topic("a", 3, 1, BTreeMap::from([("segment.bytes".into(), "1024".into())]))
             .unwrap();
         c.create_topic("b", 1, 1, BTreeMap::new()).unwrap();
-        c.create_partitions("a", 5, false).unwrap();
+        c.create_partitions("a", 5, None, false).unwrap();
         c.set_topic_configs(
             "a",
             BTreeMap::from([
@@ -1039,6 +1121,6 @@ mod tests {
         assert_eq!(c.create_topic("a_b", 1, 1, BTreeMap::new()).unwrap_err().code(), 17);
         assert_eq!(c.create_topic("c", 0, 1, BTreeMap::new()).unwrap_err().code(), 37);
         assert_eq!(c.create_topic("c", 1, 2, BTreeMap::new()).unwrap_err().code(), 38);
-        assert_eq!(c.create_partitions("a.b", 1, false).unwrap_err().code(), 37);
+        assert_eq!(c.create_partitions("a.b", 1, None, false).unwrap_err().code(), 37);
     }
 }
