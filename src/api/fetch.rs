@@ -19,7 +19,6 @@
 
 use std::time::Duration;
 
-use futures::future::select_all;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::fetch_request::FetchPartition;
 use kafka_protocol::messages::fetch_response::{
@@ -30,10 +29,11 @@ use kafka_protocol::protocol::StrBytes;
 use tokio::time::Instant;
 use uuid::Uuid;
 
+use super::leader_hints::LeaderHints;
 use super::{Ctx, Versions};
 use crate::error::Error;
-use crate::log::ReadableBytes;
 use crate::replica::Partition;
+use crate::replica::purgatory::DelayedFetch;
 use std::sync::Arc;
 
 pub const VERSIONS: Versions = Versions::new(ApiKey::Fetch, 4, 18);
@@ -103,30 +103,21 @@ pub async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchResponse
         .min(ctx.config.fetch_max_bytes);
     let min_bytes = usize::try_from(req.min_bytes).unwrap_or(0).min(max_bytes);
     let read_committed = req.isolation_level == READ_COMMITTED;
-    // Subscribe before reading so an append between the read and the wait is not missed.
-    let mut receivers: Vec<_> = wanted
-        .iter()
-        .filter_map(|w| w.partition.as_ref().ok().map(|p| p.subscribe()))
-        .collect();
-    let (answers, bytes, any_error) = read_all(&wanted, max_bytes, read_committed, version);
-    if bytes >= min_bytes || any_error || receivers.is_empty() || Instant::now() >= deadline {
-        return respond(ctx, version, topics, &wanted, answers);
-    }
-    // Kafka's DelayedFetch: what was read is let go while waiting, and the wait is judged from
-    // file positions, first at once (tryCompleteElseWatch: the bytes on disk may reach
-    // min_bytes although the read, cut at max_bytes, did not), then at each high watermark
-    // move; the records are read once more when the wait ends.
-    drop(answers);
-    while !enough_to_answer(&wanted, min_bytes, read_committed, version) {
-        let changed = select_all(receivers.iter_mut().map(|rx| Box::pin(rx.changed())));
-        match tokio::time::timeout_at(deadline, changed).await {
-            // Deadline: the read below answers with whatever is there.
-            Err(_elapsed) => break,
-            // A partition closed (deleted, or the broker stopping): the read answers its error.
-            Ok((Err(_closed), _, _)) => break,
-            Ok((Ok(()), _, _)) => {}
+    // Watch before reading so an append between the read and the wait is not missed.
+    let mut delayed = DelayedFetch::new(min_bytes, read_committed);
+    for w in &wanted {
+        if let Ok(p) = &w.partition {
+            delayed.watch(p.clone(), w.request.fetch_offset, w.request.partition_max_bytes);
         }
     }
+    let (answers, bytes, any_error) = read_all(&wanted, max_bytes, read_committed, version);
+    if bytes >= min_bytes || any_error || delayed.is_empty() || Instant::now() >= deadline {
+        return respond(ctx, version, topics, &wanted, answers);
+    }
+    // What was read is let go while waiting; the purgatory judges the wait from file
+    // positions, and the records are read once more when it ends, however it ends.
+    drop(answers);
+    delayed.complete(deadline).await;
     let (answers, _, _) = read_all(&wanted, max_bytes, read_committed, version);
     respond(ctx, version, topics, &wanted, answers)
 }
@@ -152,28 +143,22 @@ fn respond(
 /// (v12+), and from v16 the response lists those leaders' endpoints.
 fn point_to_leaders(image: &crate::cluster::MetadataImage, response: &mut FetchResponse, version: i16) {
     let not_leader = ResponseError::NotLeaderOrFollower.code();
-    let mut leaders = std::collections::BTreeSet::new();
+    let mut hints = LeaderHints::new(image);
     for topic in &mut response.responses {
-        let info = if version >= 13 {
-            image.topic_by_id(&topic.topic_id)
-        } else {
-            image.topic(topic.topic.0.as_str())
+        let Some(info) = hints.topic(version >= 13, &topic.topic_id, topic.topic.0.as_str()) else {
+            continue;
         };
-        let Some(info) = info else { continue };
         for p in topic.partitions.iter_mut().filter(|p| p.error_code == not_leader) {
-            let leader = info.leader(p.partition_index);
-            if image.is_live(leader) {
+            if let Some((leader, epoch)) = hints.leader_of(info, p.partition_index) {
                 p.current_leader = LeaderIdAndEpoch::default()
                     .with_leader_id(BrokerId(leader))
-                    .with_leader_epoch(info.leader_epoch);
-                leaders.insert(leader);
+                    .with_leader_epoch(epoch);
             }
         }
     }
     if version >= 16 {
-        response.node_endpoints = leaders
-            .into_iter()
-            .filter_map(|id| image.brokers.get(&id))
+        response.node_endpoints = hints
+            .endpoints()
             .map(|b| {
                 NodeEndpoint::default()
                     .with_node_id(BrokerId(b.id))
@@ -183,30 +168,6 @@ fn point_to_leaders(image: &crate::cluster::MetadataImage, response: &mut FetchR
             })
             .collect();
     }
-}
-
-/// Whether a waiting fetch can be answered (Kafka's `DelayedFetch.tryComplete`): a partition
-/// now in error (answered at once, as Kafka's cases A-E), a fetch offset on an older segment
-/// than the high watermark (case F), or at least `min_bytes` readable, counting at most
-/// `partition_max_bytes` per partition (case G). No record is read.
-fn enough_to_answer(wanted: &[Wanted], min_bytes: usize, read_committed: bool, version: i16) -> bool {
-    let mut accumulated = 0u64;
-    for w in wanted {
-        let Ok(p) = &w.partition else {
-            return true;
-        };
-        if check_leader_epoch(p, &w.request, version).is_err() {
-            return true;
-        }
-        match p.readable_bytes(w.request.fetch_offset, read_committed) {
-            Err(_) | Ok(ReadableBytes::OlderSegment) => return true,
-            Ok(ReadableBytes::Within(bytes)) => {
-                let partition_max = u64::try_from(w.request.partition_max_bytes).unwrap_or(0);
-                accumulated = accumulated.saturating_add(bytes.min(partition_max));
-            }
-        }
-    }
-    accumulated >= u64::try_from(min_bytes).unwrap_or(u64::MAX)
 }
 
 /// Reads every partition once under the response and partition byte budgets: `max_bytes`

@@ -20,6 +20,7 @@ pub mod describe_quorum;
 pub mod describe_topic_partitions;
 pub mod fetch;
 pub mod groups;
+mod leader_hints;
 pub mod list_config_resources;
 pub mod list_offsets;
 pub mod metadata;

@@ -35,11 +35,13 @@ use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
 use super::coordinator_routing::{Coordinator, KeyKind, is_coordinator, locate};
+use super::leader_hints::LeaderHints;
 use super::{Ctx, Versions, message, topic_name};
 use crate::cluster::MetadataImage;
 use crate::coordinator::transactions::produce_verification_code;
 use crate::log::ValidBatch;
 use crate::replica::produce_validation::{ProduceRules, Refusal};
+use crate::replica::purgatory::DelayedProduce;
 use crate::replica::{Partition, TopicPartition};
 
 pub const VERSIONS: Versions = Versions::new(ApiKey::Produce, 3, 13);
@@ -50,13 +52,6 @@ pub enum Outcome {
     Done(ProduceResponse),
     /// acks=all: the response once the appended records are durable.
     Wait(Pin<Box<dyn Future<Output = ProduceResponse> + Send>>),
-}
-
-struct Waiting {
-    topic: usize,
-    partition: usize,
-    target: Arc<Partition>,
-    last_offset: i64,
 }
 
 /// One partition of the request on its way: answered already (refused), or validated and
@@ -86,31 +81,25 @@ struct TopicSlots {
 /// Metadata round trip.
 fn point_to_leaders(image: &MetadataImage, response: &mut ProduceResponse, version: i16) {
     let not_leader = ResponseError::NotLeaderOrFollower.code();
-    let mut leaders = std::collections::BTreeSet::new();
+    let mut hints = LeaderHints::new(image);
     for topic in &mut response.responses {
-        let info = if version >= 13 {
-            image.topic_by_id(&topic.topic_id)
-        } else {
-            image.topic(topic.name.0.as_str())
+        let Some(info) = hints.topic(version >= 13, &topic.topic_id, topic.name.0.as_str()) else {
+            continue;
         };
-        let Some(info) = info else { continue };
         for p in topic
             .partition_responses
             .iter_mut()
             .filter(|p| p.error_code == not_leader)
         {
-            let leader = info.leader(p.index);
-            if image.is_live(leader) {
+            if let Some((leader, epoch)) = hints.leader_of(info, p.index) {
                 p.current_leader = LeaderIdAndEpoch::default()
                     .with_leader_id(BrokerId(leader))
-                    .with_leader_epoch(info.leader_epoch);
-                leaders.insert(leader);
+                    .with_leader_epoch(epoch);
             }
         }
     }
-    response.node_endpoints = leaders
-        .into_iter()
-        .filter_map(|id| image.brokers.get(&id))
+    response.node_endpoints = hints
+        .endpoints()
         .map(|b| {
             NodeEndpoint::default()
                 .with_node_id(BrokerId(b.id))
@@ -148,7 +137,9 @@ pub async fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcom
     let transactional_id = req.transactional_id.as_ref().map(|id| id.0.as_str());
     verify_transactions(ctx, transactional_id, &mut topics, version).await;
 
-    let mut waits = Vec::new();
+    let mut delayed = DelayedProduce::default();
+    // Where each watched partition's answer sits: (topic, partition) in the response.
+    let mut waiting = Vec::new();
     let mut responses = Vec::with_capacity(topics.len());
     for (ti, topic) in topics.into_iter().enumerate() {
         let mut partitions = Vec::with_capacity(topic.slots.len());
@@ -192,12 +183,8 @@ pub async fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcom
                         p.log_start_offset = partition.offsets().map(|o| o.log_start_offset).unwrap_or(-1);
                     }
                     if acks == -1 {
-                        waits.push(Waiting {
-                            topic: ti,
-                            partition: pi,
-                            target: partition,
-                            last_offset: info.last_offset,
-                        });
+                        delayed.watch(partition, info.last_offset);
+                        waiting.push((ti, pi));
                     }
                     partitions.push(p);
                 }
@@ -222,24 +209,23 @@ pub async fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcom
     if acks == 0 {
         return Outcome::NoResponse;
     }
-    if waits.is_empty() {
+    if delayed.is_empty() {
         return Outcome::Done(response);
     }
     let timeout = Duration::from_millis(u64::try_from(req.timeout_ms).unwrap_or(0));
     Outcome::Wait(Box::pin(async move {
         let mut response = response;
-        let deadline = tokio::time::Instant::now() + timeout;
-        for w in waits {
-            let done = tokio::time::timeout_at(deadline, w.target.wait_durable(w.last_offset)).await;
-            let code = match done {
-                Ok(Ok(())) => continue,
-                Ok(Err(e)) => e.code(),
-                Err(_) => ResponseError::RequestTimedOut.code(),
+        let results = delayed.complete(tokio::time::Instant::now() + timeout).await;
+        for ((topic, partition), result) in waiting.into_iter().zip(results) {
+            let code = match result {
+                Ok(()) => continue,
+                Err(Some(e)) => e.code(),
+                Err(None) => ResponseError::RequestTimedOut.code(),
             };
             if let Some(p) = response
                 .responses
-                .get_mut(w.topic)
-                .and_then(|t| t.partition_responses.get_mut(w.partition))
+                .get_mut(topic)
+                .and_then(|t| t.partition_responses.get_mut(partition))
             {
                 p.error_code = code;
                 p.base_offset = -1;
@@ -341,11 +327,20 @@ async fn verify_transactions(ctx: &Ctx, transactional_id: Option<&str>, topics: 
     for (ti, topic) in topics.iter().enumerate() {
         for (si, slot) in topic.slots.iter().enumerate() {
             if let Slot::Ready {
-                transactional: Some(producer),
+                transactional: Some((producer_id, producer_epoch)),
+                partition,
                 ..
             } = slot
             {
-                by_producer.entry(*producer).or_default().push((ti, si));
+                // Kafka verifies a partition's first batch of each transaction only: once the
+                // partition holds the transaction open, the coordinator already knows it.
+                if transactional_id.is_some() && partition.has_ongoing_transaction(*producer_id, *producer_epoch) {
+                    continue;
+                }
+                by_producer
+                    .entry((*producer_id, *producer_epoch))
+                    .or_default()
+                    .push((ti, si));
             }
         }
     }

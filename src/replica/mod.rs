@@ -14,6 +14,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 pub mod produce_validation;
+pub mod purgatory;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -173,6 +174,20 @@ impl Partition {
             all.sort_by_key(|(id, _)| *id);
             Ok(all)
         })
+    }
+
+    /// Whether `producer_id` at `producer_epoch` has written to this partition in a transaction
+    /// not yet ended by a marker (Kafka's `hasOngoingTransaction`): its later batches in that
+    /// transaction need no KIP-890 verification.
+    pub fn has_ongoing_transaction(&self, producer_id: i64, producer_epoch: i16) -> bool {
+        self.with_log(|log| {
+            Ok(log
+                .producer_state()
+                .producers()
+                .get(&producer_id)
+                .is_some_and(|e| e.epoch == producer_epoch && e.current_txn_first_offset.is_some()))
+        })
+        .unwrap_or(false)
     }
 
     /// Forgets producers idle for `expiration_ms`.
@@ -914,7 +929,7 @@ fn remove_partition_dir(dir: &Path) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use std::collections::BTreeMap;
@@ -922,7 +937,7 @@ mod tests {
     use super::*;
     use crate::cluster::Controller;
 
-    fn setup(dir: &Path) -> (Arc<Controller>, Arc<ReplicaManager>) {
+    pub(crate) fn setup(dir: &Path) -> (Arc<Controller>, Arc<ReplicaManager>) {
         let config = Arc::new(BrokerConfig {
             data_dir: dir.to_path_buf(),
             ..BrokerConfig::default()
