@@ -442,3 +442,33 @@ fn the_broker_raises_its_open_files_soft_limit_to_the_hard_limit() {
     );
     assert!(line.contains(&format!("was={soft_for_child}")), "{line}");
 }
+
+#[tokio::test]
+async fn a_data_directory_written_by_another_node_id_is_refused_at_start() {
+    // Kafka's meta.properties: a directory remembers its node and cluster, so a broker started
+    // with another node.id does not serve partitions recorded as led by a node that is gone.
+    let broker = TestBroker::start(&[("node.id", "1")]).await;
+    let dir = broker.dir;
+    broker.handle.shutdown().await;
+    let meta = std::fs::read_to_string(dir.path().join("meta.properties")).unwrap();
+    assert!(meta.lines().any(|l| l == "node.id=1"), "{meta}");
+    assert!(
+        meta.lines()
+            .any(|l| l.starts_with("cluster.id=") && l.len() > "cluster.id=".len()),
+        "{meta}"
+    );
+
+    let mut config = sluice::config::BrokerConfig::default();
+    config.set("listeners", "127.0.0.1:0").unwrap();
+    config.set("log.dirs", dir.path().to_str().unwrap()).unwrap();
+    config.set("node.id", "2").unwrap();
+    let refused = sluice::Broker::start(config).await.err().expect("node 2 refused");
+    let text = refused.to_string();
+    assert!(
+        text.contains("belongs to node 1") && text.contains("node.id is 2"),
+        "{text}"
+    );
+    // The same node starts again.
+    let again = start_in(dir.path(), &[("node.id", "1")]).await;
+    again.shutdown().await;
+}

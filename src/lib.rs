@@ -9,6 +9,7 @@ pub mod config;
 pub mod coordinator;
 pub mod error;
 pub mod log;
+pub mod meta_properties;
 pub mod replica;
 pub mod server;
 pub mod verbosity;
@@ -40,6 +41,8 @@ pub enum StartError {
     Listen { addr: String, source: std::io::Error },
     #[error("the metadata quorum: {0}")]
     Quorum(#[from] cluster::raft::QuorumError),
+    #[error(transparent)]
+    Meta(#[from] meta_properties::MetaError),
 }
 
 /// This broker as the metadata names it to clients: its advertised endpoint and rack.
@@ -208,6 +211,7 @@ impl Broker {
         config.check()?;
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| error::Error::storage("create directory", &config.data_dir, e))?;
+        meta_properties::check_node(&config.data_dir, config.node_id)?;
         // The port is taken now (its number is advertised), but connections are accepted only
         // once every partition is open and the coordinators are loaded, as Kafka starts its
         // acceptors last: a client connecting during recovery is refused and retries, instead
@@ -235,6 +239,9 @@ impl Broker {
         } else {
             Controller::open(&config.data_dir, this)?
         });
+        // A node that replayed another cluster's metadata stops here, before it serves this
+        // directory's partitions as that cluster's.
+        meta_properties::check_cluster(&config.data_dir, config.node_id, &controller.image().cluster_id)?;
         let replicas = Arc::new(ReplicaManager::new(config.clone()));
         replicas.remove_stray_dirs();
         replicas
@@ -274,6 +281,25 @@ impl Broker {
         let tracker = TaskTracker::new();
         if let Some(quorum) = ctx.controller.quorum() {
             tokio::spawn(broker_lifecycle(quorum.clone(), config.clone(), shutdown.clone()));
+        }
+        if ctx.controller.image().cluster_id.is_empty() {
+            // A new quorum records its id once its first leader is elected: meta.properties
+            // gets it then.
+            let mut images = ctx.controller.subscribe();
+            let config = config.clone();
+            tokio::spawn(async move {
+                let id = match images.wait_for(|image| !image.cluster_id.is_empty()).await {
+                    Ok(image) => image.cluster_id.clone(),
+                    Err(_) => return,
+                };
+                let checked = tokio::task::spawn_blocking(move || {
+                    meta_properties::check_cluster(&config.data_dir, config.node_id, &id)
+                })
+                .await;
+                if let Ok(Err(e)) = checked {
+                    tracing::error!(error = %e, "recording the cluster id");
+                }
+            });
         }
         tokio::spawn({
             // Log retention (Kafka's log.retention.check.interval.ms task).

@@ -33,35 +33,10 @@ project="sluicecluster$$$(date +%s)"
 volume_prefix="${project}_data"
 image="${SLUICE_IMAGE:-sluice:latest}"
 export SLUICE_ADVERTISE_HOST=127.0.0.1 SLUICE_IMAGE="$image" SLUICE_CLUSTER_VOLUME="$volume_prefix"
-compose() { "${compose_cmd[@]}" -p "$project" -f "$compose_file" "$@"; }
+volumes=()
+for n in "${nodes[@]}"; do volumes+=("$volume_prefix-node$n"); done
 
-status=1
-work=$(mktemp -d)
-cleanup() {
-    if [[ $status != 0 ]]; then
-        echo "-- container logs" >&2
-        compose logs --no-color --tail 50 >&2 2>&1 || true
-    fi
-    compose down -v --remove-orphans >/dev/null 2>&1 || true
-    for n in "${nodes[@]}"; do
-        if docker volume inspect "$volume_prefix-node$n" >/dev/null 2>&1; then
-            echo "compose down -v left the volume $volume_prefix-node$n; removing it" >&2
-            docker volume rm "$volume_prefix-node$n" >/dev/null || true
-            status=1
-        fi
-    done
-    rm -rf "$work"
-    if [[ $status == 0 ]]; then echo "PASS docker cluster"; else echo "FAIL docker cluster" >&2; fi
-    exit "$status"
-}
-
-if [[ ${SLUICE_TEST_SKIP_BUILD:-0} != 1 ]]; then
-    step "building the image (docker/build.sh)"
-    start=$(date +%s)
-    docker/build.sh "$image"
-    echo "   image built in $(($(date +%s) - start))s"
-fi
-docker image inspect "$image" >/dev/null 2>&1 || fail "no image $image"
+build_image "$image"
 trap cleanup EXIT
 
 # Healthy means the image's probe got an ApiVersions answer from inside each container.

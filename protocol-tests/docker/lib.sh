@@ -31,3 +31,42 @@ fi
 free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
+
+# The Compose project of the test: set `project` (and `compose_file`) before calling these, and
+# list in `volumes` the named volumes that `compose down -v` must remove.
+compose() { "${compose_cmd[@]}" -p "$project" -f "$compose_file" "$@"; }
+
+status=1
+work=$(mktemp -d)
+# On exit: the containers' logs when the test failed, the project and its volumes removed (a
+# volume left behind fails the test), the verdict.
+cleanup() {
+    local volume
+    if [[ $status != 0 ]]; then
+        echo "-- container logs" >&2
+        compose logs --no-color --tail 50 >&2 2>&1 || true
+    fi
+    compose down -v --remove-orphans >/dev/null 2>&1 || true
+    for volume in "${volumes[@]}"; do
+        if docker volume inspect "$volume" >/dev/null 2>&1; then
+            echo "compose down -v left the volume $volume; removing it" >&2
+            docker volume rm "$volume" >/dev/null || true
+            status=1
+        fi
+    done
+    rm -rf "$work"
+    if [[ $status == 0 ]]; then echo "PASS $what"; else echo "FAIL $what" >&2; fi
+    exit "$status"
+}
+
+# Builds the image (unless SLUICE_TEST_SKIP_BUILD=1) and checks that it exists.
+build_image() {
+    local image=$1 start
+    if [[ ${SLUICE_TEST_SKIP_BUILD:-0} != 1 ]]; then
+        step "building the image (docker/build.sh)"
+        start=$(date +%s)
+        docker/build.sh "$image"
+        echo "   image built in $(($(date +%s) - start))s"
+    fi
+    docker image inspect "$image" >/dev/null 2>&1 || fail "no image $image"
+}

@@ -20,33 +20,9 @@ project="sluicetest$$$(date +%s)"
 broker="127.0.0.1:$port"
 volume="${project}_data"
 export SLUICE_PORT="$port" SLUICE_ADVERTISE_HOST=127.0.0.1 SLUICE_IMAGE=sluice:latest SLUICE_VOLUME="$volume"
-compose() { "${compose_cmd[@]}" -p "$project" -f "$compose_file" "$@"; }
+volumes=("$volume")
 
-status=1
-work=$(mktemp -d)
-cleanup() {
-    if [[ $status != 0 ]]; then
-        echo "-- container logs" >&2
-        compose logs --no-color --tail 50 >&2 2>&1 || true
-    fi
-    compose down -v --remove-orphans >/dev/null 2>&1 || true
-    if docker volume inspect "$volume" >/dev/null 2>&1; then
-        echo "compose down -v left the volume $volume; removing it" >&2
-        docker volume rm "$volume" >/dev/null || true
-        status=1
-    fi
-    rm -rf "$work"
-    if [[ $status == 0 ]]; then echo "PASS docker"; else echo "FAIL docker" >&2; fi
-    exit "$status"
-}
-
-if [[ ${SLUICE_TEST_SKIP_BUILD:-0} != 1 ]]; then
-    step "building the image (docker/build.sh)"
-    start=$(date +%s)
-    docker/build.sh sluice:latest
-    echo "   image built in $(($(date +%s) - start))s"
-fi
-docker image inspect sluice:latest >/dev/null 2>&1 || fail "no image sluice:latest"
+build_image sluice:latest
 trap cleanup EXIT
 
 # Healthy means the image's probe got an ApiVersions answer from inside the container.
