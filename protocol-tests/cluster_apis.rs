@@ -418,3 +418,41 @@ async fn a_three_node_quorum_is_described_by_its_leader_and_through_its_follower
     assert_eq!((q.leader_id.0, q.leader_epoch), (leader, p.leader_epoch));
     assert!(q.current_voters.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_producer_ids_are_unique_across_brokers_and_block_refills() {
+    // Each broker hands out ids from blocks of 1,000 recorded through the quorum. 1,200
+    // InitProducerIds per broker, 8 connections each at once, make every broker refill its
+    // block while others wait: no id is handed out twice, none fails, none waits for a
+    // timeout (a refill holding the runtime's threads would stall the quorum's own traffic).
+    let mut cluster = Cluster::start(3).await;
+    let mut tasks = Vec::new();
+    for id in cluster.ids() {
+        for _ in 0..8 {
+            let addr = cluster.addr(id);
+            tasks.push(tokio::spawn(async move {
+                let mut raw = Raw::connect(addr).await;
+                let mut ids = Vec::new();
+                for _ in 0..150 {
+                    let request = InitProducerIdRequest::default()
+                        .with_transactional_id(None)
+                        .with_transaction_timeout_ms(60_000)
+                        .with_producer_id(ProducerId(-1))
+                        .with_producer_epoch(-1);
+                    let resp = raw.call(4, &request).await;
+                    assert_eq!(resp.error_code, 0, "InitProducerId through node at {addr}");
+                    ids.push(resp.producer_id.0);
+                }
+                ids
+            }));
+        }
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.unwrap());
+    }
+    let unique: BTreeSet<i64> = all.iter().copied().collect();
+    assert_eq!(all.len(), 3 * 8 * 150);
+    assert_eq!(unique.len(), all.len(), "a producer id was handed out twice");
+    cluster.stop_all().await;
+}

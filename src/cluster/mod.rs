@@ -607,6 +607,8 @@ pub struct Controller {
     image: Arc<watch::Sender<Arc<MetadataImage>>>,
     /// This broker's current block of producer ids: the next one to hand out and the block's end.
     producer_ids: Mutex<(i64, i64)>,
+    /// Held by the one `allocate_producer_id` that records a new block.
+    refilling_producer_ids: tokio::sync::Mutex<()>,
 }
 
 /// Where committed metadata records go.
@@ -642,6 +644,7 @@ impl Controller {
             backend: Backend::Local(Mutex::new(log)),
             image: Arc::new(watch::Sender::new(Arc::new(image))),
             producer_ids: Mutex::new((0, 0)),
+            refilling_producer_ids: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -652,6 +655,7 @@ impl Controller {
             image: quorum.image_sender(),
             backend: Backend::Quorum(quorum),
             producer_ids: Mutex::new((0, 0)),
+            refilling_producer_ids: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -713,45 +717,82 @@ impl Controller {
                 self.image.send_replace(next.clone());
                 Ok(next)
             }
-            Backend::Quorum(quorum) => {
-                let mut attempt = 0;
-                loop {
-                    let record = validate(&self.image())?;
-                    match quorum.submit_blocking(record) {
-                        Err(Error::Stale(_)) if attempt < STALE_RETRIES => {
-                            attempt += 1;
-                            // The leader's image is newer: wait a little for ours to follow.
-                            std::thread::sleep(std::time::Duration::from_millis(20 << attempt));
-                        }
-                        Err(e) => return Err(e.into()),
-                        Ok(image) => return Ok(image),
-                    }
+            Backend::Quorum(quorum) => match quorum.block_on(self.commit_async(validate)) {
+                Ok(committed) => committed,
+                Err(e) => Err(e.into()),
+            },
+        }
+    }
+
+    /// `commit_with` for async callers: in a cluster it waits for the quorum without holding a
+    /// thread (the synchronous form bridges with `block_in_place`); on a single node the local
+    /// append and fsync run as in `commit_with`.
+    async fn commit_async<E: From<Error>>(
+        &self,
+        validate: impl Fn(&MetadataImage) -> std::result::Result<MetadataRecord, E>,
+    ) -> std::result::Result<Arc<MetadataImage>, E> {
+        let quorum = match &self.backend {
+            Backend::Local(_) => return self.commit_with(validate),
+            Backend::Quorum(quorum) => quorum,
+        };
+        let mut attempt = 0;
+        loop {
+            let record = validate(&self.image())?;
+            let committed = match quorum.submit(record).await {
+                Ok(offset) => quorum.wait_applied(offset).await,
+                Err(e) => Err(e),
+            };
+            match committed {
+                Err(Error::Stale(_)) if attempt < STALE_RETRIES => {
+                    attempt += 1;
+                    // The leader's image is newer: wait a little for ours to follow.
+                    tokio::time::sleep(std::time::Duration::from_millis(20 << attempt)).await;
                 }
+                Err(e) => return Err(e.into()),
+                Ok(image) => return Ok(image),
             }
         }
     }
 
     /// A producer id never handed out before (InitProducerId), from this broker's block;
     /// a new block is recorded durably in the metadata log before any of its ids is used.
-    pub fn allocate_producer_id(&self) -> Result<i64> {
-        let mut block = self.producer_ids.lock().unwrap_or_else(|p| p.into_inner());
-        if block.0 >= block.1 {
-            // The block is the one this record takes: in a cluster the image returned may
-            // hold other brokers' later blocks too.
-            let taken = std::cell::Cell::new(0);
-            self.commit(|image| {
-                let next_producer_id = image
-                    .next_producer_id
-                    .checked_add(PRODUCER_ID_BLOCK_SIZE)
-                    .ok_or_else(|| Error::InvalidRequest("producer ids exhausted".into()))?;
-                taken.set(next_producer_id);
-                Ok(MetadataRecord::ProducerIds { next_producer_id })
-            })?;
-            *block = (taken.get() - PRODUCER_ID_BLOCK_SIZE, taken.get());
+    /// Async: in a cluster a new block waits for the quorum, and many InitProducerIds waiting
+    /// at once must not hold the runtime's threads meanwhile (one refills, the others wait on
+    /// `refilling` without a thread).
+    pub async fn allocate_producer_id(&self) -> Result<i64> {
+        if let Some(id) = self.take_producer_id() {
+            return Ok(id);
         }
-        let id = block.0;
-        block.0 += 1;
-        Ok(id)
+        let _refilling = self.refilling_producer_ids.lock().await;
+        // Another caller may have refilled the block while this one waited.
+        if let Some(id) = self.take_producer_id() {
+            return Ok(id);
+        }
+        // The block is the one this record takes: in a cluster the image returned may hold
+        // other brokers' later blocks too.
+        let taken = std::sync::atomic::AtomicI64::new(0);
+        self.commit_async(|image| {
+            let next_producer_id = image
+                .next_producer_id
+                .checked_add(PRODUCER_ID_BLOCK_SIZE)
+                .ok_or_else(|| Error::InvalidRequest("producer ids exhausted".into()))?;
+            taken.store(next_producer_id, std::sync::atomic::Ordering::Relaxed);
+            Ok(MetadataRecord::ProducerIds { next_producer_id })
+        })
+        .await?;
+        let end = taken.load(std::sync::atomic::Ordering::Relaxed);
+        let mut block = self.producer_ids.lock().unwrap_or_else(|p| p.into_inner());
+        *block = (end - PRODUCER_ID_BLOCK_SIZE + 1, end);
+        Ok(end - PRODUCER_ID_BLOCK_SIZE)
+    }
+
+    /// The next id of the current block, if any is left.
+    fn take_producer_id(&self) -> Option<i64> {
+        let mut block = self.producer_ids.lock().unwrap_or_else(|p| p.into_inner());
+        (block.0 < block.1).then(|| {
+            block.0 += 1;
+            block.0 - 1
+        })
     }
 
     /// Checks a new topic as `create_topic` would, without creating it (validate_only): the
@@ -1096,20 +1137,23 @@ mod tests {
         assert!(!c.image().broker_configs.contains_key(&2));
     }
 
-    #[test]
-    fn producer_ids_are_never_reissued_after_a_restart() {
+    #[tokio::test]
+    async fn producer_ids_are_never_reissued_after_a_restart() {
         let dir = tempfile::tempdir().unwrap();
         let c = Controller::open(dir.path(), crate::cluster::BrokerInfo::new(1, "localhost", 9092)).unwrap();
-        let first: Vec<i64> = (0..3).map(|_| c.allocate_producer_id().unwrap()).collect();
+        let mut first = Vec::new();
+        for _ in 0..3 {
+            first.push(c.allocate_producer_id().await.unwrap());
+        }
         assert_eq!(first, vec![0, 1, 2]);
         drop(c);
         let c = Controller::open(dir.path(), crate::cluster::BrokerInfo::new(1, "localhost", 9092)).unwrap();
         // The rest of the first block is lost, never reused.
-        assert_eq!(c.allocate_producer_id().unwrap(), PRODUCER_ID_BLOCK_SIZE);
+        assert_eq!(c.allocate_producer_id().await.unwrap(), PRODUCER_ID_BLOCK_SIZE);
         for _ in 0..PRODUCER_ID_BLOCK_SIZE {
-            c.allocate_producer_id().unwrap();
+            c.allocate_producer_id().await.unwrap();
         }
-        assert_eq!(c.allocate_producer_id().unwrap(), 2 * PRODUCER_ID_BLOCK_SIZE + 1);
+        assert_eq!(c.allocate_producer_id().await.unwrap(), 2 * PRODUCER_ID_BLOCK_SIZE + 1);
     }
 
     #[test]

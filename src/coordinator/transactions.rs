@@ -1210,23 +1210,24 @@ impl TransactionCoordinator {
         expected: Option<(i64, i16)>,
     ) -> Result<(i64, i16), i16> {
         let Some(id) = transactional_id else {
-            return self.allocate().map(|pid| (pid, 0));
+            return self.allocate().await.map(|pid| (pid, 0));
         };
         if !id.is_empty() && self.ensure_topic().is_err() {
             return Err(code(ResponseError::CoordinatorNotAvailable));
         }
         // A new id gets its producer id before the lock is taken: allocation may write the
         // metadata log, and Produce's verification waits on this lock.
-        let mut fresh = if self.lock().txns.contains_key(id) {
+        let fresh = if self.lock().txns.contains_key(id) {
             None
         } else {
-            Some(self.allocate()?)
+            Some(self.allocate().await?)
         };
-        let step = {
-            let mut allocate = || fresh.take().map_or_else(|| self.allocate(), Ok);
-            self.lock()
-                .init_producer_id(id, timeout_ms, expected, &mut allocate, now_ms())?
-        };
+        let step = self
+            .with_fresh_id(fresh, |allocate| {
+                self.lock()
+                    .init_producer_id(id, timeout_ms, expected, allocate, now_ms())
+            })
+            .await?;
         match step {
             InitStep::Write(t) => {
                 self.write(id, &t).await?;
@@ -1250,8 +1251,33 @@ impl TransactionCoordinator {
         }
     }
 
-    fn allocate(&self) -> Result<i64, i16> {
-        self.controller.allocate_producer_id().map_err(|e| {
+    /// Runs a step of the state machine that may need a fresh producer id. Ids are allocated
+    /// outside the coordinator's lock (a new block waits for the metadata quorum): the step
+    /// runs with `fresh` (or none); if it asked for an id it did not get, it failed before
+    /// changing anything, and runs again with one allocated meanwhile.
+    async fn with_fresh_id<T>(
+        &self,
+        mut fresh: Option<i64>,
+        step: impl Fn(&mut dyn FnMut() -> Result<i64, i16>) -> Result<T, i16>,
+    ) -> Result<T, i16> {
+        for _ in 0..3 {
+            let mut wanted = false;
+            let result = step(&mut || {
+                fresh.take().ok_or_else(|| {
+                    wanted = true;
+                    code(ResponseError::CoordinatorNotAvailable)
+                })
+            });
+            if !wanted {
+                return result;
+            }
+            fresh = Some(self.allocate().await?);
+        }
+        Err(code(ResponseError::CoordinatorNotAvailable))
+    }
+
+    async fn allocate(&self) -> Result<i64, i16> {
+        self.controller.allocate_producer_id().await.map_err(|e| {
             tracing::warn!(error = %e, "allocating a producer id");
             code(ResponseError::CoordinatorNotAvailable)
         })
@@ -1305,18 +1331,19 @@ impl TransactionCoordinator {
         commit: bool,
         tv2: bool,
     ) -> Result<(i64, i16), i16> {
-        let step = {
-            let mut allocate = || self.allocate();
-            self.lock().end_txn(
-                transactional_id,
-                producer_id,
-                producer_epoch,
-                commit,
-                tv2,
-                &mut allocate,
-                now_ms(),
-            )?
-        };
+        let step = self
+            .with_fresh_id(None, |allocate| {
+                self.lock().end_txn(
+                    transactional_id,
+                    producer_id,
+                    producer_epoch,
+                    commit,
+                    tv2,
+                    allocate,
+                    now_ms(),
+                )
+            })
+            .await?;
         match step {
             EndStep::AlreadyDone {
                 producer_id,

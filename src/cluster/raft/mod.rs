@@ -497,9 +497,10 @@ impl MetadataQuorum {
         }
     }
 
-    /// `submit` from synchronous code on a multi-threaded runtime's thread (the handlers call
-    /// the controller synchronously), then waits until this node's image holds the record.
-    pub fn submit_blocking(&self, record: MetadataRecord) -> Result<Arc<MetadataImage>, crate::error::Error> {
+    /// Runs `work` (a wait for the quorum) to completion from synchronous code on a
+    /// multi-threaded runtime's thread: the handlers call the controller synchronously, so the
+    /// wait is bridged with `block_in_place`, which hands this thread's other tasks to another.
+    pub fn block_on<T>(&self, work: impl Future<Output = T>) -> Result<T, crate::error::Error> {
         let unusable = |why: &str| crate::error::Error::Controller {
             code: ResponseError::UnknownServerError.code(),
             message: format!("a metadata change cannot be made from here: {why}"),
@@ -508,12 +509,7 @@ impl MetadataQuorum {
         if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread {
             return Err(unusable("a current-thread runtime cannot wait for the quorum"));
         }
-        tokio::task::block_in_place(|| {
-            handle.block_on(async {
-                let offset = self.submit(record).await?;
-                self.wait_applied(offset).await
-            })
-        })
+        Ok(tokio::task::block_in_place(|| handle.block_on(work)))
     }
 
     /// Waits until this node's image holds `offset` records.
