@@ -186,7 +186,10 @@ step "compose restart node2"
 out=$(compose restart node2 2>&1) || { echo "$out" >&2; fail "compose restart node2 failed"; }
 wait_healthy
 wait_cluster
-compose logs --no-color node2 2>&1 | grep -q "shutting down" ||
+# Read the whole log first: `grep -q` stops reading at its match, and under pipefail the
+# writer's SIGPIPE would fail the test although the line is there.
+logs=$(compose logs --no-color node2 2>&1)
+grep -q "shutting down" <<<"$logs" ||
     fail "node2 did not log a clean shutdown (SIGTERM not handled?)"
 
 step "records survive the restart"

@@ -87,7 +87,10 @@ wait_healthy
 wait_port
 started=$(docker inspect -f '{{.State.StartedAt}}' "$(compose ps -q sluice)")
 echo "   restarted at $started"
-compose logs --no-color sluice 2>&1 | grep -q "shutting down" ||
+# Read the whole log first: `grep -q` stops reading at its match, and under pipefail the
+# writer's SIGPIPE would fail the test although the line is there.
+logs=$(compose logs --no-color sluice 2>&1)
+grep -q "shutting down" <<<"$logs" ||
     fail "the broker did not log a clean shutdown (SIGTERM not handled?)"
 
 step "records survive the restart"
