@@ -68,6 +68,9 @@ pub struct BrokerConfig {
     pub broker_session_timeout_ms: u64,
     /// `broker.heartbeat.interval.ms`: how often a broker heartbeats to the controller.
     pub broker_heartbeat_interval_ms: u64,
+    /// `controlled.shutdown.enable`: a cluster broker asks the controller to fence it before it
+    /// stops, so clients and placement leave it at once rather than after its session.
+    pub controlled_shutdown_enable: bool,
     /// `broker.rack`: this broker's rack, for rack-aware replica placement; none by default.
     pub broker_rack: Option<String>,
     /// `inter.broker.listener.name`: the listener brokers use to reach each other; only
@@ -320,6 +323,7 @@ impl Default for BrokerConfig {
             controller_quorum_election_timeout_ms: 1000,
             broker_session_timeout_ms: 9000,
             broker_heartbeat_interval_ms: 2000,
+            controlled_shutdown_enable: true,
             broker_rack: None,
             inter_broker_listener_name: PLAINTEXT.into(),
             data_dir: PathBuf::from("./data"),
@@ -601,6 +605,12 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
         ConfigType::Int,
         false,
         "How often a broker heartbeats to the controller.",
+    ),
+    broker_key(
+        "controlled.shutdown.enable",
+        ConfigType::Boolean,
+        false,
+        "A cluster broker asks the controller to fence it before it stops.",
     ),
     broker_key(
         "broker.rack",
@@ -994,6 +1004,7 @@ impl BrokerConfig {
             "controller.quorum.election.timeout.ms" => self.controller_quorum_election_timeout_ms.to_string(),
             "broker.session.timeout.ms" => self.broker_session_timeout_ms.to_string(),
             "broker.heartbeat.interval.ms" => self.broker_heartbeat_interval_ms.to_string(),
+            "controlled.shutdown.enable" => self.controlled_shutdown_enable.to_string(),
             "broker.rack" => self.broker_rack.clone().unwrap_or_default(),
             "inter.broker.listener.name" => self.inter_broker_listener_name.clone(),
             "advertised.listeners" => format!("PLAINTEXT://{}", self.advertised()),
@@ -1215,6 +1226,7 @@ impl BrokerConfig {
                 self.log_retention_check_interval_ms = at_least(key, parse_int(key, value)?, 1)?
             }
             "log.cleaner.enable" => self.log_cleaner_enable = parse_bool(key, value)?,
+            "controlled.shutdown.enable" => self.controlled_shutdown_enable = parse_bool(key, value)?,
             "log.cleaner.backoff.ms" => self.log_cleaner_backoff_ms = at_least(key, parse_int(key, value)?, 1)?,
             "log.cleaner.dedupe.buffer.size" => {
                 self.log_cleaner_dedupe_buffer_size = at_least(key, parse_int(key, value)?, 1024 * 1024)?
@@ -1986,7 +1998,10 @@ mod tests {
         for key in BROKER_KEYS.iter().map(|k| k.name) {
             let value = samples.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
             let value = value.unwrap_or(match key {
-                "auto.create.topics.enable" | "log.cleaner.enable" | "unclean.leader.election.enable" => "true",
+                "auto.create.topics.enable"
+                | "log.cleaner.enable"
+                | "unclean.leader.election.enable"
+                | "controlled.shutdown.enable" => "true",
                 "log.cleaner.dedupe.buffer.size" => "16777216",
                 "group.consumer.heartbeat.interval.ms" => "1000",
                 "log.message.timestamp.type" => "LogAppendTime",

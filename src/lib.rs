@@ -59,16 +59,23 @@ fn this_broker(config: &BrokerConfig) -> BrokerInfo {
 /// until a majority of the voters is up and has agreed on the registration, as a Kafka broker
 /// waits for the controller quorum, so partitions open against up-to-date metadata.
 async fn start_quorum(config: &BrokerConfig, this: BrokerInfo) -> Result<Controller, StartError> {
-    let listen = config.controller_listen.clone().unwrap_or_default();
-    let listen_error = |source| StartError::Listen {
-        addr: listen.clone(),
-        source,
+    // A broker-only node has no controller listener: it dials the leader (a learner).
+    let listener = match (config.process_roles.controller, &config.controller_listen) {
+        (true, Some(listen)) => {
+            let listen_error = |source| StartError::Listen {
+                addr: listen.clone(),
+                source,
+            };
+            Some(
+                bind(listen)
+                    .await
+                    .map_err(listen_error)?
+                    .listen(LISTEN_BACKLOG)
+                    .map_err(listen_error)?,
+            )
+        }
+        _ => None,
     };
-    let listener = bind(&listen)
-        .await
-        .map_err(listen_error)?
-        .listen(LISTEN_BACKLOG)
-        .map_err(listen_error)?;
     let voters = config
         .controller_quorum_voters
         .iter()
@@ -152,17 +159,54 @@ async fn broker_lifecycle(quorum: Arc<MetadataQuorum>, config: Arc<BrokerConfig>
     }
 }
 
+/// How long a stopping broker tries to have the controller fence it (controlled shutdown)
+/// before it stops anyway: a few of the quorum's elections.
+const CONTROLLED_SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
+
+/// A cluster node's broker lifecycle task, stopped before a controlled shutdown so that no
+/// ordinary heartbeat can unfence the broker after it asked to be fenced.
+struct Lifecycle {
+    quorum: Arc<MetadataQuorum>,
+    broker: i32,
+    controlled_shutdown: bool,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
 /// A running broker.
 pub struct BrokerHandle {
     /// The address the listener is bound to (useful with port 0).
     pub addr: SocketAddr,
     shutdown: CancellationToken,
     stopped: tokio::task::JoinHandle<()>,
+    lifecycle: Option<Lifecycle>,
 }
 
 impl BrokerHandle {
-    /// Clean shutdown: stop accepting, answer what is in flight, flush, write checkpoints.
+    /// Clean shutdown: in a cluster, have the controller fence this broker first
+    /// (`controlled.shutdown.enable`, Kafka's controlled shutdown), then stop accepting, answer
+    /// what is in flight, flush, write checkpoints.
     pub async fn shutdown(self) {
+        if let Some(lifecycle) = self.lifecycle {
+            lifecycle.stop.cancel();
+            let _ = lifecycle.task.await;
+            if lifecycle.controlled_shutdown {
+                match lifecycle
+                    .quorum
+                    .controlled_shutdown(lifecycle.broker, CONTROLLED_SHUTDOWN_WAIT)
+                    .await
+                {
+                    Ok(()) => tracing::info!(
+                        broker = lifecycle.broker,
+                        "controlled shutdown: the controller fenced this broker"
+                    ),
+                    Err(e) => tracing::warn!(
+                        error = %e,
+                        "controlled shutdown failed; stopping anyway (broker.session.timeout.ms will fence this broker)"
+                    ),
+                }
+            }
+        }
         self.shutdown.cancel();
         let _ = self.stopped.await;
     }
@@ -272,9 +316,16 @@ impl Broker {
         });
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
-        if let Some(quorum) = ctx.controller.quorum() {
-            tokio::spawn(broker_lifecycle(quorum.clone(), config.clone(), shutdown.clone()));
-        }
+        let lifecycle = ctx.controller.quorum().map(|quorum| {
+            let stop = shutdown.child_token();
+            Lifecycle {
+                quorum: quorum.clone(),
+                broker: config.node_id,
+                controlled_shutdown: config.controlled_shutdown_enable,
+                stop: stop.clone(),
+                task: tokio::spawn(broker_lifecycle(quorum.clone(), config.clone(), stop)),
+            }
+        });
         tokio::spawn({
             // Log retention (Kafka's log.retention.check.interval.ms task).
             let shutdown = shutdown.clone();
@@ -400,6 +451,7 @@ impl Broker {
             addr,
             shutdown,
             stopped,
+            lifecycle,
         })
     }
 }
