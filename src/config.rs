@@ -49,7 +49,8 @@ pub struct BrokerConfig {
     /// The address the quorum binds (voters connect to it): the entry of `listeners` named in
     /// `controller.listener.names`, an empty host made `0.0.0.0`.
     pub controller_listen: Option<String>,
-    /// `process.roles`: what this node is. Every node is both for now (`check`).
+    /// `process.roles`: what this node is: a broker-only node follows the metadata log as a
+    /// learner, a controller-only node votes and serves no clients.
     pub process_roles: ProcessRoles,
     /// `controller.listener.names`: the names of the listeners that serve the quorum, not
     /// clients (upper-cased, as Kafka's `ListenerName.normalised`).
@@ -568,7 +569,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
         "process.roles",
         ConfigType::List,
         false,
-        "broker, controller or both (KRaft); every node is both for now.",
+        "broker, controller or both (KRaft): broker-only nodes follow the metadata log without voting, controller-only nodes vote and serve no clients.",
     ),
     broker_key(
         "controller.listener.names",
@@ -1365,18 +1366,13 @@ impl BrokerConfig {
                 "dynamic quorums (KIP-853) are not supported yet; list the voters in controller.quorum.voters",
             ));
         }
-        if !self.process_roles.controller {
+        let roles = self.process_roles;
+        let combined = roles.broker && roles.controller;
+        if !combined && !self.cluster_mode() {
+            // Kafka's KafkaConfig: a node with one role needs the quorum it is part of.
             return Err(invalid(
                 "process.roles",
-                "process.roles=broker alone (a broker that is not a voter) is not supported yet; \
-                 every node is broker,controller",
-            ));
-        }
-        if !self.process_roles.broker {
-            return Err(invalid(
-                "process.roles",
-                "process.roles=controller alone (a controller that serves no clients) is not supported yet; \
-                 every node is broker,controller",
+                format!("process.roles={roles} needs controller.quorum.voters (a single node is broker,controller)"),
             ));
         }
         if self.broker_heartbeat_interval_ms >= self.broker_session_timeout_ms {
@@ -1412,8 +1408,22 @@ impl BrokerConfig {
         if controller_listeners > 1 {
             return Err(invalid("listeners", "only one controller listener is supported"));
         }
-        if !self.listeners.is_empty() && !self.listeners.iter().any(|l| l.name == PLAINTEXT) {
+        let has_plaintext = self.listeners.iter().any(|l| l.name == PLAINTEXT);
+        if roles.broker && !self.listeners.is_empty() && !has_plaintext {
             return Err(invalid("listeners", "must include a PLAINTEXT listener for clients"));
+        }
+        if !roles.broker && has_plaintext {
+            // Kafka's KafkaConfig: a controller-only node listens for the quorum only.
+            return Err(invalid(
+                "listeners",
+                "process.roles=controller: must contain only the controller listener (no PLAINTEXT listener)",
+            ));
+        }
+        if !roles.broker && !self.advertised_listeners.is_empty() {
+            return Err(invalid(
+                "advertised.listeners",
+                "process.roles=controller: must be empty (a controller-only node serves no clients)",
+            ));
         }
         for listener in &self.advertised_listeners {
             if self.is_controller_listener(&listener.name) {
@@ -1438,10 +1448,38 @@ impl BrokerConfig {
             // A single node is its own controller; a controller listener is allowed and unused.
             return Ok(());
         }
+        if !roles.controller {
+            // Kafka's KafkaConfig: a broker-only node is no voter. It reaches the voters at
+            // their entries and has no controller listener of its own (it dials the leader,
+            // which replicates to it over that connection).
+            if self.controller_quorum_voters.contains_key(&self.node_id) {
+                return Err(invalid(
+                    "controller.quorum.voters",
+                    format!(
+                        "process.roles=broker: node.id {} must not be one of the voters",
+                        self.node_id
+                    ),
+                ));
+            }
+            if let Some(listener) = self.listeners.iter().find(|l| self.is_controller_listener(&l.name)) {
+                return Err(invalid(
+                    "listeners",
+                    format!(
+                        "process.roles=broker: must not contain a controller listener ({}); \
+                         a broker-only node dials the controllers",
+                        listener.name
+                    ),
+                ));
+            }
+            return Ok(());
+        }
         let Some(own_voter) = self.controller_quorum_voters.get(&self.node_id) else {
             return Err(invalid(
                 "node.id",
-                format!("node.id {} is not in controller.quorum.voters", self.node_id),
+                format!(
+                    "node.id {} is not in controller.quorum.voters (process.roles={roles} makes it a voter)",
+                    self.node_id
+                ),
             ));
         };
         let Some(controller_listen) = &self.controller_listen else {
@@ -2148,6 +2186,74 @@ mod tests {
         assert!(c.check().is_ok());
     }
 
+    fn with(changes: &[(&str, &str)]) -> Vec<(String, String)> {
+        let mut pairs: Vec<(String, String)> = CLUSTER
+            .iter()
+            .filter(|(k, _)| !changes.iter().any(|(c, _)| c == k))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        pairs.extend(changes.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        pairs
+    }
+
+    #[test]
+    fn broker_only_and_controller_only_nodes_are_checked_like_kafka() {
+        // Kafka's KafkaConfig: a broker-only node is no voter (and here has no controller
+        // listener: it dials the controllers); a controller-only node is a voter with only its
+        // controller listener.
+        let voters = (
+            "controller.quorum.voters",
+            "1@127.0.0.1:9093,2@127.0.0.1:9193,3@127.0.0.1:9293",
+        );
+        let broker = [
+            ("node.id", "4"),
+            ("process.roles", "broker"),
+            ("listeners", "PLAINTEXT://127.0.0.1:9092"),
+            voters,
+        ];
+        let c = from_flags(
+            &with(&broker)
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+        assert!(c.cluster_mode() && c.process_roles.broker && !c.process_roles.controller);
+        let mut with_controller = broker;
+        with_controller[2] = ("listeners", "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9393");
+        let err = refused(&with(&with_controller));
+        assert_eq!(err.key, "listeners", "{err}");
+        assert!(
+            err.to_string().contains("must not contain a controller listener"),
+            "{err}"
+        );
+
+        let controller = [
+            ("process.roles", "controller"),
+            ("listeners", "CONTROLLER://127.0.0.1:9093"),
+            ("advertised.listeners", ""),
+            voters,
+        ];
+        let c = from_flags(
+            &with(&controller)
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+        assert!(c.cluster_mode() && !c.process_roles.broker && c.process_roles.controller);
+        let mut not_voter = controller.to_vec();
+        not_voter.push(("node.id", "4"));
+        let err = refused(&with(&not_voter));
+        assert_eq!(err.key, "node.id", "{err}");
+        let mut advertised = controller;
+        advertised[2] = ("advertised.listeners", "PLAINTEXT://127.0.0.1:9092");
+        assert_eq!(refused(&with(&advertised)).key, "advertised.listeners");
+        // One role needs a quorum.
+        let err = from_flags(&[("process.roles", "broker")]).unwrap_err();
+        assert_eq!(err.key, "process.roles", "{err}");
+    }
+
     #[test]
     fn process_roles_is_an_order_free_list() {
         let mut c = BrokerConfig::default();
@@ -2183,10 +2289,10 @@ mod tests {
             (
                 "process.roles",
                 "broker",
-                "process.roles",
-                "a broker that is not a voter",
+                "controller.quorum.voters",
+                "node.id 1 must not be one of the voters",
             ),
-            ("process.roles", "controller", "process.roles", "controller alone"),
+            ("process.roles", "controller", "listeners", "no PLAINTEXT listener"),
             (
                 "node.id",
                 "4",

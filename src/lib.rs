@@ -59,7 +59,30 @@ fn this_broker(config: &BrokerConfig) -> BrokerInfo {
 /// until a majority of the voters is up and has agreed on the registration, as a Kafka broker
 /// waits for the controller quorum, so partitions open against up-to-date metadata.
 async fn start_quorum(config: &BrokerConfig, this: BrokerInfo) -> Result<Controller, StartError> {
-    // A broker-only node has no controller listener: it dials the leader (a learner).
+    let (quorum, _) = open_quorum(config, this.id).await?;
+    let mut waited = 0u64;
+    loop {
+        match register(&quorum, &this).await {
+            Ok(()) => break,
+            Err(e) => {
+                waited += 1;
+                if waited % 20 == 1 {
+                    tracing::warn!(error = %e, "waiting for the metadata quorum to register this broker");
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
+    tracing::info!(node_id = this.id, leader = ?quorum.leader(), "registered with the metadata quorum");
+    Ok(Controller::with_quorum(quorum))
+}
+
+/// Starts this node's part of the metadata quorum: a voter on its controller listener (whose
+/// bound address is returned), or for a broker-only node a learner that dials the leader.
+async fn open_quorum(
+    config: &BrokerConfig,
+    node_id: i32,
+) -> Result<(Arc<MetadataQuorum>, Option<SocketAddr>), StartError> {
     let listener = match (config.process_roles.controller, &config.controller_listen) {
         (true, Some(listen)) => {
             let listen_error = |source| StartError::Listen {
@@ -89,24 +112,40 @@ async fn start_quorum(config: &BrokerConfig, this: BrokerInfo) -> Result<Control
         propose_timeout_ms: QUORUM_PROPOSE_TIMEOUT_MS,
         ..Default::default()
     };
-    let quorum = MetadataQuorum::start(this.id as u64, &config.data_dir, voters, listener, quorum_config).await?;
+    let bound = listener.as_ref().and_then(|l| l.local_addr().ok());
+    let quorum = MetadataQuorum::start(node_id as u64, &config.data_dir, voters, listener, quorum_config).await?;
     quorum.initialize().await?;
-    let quorum = Arc::new(quorum);
-    let mut waited = 0u64;
-    loop {
-        match register(&quorum, &this).await {
-            Ok(()) => break,
-            Err(e) => {
-                waited += 1;
-                if waited % 20 == 1 {
-                    tracing::warn!(error = %e, "waiting for the metadata quorum to register this broker");
-                }
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
+    Ok((Arc::new(quorum), bound))
+}
+
+/// A controller-only node (`process.roles=controller`): a voter of the metadata quorum with
+/// only its controller listener. It registers no broker, hosts no partition and serves no
+/// client; while it leads it does the leader's duties (fencing silent brokers).
+async fn start_controller_only(config: BrokerConfig) -> Result<BrokerHandle, StartError> {
+    std::fs::create_dir_all(&config.data_dir)
+        .map_err(|e| error::Error::storage("create directory", &config.data_dir, e))?;
+    let (quorum, bound) = open_quorum(&config, config.node_id).await?;
+    let addr = bound.ok_or_else(|| StartError::Listen {
+        addr: config.controller_listen.clone().unwrap_or_default(),
+        source: std::io::Error::new(std::io::ErrorKind::AddrNotAvailable, "no controller listener bound"),
+    })?;
+    tracing::info!(%addr, data_dir = %config.data_dir.display(), "sluice controller started (process.roles=controller)");
+    let config = Arc::new(config);
+    let shutdown = CancellationToken::new();
+    let duties = tokio::spawn(broker_lifecycle(quorum.clone(), config, shutdown.clone()));
+    let stopped = tokio::spawn(async move {
+        let _ = duties.await;
+        if let Err(e) = quorum.shutdown().await {
+            tracing::warn!(error = %e, "stopping the metadata quorum");
         }
-    }
-    tracing::info!(node_id = this.id, leader = ?quorum.leader(), "registered with the metadata quorum");
-    Ok(Controller::with_quorum(quorum))
+        tracing::info!("sluice controller stopped cleanly");
+    });
+    Ok(BrokerHandle {
+        addr,
+        shutdown,
+        stopped,
+        lifecycle: None,
+    })
 }
 
 /// How long a metadata change waits for the quorum before the client gets REQUEST_TIMED_OUT
@@ -130,6 +169,8 @@ async fn register(quorum: &MetadataQuorum, this: &BrokerInfo) -> Result<(), erro
 /// the leader every `broker.heartbeat.interval.ms`, registering again when the leader does not
 /// know it; and, while this node leads the quorum, the leader's duties (fencing brokers past
 /// `broker.session.timeout.ms`).
+///
+/// A controller-only node runs only the leader's duties: it is no broker.
 async fn broker_lifecycle(quorum: Arc<MetadataQuorum>, config: Arc<BrokerConfig>, shutdown: CancellationToken) {
     let this = this_broker(&config);
     let session = Duration::from_millis(config.broker_session_timeout_ms);
@@ -143,7 +184,7 @@ async fn broker_lifecycle(quorum: Arc<MetadataQuorum>, config: Arc<BrokerConfig>
             _ = tokio::time::sleep(tick) => {}
         }
         quorum.leader_duties(session, &mut leader_since).await;
-        if last_heartbeat.elapsed() < heartbeat_every {
+        if !config.process_roles.broker || last_heartbeat.elapsed() < heartbeat_every {
             continue;
         }
         last_heartbeat = tokio::time::Instant::now();
@@ -250,6 +291,9 @@ impl Broker {
     /// Recovers the data directory and starts serving.
     pub async fn start(mut config: BrokerConfig) -> Result<BrokerHandle, StartError> {
         config.check()?;
+        if !config.process_roles.broker {
+            return start_controller_only(config).await;
+        }
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| error::Error::storage("create directory", &config.data_dir, e))?;
         // The port is taken now (its number is advertised), but connections are accepted only

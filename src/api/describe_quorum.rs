@@ -12,7 +12,8 @@
 //!
 //! Kafka's brokers forward this request to the active controller, whose raft client answers
 //! when it leads and says NOT_LEADER_OR_FOLLOWER when it does not. Here the leader answers;
-//! another node forwards the request once to the leader's client listener, and says
+//! another node forwards the request once to the leader's client listener (a controller-only
+//! leader has none: its metrics are asked over the controller listener), and says
 //! NOT_LEADER_OR_FOLLOWER, naming the leader it knows, when that fails.
 //!
 //! A single node is its own controller: one voter (itself) leading epoch 1, whose high
@@ -77,10 +78,21 @@ pub async fn handle(ctx: &Ctx, req: DescribeQuorumRequest, version: i16) -> Desc
                 Ok(resp) => return resp,
                 Err(e) => tracing::debug!(leader, error = %e, "DescribeQuorum: forwarding to the quorum leader failed"),
             },
-            None => tracing::debug!(
-                leader,
-                "DescribeQuorum: the quorum leader has no registered broker endpoint"
-            ),
+            // A controller-only leader: asked over the controller listener instead.
+            None => {
+                if let Some((metrics, committed)) = quorum.leader_metrics().await {
+                    return answer(
+                        &LeaderView::from_metrics(&metrics, committed),
+                        version,
+                        now_ms,
+                        listener,
+                    );
+                }
+                tracing::debug!(
+                    leader,
+                    "DescribeQuorum: the controller-only quorum leader did not answer"
+                )
+            }
         }
     }
     not_leader(ctx.config.node_id, leader, epoch)

@@ -275,6 +275,21 @@ impl Core {
         });
     }
 
+    /// On the leader: its metrics and committed index (DescribeQuorum); None elsewhere.
+    pub(super) async fn leader_metrics(&self) -> Option<(RaftMetrics<u64, BasicNode>, Option<u64>)> {
+        let metrics = self.raft.metrics().borrow().clone();
+        if metrics.current_leader != Some(self.node_id) {
+            return None;
+        }
+        let committed = self
+            .raft
+            .with_raft_state(|state| state.committed.as_ref().map(|id| id.index))
+            .await
+            .ok()
+            .flatten();
+        Some((metrics, committed))
+    }
+
     pub(super) fn set_linked_leader(&self, leader: Option<u64>) {
         *self.linked_leader.lock().unwrap_or_else(|p| p.into_inner()) = leader;
     }
@@ -822,6 +837,25 @@ impl MetadataQuorum {
             .shutdown()
             .await
             .map_err(|e| QuorumError::Stopped(format!("shutting down: {e}")))
+    }
+
+    /// The leader's metrics and committed index, asked over the controller listener when
+    /// another node leads (a controller-only leader has no Kafka listener to forward to).
+    pub async fn leader_metrics(&self) -> Option<(RaftMetrics<u64, BasicNode>, Option<u64>)> {
+        match self.leader_address() {
+            Some((leader, _)) if leader == self.node_id => self.core.leader_metrics().await,
+            Some((leader, address)) => {
+                match network::forward(&address, leader, network::Rpc::LeaderMetrics, self.limits).await {
+                    Ok(network::Reply::LeaderMetrics(view)) => view.map(|boxed| *boxed),
+                    Ok(_) => None,
+                    Err(e) => {
+                        tracing::debug!(leader, %address, error = %e, "metadata quorum: asking the leader for its metrics");
+                        None
+                    }
+                }
+            }
+            None => None,
+        }
     }
 
     /// The index of the last entry this node knows committed (None before the first commit or

@@ -77,6 +77,9 @@ pub(super) enum Rpc {
     AppendEntries(AppendEntriesRequest<TypeConfig>),
     Vote(VoteRequest<u64>),
     InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
+    /// DescribeQuorum of a node whose leader has no Kafka listener (controller-only): the
+    /// leader's metrics and committed index.
+    LeaderMetrics,
     /// A broker-only node asks to follow the metadata log (a raft learner) and offers this
     /// connection for the leader's replication RPCs to it.
     JoinAsLearner {
@@ -104,6 +107,8 @@ pub(super) enum Reply {
     InstallSnapshot(Result<InstallSnapshotResponse<u64>, RaftError<u64, InstallSnapshotError>>),
     Proposed(Result<i64, Refusal>),
     Heartbeat(Result<HeartbeatReply, Refusal>),
+    /// The leader's metrics and committed index; None from a node that does not lead.
+    LeaderMetrics(Option<Box<LeaderMetrics>>),
     /// `JoinAsLearner` accepted (the connection now carries the leader's RPCs), or refused by
     /// a node that does not lead, naming the leader it knows.
     Joined(Result<(), Option<u64>>),
@@ -260,6 +265,9 @@ impl RaftServer {
             let ids: Vec<u64> = voters.keys().copied().collect();
             let mut next = 0usize;
             let mut hint: Option<u64> = None;
+            // The voter last tried in vain or whose link just ended: this node's raft may still
+            // call it leader (nothing told it otherwise), so it is not dialed again at once.
+            let mut avoid: Option<u64> = None;
             // The link's reads wait `idle` for the next RPC instead of the server's idle bound.
             let link_limits = NetworkLimits {
                 idle_timeout: idle,
@@ -268,7 +276,11 @@ impl RaftServer {
             while !task_cancel.is_cancelled() {
                 // The leader named last, else the one this node knows, else the next voter.
                 let known = raft.metrics().borrow().current_leader;
-                let target = match hint.take().or(known).filter(|id| voters.contains_key(id)) {
+                let target = match hint
+                    .take()
+                    .or(known.filter(|&id| Some(id) != avoid))
+                    .filter(|id| voters.contains_key(id))
+                {
                     Some(id) => id,
                     None => {
                         next = (next + 1) % ids.len().max(1);
@@ -282,10 +294,12 @@ impl RaftServer {
                         core.set_linked_leader(Some(target));
                         let outcome = serve_connection(stream, node_id, &raft, &core, link_limits, &task_cancel).await;
                         core.set_linked_leader(None);
+                        avoid = Some(target);
                         tracing::debug!(node_id, leader = target, ?outcome, "metadata quorum: the link to the leader ended");
                         continue;
                     }
                     Ok(Err(leader)) => {
+                        avoid = Some(target);
                         hint = leader.filter(|&l| l != target);
                         if hint.is_none() {
                             next = (next + 1) % ids.len().max(1);
@@ -293,6 +307,7 @@ impl RaftServer {
                     }
                     Err(e) => {
                         tracing::debug!(node_id, voter = target, %address, error = %e, "metadata quorum: cannot reach a voter");
+                        avoid = Some(target);
                         next = (next + 1) % ids.len().max(1);
                     }
                 }
@@ -359,6 +374,7 @@ async fn serve_connection(
                 Rpc::Vote(rpc) => Reply::Vote(raft.vote(rpc).await),
                 Rpc::InstallSnapshot(rpc) => Reply::InstallSnapshot(raft.install_snapshot(rpc).await),
                 Rpc::Propose(record) => Reply::Proposed(core.propose_checked(record).await),
+                Rpc::LeaderMetrics => Reply::LeaderMetrics(core.leader_metrics().await.map(Box::new)),
                 // Answered above; a learner never receives it.
                 Rpc::JoinAsLearner { .. } => Reply::Joined(Err(None)),
                 Rpc::BrokerHeartbeat {
@@ -379,6 +395,9 @@ async fn serve_connection(
         write_frame(&mut stream, &frame, limits.io_timeout).await?;
     }
 }
+
+/// The leader's metrics and the index it knows committed.
+pub(super) type LeaderMetrics = (openraft::RaftMetrics<u64, BasicNode>, Option<u64>);
 
 /// How long a learner waits before dialing the next voter after a refusal or failure.
 const LEARNER_RETRY: Duration = Duration::from_millis(200);
@@ -507,6 +526,7 @@ impl PeerClient {
             Rpc::InstallSnapshot(_) => "InstallSnapshot",
             Rpc::Propose(_) => "Propose",
             Rpc::JoinAsLearner { .. } => "JoinAsLearner",
+            Rpc::LeaderMetrics => "LeaderMetrics",
             Rpc::BrokerHeartbeat { .. } => "BrokerHeartbeat",
         };
         let request = RequestFrame { to: self.target, rpc };
