@@ -185,3 +185,46 @@ fn describe_quorum_request() -> kafka_protocol::messages::DescribeQuorumRequest 
             .with_partitions(vec![PartitionData::default().with_partition_index(0)]),
     ])
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_only_node_follows_a_new_leader_and_shuts_down_in_a_controlled_way() {
+    // Three combined nodes and one broker-only node (a learner that dials the leader): when
+    // the leader dies the learner finds the new one and goes on serving and forwarding; at
+    // SIGTERM it has the controller fence it (controlled shutdown) long before its 60 s
+    // session would run out, and it is listed again once restarted.
+    let roles = [Role::Combined, Role::Combined, Role::Combined, Role::Broker];
+    let mut cluster = Cluster::start_roles(
+        &roles,
+        &[
+            ("broker.session.timeout.ms", "60000"),
+            ("broker.heartbeat.interval.ms", "500"),
+        ],
+    )
+    .await;
+    let leader = cluster.controller().await;
+    cluster.kill(leader);
+    let name = unique("learner-follows");
+    create_topic_within(&cluster, 4, &name, 3, Duration::from_secs(25)).await;
+    let observer = cluster.running().into_iter().find(|&id| id != 4).unwrap();
+    leaders_seen_by(&cluster, 4, &name, 3).await;
+    leaders_seen_by(&cluster, observer, &name, 3).await;
+    cluster.restart(leader).await;
+
+    let stopped_at = Instant::now();
+    cluster.terminate(4).await;
+    loop {
+        let seen = cluster.brokers_seen_by(observer).await;
+        if let Ok(brokers) = &seen
+            && !brokers.contains_key(&4)
+        {
+            break;
+        }
+        assert!(
+            stopped_at.elapsed() < Duration::from_secs(8),
+            "node {observer} still lists node 4 after its SIGTERM: {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    cluster.restart(4).await;
+    leaders_seen_by(&cluster, 4, &name, 3).await;
+}
