@@ -175,6 +175,9 @@ async fn controller_only_voters_and_broker_only_nodes_form_a_cluster() {
     assert_eq!(partition.leader_id.0, new_leader, "{quorum:?}");
     let voters: Vec<i32> = partition.current_voters.iter().map(|v| v.replica_id.0).collect();
     assert_eq!(voters, [1, 2, 3], "only the controllers vote: {quorum:?}");
+    let mut observers: Vec<i32> = partition.observers.iter().map(|o| o.replica_id.0).collect();
+    observers.sort_unstable();
+    assert_eq!(observers, [4, 5], "the brokers observe: {quorum:?}");
 }
 
 fn describe_quorum_request() -> kafka_protocol::messages::DescribeQuorumRequest {
