@@ -1,7 +1,8 @@
 //! The metadata quorum: a raft group of controllers (openraft 0.9) that agrees on every
 //! `MetadataRecord`, so each controller's `MetadataImage` is the same sequence of records
 //! applied in the same order. It replaces the single-node metadata log when Sluice runs as a
-//! cluster (issue 11); not wired into the broker yet.
+//! cluster (issue 11). Broker-only nodes are learners: they hold the log and apply it, never
+//! vote, and reach the leader over a connection they dial (`network`).
 //!
 //! - `log_store`: the raft log, vote and purge point on disk under
 //!   `<data_dir>/__cluster_metadata-raft/` (CRC32C frames, fsynced before an append counts).
@@ -11,7 +12,8 @@
 //! - `network`: openraft's RPCs over TCP in length-prefixed serde_json frames, bounded.
 //! - `disk`: the file primitives both stores share.
 //!
-//! `MetadataQuorum` is what the broker uses: `start` a node on its controller listener,
+//! `MetadataQuorum` is what the broker uses: `start` a node on its controller listener (a
+//! learner without one),
 //! `initialize` the cluster once (the lowest voter id does it, on an empty log), `propose`
 //! records (the leader only; followers answer with the leader), follow `images()`.
 //!
