@@ -49,7 +49,8 @@ pub struct BrokerConfig {
     /// The address the quorum binds (voters connect to it): the entry of `listeners` named in
     /// `controller.listener.names`, an empty host made `0.0.0.0`.
     pub controller_listen: Option<String>,
-    /// `process.roles`: what this node is. Every node is both for now (`check`).
+    /// `process.roles`: what this node is: a broker-only node follows the metadata log as a
+    /// learner, a controller-only node votes and serves no clients.
     pub process_roles: ProcessRoles,
     /// `controller.listener.names`: the names of the listeners that serve the quorum, not
     /// clients (upper-cased, as Kafka's `ListenerName.normalised`).
@@ -68,6 +69,9 @@ pub struct BrokerConfig {
     pub broker_session_timeout_ms: u64,
     /// `broker.heartbeat.interval.ms`: how often a broker heartbeats to the controller.
     pub broker_heartbeat_interval_ms: u64,
+    /// `controlled.shutdown.enable`: a cluster broker asks the controller to fence it before it
+    /// stops, so clients and placement leave it at once rather than after its session.
+    pub controlled_shutdown_enable: bool,
     /// `broker.rack`: this broker's rack, for rack-aware replica placement; none by default.
     pub broker_rack: Option<String>,
     /// `inter.broker.listener.name`: the listener brokers use to reach each other; only
@@ -320,6 +324,7 @@ impl Default for BrokerConfig {
             controller_quorum_election_timeout_ms: 1000,
             broker_session_timeout_ms: 9000,
             broker_heartbeat_interval_ms: 2000,
+            controlled_shutdown_enable: true,
             broker_rack: None,
             inter_broker_listener_name: PLAINTEXT.into(),
             data_dir: PathBuf::from("./data"),
@@ -564,7 +569,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
         "process.roles",
         ConfigType::List,
         false,
-        "broker, controller or both (KRaft); every node is both for now.",
+        "broker, controller or both (KRaft): broker-only nodes follow the metadata log without voting, controller-only nodes vote and serve no clients.",
     ),
     broker_key(
         "controller.listener.names",
@@ -601,6 +606,12 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
         ConfigType::Int,
         false,
         "How often a broker heartbeats to the controller.",
+    ),
+    broker_key(
+        "controlled.shutdown.enable",
+        ConfigType::Boolean,
+        false,
+        "A cluster broker asks the controller to fence it before it stops.",
     ),
     broker_key(
         "broker.rack",
@@ -994,6 +1005,7 @@ impl BrokerConfig {
             "controller.quorum.election.timeout.ms" => self.controller_quorum_election_timeout_ms.to_string(),
             "broker.session.timeout.ms" => self.broker_session_timeout_ms.to_string(),
             "broker.heartbeat.interval.ms" => self.broker_heartbeat_interval_ms.to_string(),
+            "controlled.shutdown.enable" => self.controlled_shutdown_enable.to_string(),
             "broker.rack" => self.broker_rack.clone().unwrap_or_default(),
             "inter.broker.listener.name" => self.inter_broker_listener_name.clone(),
             "advertised.listeners" => format!("PLAINTEXT://{}", self.advertised()),
@@ -1215,6 +1227,7 @@ impl BrokerConfig {
                 self.log_retention_check_interval_ms = at_least(key, parse_int(key, value)?, 1)?
             }
             "log.cleaner.enable" => self.log_cleaner_enable = parse_bool(key, value)?,
+            "controlled.shutdown.enable" => self.controlled_shutdown_enable = parse_bool(key, value)?,
             "log.cleaner.backoff.ms" => self.log_cleaner_backoff_ms = at_least(key, parse_int(key, value)?, 1)?,
             "log.cleaner.dedupe.buffer.size" => {
                 self.log_cleaner_dedupe_buffer_size = at_least(key, parse_int(key, value)?, 1024 * 1024)?
@@ -1353,18 +1366,13 @@ impl BrokerConfig {
                 "dynamic quorums (KIP-853) are not supported yet; list the voters in controller.quorum.voters",
             ));
         }
-        if !self.process_roles.controller {
+        let roles = self.process_roles;
+        let combined = roles.broker && roles.controller;
+        if !combined && !self.cluster_mode() {
+            // Kafka's KafkaConfig: a node with one role needs the quorum it is part of.
             return Err(invalid(
                 "process.roles",
-                "process.roles=broker alone (a broker that is not a voter) is not supported yet; \
-                 every node is broker,controller",
-            ));
-        }
-        if !self.process_roles.broker {
-            return Err(invalid(
-                "process.roles",
-                "process.roles=controller alone (a controller that serves no clients) is not supported yet; \
-                 every node is broker,controller",
+                format!("process.roles={roles} needs controller.quorum.voters (a single node is broker,controller)"),
             ));
         }
         if self.broker_heartbeat_interval_ms >= self.broker_session_timeout_ms {
@@ -1400,8 +1408,22 @@ impl BrokerConfig {
         if controller_listeners > 1 {
             return Err(invalid("listeners", "only one controller listener is supported"));
         }
-        if !self.listeners.is_empty() && !self.listeners.iter().any(|l| l.name == PLAINTEXT) {
+        let has_plaintext = self.listeners.iter().any(|l| l.name == PLAINTEXT);
+        if roles.broker && !self.listeners.is_empty() && !has_plaintext {
             return Err(invalid("listeners", "must include a PLAINTEXT listener for clients"));
+        }
+        if !roles.broker && has_plaintext {
+            // Kafka's KafkaConfig: a controller-only node listens for the quorum only.
+            return Err(invalid(
+                "listeners",
+                "process.roles=controller: must contain only the controller listener (no PLAINTEXT listener)",
+            ));
+        }
+        if !roles.broker && !self.advertised_listeners.is_empty() {
+            return Err(invalid(
+                "advertised.listeners",
+                "process.roles=controller: must be empty (a controller-only node serves no clients)",
+            ));
         }
         for listener in &self.advertised_listeners {
             if self.is_controller_listener(&listener.name) {
@@ -1426,10 +1448,38 @@ impl BrokerConfig {
             // A single node is its own controller; a controller listener is allowed and unused.
             return Ok(());
         }
+        if !roles.controller {
+            // Kafka's KafkaConfig: a broker-only node is no voter. It reaches the voters at
+            // their entries and has no controller listener of its own (it dials the leader,
+            // which replicates to it over that connection).
+            if self.controller_quorum_voters.contains_key(&self.node_id) {
+                return Err(invalid(
+                    "controller.quorum.voters",
+                    format!(
+                        "process.roles=broker: node.id {} must not be one of the voters",
+                        self.node_id
+                    ),
+                ));
+            }
+            if let Some(listener) = self.listeners.iter().find(|l| self.is_controller_listener(&l.name)) {
+                return Err(invalid(
+                    "listeners",
+                    format!(
+                        "process.roles=broker: must not contain a controller listener ({}); \
+                         a broker-only node dials the controllers",
+                        listener.name
+                    ),
+                ));
+            }
+            return Ok(());
+        }
         let Some(own_voter) = self.controller_quorum_voters.get(&self.node_id) else {
             return Err(invalid(
                 "node.id",
-                format!("node.id {} is not in controller.quorum.voters", self.node_id),
+                format!(
+                    "node.id {} is not in controller.quorum.voters (process.roles={roles} makes it a voter)",
+                    self.node_id
+                ),
             ));
         };
         let Some(controller_listen) = &self.controller_listen else {
@@ -1986,7 +2036,10 @@ mod tests {
         for key in BROKER_KEYS.iter().map(|k| k.name) {
             let value = samples.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
             let value = value.unwrap_or(match key {
-                "auto.create.topics.enable" | "log.cleaner.enable" | "unclean.leader.election.enable" => "true",
+                "auto.create.topics.enable"
+                | "log.cleaner.enable"
+                | "unclean.leader.election.enable"
+                | "controlled.shutdown.enable" => "true",
                 "log.cleaner.dedupe.buffer.size" => "16777216",
                 "group.consumer.heartbeat.interval.ms" => "1000",
                 "log.message.timestamp.type" => "LogAppendTime",
@@ -2133,6 +2186,74 @@ mod tests {
         assert!(c.check().is_ok());
     }
 
+    fn with(changes: &[(&str, &str)]) -> Vec<(String, String)> {
+        let mut pairs: Vec<(String, String)> = CLUSTER
+            .iter()
+            .filter(|(k, _)| !changes.iter().any(|(c, _)| c == k))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        pairs.extend(changes.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        pairs
+    }
+
+    #[test]
+    fn broker_only_and_controller_only_nodes_are_checked_like_kafka() {
+        // Kafka's KafkaConfig: a broker-only node is no voter (and here has no controller
+        // listener: it dials the controllers); a controller-only node is a voter with only its
+        // controller listener.
+        let voters = (
+            "controller.quorum.voters",
+            "1@127.0.0.1:9093,2@127.0.0.1:9193,3@127.0.0.1:9293",
+        );
+        let broker = [
+            ("node.id", "4"),
+            ("process.roles", "broker"),
+            ("listeners", "PLAINTEXT://127.0.0.1:9092"),
+            voters,
+        ];
+        let c = from_flags(
+            &with(&broker)
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+        assert!(c.cluster_mode() && c.process_roles.broker && !c.process_roles.controller);
+        let mut with_controller = broker;
+        with_controller[2] = ("listeners", "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9393");
+        let err = refused(&with(&with_controller));
+        assert_eq!(err.key, "listeners", "{err}");
+        assert!(
+            err.to_string().contains("must not contain a controller listener"),
+            "{err}"
+        );
+
+        let controller = [
+            ("process.roles", "controller"),
+            ("listeners", "CONTROLLER://127.0.0.1:9093"),
+            ("advertised.listeners", ""),
+            voters,
+        ];
+        let c = from_flags(
+            &with(&controller)
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+        assert!(c.cluster_mode() && !c.process_roles.broker && c.process_roles.controller);
+        let mut not_voter = controller.to_vec();
+        not_voter.push(("node.id", "4"));
+        let err = refused(&with(&not_voter));
+        assert_eq!(err.key, "node.id", "{err}");
+        let mut advertised = controller;
+        advertised[2] = ("advertised.listeners", "PLAINTEXT://127.0.0.1:9092");
+        assert_eq!(refused(&with(&advertised)).key, "advertised.listeners");
+        // One role needs a quorum.
+        let err = from_flags(&[("process.roles", "broker")]).unwrap_err();
+        assert_eq!(err.key, "process.roles", "{err}");
+    }
+
     #[test]
     fn process_roles_is_an_order_free_list() {
         let mut c = BrokerConfig::default();
@@ -2168,10 +2289,10 @@ mod tests {
             (
                 "process.roles",
                 "broker",
-                "process.roles",
-                "a broker that is not a voter",
+                "controller.quorum.voters",
+                "node.id 1 must not be one of the voters",
             ),
-            ("process.roles", "controller", "process.roles", "controller alone"),
+            ("process.roles", "controller", "listeners", "no PLAINTEXT listener"),
             (
                 "node.id",
                 "4",

@@ -62,32 +62,7 @@ fn this_broker(config: &BrokerConfig) -> BrokerInfo {
 /// until a majority of the voters is up and has agreed on the registration, as a Kafka broker
 /// waits for the controller quorum, so partitions open against up-to-date metadata.
 async fn start_quorum(config: &BrokerConfig, this: BrokerInfo) -> Result<Controller, StartError> {
-    let listen = config.controller_listen.clone().unwrap_or_default();
-    let listen_error = |source| StartError::Listen {
-        addr: listen.clone(),
-        source,
-    };
-    let listener = bind(&listen)
-        .await
-        .map_err(listen_error)?
-        .listen(LISTEN_BACKLOG)
-        .map_err(listen_error)?;
-    let voters = config
-        .controller_quorum_voters
-        .iter()
-        .map(|(id, address)| (*id as u64, address.clone()))
-        .collect();
-    let election = config.controller_quorum_election_timeout_ms;
-    let quorum_config = QuorumConfig {
-        election_timeout_min_ms: election,
-        election_timeout_max_ms: 2 * election,
-        heartbeat_interval_ms: (election / 5).max(10),
-        propose_timeout_ms: QUORUM_PROPOSE_TIMEOUT_MS,
-        ..Default::default()
-    };
-    let quorum = MetadataQuorum::start(this.id as u64, &config.data_dir, voters, listener, quorum_config).await?;
-    quorum.initialize().await?;
-    let quorum = Arc::new(quorum);
+    let (quorum, _) = open_quorum(config, this.id).await?;
     let mut waited = 0u64;
     loop {
         match register(&quorum, &this).await {
@@ -103,6 +78,78 @@ async fn start_quorum(config: &BrokerConfig, this: BrokerInfo) -> Result<Control
     }
     tracing::info!(node_id = this.id, leader = ?quorum.leader(), "registered with the metadata quorum");
     Ok(Controller::with_quorum(quorum))
+}
+
+/// Starts this node's part of the metadata quorum: a voter on its controller listener (whose
+/// bound address is returned), or for a broker-only node a learner that dials the leader.
+async fn open_quorum(
+    config: &BrokerConfig,
+    node_id: i32,
+) -> Result<(Arc<MetadataQuorum>, Option<SocketAddr>), StartError> {
+    let listener = match (config.process_roles.controller, &config.controller_listen) {
+        (true, Some(listen)) => {
+            let listen_error = |source| StartError::Listen {
+                addr: listen.clone(),
+                source,
+            };
+            Some(
+                bind(listen)
+                    .await
+                    .map_err(listen_error)?
+                    .listen(LISTEN_BACKLOG)
+                    .map_err(listen_error)?,
+            )
+        }
+        _ => None,
+    };
+    let voters = config
+        .controller_quorum_voters
+        .iter()
+        .map(|(id, address)| (*id as u64, address.clone()))
+        .collect();
+    let election = config.controller_quorum_election_timeout_ms;
+    let quorum_config = QuorumConfig {
+        election_timeout_min_ms: election,
+        election_timeout_max_ms: 2 * election,
+        heartbeat_interval_ms: (election / 5).max(10),
+        propose_timeout_ms: QUORUM_PROPOSE_TIMEOUT_MS,
+        ..Default::default()
+    };
+    let bound = listener.as_ref().and_then(|l| l.local_addr().ok());
+    let quorum = MetadataQuorum::start(node_id as u64, &config.data_dir, voters, listener, quorum_config).await?;
+    quorum.initialize().await?;
+    Ok((Arc::new(quorum), bound))
+}
+
+/// A controller-only node (`process.roles=controller`): a voter of the metadata quorum with
+/// only its controller listener. It registers no broker, hosts no partition and serves no
+/// client; while it leads it does the leader's duties (fencing silent brokers).
+async fn start_controller_only(config: BrokerConfig) -> Result<BrokerHandle, StartError> {
+    std::fs::create_dir_all(&config.data_dir)
+        .map_err(|e| error::Error::storage("create directory", &config.data_dir, e))?;
+    meta_properties::check_node(&config.data_dir, config.node_id)?;
+    let (quorum, bound) = open_quorum(&config, config.node_id).await?;
+    let addr = bound.ok_or_else(|| StartError::Listen {
+        addr: config.controller_listen.clone().unwrap_or_default(),
+        source: std::io::Error::new(std::io::ErrorKind::AddrNotAvailable, "no controller listener bound"),
+    })?;
+    tracing::info!(%addr, data_dir = %config.data_dir.display(), "sluice controller started (process.roles=controller)");
+    let config = Arc::new(config);
+    let shutdown = CancellationToken::new();
+    let duties = tokio::spawn(broker_lifecycle(quorum.clone(), config, shutdown.clone()));
+    let stopped = tokio::spawn(async move {
+        let _ = duties.await;
+        if let Err(e) = quorum.shutdown().await {
+            tracing::warn!(error = %e, "stopping the metadata quorum");
+        }
+        tracing::info!("sluice controller stopped cleanly");
+    });
+    Ok(BrokerHandle {
+        addr,
+        shutdown,
+        stopped,
+        lifecycle: None,
+    })
 }
 
 /// How long a metadata change waits for the quorum before the client gets REQUEST_TIMED_OUT
@@ -126,6 +173,8 @@ async fn register(quorum: &MetadataQuorum, this: &BrokerInfo) -> Result<(), erro
 /// the leader every `broker.heartbeat.interval.ms`, registering again when the leader does not
 /// know it; and, while this node leads the quorum, the leader's duties (fencing brokers past
 /// `broker.session.timeout.ms`).
+///
+/// A controller-only node runs only the leader's duties: it is no broker.
 async fn broker_lifecycle(quorum: Arc<MetadataQuorum>, config: Arc<BrokerConfig>, shutdown: CancellationToken) {
     let this = this_broker(&config);
     let session = Duration::from_millis(config.broker_session_timeout_ms);
@@ -139,7 +188,7 @@ async fn broker_lifecycle(quorum: Arc<MetadataQuorum>, config: Arc<BrokerConfig>
             _ = tokio::time::sleep(tick) => {}
         }
         quorum.leader_duties(session, &mut leader_since).await;
-        if last_heartbeat.elapsed() < heartbeat_every {
+        if !config.process_roles.broker || last_heartbeat.elapsed() < heartbeat_every {
             continue;
         }
         last_heartbeat = tokio::time::Instant::now();
@@ -155,17 +204,54 @@ async fn broker_lifecycle(quorum: Arc<MetadataQuorum>, config: Arc<BrokerConfig>
     }
 }
 
+/// How long a stopping broker tries to have the controller fence it (controlled shutdown)
+/// before it stops anyway: a few of the quorum's elections.
+const CONTROLLED_SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
+
+/// A cluster node's broker lifecycle task, stopped before a controlled shutdown so that no
+/// ordinary heartbeat can unfence the broker after it asked to be fenced.
+struct Lifecycle {
+    quorum: Arc<MetadataQuorum>,
+    broker: i32,
+    controlled_shutdown: bool,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
 /// A running broker.
 pub struct BrokerHandle {
     /// The address the listener is bound to (useful with port 0).
     pub addr: SocketAddr,
     shutdown: CancellationToken,
     stopped: tokio::task::JoinHandle<()>,
+    lifecycle: Option<Lifecycle>,
 }
 
 impl BrokerHandle {
-    /// Clean shutdown: stop accepting, answer what is in flight, flush, write checkpoints.
+    /// Clean shutdown: in a cluster, have the controller fence this broker first
+    /// (`controlled.shutdown.enable`, Kafka's controlled shutdown), then stop accepting, answer
+    /// what is in flight, flush, write checkpoints.
     pub async fn shutdown(self) {
+        if let Some(lifecycle) = self.lifecycle {
+            lifecycle.stop.cancel();
+            let _ = lifecycle.task.await;
+            if lifecycle.controlled_shutdown {
+                match lifecycle
+                    .quorum
+                    .controlled_shutdown(lifecycle.broker, CONTROLLED_SHUTDOWN_WAIT)
+                    .await
+                {
+                    Ok(()) => tracing::info!(
+                        broker = lifecycle.broker,
+                        "controlled shutdown: the controller fenced this broker"
+                    ),
+                    Err(e) => tracing::warn!(
+                        error = %e,
+                        "controlled shutdown failed; stopping anyway (broker.session.timeout.ms will fence this broker)"
+                    ),
+                }
+            }
+        }
         self.shutdown.cancel();
         let _ = self.stopped.await;
     }
@@ -209,6 +295,9 @@ impl Broker {
     /// Recovers the data directory and starts serving.
     pub async fn start(mut config: BrokerConfig) -> Result<BrokerHandle, StartError> {
         config.check()?;
+        if !config.process_roles.broker {
+            return start_controller_only(config).await;
+        }
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| error::Error::storage("create directory", &config.data_dir, e))?;
         meta_properties::check_node(&config.data_dir, config.node_id)?;
@@ -279,9 +368,16 @@ impl Broker {
         });
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
-        if let Some(quorum) = ctx.controller.quorum() {
-            tokio::spawn(broker_lifecycle(quorum.clone(), config.clone(), shutdown.clone()));
-        }
+        let lifecycle = ctx.controller.quorum().map(|quorum| {
+            let stop = shutdown.child_token();
+            Lifecycle {
+                quorum: quorum.clone(),
+                broker: config.node_id,
+                controlled_shutdown: config.controlled_shutdown_enable,
+                stop: stop.clone(),
+                task: tokio::spawn(broker_lifecycle(quorum.clone(), config.clone(), stop)),
+            }
+        });
         if ctx.controller.image().cluster_id.is_empty() {
             // A new quorum records its id once its first leader is elected: meta.properties
             // gets it then.
@@ -426,6 +522,7 @@ impl Broker {
             addr,
             shutdown,
             stopped,
+            lifecycle,
         })
     }
 }

@@ -51,9 +51,39 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("auto.create.topics.enable", "false"),
 ];
 
+/// What a node is (`process.roles`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// `broker,controller`: a voter that serves clients (Kafka's combined mode).
+    Combined,
+    /// `broker`: serves clients, follows the metadata log without voting.
+    Broker,
+    /// `controller`: a voter with only its controller listener.
+    Controller,
+}
+
+impl Role {
+    pub fn is_broker(self) -> bool {
+        self != Role::Controller
+    }
+
+    pub fn is_voter(self) -> bool {
+        self != Role::Broker
+    }
+
+    fn process_roles(self) -> &'static str {
+        match self {
+            Role::Combined => "broker,controller",
+            Role::Broker => "broker",
+            Role::Controller => "controller",
+        }
+    }
+}
+
 /// One node: its fixed ports and data directory, and its process while it runs.
 pub struct Node {
     pub id: i32,
+    pub role: Role,
     /// The PLAINTEXT listener, also the advertised address.
     pub addr: SocketAddr,
     pub controller_port: u16,
@@ -184,7 +214,14 @@ impl Cluster {
 
     /// `start` with extra `--set` settings for every node (they win over the defaults).
     pub async fn start_with(n: usize, extra: &[(&str, &str)]) -> Cluster {
-        assert!(n >= 1, "a cluster needs a node");
+        Cluster::start_roles(&vec![Role::Combined; n], extra).await
+    }
+
+    /// Starts one node per entry of `roles` (ids 1, 2, ... in that order), the voters being
+    /// the nodes with the controller role, and waits until every broker lists every broker.
+    pub async fn start_roles(roles: &[Role], extra: &[(&str, &str)]) -> Cluster {
+        let n = roles.len();
+        assert!(roles.iter().any(|r| r.is_voter()), "a cluster needs a voter");
         let ports = free_ports(2 * n);
         let logs = tempfile::tempdir().expect("log dir");
         let nodes = (0..n)
@@ -192,6 +229,7 @@ impl Cluster {
                 let id = i32::try_from(i + 1).unwrap();
                 Node {
                     id,
+                    role: roles[i],
                     addr: SocketAddr::from(([127, 0, 0, 1], ports[2 * i])),
                     controller_port: ports[2 * i + 1],
                     dir: tempfile::tempdir().expect("data dir"),
@@ -224,6 +262,15 @@ impl Cluster {
         self.nodes.iter().filter(|n| n.is_running()).map(|n| n.id).collect()
     }
 
+    /// The ids of the running nodes that are brokers (those clients can reach).
+    pub fn running_brokers(&self) -> Vec<i32> {
+        self.nodes
+            .iter()
+            .filter(|n| n.is_running() && n.role.is_broker())
+            .map(|n| n.id)
+            .collect()
+    }
+
     pub fn node(&self, id: i32) -> &Node {
         self.nodes
             .iter()
@@ -242,10 +289,11 @@ impl Cluster {
         self.node(id).addr
     }
 
-    /// Every node's client address, running or not: "127.0.0.1:P1,127.0.0.1:P2,...".
+    /// Every broker's client address, running or not: "127.0.0.1:P1,127.0.0.1:P2,...".
     pub fn bootstrap(&self) -> String {
         self.nodes
             .iter()
+            .filter(|n| n.role.is_broker())
             .map(|n| n.addr.to_string())
             .collect::<Vec<_>>()
             .join(",")
@@ -255,6 +303,7 @@ impl Cluster {
     fn voters(&self) -> String {
         self.nodes
             .iter()
+            .filter(|n| n.role.is_voter())
             .map(|n| format!("{}@127.0.0.1:{}", n.id, n.controller_port))
             .collect::<Vec<_>>()
             .join(",")
@@ -273,6 +322,11 @@ impl Cluster {
         let stderr = log.try_clone().expect("node log file");
         mark(&log, &format!("node {id} started by the test"));
         let (port, controller_port) = (node.addr.port(), node.controller_port);
+        let listeners = match node.role {
+            Role::Combined => format!("PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}"),
+            Role::Broker => format!("PLAINTEXT://127.0.0.1:{port}"),
+            Role::Controller => format!("CONTROLLER://127.0.0.1:{controller_port}"),
+        };
         let mut cmd = Command::new(sluice_bin());
         cmd.arg("serve")
             .arg("--node-id")
@@ -280,14 +334,14 @@ impl Cluster {
             .arg("--data-dir")
             .arg(node.dir.path())
             .arg("--set")
-            .arg("process.roles=broker,controller")
+            .arg(format!("process.roles={}", node.role.process_roles()))
             .arg("--set")
-            .arg(format!(
-                "listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}"
-            ))
-            .arg("--set")
-            .arg(format!("advertised.listeners=PLAINTEXT://127.0.0.1:{port}"))
-            .arg("--set")
+            .arg(format!("listeners={listeners}"));
+        if node.role.is_broker() {
+            cmd.arg("--set")
+                .arg(format!("advertised.listeners=PLAINTEXT://127.0.0.1:{port}"));
+        }
+        cmd.arg("--set")
             .arg("controller.listener.names=CONTROLLER")
             .arg("--set")
             .arg(format!("controller.quorum.voters={voters}"));
@@ -315,6 +369,33 @@ impl Cluster {
         child.kill().expect("SIGKILL");
         child.wait().expect("reap");
         self.mark_log(id, "killed (SIGKILL) by the test");
+    }
+
+    /// SIGTERM to node `id` (a clean, controlled shutdown), then waits for it to exit 0.
+    pub async fn terminate(&mut self, id: i32) {
+        let node = self.node_mut(id);
+        let mut child = node.child.take().unwrap_or_else(|| panic!("node {id} is not running"));
+        let pid = i32::try_from(child.id()).unwrap();
+        // SAFETY: plain kill(2) on our own child, not yet reaped.
+        let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
+        assert_eq!(rc, 0, "SIGTERM to node {id}");
+        self.mark_log(id, "sent SIGTERM by the test");
+        let deadline = Instant::now() + STOP_WAIT;
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                break Some(status);
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "node {id} did not exit cleanly after SIGTERM: {status:?}"
+        );
     }
 
     /// A line in node `id`'s log, so its tail shows what the test did to it.
@@ -400,7 +481,7 @@ impl Cluster {
     pub async fn wait_ready(&self) {
         let deadline = Instant::now() + READY_WAIT;
         loop {
-            let running = self.running();
+            let running = self.running_brokers();
             let mut waiting = Vec::new();
             for &id in &running {
                 match self.brokers_seen_by(id).await {
@@ -454,7 +535,7 @@ impl Cluster {
         loop {
             let running = self.running();
             let mut seen = BTreeMap::new();
-            for &id in &running {
+            for id in self.running_brokers() {
                 seen.insert(id, self.controller_seen_by(id).await);
             }
             let agreed: BTreeSet<_> = seen.values().filter_map(|c| c.as_ref().ok()).collect();

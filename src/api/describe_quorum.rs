@@ -5,6 +5,9 @@
 //! v0 baseline · v1 each voter's last fetch and last caught-up timestamps · v2 (KIP-853) error
 //! messages, replica directory ids and `nodes`, each voter's controller listener.
 //!
+//! Broker-only nodes (raft learners) are listed as observers, with the log end offset the
+//! leader knows them to hold.
+//!
 //! Offsets are raft log indexes (openraft's first entry is index 0); a log end offset and the
 //! high watermark are the offset after the last entry, as Kafka's. Not known here (-1): a
 //! follower's fetch and caught-up times (openraft reports only how far each voter matches).
@@ -12,7 +15,8 @@
 //!
 //! Kafka's brokers forward this request to the active controller, whose raft client answers
 //! when it leads and says NOT_LEADER_OR_FOLLOWER when it does not. Here the leader answers;
-//! another node forwards the request once to the leader's client listener, and says
+//! another node forwards the request once to the leader's client listener (a controller-only
+//! leader has none: its metrics are asked over the controller listener), and says
 //! NOT_LEADER_OR_FOLLOWER, naming the leader it knows, when that fails.
 //!
 //! A single node is its own controller: one voter (itself) leading epoch 1, whose high
@@ -77,10 +81,21 @@ pub async fn handle(ctx: &Ctx, req: DescribeQuorumRequest, version: i16) -> Desc
                 Ok(resp) => return resp,
                 Err(e) => tracing::debug!(leader, error = %e, "DescribeQuorum: forwarding to the quorum leader failed"),
             },
-            None => tracing::debug!(
-                leader,
-                "DescribeQuorum: the quorum leader has no registered broker endpoint"
-            ),
+            // A controller-only leader: asked over the controller listener instead.
+            None => {
+                if let Some((metrics, committed)) = quorum.leader_metrics().await {
+                    return answer(
+                        &LeaderView::from_metrics(&metrics, committed),
+                        version,
+                        now_ms,
+                        listener,
+                    );
+                }
+                tracing::debug!(
+                    leader,
+                    "DescribeQuorum: the controller-only quorum leader did not answer"
+                )
+            }
         }
     }
     not_leader(ctx.config.node_id, leader, epoch)
@@ -154,6 +169,8 @@ struct LeaderView {
     high_watermark: i64,
     /// By id.
     voters: Vec<Voter>,
+    /// The broker-only nodes (raft learners), Kafka's observers; no controller listener.
+    observers: Vec<Voter>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -176,6 +193,7 @@ impl LeaderView {
                 log_end_offset: image_offset,
                 controller: None,
             }],
+            observers: Vec::new(),
         }
     }
 
@@ -184,30 +202,28 @@ impl LeaderView {
     fn from_metrics(metrics: &RaftMetrics<u64, BasicNode>, committed: Option<u64>) -> LeaderView {
         let next_offset = |index: u64| i64::try_from(index).map_or(i64::MAX, |i| i.saturating_add(1));
         let membership = metrics.membership_config.membership();
-        let voters = membership
-            .voter_ids()
-            .filter_map(|id| {
-                let matched = metrics
-                    .replication
-                    .as_ref()
-                    .and_then(|replication| replication.get(&id).copied().flatten());
-                let log_end_offset = match matched {
-                    Some(log_id) => next_offset(log_id.index),
-                    None if id == metrics.id => metrics.last_log_index.map_or(-1, next_offset),
-                    None => -1,
-                };
-                Some(Voter {
-                    id: i32::try_from(id).ok()?,
-                    log_end_offset,
-                    controller: membership.get_node(&id).and_then(|node| host_port(&node.addr)),
-                })
+        let replica = |id: u64| {
+            let matched = metrics
+                .replication
+                .as_ref()
+                .and_then(|replication| replication.get(&id).copied().flatten());
+            let log_end_offset = match matched {
+                Some(log_id) => next_offset(log_id.index),
+                None if id == metrics.id => metrics.last_log_index.map_or(-1, next_offset),
+                None => -1,
+            };
+            Some(Voter {
+                id: i32::try_from(id).ok()?,
+                log_end_offset,
+                controller: membership.get_node(&id).and_then(|node| host_port(&node.addr)),
             })
-            .collect();
+        };
         LeaderView {
             leader: i32::try_from(metrics.id).unwrap_or(-1),
             epoch: epoch_of(metrics.current_term),
             high_watermark: committed.map_or(-1, next_offset),
-            voters,
+            voters: membership.voter_ids().filter_map(replica).collect(),
+            observers: membership.learner_ids().filter_map(replica).collect(),
         }
     }
 }
@@ -222,24 +238,21 @@ fn host_port(addr: &str) -> Option<(String, u16)> {
 /// The leader's answer (Kafka's `RaftUtil.singletonDescribeQuorumResponse`): its own
 /// timestamps are `now_ms`, the others' unknown; v2 lists each voter's controller listener.
 fn answer(view: &LeaderView, version: i16, now_ms: i64, listener: &str) -> DescribeQuorumResponse {
-    let voters = view
-        .voters
-        .iter()
-        .map(|voter| {
-            let at = if voter.id == view.leader { now_ms } else { -1 };
-            ReplicaState::default()
-                .with_replica_id(BrokerId(voter.id))
-                .with_replica_directory_id(Uuid::nil())
-                .with_log_end_offset(voter.log_end_offset)
-                .with_last_fetch_timestamp(at)
-                .with_last_caught_up_timestamp(at)
-        })
-        .collect();
+    let state = |voter: &Voter| {
+        let at = if voter.id == view.leader { now_ms } else { -1 };
+        ReplicaState::default()
+            .with_replica_id(BrokerId(voter.id))
+            .with_replica_directory_id(Uuid::nil())
+            .with_log_end_offset(voter.log_end_offset)
+            .with_last_fetch_timestamp(at)
+            .with_last_caught_up_timestamp(at)
+    };
     let partition = PartitionData::default()
         .with_leader_id(BrokerId(view.leader))
         .with_leader_epoch(view.epoch)
         .with_high_watermark(view.high_watermark)
-        .with_current_voters(voters);
+        .with_current_voters(view.voters.iter().map(state).collect())
+        .with_observers(view.observers.iter().map(state).collect());
     let mut resp = DescribeQuorumResponse::default().with_topics(vec![metadata_topic(partition)]);
     if version >= 2 {
         resp.nodes = view
@@ -346,6 +359,7 @@ mod tests {
                     controller: None,
                 },
             ],
+            observers: Vec::new(),
         };
         let resp = answer(&view, 2, 1234, "CONTROLLER");
         let p = &resp.topics[0].partitions[0];

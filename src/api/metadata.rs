@@ -102,10 +102,19 @@ pub async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> MetadataRe
                 .with_rack(b.rack.clone().map(StrBytes::from_string))
         })
         .collect();
+    // Clients send admin requests to this id, so it must be a broker they know: a
+    // controller-only leader is not one, and any broker forwards to it (Kafka's KRaft brokers
+    // answer a random alive broker here for the same reason).
+    let active = ctx.controller.active_controller();
+    let controller_id = if active == -1 || image.live_brokers().any(|b| b.id == active) {
+        active
+    } else {
+        ctx.config.node_id
+    };
     MetadataResponse::default()
         .with_brokers(brokers)
         .with_cluster_id(Some(StrBytes::from_string(image.cluster_id.clone())))
-        .with_controller_id(BrokerId(ctx.controller.active_controller()))
+        .with_controller_id(BrokerId(controller_id))
         .with_topics(topics)
         .with_cluster_authorized_operations(
             // v8-v10 answer it when asked (v11 moved it to DescribeCluster).

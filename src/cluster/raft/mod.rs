@@ -1,7 +1,8 @@
 //! The metadata quorum: a raft group of controllers (openraft 0.9) that agrees on every
 //! `MetadataRecord`, so each controller's `MetadataImage` is the same sequence of records
 //! applied in the same order. It replaces the single-node metadata log when Sluice runs as a
-//! cluster (issue 11); not wired into the broker yet.
+//! cluster (issue 11). Broker-only nodes are learners: they hold the log and apply it, never
+//! vote, and reach the leader over a connection they dial (`network`).
 //!
 //! - `log_store`: the raft log, vote and purge point on disk under
 //!   `<data_dir>/__cluster_metadata-raft/` (CRC32C frames, fsynced before an append counts).
@@ -11,7 +12,8 @@
 //! - `network`: openraft's RPCs over TCP in length-prefixed serde_json frames, bounded.
 //! - `disk`: the file primitives both stores share.
 //!
-//! `MetadataQuorum` is what the broker uses: `start` a node on its controller listener,
+//! `MetadataQuorum` is what the broker uses: `start` a node on its controller listener (a
+//! learner without one),
 //! `initialize` the cluster once (the lowest voter id does it, on an empty log), `propose`
 //! records (the leader only; followers answer with the leader), follow `images()`.
 //!
@@ -41,7 +43,7 @@ use tokio::sync::watch;
 
 use super::{MetadataImage, MetadataRecord};
 use log_store::LogStore;
-use network::{NetworkFactory, NetworkLimits, RaftServer};
+use network::{LEARNER_ADDRESS, Links, NetworkFactory, NetworkLimits, RaftServer};
 use state_machine::StateMachine;
 
 openraft::declare_raft_types!(
@@ -235,9 +237,65 @@ pub(super) struct Core {
     heartbeats: std::sync::Mutex<std::collections::HashMap<i32, std::time::Instant>>,
     /// On the leader: the image offset a fenced broker must reach before it is unfenced.
     fenced_at: std::sync::Mutex<std::collections::HashMap<i32, i64>>,
+    /// On the leader: the connections learners dialed, for their replication.
+    links: Links,
+    /// On a learner: the leader its link is to (known before its raft learns of a leader).
+    linked_leader: std::sync::Mutex<Option<u64>>,
 }
 
 impl Core {
+    /// On the leader: learner `node` dialed in and offers `stream` for its replication. A node
+    /// not yet in the membership is added as a learner (openraft's `add_learner`, a membership
+    /// change committed by the voters alone); a restarted learner is a member already.
+    pub(super) fn accept_learner(&self, node: u64, stream: tokio::net::TcpStream) {
+        self.links
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(node, stream);
+        let known = self
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .get_node(&node)
+            .is_some();
+        if known {
+            return;
+        }
+        let raft = self.raft.clone();
+        tokio::spawn(async move {
+            let learner = BasicNode {
+                addr: LEARNER_ADDRESS.to_string(),
+            };
+            match raft.add_learner(node, learner, false).await {
+                Ok(_) => tracing::info!(learner = node, "metadata quorum: added a broker-only node as a learner"),
+                // Another membership change in progress, or leadership lost: the learner
+                // dials again when its link stays silent, and is added then.
+                Err(e) => tracing::warn!(learner = node, error = %e, "metadata quorum: adding a learner failed"),
+            }
+        });
+    }
+
+    /// On the leader: its metrics and committed index (DescribeQuorum); None elsewhere.
+    pub(super) async fn leader_metrics(&self) -> Option<(RaftMetrics<u64, BasicNode>, Option<u64>)> {
+        let metrics = self.raft.metrics().borrow().clone();
+        if metrics.current_leader != Some(self.node_id) {
+            return None;
+        }
+        let committed = self
+            .raft
+            .with_raft_state(|state| state.committed.as_ref().map(|id| id.index))
+            .await
+            .ok()
+            .flatten();
+        Some((metrics, committed))
+    }
+
+    pub(super) fn set_linked_leader(&self, leader: Option<u64>) {
+        *self.linked_leader.lock().unwrap_or_else(|p| p.into_inner()) = leader;
+    }
+
     async fn propose(&self, record: MetadataRecord) -> Result<i64, QuorumError> {
         let size = serde_json::to_vec(&record).map(|json| json.len()).unwrap_or(usize::MAX);
         if size > RECORD_BYTES_MAX {
@@ -291,13 +349,44 @@ impl Core {
     /// leader first saw it fenced (Kafka unfences a broker whose metadata offset reached the
     /// controller's at its registration), so it never serves from an image that predates
     /// changes made while it was away.
-    pub(super) async fn heartbeat(&self, broker: i32, applied: i64) -> Result<HeartbeatReply, Refusal> {
+    ///
+    /// `shutting_down`: the broker stops (Kafka's `WantShutDown`); it is fenced at once, and
+    /// when it comes back it is unfenced by the same catch-up rule.
+    pub(super) async fn heartbeat(
+        &self,
+        broker: i32,
+        applied: i64,
+        shutting_down: bool,
+    ) -> Result<HeartbeatReply, Refusal> {
         if self.raft.metrics().borrow().current_leader != Some(self.node_id) {
             return Err(Refusal::NotLeader);
         }
         let Some(info) = self.images.borrow().brokers.get(&broker).cloned() else {
             return Ok(HeartbeatReply { registered: false });
         };
+        if shutting_down {
+            self.heartbeats
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&broker);
+            if !info.fenced {
+                tracing::info!(
+                    broker,
+                    "metadata quorum: fencing a broker that shuts down (controlled shutdown)"
+                );
+                let offset = self
+                    .propose_checked(MetadataRecord::SetBrokerFenced {
+                        id: broker,
+                        fenced: true,
+                    })
+                    .await?;
+                self.fenced_at
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(broker, offset);
+            }
+            return Ok(HeartbeatReply { registered: true });
+        }
         self.heartbeats
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -338,17 +427,26 @@ impl MetadataQuorum {
     /// other controllers on `listener`. `voters` (id → `host:port` of each controller
     /// listener, this node included) is the membership `initialize` records; after that the
     /// membership comes from the log.
+    ///
+    /// `listener` None: a broker-only node, a learner that is not among the voters and dials
+    /// the leader instead of being dialed (see `network`).
     pub async fn start(
         node_id: u64,
         data_dir: &Path,
         voters: BTreeMap<u64, String>,
-        listener: TcpListener,
+        listener: Option<TcpListener>,
         config: QuorumConfig,
     ) -> Result<MetadataQuorum, QuorumError> {
-        if !voters.contains_key(&node_id) {
+        if listener.is_some() != voters.contains_key(&node_id) {
             return Err(QuorumError::Config(format!(
-                "node {node_id} is not among the voters {:?}",
-                voters.keys().collect::<Vec<_>>()
+                "node {node_id} is {} the voters {:?}, and has {} controller listener",
+                if voters.contains_key(&node_id) {
+                    "among"
+                } else {
+                    "not among"
+                },
+                voters.keys().collect::<Vec<_>>(),
+                if listener.is_some() { "a" } else { "no" },
             )));
         }
         let image_node_id = i32::try_from(node_id)
@@ -396,10 +494,14 @@ impl MetadataQuorum {
         .await
         .map_err(|e| QuorumError::Stopped(format!("opening the raft files: {e}")))??;
         let images = state_machine.images();
+        let links: Links = Arc::default();
         let raft = Raft::new(
             node_id,
             Arc::new(raft_config),
-            NetworkFactory { limits },
+            NetworkFactory {
+                limits,
+                links: links.clone(),
+            },
             log_store,
             state_machine,
         )
@@ -413,8 +515,18 @@ impl MetadataQuorum {
             propose_timeout_ms: config.propose_timeout_ms,
             heartbeats: std::sync::Mutex::new(std::collections::HashMap::new()),
             fenced_at: std::sync::Mutex::new(std::collections::HashMap::new()),
+            links,
+            linked_leader: std::sync::Mutex::new(None),
         });
-        let server = RaftServer::start(listener, node_id, raft.clone(), core.clone(), limits);
+        let server = match listener {
+            Some(listener) => RaftServer::start(listener, node_id, raft.clone(), core.clone(), limits),
+            None => {
+                // The leader heartbeats its learners every heartbeat interval: a link silent
+                // for a few election timeouts leads nowhere any more.
+                let idle = Duration::from_millis(3 * config.election_timeout_max_ms);
+                RaftServer::start_learner(voters.clone(), node_id, raft.clone(), core.clone(), limits, idle)
+            }
+        };
         Ok(MetadataQuorum {
             node_id,
             voters: voters.into_iter().map(|(id, addr)| (id, BasicNode { addr })).collect(),
@@ -529,15 +641,20 @@ impl MetadataQuorum {
     }
 
     /// The leader this node knows of, with its controller address.
+    /// A learner that has not heard from the leader yet knows it from its link.
     fn leader_address(&self) -> Option<(u64, String)> {
         let metrics = self.raft.metrics();
         let metrics = metrics.borrow();
-        let leader = metrics.current_leader?;
+        let leader = metrics
+            .current_leader
+            .or_else(|| *self.core.linked_leader.lock().unwrap_or_else(|p| p.into_inner()))?;
         let address = metrics
             .membership_config
             .membership()
             .get_node(&leader)
-            .map(|node| node.addr.clone())?;
+            .map(|node| node.addr.clone())
+            .filter(|addr| addr != LEARNER_ADDRESS)
+            .or_else(|| self.voters.get(&leader).map(|node| node.addr.clone()))?;
         Some((leader, address))
     }
 
@@ -554,11 +671,47 @@ impl MetadataQuorum {
     /// Tells the leader that broker `broker` (this node) is alive; false when the leader does
     /// not know it (it must register).
     pub async fn heartbeat(&self, broker: i32) -> Result<bool, crate::error::Error> {
+        self.send_heartbeat(broker, false).await
+    }
+
+    /// Controlled shutdown (Kafka's BrokerHeartbeat with `WantShutDown`): asks the leader to
+    /// fence broker `broker` (this node) now, retrying through elections until `wait` has
+    /// passed. An error says the quorum could not be reached in time; the caller stops anyway
+    /// and the session timeout fences it later.
+    pub async fn controlled_shutdown(&self, broker: i32, wait: Duration) -> Result<(), crate::error::Error> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let attempt = tokio::time::timeout_at(deadline, self.send_heartbeat(broker, true)).await;
+            match attempt {
+                Ok(Ok(_)) => return Ok(()),
+                Ok(Err(e)) if tokio::time::Instant::now() + Duration::from_millis(100) < deadline => {
+                    tracing::debug!(error = %e, "controlled shutdown: retrying");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Ok(Err(e)) => return Err(e),
+                Err(_) => {
+                    return Err(crate::error::Error::Controller {
+                        code: ResponseError::RequestTimedOut.code(),
+                        message: format!(
+                            "no metadata quorum leader fenced this broker within {} ms",
+                            wait.as_millis()
+                        ),
+                    });
+                }
+            }
+        }
+    }
+
+    async fn send_heartbeat(&self, broker: i32, shutting_down: bool) -> Result<bool, crate::error::Error> {
         let applied = self.image().offset;
         let outcome = match self.leader_address() {
-            Some((leader, _)) if leader == self.node_id => self.core.heartbeat(broker, applied).await,
+            Some((leader, _)) if leader == self.node_id => self.core.heartbeat(broker, applied, shutting_down).await,
             Some((leader, address)) => {
-                let rpc = network::Rpc::BrokerHeartbeat { broker, applied };
+                let rpc = network::Rpc::BrokerHeartbeat {
+                    broker,
+                    applied,
+                    shutting_down,
+                };
                 match network::forward(&address, leader, rpc, self.limits).await {
                     Ok(network::Reply::Heartbeat(outcome)) => outcome,
                     Ok(_) | Err(_) => Err(Refusal::NotLeader),
@@ -682,6 +835,25 @@ impl MetadataQuorum {
             .shutdown()
             .await
             .map_err(|e| QuorumError::Stopped(format!("shutting down: {e}")))
+    }
+
+    /// The leader's metrics and committed index, asked over the controller listener when
+    /// another node leads (a controller-only leader has no Kafka listener to forward to).
+    pub async fn leader_metrics(&self) -> Option<(RaftMetrics<u64, BasicNode>, Option<u64>)> {
+        match self.leader_address() {
+            Some((leader, _)) if leader == self.node_id => self.core.leader_metrics().await,
+            Some((leader, address)) => {
+                match network::forward(&address, leader, network::Rpc::LeaderMetrics, self.limits).await {
+                    Ok(network::Reply::LeaderMetrics(view)) => view.map(|boxed| *boxed),
+                    Ok(_) => None,
+                    Err(e) => {
+                        tracing::debug!(leader, %address, error = %e, "metadata quorum: asking the leader for its metrics");
+                        None
+                    }
+                }
+            }
+            None => None,
+        }
     }
 
     /// The index of the last entry this node knows committed (None before the first commit or

@@ -8,13 +8,22 @@
 //! line, never a panic); every read and write is bounded by a timeout, a connection silent for
 //! `idle_timeout` is closed, and at most `CONNECTIONS_MAX` are served at once.
 //!
+//! A broker-only node (a raft learner, KIP-595's observer) has no listener of its own: it dials
+//! the leader's controller listener and sends `JoinAsLearner`; once accepted, the connection
+//! turns around and the leader sends the learner's AppendEntries and InstallSnapshot over it
+//! (`Links`), the learner answering as a server would. The learner dials again when the link
+//! closes or carries nothing for `LearnerLink::idle` (the leader heartbeats every learner, so
+//! silence means the leader changed or died), asking the voters in turn and following the
+//! leader they name.
+//!
 //! The client side (`PeerClient`, one per target and replication stream, made by openraft
 //! through `NetworkFactory`) keeps one connection and reconnects at the next RPC after any
 //! error. A connection is taken out of the client for the time of a call, so a call that
 //! openraft abandons midway (its own timeout) drops the connection with it rather than leaving
 //! an unread reply for the next call.
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use openraft::error::{
@@ -68,6 +77,14 @@ pub(super) enum Rpc {
     AppendEntries(AppendEntriesRequest<TypeConfig>),
     Vote(VoteRequest<u64>),
     InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
+    /// DescribeQuorum of a node whose leader has no Kafka listener (controller-only): the
+    /// leader's metrics and committed index.
+    LeaderMetrics,
+    /// A broker-only node asks to follow the metadata log (a raft learner) and offers this
+    /// connection for the leader's replication RPCs to it.
+    JoinAsLearner {
+        node: u64,
+    },
     /// A broker forwards a metadata change to the leader (Kafka forwards admin requests to
     /// the active controller).
     Propose(MetadataRecord),
@@ -77,6 +94,9 @@ pub(super) enum Rpc {
         broker: i32,
         #[serde(default)]
         applied: i64,
+        /// The broker is stopping and asks to be fenced now (Kafka's `WantShutDown`).
+        #[serde(default)]
+        shutting_down: bool,
     },
 }
 
@@ -87,6 +107,11 @@ pub(super) enum Reply {
     InstallSnapshot(Result<InstallSnapshotResponse<u64>, RaftError<u64, InstallSnapshotError>>),
     Proposed(Result<i64, Refusal>),
     Heartbeat(Result<HeartbeatReply, Refusal>),
+    /// The leader's metrics and committed index; None from a node that does not lead.
+    LeaderMetrics(Option<Box<LeaderMetrics>>),
+    /// `JoinAsLearner` accepted (the connection now carries the leader's RPCs), or refused by
+    /// a node that does not lead, naming the leader it knows.
+    Joined(Result<(), Option<u64>>),
     /// The request named another node: this address is node `node`.
     WrongNode {
         node: u64,
@@ -223,6 +248,79 @@ impl RaftServer {
         RaftServer { cancel, tasks }
     }
 
+    /// Serves openraft's RPCs to `raft` (a learner) over connections this node dials to the
+    /// leader among `voters` (id → controller address), until `shutdown`.
+    pub(super) fn start_learner(
+        voters: BTreeMap<u64, String>,
+        node_id: u64,
+        raft: Raft<TypeConfig>,
+        core: Arc<Core>,
+        limits: NetworkLimits,
+        idle: Duration,
+    ) -> RaftServer {
+        let cancel = CancellationToken::new();
+        let tasks = TaskTracker::new();
+        let task_cancel = cancel.clone();
+        tasks.spawn(async move {
+            let ids: Vec<u64> = voters.keys().copied().collect();
+            let mut next = 0usize;
+            let mut hint: Option<u64> = None;
+            // The voter last tried in vain or whose link just ended: this node's raft may still
+            // call it leader (nothing told it otherwise), so it is not dialed again at once.
+            let mut avoid: Option<u64> = None;
+            // The link's reads wait `idle` for the next RPC instead of the server's idle bound.
+            let link_limits = NetworkLimits {
+                idle_timeout: idle,
+                ..limits
+            };
+            while !task_cancel.is_cancelled() {
+                // The leader named last, else the one this node knows, else the next voter.
+                let known = raft.metrics().borrow().current_leader;
+                let target = match hint
+                    .take()
+                    .or(known.filter(|&id| Some(id) != avoid))
+                    .filter(|id| voters.contains_key(id))
+                {
+                    Some(id) => id,
+                    None => {
+                        next = (next + 1) % ids.len().max(1);
+                        ids.get(next).copied().unwrap_or_default()
+                    }
+                };
+                let Some(address) = voters.get(&target) else { break };
+                match join(address, target, node_id, limits).await {
+                    Ok(Ok(stream)) => {
+                        tracing::info!(node_id, leader = target, %address, "metadata quorum: following the leader as a learner");
+                        core.set_linked_leader(Some(target));
+                        let outcome = serve_connection(stream, node_id, &raft, &core, link_limits, &task_cancel).await;
+                        core.set_linked_leader(None);
+                        avoid = Some(target);
+                        tracing::debug!(node_id, leader = target, ?outcome, "metadata quorum: the link to the leader ended");
+                        continue;
+                    }
+                    Ok(Err(leader)) => {
+                        avoid = Some(target);
+                        hint = leader.filter(|&l| l != target);
+                        if hint.is_none() {
+                            next = (next + 1) % ids.len().max(1);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::debug!(node_id, voter = target, %address, error = %e, "metadata quorum: cannot reach a voter");
+                        avoid = Some(target);
+                        next = (next + 1) % ids.len().max(1);
+                    }
+                }
+                tokio::select! {
+                    _ = task_cancel.cancelled() => break,
+                    _ = tokio::time::sleep(LEARNER_RETRY) => {}
+                }
+            }
+        });
+        tasks.close();
+        RaftServer { cancel, tasks }
+    }
+
     /// Stops accepting, closes every connection and waits for their tasks.
     pub(super) async fn shutdown(&self) {
         self.cancel.cancel();
@@ -257,13 +355,33 @@ async fn serve_connection(
             );
             return Ok(());
         }
+        if let Rpc::JoinAsLearner { node } = request.rpc {
+            let leader = raft.metrics().borrow().current_leader;
+            if leader != Some(node_id) {
+                let frame = encode_frame(&Reply::Joined(Err(leader)), limits.frame_bytes_max)?;
+                write_frame(&mut stream, &frame, limits.io_timeout).await?;
+                return Ok(());
+            }
+            let frame = encode_frame(&Reply::Joined(Ok(())), limits.frame_bytes_max)?;
+            write_frame(&mut stream, &frame, limits.io_timeout).await?;
+            // From here the leader is the client of this connection.
+            core.accept_learner(node, stream);
+            return Ok(());
+        }
         let handled = async {
             match request.rpc {
                 Rpc::AppendEntries(rpc) => Reply::AppendEntries(raft.append_entries(rpc).await),
                 Rpc::Vote(rpc) => Reply::Vote(raft.vote(rpc).await),
                 Rpc::InstallSnapshot(rpc) => Reply::InstallSnapshot(raft.install_snapshot(rpc).await),
                 Rpc::Propose(record) => Reply::Proposed(core.propose_checked(record).await),
-                Rpc::BrokerHeartbeat { broker, applied } => Reply::Heartbeat(core.heartbeat(broker, applied).await),
+                Rpc::LeaderMetrics => Reply::LeaderMetrics(core.leader_metrics().await.map(Box::new)),
+                // Answered above; a learner never receives it.
+                Rpc::JoinAsLearner { .. } => Reply::Joined(Err(None)),
+                Rpc::BrokerHeartbeat {
+                    broker,
+                    applied,
+                    shutting_down,
+                } => Reply::Heartbeat(core.heartbeat(broker, applied, shutting_down).await),
             }
         };
         let reply = tokio::select! {
@@ -277,6 +395,52 @@ async fn serve_connection(
         write_frame(&mut stream, &frame, limits.io_timeout).await?;
     }
 }
+
+/// The leader's metrics and the index it knows committed.
+pub(super) type LeaderMetrics = (openraft::RaftMetrics<u64, BasicNode>, Option<u64>);
+
+/// How long a learner waits before dialing the next voter after a refusal or failure.
+const LEARNER_RETRY: Duration = Duration::from_millis(200);
+
+/// Asks voter `to` at `address` to take this node (`node`) as a learner: the connection to
+/// serve the leader's RPCs on, or the refusal naming the leader `to` knows.
+async fn join(
+    address: &str,
+    to: u64,
+    node: u64,
+    limits: NetworkLimits,
+) -> Result<Result<TcpStream, Option<u64>>, FrameError> {
+    let frame = encode_frame(
+        &RequestFrame {
+            to,
+            rpc: Rpc::JoinAsLearner { node },
+        },
+        limits.frame_bytes_max,
+    )?;
+    let mut stream = bounded(limits.io_timeout, "connect", TcpStream::connect(address)).await?;
+    let _ = stream.set_nodelay(true);
+    write_frame(&mut stream, &frame, limits.io_timeout).await?;
+    let reply = read_frame::<_, Reply>(
+        &mut stream,
+        limits.frame_bytes_max,
+        limits.io_timeout,
+        limits.io_timeout,
+    )
+    .await?
+    .ok_or(FrameError::Closed)?;
+    Ok(match reply {
+        Reply::Joined(Ok(())) => Ok(stream),
+        Reply::Joined(Err(leader)) => Err(leader),
+        _ => Err(None),
+    })
+}
+
+/// The address a learner is recorded at in the membership: it has none (the leader reaches it
+/// over the connection it dialed, `Links`).
+pub(super) const LEARNER_ADDRESS: &str = "";
+
+/// On the leader: the connection each learner dialed, taken by the learner's `PeerClient`.
+pub(super) type Links = Arc<Mutex<HashMap<u64, TcpStream>>>;
 
 /// One request to node `to` at `address` on a connection of its own (a broker's forwarded
 /// proposal or heartbeat: rare, so not worth a pooled connection), bounded by `io_timeout` for
@@ -299,6 +463,7 @@ pub(super) async fn forward(address: &str, to: u64, rpc: Rpc, limits: NetworkLim
 /// Makes the clients openraft sends RPCs through.
 pub(super) struct NetworkFactory {
     pub(super) limits: NetworkLimits,
+    pub(super) links: Links,
 }
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
@@ -310,6 +475,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             address: node.addr.clone(),
             stream: None,
             limits: self.limits,
+            link: (node.addr == LEARNER_ADDRESS).then(|| self.links.clone()),
         }
     }
 }
@@ -320,6 +486,8 @@ pub(super) struct PeerClient {
     address: String,
     stream: Option<TcpStream>,
     limits: NetworkLimits,
+    /// For a learner: where the connection it dialed is found (it has no address).
+    link: Option<Links>,
 }
 
 /// Why an RPC failed on our side of the wire.
@@ -357,6 +525,8 @@ impl PeerClient {
             Rpc::Vote(_) => "Vote",
             Rpc::InstallSnapshot(_) => "InstallSnapshot",
             Rpc::Propose(_) => "Propose",
+            Rpc::JoinAsLearner { .. } => "JoinAsLearner",
+            Rpc::LeaderMetrics => "LeaderMetrics",
             Rpc::BrokerHeartbeat { .. } => "BrokerHeartbeat",
         };
         let request = RequestFrame { to: self.target, rpc };
@@ -367,6 +537,18 @@ impl PeerClient {
             address: address.clone(),
             source,
         };
+        if let Some(links) = &self.link {
+            // A learner's newest connection replaces the one held (it dialed again).
+            if let Some(fresh) = links.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.target) {
+                self.stream = Some(fresh);
+            }
+            if self.stream.is_none() {
+                return Err(CallError::Unreachable {
+                    address: format!("learner {}", self.target),
+                    source: FrameError::Closed,
+                });
+            }
+        }
         let exchange = async {
             let mut stream = match self.stream.take() {
                 Some(stream) => stream,

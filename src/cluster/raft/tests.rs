@@ -92,9 +92,15 @@ impl Cluster {
     }
 
     async fn start_node(&mut self, id: u64, listener: TcpListener) {
-        let node = MetadataQuorum::start(id, &self.dir(id), self.addresses.clone(), listener, self.config.clone())
-            .await
-            .unwrap();
+        let node = MetadataQuorum::start(
+            id,
+            &self.dir(id),
+            self.addresses.clone(),
+            Some(listener),
+            self.config.clone(),
+        )
+        .await
+        .unwrap();
         // Every node calls it at every start, as the broker will: only node 1's first does anything.
         node.initialize().await.unwrap();
         self.nodes.insert(id, node);
@@ -483,7 +489,7 @@ async fn start_refuses_a_node_that_is_not_a_voter() {
     let dir = tempfile::tempdir().unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let voters = BTreeMap::from([(1, "127.0.0.1:1".to_string())]);
-    let refused = MetadataQuorum::start(2, dir.path(), voters, listener, test_config()).await;
+    let refused = MetadataQuorum::start(2, dir.path(), voters, Some(listener), test_config()).await;
     assert!(matches!(refused, Err(QuorumError::Config(_))));
 }
 
