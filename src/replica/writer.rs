@@ -105,8 +105,10 @@ impl Writer {
     pub fn run_blocking<T: Send + 'static>(&self, op: impl FnOnce() -> T + Send + 'static) -> Result<T, WriterGone> {
         // futures' executor, not tokio's blocking_send: it works on any thread, including the
         // shutdown path that closes partitions from a runtime worker. The jobs never need the
-        // runtime, so blocking here cannot deadlock on it.
-        futures::executor::block_on(self.run(op))
+        // runtime, so blocking here cannot deadlock on it. `unconstrained`: on a worker whose
+        // task used up its cooperative budget, tokio's channels would answer Pending and defer
+        // the wake-up until the task yields to the scheduler, which a blocked thread never does.
+        futures::executor::block_on(tokio::task::unconstrained(self.run(op)))
     }
 }
 
@@ -141,11 +143,15 @@ mod tests {
     use crate::replica::Partition;
 
     fn partition(dir: &Path, writers: &Writers) -> Arc<Partition> {
+        partition_with(dir, LogConfig::default(), writers)
+    }
+
+    fn partition_with(dir: &Path, config: LogConfig, writers: &Writers) -> Arc<Partition> {
         let tp = TopicPartition {
             topic: "t".into(),
             partition: 0,
         };
-        let log = Log::open(dir, LogConfig::default(), crate::replica::now_ms()).unwrap();
+        let log = Log::open(dir, config, crate::replica::now_ms()).unwrap();
         let writer = writers.for_partition(&tp);
         let partition = Arc::new(Partition::new(
             tp,
@@ -209,6 +215,98 @@ mod tests {
             let value = String::from_utf8(record.value.clone().unwrap().to_vec()).unwrap();
             assert_eq!(Some(value), written[offset], "offset {offset}");
         }
+    }
+
+    /// Every record readable below the high watermark, as (offset, key, value).
+    fn read_all(p: &Partition) -> Vec<(i64, String, String)> {
+        let text = |b: &Option<Bytes>| String::from_utf8(b.clone().unwrap().to_vec()).unwrap();
+        let mut rows = Vec::new();
+        let mut next = 0;
+        while next < p.high_watermark() {
+            let read = p.read(next, 1 << 20, true).unwrap().records;
+            for framed in crate::log::batch::batches(&read) {
+                let (header, bytes) = framed.unwrap();
+                next = header.last_offset() + 1;
+                for r in crate::log::batch::decode_records(&bytes).unwrap().records {
+                    rows.push((r.offset, text(&r.key), text(&r.value)));
+                }
+            }
+        }
+        rows
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_clean_commits_on_the_writer_after_the_appends_made_since_its_prepare() {
+        // Kafka's cleaner swaps segments while producers go on appending: the appends queued
+        // between the prepare and the commit keep their offsets and records.
+        let dir = tempfile::TempDir::new().unwrap();
+        let writers = Writers::start(1, 16);
+        let config = LogConfig {
+            segment_bytes: 4 << 10,
+            ..LogConfig::default()
+        };
+        let p = partition_with(dir.path(), config, &writers);
+        let keyed = |i: usize| {
+            let records = vec![(
+                Some(Bytes::from(format!("k{}", i % 20))),
+                Some(Bytes::from(format!("v{i}"))),
+                0,
+            )];
+            validate_batches(&encode_records(&records, Compression::None).unwrap(), usize::MAX).unwrap()
+        };
+        let mut last = 0;
+        for i in 0..400 {
+            last = p.append(keyed(i), true).await.unwrap().last_offset;
+        }
+        p.wait_durable(last).await.unwrap();
+        let cleaner = crate::log::cleaner::CleanerConfig {
+            min_cleanable_dirty_ratio: 0.0,
+            ..Default::default()
+        };
+        let plan = p
+            .lock()
+            .as_ref()
+            .unwrap()
+            .prepare_clean(&cleaner, crate::replica::now_ms())
+            .unwrap()
+            .expect("sealed, fsynced segments to clean");
+        for i in 400..800 {
+            p.append(keyed(i), false).await.unwrap();
+        }
+        let stats = p
+            .write(move |p| p.with_log(|log| log.commit_clean(plan)))
+            .await
+            .unwrap();
+        assert!(stats.as_ref().is_some_and(|s| s.records_removed > 0), "{stats:?}");
+        let rows = read_all(&p);
+        assert!(rows.windows(2).all(|w| w[0].0 < w[1].0), "offsets increase");
+        let after: Vec<_> = rows.iter().filter(|r| r.0 >= 400).cloned().collect();
+        let expected: Vec<_> = (400..800)
+            .map(|i| (i64::try_from(i).unwrap(), format!("k{}", i % 20), format!("v{i}")))
+            .collect();
+        assert_eq!(after, expected);
+        assert!(rows.len() < 800, "nothing was compacted");
+        assert_eq!(p.high_watermark(), 800);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_blocking_close_from_a_worker_out_of_budget_does_not_hang() {
+        // The broker's shutdown closes partitions from a runtime task: a task that used up
+        // tokio's cooperative budget must still get the writer's answer.
+        let dir = tempfile::TempDir::new().unwrap();
+        let writers = Writers::start(1, 4);
+        let p = partition(dir.path(), &writers);
+        p.append(batch("before"), true).await.unwrap();
+        let task = tokio::spawn(async move {
+            let (tx, mut rx) = mpsc::channel(1);
+            while tokio::task::coop::has_budget_remaining() {
+                tx.send(()).await.unwrap();
+                rx.recv().await.unwrap();
+            }
+            p.close()
+        });
+        let closed = tokio::time::timeout(std::time::Duration::from_secs(20), task).await;
+        closed.expect("close hung").unwrap().unwrap();
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
