@@ -282,7 +282,7 @@ mod tests {
         assert!(rows.windows(2).all(|w| w[0].0 < w[1].0), "offsets increase");
         let after: Vec<_> = rows.iter().filter(|r| r.0 >= 400).cloned().collect();
         let expected: Vec<_> = (400..800)
-            .map(|i| (i64::try_from(i).unwrap(), format!("k{}", i % 20), format!("v{i}")))
+            .map(|i| (i64::from(i), format!("k{}", i % 20), format!("v{i}")))
             .collect();
         assert_eq!(after, expected);
         assert!(rows.len() < 800, "nothing was compacted");
