@@ -449,7 +449,7 @@ impl Broker {
                     tokio::select! {
                         _ = shutdown.cancelled() => return,
                         _ = tokio::time::sleep(interval) => {
-                            replicas.remove_expired_producers(config.live().producer_id_expiration_ms)
+                            replicas.remove_expired_producers(config.live().producer_id_expiration_ms).await
                         }
                     }
                 }

@@ -11,32 +11,28 @@ use super::{Ctx, Versions};
 pub const VERSIONS: Versions = Versions::new(ApiKey::DeleteRecords, 0, 2);
 
 pub async fn handle(ctx: &Ctx, req: DeleteRecordsRequest, _version: i16) -> DeleteRecordsResponse {
-    let topics = req
-        .topics
-        .into_iter()
-        .map(|t| {
-            let partitions = t
-                .partitions
-                .iter()
-                .map(|p| {
-                    let out = DeleteRecordsPartitionResult::default().with_partition_index(p.partition_index);
-                    match ctx.replicas.get(&t.name.0, p.partition_index) {
-                        None => out.with_low_watermark(-1).with_error_code(super::absent_partition(
-                            ctx,
-                            &t.name.0,
-                            p.partition_index,
-                        )),
-                        Some(partition) => match partition.delete_records(p.offset) {
-                            Ok(low) => out.with_low_watermark(low),
-                            Err(e) => out.with_low_watermark(-1).with_error_code(e.code()),
-                        },
-                    }
-                })
-                .collect();
+    let mut topics = Vec::with_capacity(req.topics.len());
+    for t in req.topics {
+        let mut partitions = Vec::with_capacity(t.partitions.len());
+        for p in &t.partitions {
+            let out = DeleteRecordsPartitionResult::default().with_partition_index(p.partition_index);
+            partitions.push(match ctx.replicas.get(&t.name.0, p.partition_index) {
+                None => out.with_low_watermark(-1).with_error_code(super::absent_partition(
+                    ctx,
+                    &t.name.0,
+                    p.partition_index,
+                )),
+                Some(partition) => match partition.delete_records(p.offset).await {
+                    Ok(low) => out.with_low_watermark(low),
+                    Err(e) => out.with_low_watermark(-1).with_error_code(e.code()),
+                },
+            });
+        }
+        topics.push(
             DeleteRecordsTopicResult::default()
                 .with_name(t.name)
-                .with_partitions(partitions)
-        })
-        .collect();
+                .with_partitions(partitions),
+        );
+    }
     DeleteRecordsResponse::default().with_topics(topics)
 }

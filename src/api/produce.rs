@@ -173,7 +173,7 @@ pub async fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcom
                     continue;
                 }
             };
-            match partition.append(batches, acks == -1) {
+            match partition.append(batches, acks == -1).await {
                 Ok(info) => {
                     let mut p = PartitionProduceResponse::default()
                         .with_index(index)

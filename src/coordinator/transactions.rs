@@ -940,9 +940,8 @@ impl MarkerWriter {
     /// markers: the coordinator's own partitions and WriteTxnMarkers from another broker's
     /// coordinator. Results are in the order of `partitions`.
     pub async fn write_hosted(&self, marker: TxnMarker, partitions: Vec<Arc<Partition>>) -> Vec<Result<(), i16>> {
-        let appended: Vec<Result<i64, i16>> = partitions
-            .iter()
-            .map(|partition| {
+        let appended: Vec<Result<i64, i16>> =
+            futures::future::join_all(partitions.iter().map(|partition| async move {
                 partition
                     .write_txn_marker(
                         marker.producer_id,
@@ -950,10 +949,11 @@ impl MarkerWriter {
                         marker.coordinator_epoch,
                         marker.commit,
                     )
+                    .await
                     .map(|info| info.last_offset)
                     .map_err(|e| e.code())
-            })
-            .collect();
+            }))
+            .await;
         let waits = partitions
             .iter()
             .zip(&appended)
@@ -1169,7 +1169,7 @@ impl TransactionCoordinator {
         let written = async {
             let encoded = encode_records(&records, Compression::None)?;
             let batches = validate_batches(&encoded, usize::MAX)?;
-            let info = partition.append(batches, true)?;
+            let info = partition.append(batches, true).await?;
             partition.wait_durable(info.last_offset).await
         }
         .await;

@@ -1,5 +1,7 @@
-//! The partitions this node hosts. A `Partition` serializes appends to its log, owns the high
-//! watermark (what consumers may read) and the durability wait of acks=all produces.
+//! The partitions this node hosts. A `Partition` owns the high watermark (what consumers may
+//! read) and the durability wait of acks=all produces; every change to its log runs on its
+//! writer (writer.rs: a shard thread fed by a bounded queue), so appends are serialized in
+//! arrival order and their write syscalls never run on an async worker.
 //!
 //! On a single node the in-sync replica set is this node alone, so the high watermark is the log
 //! end offset as soon as a batch is written (as in Kafka, visibility is about replication, not
@@ -15,6 +17,7 @@
 
 pub mod produce_validation;
 pub mod purgatory;
+pub mod writer;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -31,6 +34,7 @@ use crate::config::BrokerConfig;
 use crate::error::{Error, Result};
 use crate::log::producer_state::{AbortedTxn, Marker, Origin, ProducerEntry};
 use crate::log::{AppendInfo, Log, ReadableBytes, ValidBatch};
+use writer::{WRITER_QUEUE_JOBS, WRITER_SHARDS, Writer, WriterGone, Writers};
 
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -78,8 +82,11 @@ pub struct Partition {
     pub topic_id: Uuid,
     pub leader_epoch: i32,
     dir: PathBuf,
-    /// None once closed (topic deleted or broker stopping).
+    /// None once closed (topic deleted or broker stopping). Changed only by jobs on `writer`
+    /// (and the flusher's `mark_flushed`); reads and the cleaner's prepare lock it too.
     log: Mutex<Option<Log>>,
+    /// The shard thread that runs every change to `log`, in the order they were queued.
+    writer: Writer,
     high_watermark: watch::Sender<i64>,
     /// Everything below this offset is fsynced.
     durable_offset: watch::Sender<i64>,
@@ -97,6 +104,66 @@ pub struct Partition {
 }
 
 impl Partition {
+    /// A partition over an open log; the caller starts its flusher (`run_flusher`).
+    fn new(
+        tp: TopicPartition,
+        topic_id: Uuid,
+        leader_epoch: i32,
+        dir: PathBuf,
+        log: Log,
+        live: &BrokerConfig,
+        writer: Writer,
+    ) -> Partition {
+        let end = log.log_end_offset();
+        Partition {
+            tp,
+            topic_id,
+            leader_epoch,
+            dir,
+            log: Mutex::new(Some(log)),
+            writer,
+            // Everything recovered from disk is durable.
+            high_watermark: watch::Sender::new(end),
+            durable_offset: watch::Sender::new(end),
+            flush_needed: Notify::new(),
+            flush_before_ack: AtomicBool::new(live.log_flush_interval_messages <= 1),
+            flush_interval_ms: AtomicU64::new(live.log_flush_interval_ms.max(1) as u64),
+            closing: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
+        }
+    }
+
+    /// Runs `op` on this partition's writer, after every change queued before it; waits for
+    /// room in the writer's queue first (back-pressure on the caller).
+    async fn write<T: Send + 'static>(
+        self: &Arc<Self>,
+        op: impl FnOnce(&Partition) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let me = self.clone();
+        match self.writer.run(move || op(&me)).await {
+            Ok(result) => result,
+            Err(WriterGone) => Err(self.writer_gone()),
+        }
+    }
+
+    /// `write` for callers on a blocking thread (retention, the cleaner, the replica manager).
+    fn write_blocking<T: Send + 'static>(
+        self: &Arc<Self>,
+        op: impl FnOnce(&Partition) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let me = self.clone();
+        match self.writer.run_blocking(move || op(&me)) {
+            Ok(result) => result,
+            Err(WriterGone) => Err(self.writer_gone()),
+        }
+    }
+
+    /// The writer thread is gone or its job died: the partition's storage is unusable
+    /// (KAFKA_STORAGE_ERROR, as a failed write).
+    fn writer_gone(&self) -> Error {
+        Error::storage("write", &self.dir, std::io::Error::other("the log writer stopped"))
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Log>> {
         self.log.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -115,15 +182,28 @@ impl Partition {
         }
     }
 
-    /// Appends batches, visible to consumers at once; `durable` asks the flusher for an fsync
-    /// soon (an acks=all produce will wait for it with `wait_durable`).
-    pub fn append(&self, batches: Vec<ValidBatch>, durable: bool) -> Result<AppendInfo> {
-        self.append_from(batches, durable, Origin::Client)
+    /// Appends batches on the partition's writer, visible to consumers once written; `durable`
+    /// asks the flusher for an fsync soon (an acks=all produce will wait for it with
+    /// `wait_durable`). Offsets follow the order appends reach the writer's queue: a caller
+    /// awaiting each append (a connection's requests) keeps its own order.
+    pub async fn append(self: &Arc<Self>, batches: Vec<ValidBatch>, durable: bool) -> Result<AppendInfo> {
+        self.append_from(batches, durable, Origin::Client).await
     }
 
     /// `append` for batches the broker writes itself (`Origin::Coordinator`: transactional
     /// offset commits carry a producer id and epoch but no sequence).
-    pub fn append_from(&self, batches: Vec<ValidBatch>, durable: bool, origin: Origin) -> Result<AppendInfo> {
+    pub async fn append_from(
+        self: &Arc<Self>,
+        batches: Vec<ValidBatch>,
+        durable: bool,
+        origin: Origin,
+    ) -> Result<AppendInfo> {
+        self.write(move |p| p.append_now(batches, durable, origin)).await
+    }
+
+    /// The append itself, on the writer thread: write, then publish the high watermark, then
+    /// ask for the fsync (the durable offset moves only once it returns).
+    fn append_now(&self, batches: Vec<ValidBatch>, durable: bool, origin: Origin) -> Result<AppendInfo> {
         let info = self.with_log(|log| {
             let info = log.append_from(batches, self.leader_epoch, now_ms(), origin)?;
             if !info.duplicate {
@@ -140,8 +220,8 @@ impl Partition {
     /// Writes a transaction marker (commit or abort) for `producer_id`: the control batch that
     /// ends its transaction on this partition and moves the last stable offset. The caller
     /// waits with `wait_durable(info.last_offset)` before it counts the marker as written.
-    pub fn write_txn_marker(
-        &self,
+    pub async fn write_txn_marker(
+        self: &Arc<Self>,
         producer_id: i64,
         producer_epoch: i16,
         coordinator_epoch: i32,
@@ -151,15 +231,18 @@ impl Partition {
             commit,
             coordinator_epoch,
         };
-        let info = self.with_log(|log| {
-            let info = log.append_marker(producer_id, producer_epoch, marker, self.leader_epoch, now_ms())?;
-            self.high_watermark.send_replace(log.log_end_offset());
+        self.write(move |p| {
+            let info = p.with_log(|log| {
+                let info = log.append_marker(producer_id, producer_epoch, marker, p.leader_epoch, now_ms())?;
+                p.high_watermark.send_replace(log.log_end_offset());
+                Ok(info)
+            })?;
+            if p.flush_before_ack.load(Ordering::Acquire) {
+                p.flush_needed.notify_one();
+            }
             Ok(info)
-        })?;
-        if self.flush_before_ack.load(Ordering::Acquire) {
-            self.flush_needed.notify_one();
-        }
-        Ok(info)
+        })
+        .await
     }
 
     /// The producers this partition knows, by id (DescribeProducers).
@@ -191,8 +274,9 @@ impl Partition {
     }
 
     /// Forgets producers idle for `expiration_ms`.
-    pub fn remove_expired_producers(&self, expiration_ms: i64) -> Result<usize> {
-        self.with_log(|log| Ok(log.remove_expired_producers(now_ms(), expiration_ms)))
+    pub async fn remove_expired_producers(self: &Arc<Self>, expiration_ms: i64) -> Result<usize> {
+        self.write(move |p| p.with_log(|log| Ok(log.remove_expired_producers(now_ms(), expiration_ms))))
+            .await
     }
 
     /// Waits until `offset` is durable by the flush policy (acks=all).
@@ -307,39 +391,66 @@ impl Partition {
 
     /// DeleteRecords: moves the log start offset to `offset` (-1: the high watermark) and
     /// returns the new low watermark. Offsets above the high watermark are out of range.
-    pub fn delete_records(&self, offset: i64) -> Result<i64> {
-        let hw = self.high_watermark();
-        let target = if offset == -1 { hw } else { offset };
-        self.with_log(|log| {
-            if target < 0 || target > hw {
-                return Err(Error::OffsetOutOfRange {
-                    asked: offset,
-                    log_start: log.log_start_offset(),
-                    log_end: hw,
-                });
-            }
-            log.delete_records_before(target)
+    pub async fn delete_records(self: &Arc<Self>, offset: i64) -> Result<i64> {
+        self.write(move |p| {
+            // Read on the writer: the high watermark of every append queued before this.
+            let hw = p.high_watermark();
+            let target = if offset == -1 { hw } else { offset };
+            p.with_log(|log| {
+                if target < 0 || target > hw {
+                    return Err(Error::OffsetOutOfRange {
+                        asked: offset,
+                        log_start: log.log_start_offset(),
+                        log_end: hw,
+                    });
+                }
+                log.delete_records_before(target)
+            })
         })
+        .await
     }
 
     /// One retention pass (Kafka's `deleteOldSegments`): time and size limits of the topic.
-    pub fn apply_retention(&self, retention_ms: i64, retention_bytes: i64) -> Result<crate::log::RetentionOutcome> {
-        let hw = self.high_watermark();
-        self.with_log(|log| log.apply_retention(retention_ms, retention_bytes, hw, now_ms()))
+    /// Runs on the writer; blocks the calling (blocking) thread until done.
+    pub fn apply_retention(
+        self: &Arc<Self>,
+        retention_ms: i64,
+        retention_bytes: i64,
+    ) -> Result<crate::log::RetentionOutcome> {
+        self.write_blocking(move |p| {
+            let hw = p.high_watermark();
+            p.with_log(|log| log.apply_retention(retention_ms, retention_bytes, hw, now_ms()))
+        })
     }
 
-    /// One compaction round (holding the partition's lock: appends wait meanwhile).
+    /// One compaction round, in two steps: the prepare (key map, cleaned segments written
+    /// beside the log) on the calling blocking thread, then the swap on the writer, after
+    /// the appends queued meanwhile. `commit_clean` refuses a plan whose segments changed in
+    /// between (retention, DeleteRecords): the pass is then lost, not the data.
     pub fn clean(
-        &self,
+        self: &Arc<Self>,
         config: &crate::log::cleaner::CleanerConfig,
     ) -> Result<Option<crate::log::cleaner::CleanStats>> {
-        self.with_log(|log| log.clean(config, now_ms()))
+        // Prepare runs on a snapshot once reads are lock-free (issue 11, log/); until then it
+        // holds the partition's lock, so this partition's writer job, and the jobs queued
+        // behind it on the same shard, wait for the prepare.
+        let Some(plan) = self.with_log(|log| log.prepare_clean(config, now_ms()))? else {
+            return Ok(None);
+        };
+        self.write_blocking(move |p| p.with_log(|log| log.commit_clean(plan)))
     }
 
-    /// New settings for the log, effective from the next append or roll.
-    pub fn update_config(&self, config: crate::log::LogConfig) {
-        if let Some(log) = self.lock().as_mut() {
-            log.update_config(config);
+    /// New settings for the log, effective from the next append or roll (the next job on the
+    /// writer). Blocks the calling thread (the replica manager's) until applied.
+    pub fn update_config(self: &Arc<Self>, config: crate::log::LogConfig) {
+        let applied = self.write_blocking(move |p| {
+            if let Some(log) = p.lock().as_mut() {
+                log.update_config(config);
+            }
+            Ok(())
+        });
+        if let Err(e) = applied {
+            tracing::warn!(partition = %self.tp, error = %e, "new log config not applied");
         }
     }
 
@@ -354,10 +465,19 @@ impl Partition {
         self.flush_needed.notify_one();
     }
 
-    /// Flushes and closes the log; later calls get UNKNOWN_TOPIC_OR_PARTITION.
-    pub fn close(&self) -> Result<()> {
+    /// Flushes and closes the log, on the writer after the changes queued before it; later
+    /// calls get UNKNOWN_TOPIC_OR_PARTITION. Blocks the calling thread until closed.
+    pub fn close(self: &Arc<Self>) -> Result<()> {
         self.closing.store(true, Ordering::Release);
         self.flush_needed.notify_one();
+        match self.write_blocking(|p| p.close_now()) {
+            // No writer to run it: close here rather than leave the log unflushed.
+            Err(Error::Storage { .. }) if self.lock().is_some() => self.close_now(),
+            result => result,
+        }
+    }
+
+    fn close_now(&self) -> Result<()> {
         let log = self.lock().take();
         match log {
             Some(log) => {
@@ -367,6 +487,13 @@ impl Partition {
                     self.high_watermark.send_if_modified(|hw| {
                         let moved = *hw < end;
                         *hw = (*hw).max(end);
+                        moved
+                    });
+                    // `Log::close` fsyncs everything: acks=all waiters of the last appends
+                    // (the flusher has stopped) are released rather than left waiting.
+                    self.durable_offset.send_if_modified(|durable| {
+                        let moved = *durable < end;
+                        *durable = (*durable).max(end);
                         moved
                     });
                 }
@@ -451,6 +578,8 @@ pub struct ReplicaManager {
     progressed: Condvar,
     /// Set by `close_all`: nothing is applied any more.
     stopped: AtomicBool,
+    /// The log writer threads every partition's changes run on.
+    writers: Writers,
 }
 
 /// The replica manager's progress through the published images.
@@ -486,6 +615,7 @@ impl ReplicaManager {
             progress: Mutex::new(Progress::default()),
             progressed: Condvar::new(),
             stopped: AtomicBool::new(false),
+            writers: Writers::start(WRITER_SHARDS, WRITER_QUEUE_JOBS),
         }
     }
 
@@ -742,23 +872,16 @@ impl ReplicaManager {
             }
         };
         self.offline.write().unwrap_or_else(|p| p.into_inner()).remove(&tp);
-        let end = log.log_end_offset();
-        let live = self.config.live();
-        let partition = Arc::new(Partition {
-            tp: tp.clone(),
-            topic_id: topic.id,
-            leader_epoch: topic.leader_epoch,
+        let writer = self.writers.for_partition(&tp);
+        let partition = Arc::new(Partition::new(
+            tp.clone(),
+            topic.id,
+            topic.leader_epoch,
             dir,
-            log: Mutex::new(Some(log)),
-            // Everything recovered from disk is durable.
-            high_watermark: watch::Sender::new(end),
-            durable_offset: watch::Sender::new(end),
-            flush_needed: Notify::new(),
-            flush_before_ack: AtomicBool::new(live.log_flush_interval_messages <= 1),
-            flush_interval_ms: AtomicU64::new(live.log_flush_interval_ms.max(1) as u64),
-            closing: AtomicBool::new(false),
-            failed: AtomicBool::new(false),
-        });
+            log,
+            &self.config.live(),
+            writer,
+        ));
         tokio::spawn(partition.clone().run_flusher());
         self.partitions
             .write()
@@ -874,9 +997,9 @@ impl ReplicaManager {
     }
 
     /// Forgets, in every partition, producers idle for `producer.id.expiration.ms`.
-    pub fn remove_expired_producers(&self, expiration_ms: i64) {
+    pub async fn remove_expired_producers(&self, expiration_ms: i64) {
         for p in self.all() {
-            match p.remove_expired_producers(expiration_ms) {
+            match p.remove_expired_producers(expiration_ms).await {
                 Ok(0) => {}
                 Ok(n) => tracing::debug!(partition = %p.tp, producers = n, "expired producer ids"),
                 Err(e) => tracing::warn!(partition = %p.tp, error = %e, "expiring producer ids"),

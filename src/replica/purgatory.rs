@@ -203,10 +203,10 @@ mod tests {
         let mut delayed = DelayedFetch::new(1_000, false);
         delayed.watch(p.clone(), 0, 1 << 20);
         let waiting = tokio::spawn(delayed.complete(far()));
-        p.append(batch(2), false).unwrap();
+        p.append(batch(2), false).await.unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(!waiting.is_finished(), "answered before min_bytes were readable");
-        p.append(batch(20), false).unwrap();
+        p.append(batch(20), false).await.unwrap();
         assert_eq!(waiting.await.unwrap(), FetchWake::Ready);
     }
 
@@ -214,7 +214,7 @@ mod tests {
     async fn a_waiting_fetch_counts_at_most_partition_max_bytes() {
         let dir = tempfile::TempDir::new().unwrap();
         let (_c, _r, p) = partition(dir.path());
-        p.append(batch(50), false).unwrap();
+        p.append(batch(50), false).await.unwrap();
         // 5,000 bytes are readable, but the partition counts for 100 at most: the wait ends at
         // its deadline, as in Kafka's DelayedFetch.
         let mut delayed = DelayedFetch::new(1_000, false);
@@ -237,7 +237,7 @@ mod tests {
     async fn a_delayed_produce_completes_when_its_batches_are_durable() {
         let dir = tempfile::TempDir::new().unwrap();
         let (_c, _r, p) = partition(dir.path());
-        let info = p.append(batch(3), true).unwrap();
+        let info = p.append(batch(3), true).await.unwrap();
         let mut delayed = DelayedProduce::default();
         delayed.watch(p.clone(), info.last_offset);
         let results = delayed.complete(far()).await;
@@ -248,7 +248,7 @@ mod tests {
     async fn a_delayed_produce_on_a_closed_partition_gets_an_error() {
         let dir = tempfile::TempDir::new().unwrap();
         let (_c, _r, p) = partition(dir.path());
-        let info = p.append(batch(3), false).unwrap();
+        let info = p.append(batch(3), false).await.unwrap();
         p.close().unwrap();
         // Closing flushed the log, so what was written is durable; a later offset never will be.
         let mut delayed = DelayedProduce::default();

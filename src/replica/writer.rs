@@ -1,0 +1,368 @@
+//! The log writers: a fixed set of shard threads (`log-writer-N`) that run every change to a
+//! partition's log (appends, markers, DeleteRecords, retention, the cleaner's swap, producer
+//! expiration, config changes, close), so the write syscalls never run on an async worker.
+//!
+//! A partition always maps to the same shard (a hash of its name), and a shard runs its jobs
+//! one at a time in the order they were queued: the appends of a partition are serialized and
+//! keep their arrival order, which assigns their offsets (DESIGN.md: one writer per partition).
+//! A shard thread rather than a task per partition because the jobs block (write, rename,
+//! unlink), and a fixed set keeps 10,000 partitions from needing 10,000 threads.
+//!
+//! Each shard is fed by a bounded channel (`WRITER_QUEUE_JOBS`): when it is full the caller
+//! waits (an async producer's handler is suspended, a blocking caller blocks) instead of
+//! queueing without bound. The queue counts jobs, not bytes: the bytes a queued append holds
+//! are the request's, already bounded by the connection's in-flight byte permit.
+
+use std::future::Future;
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::TopicPartition;
+
+/// Shard threads per broker: Kafka's `num.io.threads` default (the threads that run its
+/// requests, appends included). More shards than cores still help when a write blocks on a
+/// slow disk: only the partitions of that shard wait.
+pub const WRITER_SHARDS: usize = 8;
+
+/// Jobs queued per shard before callers wait (back-pressure).
+pub const WRITER_QUEUE_JOBS: usize = 1024;
+
+/// A change to run on a shard thread. It answers through a channel of its own.
+type Job = Box<dyn FnOnce() + Send>;
+
+/// The shard threads of one broker. Threads end once every `Writer` of theirs is dropped
+/// (the partitions and this set), after running what was queued.
+pub struct Writers {
+    shards: Vec<mpsc::Sender<Job>>,
+}
+
+impl Writers {
+    /// Starts `shards` threads, each with a queue of `queue_jobs`. A thread that cannot be
+    /// spawned leaves its shard without a receiver: its partitions answer KAFKA_STORAGE_ERROR
+    /// (the error is logged here) while the others work.
+    pub fn start(shards: usize, queue_jobs: usize) -> Writers {
+        let shards = (0..shards.max(1))
+            .map(|n| {
+                let (tx, rx) = mpsc::channel::<Job>(queue_jobs.max(1));
+                let spawned = std::thread::Builder::new()
+                    .name(format!("log-writer-{n}"))
+                    .spawn(move || run_shard(rx));
+                if let Err(e) = spawned {
+                    tracing::error!(shard = n, error = %e, "cannot start a log writer thread; its partitions are offline");
+                }
+                tx
+            })
+            .collect();
+        Writers { shards }
+    }
+
+    /// The writer of a partition: always the same shard for the same name.
+    pub fn for_partition(&self, tp: &TopicPartition) -> Writer {
+        use std::hash::{Hash, Hasher};
+        // SipHash with fixed keys: the same shard in every run, which keeps a partition's
+        // thread stable in profiles and logs.
+        let mut h = std::hash::DefaultHasher::new();
+        tp.hash(&mut h);
+        let n = usize::try_from(h.finish() % self.shards.len() as u64).unwrap_or(0);
+        Writer {
+            jobs: self.shards[n % self.shards.len()].clone(),
+        }
+    }
+}
+
+/// A handle on one shard's queue.
+#[derive(Clone)]
+pub struct Writer {
+    jobs: mpsc::Sender<Job>,
+}
+
+/// The shard thread is gone, or the job died before answering.
+#[derive(Debug, PartialEq, Eq)]
+pub struct WriterGone;
+
+impl Writer {
+    /// Runs `op` on the shard thread after every job queued before it, and returns its result.
+    /// Waits for room in the queue first. Dropping the future after the job was queued does
+    /// not cancel the job (a produce whose client went away is still written, as in Kafka).
+    pub fn run<T: Send + 'static>(
+        &self,
+        op: impl FnOnce() -> T + Send + 'static,
+    ) -> impl Future<Output = Result<T, WriterGone>> + Send + 'static {
+        let jobs = self.jobs.clone();
+        async move {
+            let (tx, rx) = oneshot::channel();
+            let job: Job = Box::new(move || {
+                // The caller may have stopped waiting: nothing to do about it here.
+                let _ = tx.send(op());
+            });
+            jobs.send(job).await.map_err(|_| WriterGone)?;
+            rx.await.map_err(|_| WriterGone)
+        }
+    }
+
+    /// `run` for callers on a blocking thread (the cleaner, retention, the replica manager):
+    /// blocks this thread, never an async worker's budget of someone else.
+    pub fn run_blocking<T: Send + 'static>(&self, op: impl FnOnce() -> T + Send + 'static) -> Result<T, WriterGone> {
+        // futures' executor, not tokio's blocking_send: it works on any thread, including the
+        // shutdown path that closes partitions from a runtime worker. The jobs never need the
+        // runtime, so blocking here cannot deadlock on it. `unconstrained`: on a worker whose
+        // task used up its cooperative budget, tokio's channels would answer Pending and defer
+        // the wake-up until the task yields to the scheduler, which a blocked thread never does.
+        futures::executor::block_on(tokio::task::unconstrained(self.run(op)))
+    }
+}
+
+/// A shard thread: runs jobs in queue order until every sender is gone.
+fn run_shard(mut rx: mpsc::Receiver<Job>) {
+    // `blocking_recv` returns at once while jobs are queued, so a burst is drained in one
+    // wake-up; the thread parks only when the queue is empty.
+    while let Some(job) = rx.blocking_recv() {
+        // A job that panics drops its answer channel (the caller gets WriterGone, mapped to
+        // KAFKA_STORAGE_ERROR); the shard goes on serving its other partitions.
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).is_err() {
+            tracing::error!("a log writer job panicked");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+    use futures::FutureExt;
+    use kafka_protocol::records::Compression;
+
+    use super::*;
+    use crate::config::BrokerConfig;
+    use crate::log::batch::encode_records;
+    use crate::log::{Log, LogConfig, validate_batches};
+    use crate::replica::Partition;
+
+    fn partition(dir: &Path, writers: &Writers) -> Arc<Partition> {
+        partition_with(dir, LogConfig::default(), writers)
+    }
+
+    fn partition_with(dir: &Path, config: LogConfig, writers: &Writers) -> Arc<Partition> {
+        let tp = TopicPartition {
+            topic: "t".into(),
+            partition: 0,
+        };
+        let log = Log::open(dir, config, crate::replica::now_ms()).unwrap();
+        let writer = writers.for_partition(&tp);
+        let partition = Arc::new(Partition::new(
+            tp,
+            uuid::Uuid::new_v4(),
+            0,
+            dir.to_path_buf(),
+            log,
+            &BrokerConfig::default(),
+            writer,
+        ));
+        tokio::spawn(partition.clone().run_flusher());
+        partition
+    }
+
+    fn batch(value: &str) -> Vec<crate::log::ValidBatch> {
+        let records = vec![(None, Some(Bytes::copy_from_slice(value.as_bytes())), 0)];
+        validate_batches(&encode_records(&records, Compression::None).unwrap(), usize::MAX).unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_appends_get_contiguous_offsets_in_each_tasks_order() {
+        // Many tasks append to one partition at once: each task's batches land in the order
+        // it sent them, every offset is given once, and the log holds each batch at the
+        // offset its append answered.
+        let dir = tempfile::TempDir::new().unwrap();
+        let writers = Writers::start(2, 4);
+        let p = partition(dir.path(), &writers);
+        let (tasks, each) = (16, 50);
+        let mut handles = Vec::new();
+        for task in 0..tasks {
+            let p = p.clone();
+            handles.push(tokio::spawn(async move {
+                let mut offsets = Vec::new();
+                for i in 0..each {
+                    let info = p.append(batch(&format!("{task}:{i}")), false).await.unwrap();
+                    offsets.push(info.base_offset);
+                }
+                offsets
+            }));
+        }
+        let mut written = vec![None; tasks * each];
+        for (task, handle) in handles.into_iter().enumerate() {
+            let offsets = handle.await.unwrap();
+            assert!(offsets.windows(2).all(|w| w[0] < w[1]), "task {task}: {offsets:?}");
+            for (i, offset) in offsets.into_iter().enumerate() {
+                let slot = &mut written[usize::try_from(offset).unwrap()];
+                assert!(slot.is_none(), "offset {offset} given twice");
+                *slot = Some(format!("{task}:{i}"));
+            }
+        }
+        assert_eq!(p.high_watermark(), i64::try_from(tasks * each).unwrap());
+        let read = p.read(0, usize::MAX, true).unwrap().records;
+        let mut stored = Vec::new();
+        for framed in crate::log::batch::batches(&read) {
+            let (_, bytes) = framed.unwrap();
+            stored.extend(crate::log::batch::decode_records(&bytes).unwrap().records);
+        }
+        assert_eq!(stored.len(), tasks * each);
+        for (offset, record) in stored.iter().enumerate() {
+            assert_eq!(record.offset, i64::try_from(offset).unwrap());
+            let value = String::from_utf8(record.value.clone().unwrap().to_vec()).unwrap();
+            assert_eq!(Some(value), written[offset], "offset {offset}");
+        }
+    }
+
+    /// Every record readable below the high watermark, as (offset, key, value).
+    fn read_all(p: &Partition) -> Vec<(i64, String, String)> {
+        let text = |b: &Option<Bytes>| String::from_utf8(b.clone().unwrap().to_vec()).unwrap();
+        let mut rows = Vec::new();
+        let mut next = 0;
+        while next < p.high_watermark() {
+            let read = p.read(next, 1 << 20, true).unwrap().records;
+            for framed in crate::log::batch::batches(&read) {
+                let (header, bytes) = framed.unwrap();
+                next = header.last_offset() + 1;
+                for r in crate::log::batch::decode_records(&bytes).unwrap().records {
+                    rows.push((r.offset, text(&r.key), text(&r.value)));
+                }
+            }
+        }
+        rows
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_clean_commits_on_the_writer_after_the_appends_made_since_its_prepare() {
+        // Kafka's cleaner swaps segments while producers go on appending: the appends queued
+        // between the prepare and the commit keep their offsets and records.
+        let dir = tempfile::TempDir::new().unwrap();
+        let writers = Writers::start(1, 16);
+        let config = LogConfig {
+            segment_bytes: 4 << 10,
+            ..LogConfig::default()
+        };
+        let p = partition_with(dir.path(), config, &writers);
+        let keyed = |i: usize| {
+            let records = vec![(
+                Some(Bytes::from(format!("k{}", i % 20))),
+                Some(Bytes::from(format!("v{i}"))),
+                0,
+            )];
+            validate_batches(&encode_records(&records, Compression::None).unwrap(), usize::MAX).unwrap()
+        };
+        let mut last = 0;
+        for i in 0..400 {
+            last = p.append(keyed(i), true).await.unwrap().last_offset;
+        }
+        p.wait_durable(last).await.unwrap();
+        let cleaner = crate::log::cleaner::CleanerConfig {
+            min_cleanable_dirty_ratio: 0.0,
+            ..Default::default()
+        };
+        let plan = p
+            .lock()
+            .as_ref()
+            .unwrap()
+            .prepare_clean(&cleaner, crate::replica::now_ms())
+            .unwrap()
+            .expect("sealed, fsynced segments to clean");
+        for i in 400..800 {
+            p.append(keyed(i), false).await.unwrap();
+        }
+        let stats = p
+            .write(move |p| p.with_log(|log| log.commit_clean(plan)))
+            .await
+            .unwrap();
+        assert!(stats.as_ref().is_some_and(|s| s.records_removed > 0), "{stats:?}");
+        let rows = read_all(&p);
+        assert!(rows.windows(2).all(|w| w[0].0 < w[1].0), "offsets increase");
+        let after: Vec<_> = rows.iter().filter(|r| r.0 >= 400).cloned().collect();
+        let expected: Vec<_> = (400..800)
+            .map(|i| (i64::from(i), format!("k{}", i % 20), format!("v{i}")))
+            .collect();
+        assert_eq!(after, expected);
+        assert!(rows.len() < 800, "nothing was compacted");
+        assert_eq!(p.high_watermark(), 800);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_blocking_close_from_a_worker_out_of_budget_does_not_hang() {
+        // The broker's shutdown closes partitions from a runtime task: a task that used up
+        // tokio's cooperative budget must still get the writer's answer.
+        let dir = tempfile::TempDir::new().unwrap();
+        let writers = Writers::start(1, 4);
+        let p = partition(dir.path(), &writers);
+        p.append(batch("before"), true).await.unwrap();
+        let task = tokio::spawn(async move {
+            let (tx, mut rx) = mpsc::channel(1);
+            while tokio::task::coop::has_budget_remaining() {
+                tx.send(()).await.unwrap();
+                rx.recv().await.unwrap();
+            }
+            p.close()
+        });
+        let closed = tokio::time::timeout(std::time::Duration::from_secs(20), task).await;
+        closed.expect("close hung").unwrap().unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_full_queue_makes_the_caller_wait_instead_of_growing() {
+        let writers = Writers::start(1, 2);
+        let writer = writers.for_partition(&TopicPartition {
+            topic: "t".into(),
+            partition: 0,
+        });
+        // Hold the shard thread inside a job until released.
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let held = writer.run(move || {
+            started_tx.send(()).unwrap();
+            release_rx.recv().unwrap();
+        });
+        let held = tokio::spawn(held);
+        started_rx.recv().unwrap();
+        // Two jobs fill the queue; the third cannot even be queued.
+        let queued: Vec<_> = (0..2).map(|i| tokio::spawn(writer.run(move || i))).collect();
+        let mut third = Box::pin(writer.run(|| 2));
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        assert!((&mut third).now_or_never().is_none(), "queued past the bound");
+        release_tx.send(()).unwrap();
+        held.await.unwrap().unwrap();
+        for (i, job) in queued.into_iter().enumerate() {
+            assert_eq!(job.await.unwrap(), Ok(i));
+        }
+        assert_eq!(third.await, Ok(2));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_closed_partition_or_a_lost_writer_answers_an_error_not_a_hang() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let writers = Writers::start(1, 4);
+        let p = partition(dir.path(), &writers);
+        p.append(batch("before"), true).await.unwrap();
+        p.close().unwrap();
+        let closed = p.append(batch("after"), true).await.unwrap_err();
+        assert_eq!(closed.code(), 3, "{closed}"); // UNKNOWN_TOPIC_OR_PARTITION
+        let marker = p.write_txn_marker(7, 0, 0, true).await.unwrap_err();
+        assert_eq!(marker.code(), 3, "{marker}");
+
+        // A shard whose thread is gone: KAFKA_STORAGE_ERROR.
+        let (tx, rx) = mpsc::channel::<Job>(1);
+        drop(rx);
+        let dead = Writers { shards: vec![tx] };
+        let dir = tempfile::TempDir::new().unwrap();
+        let p = partition(dir.path(), &dead);
+        let lost = p.append(batch("x"), true).await.unwrap_err();
+        assert_eq!(lost.code(), 56, "{lost}");
+        // A job that panics answers the same, and the shard goes on.
+        let writer = writers.for_partition(&p.tp);
+        assert_eq!(writer.run(|| panic!("injected")).await, Err(WriterGone));
+        assert_eq!(writer.run(|| 1).await, Ok(1));
+    }
+}
