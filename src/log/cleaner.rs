@@ -1884,6 +1884,42 @@ mod tests {
         assert_eq!(rows(&log), before);
     }
 
+    #[test]
+    fn a_plan_made_on_a_snapshot_the_log_changed_under_is_refused() {
+        // Unique keys: a pass keeps every record, so the segments it swaps in have the offsets
+        // of those it read; only their identity tells that a plan read replaced segments.
+        let (dir, mut log, before) = ten_thousand_records_keyed(|i| format!("u{i}"));
+        let offsets = |log: &Log| {
+            log.segments
+                .iter()
+                .map(|s| (s.base_offset, s.next_offset))
+                .collect::<Vec<_>>()
+        };
+        let was = offsets(&log);
+        let stale = log.clean_source().prepare_clean(&config(), NOW).unwrap().unwrap();
+        // Another pass swaps first (its files replace the stale plan's `.cleaned` ones).
+        log.clean(&config(), NOW).unwrap().unwrap();
+        assert_eq!(offsets(&log), was, "a pass keeping everything keeps the offsets");
+        assert_eq!(log.commit_clean(stale).unwrap(), None);
+        assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+        assert_eq!(rows(&log), before);
+
+        // Retention between prepare and commit: the plan read segments that are gone.
+        append_keyed(&mut log, 10_000, 2_000, |i| format!("u{}", i % 10), NOW, Compression::None);
+        roll_and_flush(&mut log);
+        let source = log.clean_source();
+        let second = log.segments[1].base_offset;
+        log.delete_records_before(second).unwrap();
+        let plan = source.prepare_clean(&config(), NOW).unwrap().unwrap();
+        assert_eq!(log.commit_clean(plan).unwrap(), None);
+        assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+        let kept: Vec<Row> = rows(&log);
+        assert_eq!(kept.first().map(|r| r.0), Some(second));
+        assert_eq!(kept.len(), 12_000 - usize::try_from(second).unwrap());
+        // The writer's next pass, on a fresh snapshot, goes through.
+        assert!(log.clean(&config(), NOW).unwrap().is_some());
+    }
+
     /// Throughput and memory: 1M records over 1k keys, 100-byte values. Run with
     /// `cargo test --release --lib log::cleaner::tests::cleaning_throughput -- --ignored --nocapture`.
     #[test]

@@ -313,3 +313,135 @@ impl ReadStart<'_> {
         Ok(Bytes::from(bytes))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use std::sync::atomic::AtomicBool;
+
+    use tempfile::TempDir;
+
+    use super::*;
+    use crate::log::test_support::*;
+    use crate::log::{Log, LogConfig};
+
+    /// Every batch of `snapshot` from its log start to its end, as a consumer walks it.
+    fn walk(snapshot: &LogSnapshot) -> Vec<(i64, i64)> {
+        let (mut from, end) = (snapshot.log_start_offset(), snapshot.log_end_offset());
+        let mut seen = Vec::new();
+        while from < end {
+            let got = ranges(&snapshot.read(from, end, 1 << 20, true).unwrap());
+            assert!(!got.is_empty(), "stuck at {from} of {end}");
+            from = got.last().unwrap().1 + 1;
+            seen.extend(got);
+        }
+        seen
+    }
+
+    #[test]
+    fn a_reader_concurrent_with_appends_and_rolls_never_sees_a_partial_batch() {
+        let dir = TempDir::new().unwrap();
+        let mut log = Log::open(dir.path(), small_segments(), NOW).unwrap();
+        let reader = log.reader();
+        let done = Arc::new(AtomicBool::new(false));
+        let writer = {
+            let done = Arc::clone(&done);
+            std::thread::spawn(move || {
+                for i in 0..3_000i64 {
+                    let records = 1 + usize::try_from(i % 3).unwrap();
+                    log.append(batch(records, i), 0, NOW).unwrap();
+                }
+                done.store(true, Ordering::SeqCst);
+                log
+            })
+        };
+        let (mut from, mut reads, mut batches) = (0, 0u64, 0u64);
+        while !done.load(Ordering::SeqCst) || reads < 100 {
+            let snapshot = reader.snapshot();
+            let end = snapshot.log_end_offset();
+            // `ranges` validates every batch (framing and CRC32C): a torn one fails here.
+            let bytes = snapshot.read(from, end, 1 << 20, true).unwrap();
+            let got = if bytes.is_empty() { Vec::new() } else { ranges(&bytes) };
+            if let Some(&(first, _)) = got.first() {
+                assert!(first <= from, "the batch holding {from} starts at {first}");
+            }
+            for w in got.windows(2) {
+                assert_eq!(w[1].0, w[0].1 + 1, "batches contiguous");
+            }
+            if let Some(&(_, last)) = got.last() {
+                assert!(last < end, "read past the published end {end}: {last}");
+                from = last + 1;
+            }
+            batches += got.len() as u64;
+            reads += 1;
+            // Now and then walk again from the start, over segments rolled meanwhile.
+            if reads % 64 == 0 {
+                from = 0;
+            }
+        }
+        let log = writer.join().unwrap();
+        assert!(batches > 0, "the reader saw nothing in {reads} reads");
+        let all = walk(&log.snapshot());
+        assert_eq!(all.len(), 3_000);
+        assert!(log.segments.len() > 10, "the test needs rolls: {}", log.segments.len());
+    }
+
+    #[test]
+    fn a_reader_holding_an_old_snapshot_reads_across_retention_and_delete_records() {
+        let dir = TempDir::new().unwrap();
+        // Deleted files are unlinked at once: only the snapshot's descriptors keep them.
+        let config = LogConfig {
+            file_delete_delay_ms: 0,
+            ..small_segments()
+        };
+        let mut log = Log::open(dir.path(), config, NOW).unwrap();
+        for i in 0..40 {
+            log.append(batch(3, i), 0, NOW).unwrap();
+        }
+        let old = log.snapshot();
+        let before = walk(&old);
+        let size = old.size_bytes();
+        assert_eq!(before.len(), 40);
+
+        assert_eq!(log.delete_records_before(60).unwrap(), 60);
+        assert!(bases_on_disk(dir.path())[0] > 0, "segments below 60 are gone from disk");
+        assert!(matches!(
+            log.snapshot().read(0, 120, 1 << 20, true),
+            Err(Error::OffsetOutOfRange { log_start: 60, .. })
+        ));
+        assert_eq!(walk(&old), before, "the old snapshot still reads the deleted segments");
+
+        // Time retention takes every segment, the active one rolled first.
+        let outcome = log.apply_retention(1, -1, 120, NOW).unwrap();
+        assert!(outcome.deleted_segments > 0);
+        assert_eq!(log.snapshot().log_start_offset(), 120);
+        assert!(walk(&log.snapshot()).is_empty());
+        assert_eq!(walk(&old), before);
+        assert_eq!(old.size_bytes(), size);
+        assert_eq!(log.snapshot().size_bytes(), 0);
+    }
+
+    #[test]
+    fn read_committed_state_is_published_with_the_append() {
+        // The first unstable offset and the aborted list reach readers without the log.
+        use crate::log::batch::tests::encode_batch;
+        use crate::log::producer_state::Marker;
+        let dir = TempDir::new().unwrap();
+        let mut log = Log::open(dir.path(), LogConfig::default(), NOW).unwrap();
+        let reader = log.reader();
+        log.append(batch(2, 0), 0, NOW).unwrap();
+        let txn = encode_batch(&[1, 2, 3], 10);
+        log.append(from_producer(&txn, 9, 0, 0, true), 0, NOW).unwrap();
+        assert_eq!(reader.snapshot().first_unstable_offset(), Some(2));
+        let marker = Marker {
+            commit: false,
+            coordinator_epoch: 0,
+        };
+        log.append_marker(9, 0, marker, 0, NOW).unwrap();
+        let snapshot = reader.snapshot();
+        assert_eq!(snapshot.first_unstable_offset(), None);
+        assert_eq!(snapshot.aborted_transactions(0, 6), log.aborted_transactions(0, 6));
+        assert_eq!(snapshot.aborted_transactions(0, 6).len(), 1);
+    }
+}
