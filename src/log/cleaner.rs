@@ -1905,7 +1905,14 @@ mod tests {
         assert_eq!(rows(&log), before);
 
         // Retention between prepare and commit: the plan read segments that are gone.
-        append_keyed(&mut log, 10_000, 2_000, |i| format!("u{}", i % 10), NOW, Compression::None);
+        append_keyed(
+            &mut log,
+            10_000,
+            2_000,
+            |i| format!("u{}", i % 10),
+            NOW,
+            Compression::None,
+        );
         roll_and_flush(&mut log);
         let source = log.clean_source();
         let second = log.segments[1].base_offset;
