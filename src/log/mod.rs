@@ -6,10 +6,12 @@
 //! split by concern: `recovery.rs` (`Log::open`: loading and recovering segments, checkpoints,
 //! producer-state replay), `retention.rs` (retention passes, DeleteRecords, segment deletion),
 //! `timestamps.rs` (ListOffsets by timestamp and max timestamp), `cleaner.rs` (compaction),
-//! and `config.rs` (`LogConfig`).
+//! `snapshot.rs` (`LogSnapshot`: what readers read without the log) and `config.rs`
+//! (`LogConfig`).
 //!
 //! The log knows nothing about the network or about who calls it; the caller (replica::Partition)
-//! serializes appends and decides when data is visible (high watermark).
+//! serializes appends and decides when data is visible (high watermark). Readers never take
+//! the caller's lock: they read a `LogSnapshot` from the `LogReader` the log publishes to.
 //!
 //! Durability protocol: `append` writes to the page cache; `flush_handle` (cheap, under the
 //! caller's lock) returns the files to fsync and the offset they cover; `FlushHandle::sync` runs
