@@ -1,7 +1,9 @@
 //! Log compaction (Kafka's `LogCleaner`): in the closed segments of a log, keep only the latest
 //! record of each key, and drop tombstones (null values) once `delete.retention.ms` has passed.
 //!
-//! One pass (`Log::clean`, or `prepare_clean` then `commit_clean`):
+//! One pass (`Log::clean`, or `Log::clean_source` + `CleanSource::prepare_clean` then
+//! `Log::commit_clean`): the long part reads a log snapshot (snapshot.rs) and needs no lock on
+//! the log; the swap is the writer's step and refuses a plan the log changed under.
 //! 1. The cleanable range: closed, fsynced segments from the log start up to the first one
 //!    holding a batch newer than `min.compaction.lag.ms` (KIP-58) or reaching the last stable
 //!    offset (every transaction below it has ended). Below the cleaner checkpoint
@@ -46,6 +48,7 @@ use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasher;
 use std::io::{ErrorKind, IoSlice};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::records::{Record, RecordBatchEncoder, RecordEncodeOptions};
@@ -53,9 +56,9 @@ use kafka_protocol::records::{Record, RecordBatchEncoder, RecordEncodeOptions};
 use super::batch::{self, BatchHeader, HEADER_LEN};
 use super::checkpoint;
 use super::index::TIME_ENTRY_LEN;
-use super::producer_state::AbortedTxn;
-use super::segment::{Segment, file_name};
-use super::{Log, LogConfig};
+use super::producer_state::{self, AbortedTxn};
+use super::segment::{Segment, SegmentRef, file_name};
+use super::{Log, LogConfig, LogSnapshot};
 use crate::error::{Error, Result};
 
 /// Where the cleaner records how far it got (one per partition directory, like the other
@@ -143,8 +146,8 @@ pub struct CleanPlan {
 
 /// Old segments rewritten into one cleaned segment with the first one's base offset.
 struct Group {
-    /// Base and next offset of each old segment.
-    old: Vec<(i64, i64)>,
+    /// Base offset, next offset and identity (`SharedSegment::id`) of each old segment.
+    old: Vec<(i64, i64, u64)>,
 }
 
 impl Group {
@@ -153,6 +156,29 @@ impl Group {
     }
     fn end(&self) -> i64 {
         self.old.last().map_or(0, |s| s.1)
+    }
+}
+
+/// What a cleaning pass reads, taken from the log in one short step (`Log::clean_source`):
+/// a snapshot of its segments and the writer-side facts of that moment. The pass itself
+/// (`prepare_clean`) then runs without the log, while appends go on.
+pub struct CleanSource {
+    snapshot: Arc<LogSnapshot>,
+    dir: PathBuf,
+    config: LogConfig,
+    /// Only fsynced segments are cleaned.
+    recovery_point: i64,
+    /// The pass stays below it: every transaction there has ended.
+    first_unstable_offset: Option<i64>,
+    /// The aborted transactions below the recovery point, as the producer state held them.
+    aborted: Vec<AbortedTxn>,
+    /// Each producer's last data batch, by its last offset (kept by the pass).
+    last_data_offsets: HashMap<i64, i64>,
+}
+
+impl CleanSource {
+    fn aborted_transactions(&self, from: i64, upper: i64) -> Vec<AbortedTxn> {
+        producer_state::aborted_in(&self.aborted, from, upper)
     }
 }
 
@@ -181,29 +207,51 @@ impl Log {
         self.commit_clean(plan)
     }
 
-    /// The long part of a pass, under a shared borrow: builds the key map and writes the
-    /// cleaned segments. Appends may go on before `commit_clean`.
+    /// What a pass needs of the log, taken at once (cheap: a snapshot and a few copies).
+    pub fn clean_source(&self) -> CleanSource {
+        CleanSource {
+            snapshot: self.snapshot(),
+            dir: self.dir.clone(),
+            config: self.config.clone(),
+            recovery_point: self.recovery_point,
+            first_unstable_offset: self.first_unstable_offset(),
+            aborted: self.aborted_transactions(i64::MIN, self.recovery_point),
+            last_data_offsets: self.last_data_offsets(),
+        }
+    }
+
+    /// `CleanSource::prepare_clean` on the log as it is now.
+    pub fn prepare_clean(&self, config: &CleanerConfig, now_ms: i64) -> Result<Option<CleanPlan>> {
+        self.clean_source().prepare_clean(config, now_ms)
+    }
+}
+
+impl CleanSource {
+    /// The long part of a pass, on the snapshot: builds the key map and writes the cleaned
+    /// segments. Needs no lock on the log: appends, reads and retention may go on before
+    /// `Log::commit_clean`, which refuses the plan if the segments it read were replaced.
     pub fn prepare_clean(&self, config: &CleanerConfig, now_ms: i64) -> Result<Option<CleanPlan>> {
         let checkpointed = read_checkpoint(&self.dir)?;
-        let log_start = self.segments.first().map_or(self.active.base_offset, |s| s.base_offset);
+        let segments = self.snapshot.segments();
+        let sealed = segments.sealed;
+        let log_start = sealed.first().map_or(segments.active.base_offset, |s| s.base_offset);
         let lag_horizon = now_ms.saturating_sub(config.min_compaction_lag_ms);
         // Only what is fsynced: a recovery never has to truncate a segment the cleaner wrote. And
         // only below the last stable offset (Kafka's `firstUnstableOffset` bound): every
         // transaction there has its outcome, so aborted batches are known by the aborted index.
-        let stable_end = self.first_unstable_offset().unwrap_or(i64::MAX);
-        let cleanable_len = self
-            .segments
+        let stable_end = self.first_unstable_offset.unwrap_or(i64::MAX);
+        let cleanable_len = sealed
             .iter()
             .take_while(|s| {
                 s.max_timestamp <= lag_horizon && s.next_offset <= self.recovery_point && s.next_offset <= stable_end
             })
             .count();
-        let cleanable = &self.segments[..cleanable_len];
+        let cleanable = &sealed[..cleanable_len];
         let Some(cleanable_end) = cleanable.last().map(|s| s.next_offset) else {
             return Ok(None);
         };
         let mut first_dirty = checkpointed.clean_end;
-        if first_dirty < log_start || first_dirty > self.log_end_offset() {
+        if first_dirty < log_start || first_dirty > segments.active.next_offset {
             // Segments deleted by retention, or a log truncated or recreated below it.
             first_dirty = log_start;
         }
@@ -248,13 +296,13 @@ impl Log {
             &mut stats,
         )?;
         debug_assert!(first_dirty < dirty_end && dirty_end <= cleanable_end);
-        let to_clean: Vec<&Segment> = cleanable.iter().take_while(|s| s.base_offset < dirty_end).collect();
+        let to_clean: Vec<&SegmentRef> = cleanable.iter().take_while(|s| s.base_offset < dirty_end).collect();
         let filter = Filter {
             map: &map,
             first_dirty,
             tombstone_horizon: now_ms.saturating_sub(config.delete_retention_ms),
             records_bytes_max,
-            last_data_offsets: self.last_data_offsets(),
+            last_data_offsets: self.last_data_offsets.clone(),
         };
         let log_start = to_clean.first().map_or(first_dirty, |s| s.base_offset);
         let mut txns = Txns::new(self.aborted_transactions(log_start, dirty_end));
@@ -267,7 +315,7 @@ impl Log {
         };
         for group in group_by_size(&to_clean, &self.config) {
             plan.groups.push(Group {
-                old: group.iter().map(|s| (s.base_offset, s.next_offset)).collect(),
+                old: group.iter().map(|s| (s.base_offset, s.next_offset, s.id())).collect(),
             });
             write_cleaned(&self.dir, &group, &self.config, &filter, &mut txns, &mut plan.stats)?;
         }
@@ -286,14 +334,14 @@ impl Log {
     /// delete.retention.ms has passed and keeps everything else.
     fn tombstone_pass(
         &self,
-        cleanable: &[Segment],
+        cleanable: &[SegmentRef],
         clean_end: i64,
         config: &CleanerConfig,
         now_ms: i64,
     ) -> Result<Option<CleanPlan>> {
         // An empty map: no record is shadowed, only expired tombstones go.
         let map = OffsetMap::new(1024)?;
-        let to_clean: Vec<&Segment> = cleanable.iter().take_while(|s| s.next_offset <= clean_end).collect();
+        let to_clean: Vec<&SegmentRef> = cleanable.iter().take_while(|s| s.next_offset <= clean_end).collect();
         if to_clean.is_empty() {
             return Ok(None);
         }
@@ -302,7 +350,7 @@ impl Log {
             first_dirty: clean_end,
             tombstone_horizon: now_ms.saturating_sub(config.delete_retention_ms),
             records_bytes_max: crate::log::batch::records_bytes_cap(self.config.max_message_bytes),
-            last_data_offsets: self.last_data_offsets(),
+            last_data_offsets: self.last_data_offsets.clone(),
         };
         let log_start = to_clean.first().map_or(clean_end, |s| s.base_offset);
         let mut txns = Txns::new(self.aborted_transactions(log_start, clean_end));
@@ -315,7 +363,7 @@ impl Log {
         };
         for group in group_by_size(&to_clean, &self.config) {
             plan.groups.push(Group {
-                old: group.iter().map(|s| (s.base_offset, s.next_offset)).collect(),
+                old: group.iter().map(|s| (s.base_offset, s.next_offset, s.id())).collect(),
             });
             write_cleaned(&self.dir, &group, &self.config, &filter, &mut txns, &mut plan.stats)?;
         }
@@ -323,10 +371,13 @@ impl Log {
         plan.stats.passes_needed = 1;
         Ok(Some(plan))
     }
+}
 
+impl Log {
     /// Swaps the cleaned segments of `plan` in (see the module doc for the crash-safe order).
-    /// None, and the plan's files deleted, when the log no longer holds the segments it
-    /// replaces (retention or truncation in between).
+    /// None, and the plan's files deleted, when the log no longer holds the very segments it
+    /// read (retention, another pass's swap, a truncation in between): a plan made on a
+    /// snapshot is stale then, and nothing changes.
     pub fn commit_clean(&mut self, plan: CleanPlan) -> Result<Option<CleanStats>> {
         self.commit_clean_with(plan, &mut || {})
     }
@@ -359,7 +410,7 @@ impl Log {
             remove(&dir.join(file_name(group.base_offset(), "txnindex")))?;
             // Replaced segments go before the final rename: once no `.swap` is left, open has
             // nothing to tell which segments a cleaned one replaced.
-            for &(base, _) in &group.old[1..] {
+            for &(base, _, _) in &group.old[1..] {
                 Segment::delete_files(&dir, base)?;
                 after_step();
             }
@@ -383,25 +434,30 @@ impl Log {
 
         // The aborted transactions whose markers were in the cleaned range: their records are gone.
         self.producers.forget_aborted_below(groups_end);
+        self.publish_txns();
         let replaced: usize = plan.groups.iter().map(|g| g.old.len()).sum();
         let after: Vec<Segment> = self.segments.drain(first + replaced..).collect();
         self.segments.truncate(first);
         self.segments.extend(cleaned);
         self.segments.extend(after);
+        // Readers holding the previous snapshot go on reading the replaced segments through
+        // their descriptors (the files are unlinked above).
+        self.publish_snapshot();
         self.debug_check();
         Ok(Some(plan.stats.clone()))
     }
 
     /// The position in `segments` of the first segment `plan` replaces, when all the segments
-    /// it replaces are still there, in order.
+    /// it replaces are still there, in order, and are the very segments it read (by identity:
+    /// a segment cleaned again since may have the same offsets and other bytes).
     fn segments_of(&self, plan: &CleanPlan) -> Option<usize> {
         let first_base = plan.groups.first()?.base_offset();
         let first = self.segments.iter().position(|s| s.base_offset == first_base)?;
         let old = plan.groups.iter().flat_map(|g| g.old.iter().copied());
         let mut current = self.segments[first..].iter();
-        for (base, next) in old {
+        for (base, next, id) in old {
             let s = current.next()?;
-            if (s.base_offset, s.next_offset) != (base, next) {
+            if (s.base_offset, s.next_offset, s.shared().id) != (base, next, id) {
                 return None;
             }
         }
@@ -411,7 +467,7 @@ impl Log {
 
 /// Whether the oldest dirty batch is older than `max.compaction.lag.ms` (KIP-354, which Kafka
 /// measures on the first batch of the first dirty segment).
-fn max_lag_exceeded(cleanable: &[Segment], first_dirty: i64, config: &CleanerConfig, now_ms: i64) -> Result<bool> {
+fn max_lag_exceeded(cleanable: &[SegmentRef], first_dirty: i64, config: &CleanerConfig, now_ms: i64) -> Result<bool> {
     if config.max_compaction_lag_ms == i64::MAX {
         return Ok(false);
     }
@@ -428,7 +484,7 @@ fn max_lag_exceeded(cleanable: &[Segment], first_dirty: i64, config: &CleanerCon
 /// and the dirty bytes it covered. A batch whose records decompress past `records_bytes_max`
 /// maps nothing: pass 2 keeps it whole, and older values of its keys stay too.
 fn build_map(
-    cleanable: &[Segment],
+    cleanable: &[SegmentRef],
     first_dirty: i64,
     records_bytes_max: usize,
     map: &mut OffsetMap,
@@ -478,9 +534,9 @@ fn build_map(
 
 /// Splits consecutive segments into groups that fit in one segment: `segment.bytes`, 32-bit
 /// relative offsets, and index room (Kafka's `LogCleaner.groupSegmentsBySize`).
-fn group_by_size<'a>(segments: &[&'a Segment], config: &LogConfig) -> Vec<Vec<&'a Segment>> {
+fn group_by_size<'a>(segments: &[&'a SegmentRef], config: &LogConfig) -> Vec<Vec<&'a SegmentRef>> {
     let index_entries_max = config.segment_index_bytes / TIME_ENTRY_LEN as u64;
-    let mut groups: Vec<Vec<&Segment>> = Vec::new();
+    let mut groups: Vec<Vec<&SegmentRef>> = Vec::new();
     let mut size = 0u64;
     for &s in segments {
         let fits = groups.last().and_then(|g| g.first()).is_some_and(|first| {
@@ -506,7 +562,7 @@ fn group_by_size<'a>(segments: &[&'a Segment], config: &LogConfig) -> Vec<Vec<&'
 /// Pass 2 for one group: writes `<base>.log.cleaned` and its indexes, fsynced.
 fn write_cleaned(
     dir: &Path,
-    group: &[&Segment],
+    group: &[&SegmentRef],
     config: &LogConfig,
     filter: &Filter<'_>,
     txns: &mut Txns,
@@ -810,14 +866,14 @@ fn offset_delta(offset: i64, base_offset: i64) -> i32 {
 
 /// The batches of a segment from a position on, read a chunk at a time.
 struct BatchCursor<'a> {
-    segment: &'a Segment,
+    segment: &'a SegmentRef,
     pos: u64,
     chunk: Bytes,
     chunk_start: u64,
 }
 
 impl<'a> BatchCursor<'a> {
-    fn new(segment: &'a Segment, pos: u64) -> Self {
+    fn new(segment: &'a SegmentRef, pos: u64) -> Self {
         BatchCursor {
             segment,
             pos,
@@ -1085,6 +1141,7 @@ fn open_cleaned(dir: &Path, base: i64, end: i64, config: &LogConfig) -> Result<S
     if !segment.trust(loaded, Some(end))? {
         segment.recover(config, true)?;
         segment.next_offset = segment.next_offset.max(end);
+        segment.publish();
     }
     Ok(segment)
 }
@@ -1825,6 +1882,49 @@ mod tests {
         log.segments.insert(0, first);
         assert_eq!(leftovers(dir.path()), Vec::<String>::new());
         assert_eq!(rows(&log), before);
+    }
+
+    #[test]
+    fn a_plan_made_on_a_snapshot_the_log_changed_under_is_refused() {
+        // Unique keys: a pass keeps every record, so the segments it swaps in have the offsets
+        // of those it read; only their identity tells that a plan read replaced segments.
+        let (dir, mut log, before) = ten_thousand_records_keyed(|i| format!("u{i}"));
+        let offsets = |log: &Log| {
+            log.segments
+                .iter()
+                .map(|s| (s.base_offset, s.next_offset))
+                .collect::<Vec<_>>()
+        };
+        let was = offsets(&log);
+        let stale = log.clean_source().prepare_clean(&config(), NOW).unwrap().unwrap();
+        // Another pass swaps first (its files replace the stale plan's `.cleaned` ones).
+        log.clean(&config(), NOW).unwrap().unwrap();
+        assert_eq!(offsets(&log), was, "a pass keeping everything keeps the offsets");
+        assert_eq!(log.commit_clean(stale).unwrap(), None);
+        assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+        assert_eq!(rows(&log), before);
+
+        // Retention between prepare and commit: the plan read segments that are gone.
+        append_keyed(
+            &mut log,
+            10_000,
+            2_000,
+            |i| format!("u{}", i % 10),
+            NOW,
+            Compression::None,
+        );
+        roll_and_flush(&mut log);
+        let source = log.clean_source();
+        let second = log.segments[1].base_offset;
+        log.delete_records_before(second).unwrap();
+        let plan = source.prepare_clean(&config(), NOW).unwrap().unwrap();
+        assert_eq!(log.commit_clean(plan).unwrap(), None);
+        assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+        let kept: Vec<Row> = rows(&log);
+        assert_eq!(kept.first().map(|r| r.0), Some(second));
+        assert_eq!(kept.len(), 12_000 - usize::try_from(second).unwrap());
+        // The writer's next pass, on a fresh snapshot, goes through.
+        assert!(log.clean(&config(), NOW).unwrap().is_some());
     }
 
     /// Throughput and memory: 1M records over 1k keys, 100-byte values. Run with

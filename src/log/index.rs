@@ -10,6 +10,7 @@
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::error::{Error, Result};
 
@@ -75,10 +76,25 @@ fn be_u32(b: &[u8]) -> u32 {
     u32::from_be_bytes(a)
 }
 
+/// An index's in-memory entries, shared by the writer (which pushes them) and the readers of
+/// log snapshots (which search them). The lock is held only for a push or a binary search,
+/// never across a file operation, so a reader never waits on the writer's syscalls.
+pub(crate) type SharedEntries<E> = Arc<RwLock<Vec<E>>>;
+
+/// Read access to shared entries; a poisoned lock still holds whole entries (pushes and
+/// truncations do not panic midway), so its data is used as is.
+pub(crate) fn read_entries<E>(entries: &RwLock<Vec<E>>) -> RwLockReadGuard<'_, Vec<E>> {
+    entries.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn write_entries<E>(entries: &RwLock<Vec<E>>) -> RwLockWriteGuard<'_, Vec<E>> {
+    entries.write().unwrap_or_else(|p| p.into_inner())
+}
+
 /// An index file and its entries.
 pub(crate) struct Index<E: Entry> {
     path: PathBuf,
-    pub entries: Vec<E>,
+    entries: SharedEntries<E>,
     /// Entries already written to the file; the rest are pending.
     persisted: usize,
     /// Written since the last fsync (only `close` fsyncs indexes, to make a clean open trustable).
@@ -111,7 +127,7 @@ impl<E: Entry> Index<E> {
         }
         let index = Index {
             path,
-            entries: Vec::new(),
+            entries: Arc::new(RwLock::new(Vec::new())),
             persisted: 0,
             dirty: false,
         };
@@ -121,7 +137,12 @@ impl<E: Entry> Index<E> {
     /// Adopts entries read from the file (already checked by the caller).
     pub fn load(&mut self, entries: Vec<E>) {
         self.persisted = entries.len();
-        self.entries = entries;
+        *write_entries(&self.entries) = entries;
+    }
+
+    /// The entries, for the readers of log snapshots.
+    pub fn shared(&self) -> SharedEntries<E> {
+        Arc::clone(&self.entries)
     }
 
     /// The file, opened for one write or fsync (closed when dropped).
@@ -136,7 +157,7 @@ impl<E: Entry> Index<E> {
 
     /// Forgets all entries and empties the file, before a rebuild.
     pub fn clear(&mut self) -> Result<()> {
-        self.entries.clear();
+        write_entries(&self.entries).clear();
         self.persisted = 0;
         self.dirty = true;
         self.file()?
@@ -145,41 +166,46 @@ impl<E: Entry> Index<E> {
     }
 
     pub fn len(&self) -> usize {
-        self.entries.len()
+        read_entries(&self.entries).len()
     }
 
-    pub fn last(&self) -> Option<&E> {
-        self.entries.last()
+    pub fn last(&self) -> Option<E> {
+        read_entries(&self.entries).last().copied()
     }
 
     pub fn push(&mut self, entry: E) {
-        self.entries.push(entry);
+        write_entries(&self.entries).push(entry);
     }
 
     /// Drops in-memory entries past `len` that were never persisted (undo of a failed append).
     pub fn truncate_pending(&mut self, len: usize) {
-        self.entries.truncate(len.max(self.persisted));
+        write_entries(&self.entries).truncate(len.max(self.persisted));
     }
 
     /// Entries waiting to be written.
     pub fn pending(&self) -> usize {
-        self.entries.len() - self.persisted
+        self.len() - self.persisted
     }
 
     /// Writes the pending entries at the end of the file in one write.
     pub fn persist(&mut self) -> Result<()> {
-        if self.persisted == self.entries.len() {
-            return Ok(());
-        }
-        let mut buf = Vec::with_capacity((self.entries.len() - self.persisted) * E::LEN);
-        for e in &self.entries[self.persisted..] {
-            e.encode(&mut buf);
-        }
+        // Encoded under the read lock, written without it.
+        let (buf, len) = {
+            let entries = read_entries(&self.entries);
+            if self.persisted == entries.len() {
+                return Ok(());
+            }
+            let mut buf = Vec::with_capacity((entries.len() - self.persisted) * E::LEN);
+            for e in &entries[self.persisted..] {
+                e.encode(&mut buf);
+            }
+            (buf, entries.len())
+        };
         let at = (self.persisted * E::LEN) as u64;
         self.file()?
             .write_all_at(&buf, at)
             .map_err(|e| Error::storage("write index", &self.path, e))?;
-        self.persisted = self.entries.len();
+        self.persisted = len;
         self.dirty = true;
         Ok(())
     }
@@ -197,14 +223,26 @@ impl<E: Entry> Index<E> {
     }
 }
 
-impl Index<OffsetEntry> {
-    /// The file position to start scanning from for `relative_offset`: that of the greatest
-    /// entry at or below it, else the segment start.
-    pub fn lookup(&self, relative_offset: u32) -> u32 {
-        let n = self.entries.partition_point(|e| e.relative_offset <= relative_offset);
-        n.checked_sub(1).map_or(0, |i| self.entries[i].position)
-    }
+/// The file position to start scanning from for `relative_offset`: that of the greatest
+/// entry at or below it, else the segment start. Entries at or past `size` (batches being
+/// written, not yet published to readers) are ignored.
+pub(crate) fn lookup_offset(entries: &[OffsetEntry], relative_offset: u32, size: u64) -> u32 {
+    let below_size = entries.partition_point(|e| u64::from(e.position) < size);
+    let n = entries[..below_size].partition_point(|e| e.relative_offset <= relative_offset);
+    n.checked_sub(1).map_or(0, |i| entries[i].position)
+}
 
+/// The relative offset to start scanning from for the first record at or after `timestamp`:
+/// the greatest entry strictly below it (every record up to that entry's offset is older than
+/// `timestamp`), else None (scan from the segment start).
+/// Kafka's `TimeIndex.lookup` takes the entry at or below, which can skip an earlier record
+/// carrying exactly the target timestamp; strictly below cannot.
+pub(crate) fn lookup_time_below(entries: &[TimeEntry], timestamp: i64) -> Option<u32> {
+    let n = entries.partition_point(|e| e.timestamp < timestamp);
+    n.checked_sub(1).map(|i| entries[i].relative_offset)
+}
+
+impl Index<OffsetEntry> {
     /// Entries read from disk are trusted only when increasing and inside the log file.
     pub fn is_consistent(entries: &[OffsetEntry], log_size: u64) -> bool {
         entries
@@ -215,22 +253,13 @@ impl Index<OffsetEntry> {
 }
 
 impl Index<TimeEntry> {
-    /// The relative offset to start scanning from for the first record at or after
-    /// `timestamp`: the greatest entry strictly below it (every record up to that entry's
-    /// offset is older than `timestamp`), else None (scan from the segment start).
-    /// Kafka's `TimeIndex.lookup` takes the entry at or below, which can skip an earlier record
-    /// carrying exactly the target timestamp; strictly below cannot.
-    pub fn lookup_below(&self, timestamp: i64) -> Option<u32> {
-        let n = self.entries.partition_point(|e| e.timestamp < timestamp);
-        n.checked_sub(1).map(|i| self.entries[i].relative_offset)
-    }
-
     /// Appends an entry only when `timestamp` exceeds the last one indexed (Kafka's
     /// `TimeIndex.maybeAppend`), so timestamps in the file strictly increase.
     pub fn maybe_push(&mut self, timestamp: i64, relative_offset: u32) {
-        let last = self.entries.last().map_or(-1, |e| e.timestamp);
+        let mut entries = write_entries(&self.entries);
+        let last = entries.last().map_or(-1, |e| e.timestamp);
         if timestamp > last {
-            self.entries.push(TimeEntry {
+            entries.push(TimeEntry {
                 timestamp,
                 relative_offset,
             });

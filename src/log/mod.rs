@@ -6,10 +6,12 @@
 //! split by concern: `recovery.rs` (`Log::open`: loading and recovering segments, checkpoints,
 //! producer-state replay), `retention.rs` (retention passes, DeleteRecords, segment deletion),
 //! `timestamps.rs` (ListOffsets by timestamp and max timestamp), `cleaner.rs` (compaction),
-//! and `config.rs` (`LogConfig`).
+//! `snapshot.rs` (`LogSnapshot`: what readers read without the log) and `config.rs`
+//! (`LogConfig`).
 //!
 //! The log knows nothing about the network or about who calls it; the caller (replica::Partition)
-//! serializes appends and decides when data is visible (high watermark).
+//! serializes appends and decides when data is visible (high watermark). Readers never take
+//! the caller's lock: they read a `LogSnapshot` from the `LogReader` the log publishes to.
 //!
 //! Durability protocol: `append` writes to the page cache; `flush_handle` (cheap, under the
 //! caller's lock) returns the files to fsync and the offset they cover; `FlushHandle::sync` runs
@@ -28,6 +30,7 @@ pub mod producer_state;
 mod recovery;
 mod retention;
 mod segment;
+mod snapshot;
 #[cfg(test)]
 mod test_support;
 mod timestamps;
@@ -43,6 +46,7 @@ pub use batch::{ValidBatch, validate_batches};
 pub use checkpoint::EpochEntry;
 pub use config::{LogConfig, TimestampType};
 pub use retention::RetentionOutcome;
+pub use snapshot::{LogReader, LogSnapshot};
 
 use batch::{BatchHeader, HEADER_LEN, LOG_OVERHEAD};
 use checkpoint::{CLEAN_SHUTDOWN_FILE, LeaderEpochCache};
@@ -112,6 +116,9 @@ pub struct Log {
     pending_deletes: Vec<(PathBuf, i64)>,
     /// Producer ids, epochs, sequences and open transactions (producer_state.rs).
     producers: ProducerState,
+    /// Where readers take their snapshots (snapshot.rs): republished at every structural
+    /// change, the active end and transaction state published after every write.
+    reader: Arc<LogReader>,
 }
 
 /// Flush the in-memory index entries to their files once this many are pending, so that a
@@ -224,10 +231,39 @@ impl Log {
         if batches.iter().all(|b| b.producer_id == producer_state::NO_PRODUCER_ID) {
             return Ok(());
         }
-        for txn in self.producers.apply(batches) {
-            producer_state::append_txn_index(&self.dir, self.active.base_offset, &txn)?;
+        let aborted = self.producers.apply(batches);
+        for txn in &aborted {
+            producer_state::append_txn_index(&self.dir, self.active.base_offset, txn)?;
         }
+        // The aborted list before the first unstable offset: a reader that sees a transaction
+        // ended sees its abort too.
+        let txns = self.reader.txns();
+        txns.extend_aborted(&aborted);
+        txns.set_first_unstable_offset(self.producers.first_unstable_offset());
         Ok(())
+    }
+
+    /// Where readers take snapshots of this log (the caller keeps it to read without the log).
+    pub fn reader(&self) -> Arc<LogReader> {
+        Arc::clone(&self.reader)
+    }
+
+    /// The current snapshot for reading.
+    pub fn snapshot(&self) -> Arc<LogSnapshot> {
+        self.reader.snapshot()
+    }
+
+    /// Publishes the segment list and log start as they are now (after a structural change).
+    fn publish_snapshot(&self) {
+        let sealed = self.segments.iter().map(Segment::published).collect();
+        self.reader.publish(sealed, self.active.shared(), self.log_start_offset);
+    }
+
+    /// Publishes the whole transaction state (after it changed other than by an append).
+    fn publish_txns(&self) {
+        let txns = self.reader.txns();
+        txns.replace_aborted(&self.producers.aborted_between(i64::MIN, i64::MAX));
+        txns.set_first_unstable_offset(self.producers.first_unstable_offset());
     }
 
     /// Appends a transaction marker for `producer_id` (Kafka's WriteTxnMarkers at the
@@ -314,6 +350,7 @@ impl Log {
         let next = Segment::create(&self.dir, self.active.next_offset, true)?;
         let sealed = std::mem::replace(&mut self.active, next);
         self.segments.push(sealed);
+        self.publish_snapshot();
         Ok(())
     }
 
@@ -404,12 +441,10 @@ impl Log {
     /// last batch through the offset index and a few header reads. The buffer is sized from
     /// those file positions, never from `max_bytes` alone: a caller's limit (a client's claim)
     /// costs no memory beyond what the segment holds below `max_offset`, and the KIP-74 batch
-    /// beyond `max_bytes` is bounded by its own length as stored.
+    /// beyond `max_bytes` is bounded by its own length as stored. Served by the current
+    /// snapshot (`LogSnapshot::read`), as readers without the log do.
     pub fn read(&self, offset: i64, max_offset: i64, max_bytes: usize, min_one_batch: bool) -> Result<Bytes> {
-        match self.locate_read(offset, max_offset)? {
-            Some(found) => found.read(max_bytes, min_one_batch),
-            None => Ok(Bytes::new()),
-        }
+        self.snapshot().read(offset, max_offset, max_bytes, min_one_batch)
     }
 
     /// How many bytes a `read(offset, max_offset, ..)` would find, from file positions alone
@@ -418,66 +453,7 @@ impl Log {
     /// holding `offset` and the one holding `max_offset` (or the segment end) when both are in
     /// one segment. Errors as `read`.
     pub fn readable_bytes(&self, offset: i64, max_offset: i64) -> Result<ReadableBytes> {
-        let Some(found) = self.locate_read(offset, max_offset)? else {
-            return Ok(ReadableBytes::Within(0));
-        };
-        Ok(match found.end {
-            Some(end) => ReadableBytes::Within(end.saturating_sub(found.start)),
-            None => ReadableBytes::OlderSegment,
-        })
-    }
-
-    /// Where a read from `offset` up to `max_offset` starts and ends; None when it finds
-    /// nothing. The end is None when `max_offset` lies past the segment holding `offset` and
-    /// that segment is not the last (Kafka's "fetch offset on an older segment").
-    fn locate_read(&self, offset: i64, max_offset: i64) -> Result<Option<ReadStart<'_>>> {
-        let (log_start, log_end) = (self.log_start_offset(), self.log_end_offset());
-        if offset < log_start || offset > log_end {
-            return Err(Error::OffsetOutOfRange {
-                asked: offset,
-                log_start,
-                log_end,
-            });
-        }
-        if offset >= log_end || offset >= max_offset {
-            return Ok(None);
-        }
-        // An offset at the very end of a segment is served by the next one.
-        let mut i = self.floor_segment(offset);
-        let (segment, start, first) = loop {
-            match self.segment_at(i) {
-                Some(s) if s.next_offset > offset => {
-                    // A compacted segment may have lost its last offsets: go on to the next.
-                    if let Some((start, first)) = s.find_batch(offset.max(s.base_offset))? {
-                        break (s, start, first);
-                    }
-                    i += 1;
-                }
-                Some(_) => i += 1,
-                None => return Ok(None),
-            }
-        };
-        if first.last_offset() >= max_offset {
-            return Ok(None);
-        }
-        let end = if max_offset < segment.next_offset {
-            Some(
-                segment
-                    .find_batch(max_offset)?
-                    .map_or(segment.size, |(position, _)| position),
-            )
-        } else if i == self.segments.len() {
-            // The active segment: `max_offset` is its end.
-            Some(segment.size)
-        } else {
-            None
-        };
-        Ok(Some(ReadStart {
-            segment,
-            start,
-            first,
-            end,
-        }))
+        self.snapshot().readable_bytes(offset, max_offset)
     }
 
     /// The first offset a client may read (Kafka's log start offset); below it reads are
@@ -541,6 +517,19 @@ impl Log {
             expected = segment.next_offset;
         }
         debug_assert!(self.recovery_point <= self.log_end_offset());
+        // Readers see the segment list and log start the writer has.
+        let snapshot = self.snapshot();
+        let published: Vec<(u64, i64, i64)> = snapshot
+            .segments()
+            .all()
+            .map(|s| (s.id(), s.base_offset, s.next_offset))
+            .collect();
+        let own: Vec<(u64, i64, i64)> = self
+            .all_segments()
+            .map(|s| (s.shared().id, s.base_offset, s.next_offset))
+            .collect();
+        debug_assert_eq!(published, own, "the published snapshot follows the segments");
+        debug_assert_eq!(snapshot.log_start_offset(), self.log_start_offset);
     }
 }
 
@@ -554,40 +543,9 @@ pub enum ReadableBytes {
     OlderSegment,
 }
 
-/// The start of a read: its segment, the position and header of its first batch, and where
-/// it ends in that segment (None: past it, see `locate_read`).
-struct ReadStart<'a> {
-    segment: &'a Segment,
-    start: u64,
-    first: BatchHeader,
-    end: Option<u64>,
-}
-
-impl ReadStart<'_> {
-    /// Reads whole batches up to the end (or the segment end), at most `max_bytes` except for
-    /// the first batch when `min_one_batch`.
-    fn read(&self, max_bytes: usize, min_one_batch: bool) -> Result<Bytes> {
-        let end = self.end.unwrap_or(self.segment.size);
-        let budget = if min_one_batch {
-            max_bytes.max(self.first.size)
-        } else {
-            max_bytes
-        };
-        let len = usize::try_from(end.saturating_sub(self.start))
-            .unwrap_or(usize::MAX)
-            .min(budget);
-        if len < self.first.size {
-            return Ok(Bytes::new());
-        }
-        let mut bytes = self.segment.read_at(self.start, len)?;
-        bytes.truncate(whole_batches_len(&bytes));
-        Ok(Bytes::from(bytes))
-    }
-}
-
 /// The length of the longest prefix of `bytes` made of whole batches (a read cut by
 /// `max_bytes` ends inside a batch).
-fn whole_batches_len(bytes: &[u8]) -> usize {
+pub(crate) fn whole_batches_len(bytes: &[u8]) -> usize {
     let mut pos = 0;
     while bytes.len() - pos >= LOG_OVERHEAD {
         let length = batch::be_i32(bytes, pos + 8);

@@ -290,12 +290,7 @@ impl ProducerState {
     /// The aborted transactions a read_committed fetch of `[from, upper)` must tell the client
     /// about (Kafka's `collectAbortedTransactions`).
     pub fn aborted_between(&self, from: i64, upper: i64) -> Vec<AbortedTxn> {
-        let start = self.aborted.partition_point(|a| a.last_offset < from);
-        self.aborted[start..]
-            .iter()
-            .filter(|a| a.first_offset < upper)
-            .copied()
-            .collect()
+        aborted_in(&self.aborted, from, upper)
     }
 
     /// Removes producers idle for `expiration_ms` with no open transaction (Kafka's
@@ -426,6 +421,16 @@ impl ProducerState {
         self.ongoing.retain(|first, _| *first < offset);
         self.aborted.retain(|a| a.last_offset < offset);
     }
+}
+
+/// The transactions of `aborted` (by increasing last offset) overlapping `[from, upper)`.
+pub(crate) fn aborted_in(aborted: &[AbortedTxn], from: i64, upper: i64) -> Vec<AbortedTxn> {
+    let start = aborted.partition_point(|a| a.last_offset < from);
+    aborted[start..]
+        .iter()
+        .filter(|a| a.first_offset < upper)
+        .copied()
+        .collect()
 }
 
 fn check_one(current: &ProducerEntry, b: &ProducerBatch, origin: Origin) -> Result<()> {

@@ -78,6 +78,7 @@ impl Log {
             if compacted && let Some(&next) = bases.get(i + 1) {
                 // A cleaned segment spans up to the next one even when its last offsets are gone.
                 segment.next_offset = segment.next_offset.max(next);
+                segment.publish();
             }
             segments.push(segment);
         }
@@ -109,7 +110,10 @@ impl Log {
         } else {
             checkpointed.unwrap_or(0).min(log_end_offset)
         };
+        let sealed: Vec<_> = segments.iter().map(Segment::published).collect();
+        let reader = std::sync::Arc::new(super::LogReader::new(&sealed, active.shared(), log_start_offset));
         let mut log = Log {
+            reader,
             dir: dir.to_path_buf(),
             config,
             segments,
@@ -122,6 +126,7 @@ impl Log {
             producers: ProducerState::default(),
         };
         log.producers = log.load_producer_state()?;
+        log.publish_txns();
         log.debug_check();
         Ok(log)
     }

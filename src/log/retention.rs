@@ -174,6 +174,7 @@ impl Log {
         // going; if a deletion fails, the rest stay on disk below the log start, and the next
         // open deletes them.
         let deleted: Vec<Segment> = self.segments.drain(..count).collect();
+        self.publish_snapshot();
         let bytes = deleted.iter().map(|s| s.size).sum();
         for segment in deleted {
             tracing::info!(
@@ -207,6 +208,8 @@ impl Log {
         // Producers stay (their ids expire by producer.id.expiration.ms, as in Kafka); the
         // aborted transactions of removed segments go.
         self.producers.on_log_start_moved(offset);
+        self.publish_txns();
+        self.publish_snapshot();
         self.epochs.truncate_from_start(offset)
     }
 }

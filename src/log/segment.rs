@@ -6,11 +6,12 @@ use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, IoSlice, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use super::LogConfig;
 use super::batch::{self, BatchHeader, HEADER_LEN};
-use super::index::{Index, OffsetEntry, OffsetIndex, TimeEntry, TimeIndex};
+use super::index::{self, Index, OffsetEntry, OffsetIndex, SharedEntries, TimeEntry, TimeIndex, read_entries};
 use crate::error::{Error, Result};
 
 /// Bytes read at a time when scanning headers from an index position (about one index
@@ -27,11 +28,167 @@ pub(crate) fn file_name(base_offset: i64, extension: &str) -> String {
     format!("{base_offset:020}.{extension}")
 }
 
-pub(crate) struct Segment {
+/// Identities of `SharedSegment`s: a clean plan names the segments it replaces by them, so a
+/// segment replaced since (by another pass, a recovery, a truncation) is never mistaken for
+/// the one the plan read, even with the same offsets.
+static NEXT_SEGMENT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// What a segment shares with the readers of log snapshots: its `.log` file, its index
+/// entries and the end of what has been written, published after each write completes. A
+/// reader holding it after the segment was deleted (renamed `*.deleted`, then unlinked) still
+/// reads the file through its descriptor.
+pub(crate) struct SharedSegment {
     pub base_offset: i64,
+    pub id: u64,
     log: Arc<File>,
     log_path: PathBuf,
-    /// Bytes of valid batches; reads never look past it.
+    /// The published end: the size in bytes (low 32 bits) and the next offset relative to the
+    /// base offset (high 32 bits) of the batches fully written, stored with Release after the
+    /// write returned. One word, so a reader never pairs a size with another write's offset.
+    /// `should_roll` (and the cleaner's grouping) keep both within 32 bits.
+    end: AtomicU64,
+    /// The published (max timestamp, offset of max timestamp), -1 when none: ListOffsets only,
+    /// so a lock held for two stores is cheaper than a scheme without one.
+    times: Mutex<(i64, i64)>,
+    offset_entries: SharedEntries<OffsetEntry>,
+    time_entries: SharedEntries<TimeEntry>,
+}
+
+impl SharedSegment {
+    /// Publishes the segment's end (after its bytes are written).
+    fn publish(&self, size: u64, next_offset: i64, max_timestamp: i64, offset_of_max_timestamp: i64) {
+        // Saturating: a value past 32 bits would mean should_roll failed; a reader then sees
+        // less, never bytes that are not written.
+        let size = u32::try_from(size).unwrap_or(u32::MAX);
+        let relative = u32::try_from(next_offset - self.base_offset).unwrap_or(u32::MAX);
+        {
+            let mut times = self.times.lock().unwrap_or_else(|p| p.into_inner());
+            *times = (max_timestamp, offset_of_max_timestamp);
+        }
+        self.end
+            .store((u64::from(relative) << 32) | u64::from(size), Ordering::Release);
+    }
+
+    /// The segment as published now: what a reader may look at.
+    pub fn published(self: &Arc<Self>) -> SegmentRef {
+        let end = self.end.load(Ordering::Acquire);
+        let (max_timestamp, offset_of_max_timestamp) = *self.times.lock().unwrap_or_else(|p| p.into_inner());
+        SegmentRef {
+            shared: Arc::clone(self),
+            base_offset: self.base_offset,
+            size: end & u64::from(u32::MAX),
+            next_offset: self.base_offset + i64::from(u32::try_from(end >> 32).unwrap_or(u32::MAX)),
+            max_timestamp,
+            offset_of_max_timestamp,
+        }
+    }
+
+    /// The header of the first batch whose last offset is at least `offset`, among the
+    /// batches below `size`.
+    fn find_batch(&self, size: u64, offset: i64) -> Result<Option<(u64, BatchHeader)>> {
+        let relative = u32::try_from(offset.saturating_sub(self.base_offset)).unwrap_or(u32::MAX);
+        let from = u64::from(index::lookup_offset(
+            &read_entries(&self.offset_entries),
+            relative,
+            size,
+        ));
+        self.scan(size, from, |h| h.last_offset() >= offset)
+    }
+
+    /// Scans batch headers from position `from` up to `size` and returns the first one `found`
+    /// accepts, with its position.
+    fn scan(
+        &self,
+        size: u64,
+        from: u64,
+        mut found: impl FnMut(&BatchHeader) -> bool,
+    ) -> Result<Option<(u64, BatchHeader)>> {
+        let mut reader = ChunkReader::new(&self.log, &self.log_path, size, SCAN_CHUNK_BYTES);
+        let mut pos = from;
+        while pos < size {
+            let Some(bytes) = reader.get(pos, HEADER_LEN)? else {
+                return Err(self.corrupt(pos, "partial batch header"));
+            };
+            let header = BatchHeader::parse(bytes).map_err(|e| self.corrupt(pos, &e.to_string()))?;
+            if found(&header) {
+                return Ok(Some((pos, header)));
+            }
+            pos += header.size as u64;
+        }
+        Ok(None)
+    }
+
+    fn corrupt(&self, pos: u64, why: &str) -> Error {
+        Error::CorruptBatch(format!("{} at position {pos}: {why}", self.log_path.display()))
+    }
+
+    /// Reads `len` bytes at `pos` into one buffer.
+    fn read_at(&self, pos: u64, len: usize) -> Result<Vec<u8>> {
+        let mut buf = vec![0; len];
+        self.log
+            .read_exact_at(&mut buf, pos)
+            .map_err(|e| Error::storage("read", &self.log_path, e))?;
+        Ok(buf)
+    }
+
+    /// Where to start scanning for the first record at or after `timestamp` among the batches
+    /// below `size`: the batch of the last time index entry below it, else the segment start.
+    fn timestamp_scan_start(&self, size: u64, timestamp: i64) -> u64 {
+        index::lookup_time_below(&read_entries(&self.time_entries), timestamp).map_or(0, |relative| {
+            u64::from(index::lookup_offset(
+                &read_entries(&self.offset_entries),
+                relative,
+                size,
+            ))
+        })
+    }
+}
+
+/// A segment as a reader sees it: its end as published when the view was taken. A sealed
+/// segment's view never changes; the active one's is taken again for each read.
+#[derive(Clone)]
+pub(crate) struct SegmentRef {
+    shared: Arc<SharedSegment>,
+    pub base_offset: i64,
+    /// Bytes of whole batches written; reads never look past it.
+    pub size: u64,
+    pub next_offset: i64,
+    pub max_timestamp: i64,
+    pub offset_of_max_timestamp: i64,
+}
+
+impl SegmentRef {
+    /// The identity of the segment (see `NEXT_SEGMENT_ID`).
+    pub fn id(&self) -> u64 {
+        self.shared.id
+    }
+
+    /// See `Segment::find_batch`.
+    pub fn find_batch(&self, offset: i64) -> Result<Option<(u64, BatchHeader)>> {
+        self.shared.find_batch(self.size, offset)
+    }
+
+    /// See `Segment::scan`.
+    pub fn scan(&self, from: u64, found: impl FnMut(&BatchHeader) -> bool) -> Result<Option<(u64, BatchHeader)>> {
+        self.shared.scan(self.size, from, found)
+    }
+
+    pub fn read_at(&self, pos: u64, len: usize) -> Result<Vec<u8>> {
+        self.shared.read_at(pos, len)
+    }
+
+    /// See `Segment::timestamp_scan_start`.
+    pub fn timestamp_scan_start(&self, timestamp: i64) -> u64 {
+        self.shared.timestamp_scan_start(self.size, timestamp)
+    }
+}
+
+pub(crate) struct Segment {
+    pub base_offset: i64,
+    /// The file, the index entries and the published end, shared with snapshot readers.
+    shared: Arc<SharedSegment>,
+    /// Bytes of valid batches accounted so far (ahead of the published end while a write is
+    /// in progress); the writer's reads never look past it.
     pub size: u64,
     /// The offset after the last batch (the base offset when empty).
     pub next_offset: i64,
@@ -166,10 +323,19 @@ impl Segment {
         time_index: TimeIndex,
         created_by_roll: bool,
     ) -> Segment {
-        Segment {
+        let shared = Arc::new(SharedSegment {
             base_offset,
+            id: NEXT_SEGMENT_ID.fetch_add(1, Ordering::Relaxed),
             log: Arc::new(log),
             log_path,
+            end: AtomicU64::new(0),
+            times: Mutex::new((-1, -1)),
+            offset_entries: offset_index.shared(),
+            time_entries: time_index.shared(),
+        });
+        Segment {
+            base_offset,
+            shared,
             size: 0,
             next_offset: base_offset,
             offset_index,
@@ -193,14 +359,36 @@ impl Segment {
     }
 
     pub fn log_file(&self) -> (Arc<File>, PathBuf) {
-        (Arc::clone(&self.log), self.log_path.clone())
+        (Arc::clone(&self.shared.log), self.shared.log_path.clone())
+    }
+
+    /// Makes everything accounted so far visible to readers. Called once the bytes are written
+    /// (a write, a recovery, an adjusted end at open), never between accounting and writing.
+    pub fn publish(&self) {
+        self.shared.publish(
+            self.size,
+            self.next_offset,
+            self.max_timestamp,
+            self.offset_of_max_timestamp,
+        );
+    }
+
+    /// The segment as readers see it.
+    pub fn published(&self) -> SegmentRef {
+        self.shared.published()
+    }
+
+    /// What readers share of the segment.
+    pub fn shared(&self) -> &Arc<SharedSegment> {
+        &self.shared
     }
 
     fn file_len(&self) -> Result<u64> {
         Ok(self
+            .shared
             .log
             .metadata()
-            .map_err(|e| Error::storage("stat", &self.log_path, e))?
+            .map_err(|e| Error::storage("stat", &self.shared.log_path, e))?
             .len())
     }
 
@@ -220,7 +408,7 @@ impl Segment {
         let next_offset = match next_base {
             Some(next) => next,
             None => {
-                let mut reader = ChunkReader::new(&self.log, &self.log_path, size, SCAN_CHUNK_BYTES);
+                let mut reader = ChunkReader::new(&self.shared.log, &self.shared.log_path, size, SCAN_CHUNK_BYTES);
                 let mut pos = start;
                 let mut next = self.base_offset;
                 while pos < size {
@@ -256,6 +444,7 @@ impl Segment {
         self.bytes_since_last_index_entry = size - start;
         self.offset_index.load(offsets);
         self.time_index.load(times);
+        self.publish();
         Ok(true)
     }
 
@@ -272,8 +461,8 @@ impl Segment {
         self.max_timestamp = -1;
         self.offset_of_max_timestamp = -1;
         self.bytes_since_last_index_entry = 0;
-        let log = Arc::clone(&self.log);
-        let log_path = self.log_path.clone();
+        let log = Arc::clone(&self.shared.log);
+        let log_path = self.shared.log_path.clone();
         let mut reader = ChunkReader::new(&log, &log_path, file_len, RECOVERY_CHUNK_BYTES);
         let mut pos = 0u64;
         let mut bad = None;
@@ -311,17 +500,16 @@ impl Segment {
         }
         if let Some(why) = &bad {
             tracing::warn!(
-                segment = %self.log_path.display(),
+                segment = %log_path.display(),
                 position = pos,
                 dropped_bytes = file_len - pos,
                 "recovery truncates the segment: {why}"
             );
-            self.log
-                .set_len(pos)
-                .map_err(|e| Error::storage("truncate", &self.log_path, e))?;
+            log.set_len(pos).map_err(|e| Error::storage("truncate", &log_path, e))?;
         }
         self.bytes_since_last_index_entry = pos - self.offset_index.last().map_or(0, |e| u64::from(e.position));
         self.persist_indexes()?;
+        self.publish();
         Ok(bad.is_some())
     }
 
@@ -408,13 +596,14 @@ impl Segment {
 
     /// Writes `slices` at the end of the log file, all or nothing as far as the log can tell:
     /// on failure the file is cut back to `cut_to` (its size before the write) so that the next
-    /// append does not land after a torn batch.
+    /// append does not land after a torn batch. The batches must be accounted already: once
+    /// written they are published to readers (the end moves only after the bytes are in).
     pub fn write_all(&self, slices: &mut [IoSlice<'_>], cut_to: u64) -> Result<()> {
         let mut slices = slices;
         IoSlice::advance_slices(&mut slices, 0);
         while !slices.is_empty() {
             // The file is opened in append mode: each writev lands at the end of the file.
-            match (&*self.log).write_vectored(slices) {
+            match (&*self.shared.log).write_vectored(slices) {
                 Ok(0) => {
                     let e = std::io::Error::from(ErrorKind::WriteZero);
                     return Err(self.undo_write(e, cut_to));
@@ -424,14 +613,17 @@ impl Segment {
                 Err(e) => return Err(self.undo_write(e, cut_to)),
             }
         }
+        self.publish();
         Ok(())
     }
 
+    /// Cuts a failed write back. Readers never saw its bytes: the end is published only after
+    /// a write completes.
     fn undo_write(&self, e: std::io::Error, cut_to: u64) -> Error {
-        if let Err(cut) = self.log.set_len(cut_to) {
-            tracing::error!(segment = %self.log_path.display(), "cannot cut a failed write: {cut}");
+        if let Err(cut) = self.shared.log.set_len(cut_to) {
+            tracing::error!(segment = %self.shared.log_path.display(), "cannot cut a failed write: {cut}");
         }
-        Error::storage("append", &self.log_path, e)
+        Error::storage("append", &self.shared.log_path, e)
     }
 
     /// Seals the segment when it stops being active: a final time index entry for its max
@@ -462,48 +654,18 @@ impl Segment {
     /// The header of the first batch whose last offset is at least `offset`, found from the
     /// offset index and a header scan, or None when the segment ends before.
     pub fn find_batch(&self, offset: i64) -> Result<Option<(u64, BatchHeader)>> {
-        let relative = u32::try_from(offset.saturating_sub(self.base_offset)).unwrap_or(u32::MAX);
-        let from = u64::from(self.offset_index.lookup(relative));
-        self.scan(from, |h| h.last_offset() >= offset)
+        self.shared.find_batch(self.size, offset)
     }
 
     /// Scans batch headers from position `from` and returns the first one `found` accepts,
     /// with its position.
-    pub fn scan(&self, from: u64, mut found: impl FnMut(&BatchHeader) -> bool) -> Result<Option<(u64, BatchHeader)>> {
-        let mut reader = ChunkReader::new(&self.log, &self.log_path, self.size, SCAN_CHUNK_BYTES);
-        let mut pos = from;
-        while pos < self.size {
-            let Some(bytes) = reader.get(pos, HEADER_LEN)? else {
-                return Err(self.corrupt(pos, "partial batch header"));
-            };
-            let header = BatchHeader::parse(bytes).map_err(|e| self.corrupt(pos, &e.to_string()))?;
-            if found(&header) {
-                return Ok(Some((pos, header)));
-            }
-            pos += header.size as u64;
-        }
-        Ok(None)
-    }
-
-    fn corrupt(&self, pos: u64, why: &str) -> Error {
-        Error::CorruptBatch(format!("{} at position {pos}: {why}", self.log_path.display()))
+    pub fn scan(&self, from: u64, found: impl FnMut(&BatchHeader) -> bool) -> Result<Option<(u64, BatchHeader)>> {
+        self.shared.scan(self.size, from, found)
     }
 
     /// Reads `len` bytes at `pos` into one buffer.
     pub fn read_at(&self, pos: u64, len: usize) -> Result<Vec<u8>> {
-        let mut buf = vec![0; len];
-        self.log
-            .read_exact_at(&mut buf, pos)
-            .map_err(|e| Error::storage("read", &self.log_path, e))?;
-        Ok(buf)
-    }
-
-    /// Where to start scanning for the first record at or after `timestamp`: the batch of the
-    /// last time index entry below it, else the segment start.
-    pub fn timestamp_scan_start(&self, timestamp: i64) -> u64 {
-        self.time_index
-            .lookup_below(timestamp)
-            .map_or(0, |relative| u64::from(self.offset_index.lookup(relative)))
+        self.shared.read_at(pos, len)
     }
 
     /// The segment's largest timestamp for time retention: its max timestamp, or the log
@@ -513,10 +675,11 @@ impl Segment {
             return Ok(self.max_timestamp);
         }
         let modified = self
+            .shared
             .log
             .metadata()
             .and_then(|m| m.modified())
-            .map_err(|e| Error::storage("stat", &self.log_path, e))?;
+            .map_err(|e| Error::storage("stat", &self.shared.log_path, e))?;
         let since_epoch = modified.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         Ok(i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX))
     }

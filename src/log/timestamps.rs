@@ -3,12 +3,24 @@
 
 use bytes::Bytes;
 
-use super::Log;
 use super::batch::{self, BatchHeader};
-use super::segment::Segment;
+use super::segment::SegmentRef;
+use super::{Log, LogSnapshot};
 use crate::error::{Error, Result};
 
 impl Log {
+    /// `LogSnapshot::offset_for_timestamp` on the current snapshot.
+    pub fn offset_for_timestamp(&self, timestamp_ms: i64) -> Result<Option<(i64, i64)>> {
+        self.snapshot().offset_for_timestamp(timestamp_ms)
+    }
+
+    /// `LogSnapshot::max_timestamp` on the current snapshot.
+    pub fn max_timestamp(&self) -> Result<Option<(i64, i64)>> {
+        self.snapshot().max_timestamp()
+    }
+}
+
+impl LogSnapshot {
     /// ListOffsets by timestamp: the offset and timestamp of the first record whose timestamp is
     /// at least `timestamp_ms` (through the time index), or None when there is none.
     ///
@@ -18,8 +30,9 @@ impl Log {
     pub fn offset_for_timestamp(&self, timestamp_ms: i64) -> Result<Option<(i64, i64)>> {
         // Records below the log start are not served (Kafka's LogSegment.findOffsetByTimestamp
         // with `startingOffset = logStartOffset`).
-        let log_start = self.log_start_offset;
-        for segment in self.all_segments() {
+        let log_start = self.log_start_offset();
+        let segments = self.segments();
+        for segment in segments.all() {
             if segment.size == 0 || segment.next_offset <= log_start || segment.max_timestamp < timestamp_ms {
                 continue;
             }
@@ -46,10 +59,11 @@ impl Log {
     /// Only records at or above the log start count; the first segment, when it straddles the
     /// log start, is scanned batch by batch (its max timestamp may be a deleted record's).
     pub fn max_timestamp(&self) -> Result<Option<(i64, i64)>> {
-        let log_start = self.log_start_offset;
+        let log_start = self.log_start_offset();
+        let segments = self.segments();
         let mut straddling = None;
-        let mut best: Option<&Segment> = None;
-        for segment in self.all_segments() {
+        let mut best: Option<&SegmentRef> = None;
+        for segment in segments.all() {
             if segment.size == 0 || segment.next_offset <= log_start {
                 continue;
             }
@@ -114,7 +128,7 @@ fn records_from(bytes: Vec<u8>, header: &BatchHeader, from_offset: i64) -> Resul
 /// The largest timestamp among the records of `segment` at or after `from_offset` and the first
 /// record carrying it, as `(timestamp, offset)`: the batch holding `from_offset` is decoded,
 /// later batches are compared by their headers' maxTimestamp.
-fn max_timestamp_from(segment: &Segment, from_offset: i64) -> Result<Option<(i64, i64)>> {
+fn max_timestamp_from(segment: &SegmentRef, from_offset: i64) -> Result<Option<(i64, i64)>> {
     let Some((position, first)) = segment.find_batch(from_offset)? else {
         return Ok(None);
     };

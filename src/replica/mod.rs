@@ -33,7 +33,7 @@ use crate::cluster::{ConfigLayer, MetadataImage};
 use crate::config::BrokerConfig;
 use crate::error::{Error, Result};
 use crate::log::producer_state::{AbortedTxn, Marker, Origin, ProducerEntry};
-use crate::log::{AppendInfo, Log, ReadableBytes, ValidBatch};
+use crate::log::{AppendInfo, Log, LogReader, LogSnapshot, ReadableBytes, ValidBatch};
 use writer::{WRITER_QUEUE_JOBS, WRITER_SHARDS, Writer, WriterGone, Writers};
 
 pub fn now_ms() -> i64 {
@@ -87,6 +87,8 @@ pub struct Partition {
     log: Mutex<Option<Log>>,
     /// The shard thread that runs every change to `log`, in the order they were queued.
     writer: Writer,
+    /// Snapshots of the log for reads, which never take `log`'s lock (log/snapshot.rs).
+    reads: Arc<LogReader>,
     high_watermark: watch::Sender<i64>,
     /// Everything below this offset is fsynced.
     durable_offset: watch::Sender<i64>,
@@ -115,6 +117,7 @@ impl Partition {
         writer: Writer,
     ) -> Partition {
         let end = log.log_end_offset();
+        let reads = log.reader();
         Partition {
             tp,
             topic_id,
@@ -122,6 +125,7 @@ impl Partition {
             dir,
             log: Mutex::new(Some(log)),
             writer,
+            reads,
             // Everything recovered from disk is durable.
             high_watermark: watch::Sender::new(end),
             durable_offset: watch::Sender::new(end),
@@ -305,15 +309,31 @@ impl Partition {
         self.high_watermark.subscribe()
     }
 
+    /// The log as readers see it now, without the log's lock. Callers load the high
+    /// watermark first: the snapshot then holds everything below it.
+    fn snapshot(&self) -> Result<Arc<LogSnapshot>> {
+        if self.failed.load(Ordering::Acquire) {
+            return Err(Error::storage(
+                "use",
+                &self.dir,
+                std::io::Error::other("an earlier fsync failed"),
+            ));
+        }
+        if self.closing.load(Ordering::Acquire) {
+            return Err(Error::UnknownTopicOrPartition(self.tp.to_string()));
+        }
+        Ok(self.reads.snapshot())
+    }
+
     pub fn offsets(&self) -> Result<PartitionOffsets> {
         let hw = self.high_watermark();
-        self.with_log(|log| {
-            Ok(PartitionOffsets {
-                log_start_offset: log.log_start_offset(),
-                high_watermark: hw,
-                log_end_offset: log.log_end_offset(),
-                last_stable_offset: last_stable_offset(log, hw),
-            })
+        let log = self.snapshot()?;
+        Ok(PartitionOffsets {
+            log_start_offset: log.log_start_offset(),
+            high_watermark: hw,
+            // May run ahead of the high watermark while an append is being published.
+            log_end_offset: log.log_end_offset(),
+            last_stable_offset: last_stable_offset(&log, hw),
         })
     }
 
@@ -324,7 +344,8 @@ impl Partition {
 
     /// Reads from `offset` up to the high watermark, or for `read_committed` up to the last
     /// stable offset, with the aborted transactions the returned records overlap (Kafka's
-    /// READ_COMMITTED fetch: the consumer drops those transactions' records itself).
+    /// READ_COMMITTED fetch: the consumer drops those transactions' records itself). Reads a
+    /// snapshot: never waits on appends, fsyncs or the cleaner.
     pub fn read_with(
         &self,
         offset: i64,
@@ -333,29 +354,28 @@ impl Partition {
         read_committed: bool,
     ) -> Result<PartitionRead> {
         let hw = self.high_watermark();
-        self.with_log(|log| {
-            let log_start_offset = log.log_start_offset();
-            let log_end_offset = log.log_end_offset();
-            let lso = last_stable_offset(log, hw);
-            let limit = if read_committed { lso } else { hw };
-            // Between the limit and the log end the offset exists but is not yet readable:
-            // Kafka answers with no records and no error.
-            let records = if offset >= limit && offset <= log_end_offset && offset >= log_start_offset {
-                Bytes::new()
-            } else {
-                log.read(offset, limit, max_bytes, min_one_batch)?
-            };
-            let aborted = read_committed.then(|| match crate::log::batch::end_offset(&records) {
-                Some(upper) => log.aborted_transactions(offset, upper),
-                None => Vec::new(),
-            });
-            Ok(PartitionRead {
-                records,
-                high_watermark: hw,
-                log_start_offset,
-                last_stable_offset: lso,
-                aborted,
-            })
+        let log = self.snapshot()?;
+        let log_start_offset = log.log_start_offset();
+        let log_end_offset = log.log_end_offset();
+        let lso = last_stable_offset(&log, hw);
+        let limit = if read_committed { lso } else { hw };
+        // Between the limit and the log end the offset exists but is not yet readable:
+        // Kafka answers with no records and no error.
+        let records = if offset >= limit && offset <= log_end_offset && offset >= log_start_offset {
+            Bytes::new()
+        } else {
+            log.read(offset, limit, max_bytes, min_one_batch)?
+        };
+        let aborted = read_committed.then(|| match crate::log::batch::end_offset(&records) {
+            Some(upper) => log.aborted_transactions(offset, upper),
+            None => Vec::new(),
+        });
+        Ok(PartitionRead {
+            records,
+            high_watermark: hw,
+            log_start_offset,
+            last_stable_offset: lso,
+            aborted,
         })
     }
 
@@ -364,29 +384,31 @@ impl Partition {
     /// `min_bytes` checks each time the high watermark moves.
     pub fn readable_bytes(&self, offset: i64, read_committed: bool) -> Result<ReadableBytes> {
         let hw = self.high_watermark();
-        self.with_log(|log| {
-            let limit = if read_committed {
-                last_stable_offset(log, hw)
-            } else {
-                hw
-            };
-            log.readable_bytes(offset, limit)
-        })
+        let log = self.snapshot()?;
+        let limit = if read_committed {
+            last_stable_offset(&log, hw)
+        } else {
+            hw
+        };
+        log.readable_bytes(offset, limit)
     }
 
     pub fn offset_for_timestamp(&self, timestamp_ms: i64) -> Result<Option<(i64, i64)>> {
         let hw = self.high_watermark();
-        self.with_log(|log| Ok(log.offset_for_timestamp(timestamp_ms)?.filter(|(o, _)| *o < hw)))
+        Ok(self
+            .snapshot()?
+            .offset_for_timestamp(timestamp_ms)?
+            .filter(|(o, _)| *o < hw))
     }
 
     pub fn max_timestamp(&self) -> Result<Option<(i64, i64)>> {
         let hw = self.high_watermark();
-        self.with_log(|log| Ok(log.max_timestamp()?.filter(|(_, o)| *o < hw)))
+        Ok(self.snapshot()?.max_timestamp()?.filter(|(_, o)| *o < hw))
     }
 
     /// Bytes of log on disk (DescribeLogDirs).
     pub fn size_bytes(&self) -> Result<u64> {
-        self.with_log(|log| Ok(log.size_bytes()))
+        Ok(self.snapshot()?.size_bytes())
     }
 
     /// DeleteRecords: moves the log start offset to `offset` (-1: the high watermark) and
@@ -431,10 +453,10 @@ impl Partition {
         self: &Arc<Self>,
         config: &crate::log::cleaner::CleanerConfig,
     ) -> Result<Option<crate::log::cleaner::CleanStats>> {
-        // Prepare runs on a snapshot once reads are lock-free (issue 11, log/); until then it
-        // holds the partition's lock, so this partition's writer job, and the jobs queued
-        // behind it on the same shard, wait for the prepare.
-        let Some(plan) = self.with_log(|log| log.prepare_clean(config, now_ms()))? else {
+        // The long part runs on a snapshot, holding no lock: appends and reads go on, and the
+        // writer's commit refuses the plan if the segments it read were replaced meanwhile.
+        let source = self.with_log(|log| Ok(log.clean_source()))?;
+        let Some(plan) = source.prepare_clean(config, now_ms())? else {
             return Ok(None);
         };
         self.write_blocking(move |p| p.with_log(|log| log.commit_clean(plan)))
@@ -558,7 +580,7 @@ impl Partition {
 }
 
 /// The LSO: the first offset of the oldest open transaction, never above the high watermark.
-fn last_stable_offset(log: &Log, high_watermark: i64) -> i64 {
+fn last_stable_offset(log: &LogSnapshot, high_watermark: i64) -> i64 {
     log.first_unstable_offset()
         .map_or(high_watermark, |first| first.min(high_watermark))
 }
