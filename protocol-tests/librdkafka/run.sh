@@ -286,8 +286,14 @@ for t in "${LIST[@]}"; do
     # 0061 compares each statistics event's consumer_lag_stored with the lag the application
     # computed after its last consume(); an event generated just before the offset was stored
     # but served after reads one more (seen once in a loaded full run; 3 of 3 alone pass).
+    # 0086's remote case expects its first ProduceRequest to carry messages 0-9 (batch.num.messages
+    # 10, linger.ms 500) and purges while it is in flight; in about one run in twelve librdkafka
+    # sends message 0 alone, and 1-9 are purged from the queue instead. The broker only answers
+    # Metadata and the stalled request: the same rate against the build before the writer and
+    # snapshot-read changes (1 failure in 12 runs each).
     if [[ $res == FAIL && $attempt == 1 && ($reason == *"timed out"* || $reason == *"() timeout"* ||
-        ($t == 0061 && $reason == *"Stats consumer_lag"*)) ]]; then
+        ($t == 0061 && $reason == *"Stats consumer_lag"*) ||
+        ($t == 0086 && $reason == *"Purged in queue"*)) ]]; then
         echo "RETRY $t $name (${secs}s): $reason"
         continue
     fi
