@@ -114,6 +114,22 @@ pub fn sluice_bin() -> PathBuf {
 /// Ports handed out in this test process, so clusters of tests running at once never share one.
 static PORTS_TAKEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
 
+/// Waits for `child` to exit until `deadline`, then kills it: its exit status, or None when it
+/// had to be killed.
+async fn exit_by(child: &mut Child, deadline: Instant) -> Option<std::process::ExitStatus> {
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// `count` distinct free loopback ports. Taken below Linux's ephemeral range (32768+), where an
 /// outgoing connection's source port could otherwise take a killed node's port before it
 /// restarts; each is checked free by binding it (all held at once, then released).
@@ -381,17 +397,7 @@ impl Cluster {
         assert_eq!(rc, 0, "SIGTERM to node {id}");
         self.mark_log(id, "sent SIGTERM by the test");
         let deadline = Instant::now() + STOP_WAIT;
-        let status = loop {
-            if let Some(status) = child.try_wait().expect("wait") {
-                break Some(status);
-            }
-            if Instant::now() >= deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
+        let status = exit_by(&mut child, deadline).await;
         assert!(
             status.is_some_and(|s| s.success()),
             "node {id} did not exit cleanly after SIGTERM: {status:?}"
@@ -431,17 +437,7 @@ impl Cluster {
         let deadline = Instant::now() + STOP_WAIT;
         let mut failures = Vec::new();
         for (id, mut child) in stopping {
-            let status = loop {
-                if let Some(status) = child.try_wait().expect("wait") {
-                    break Some(status);
-                }
-                if Instant::now() >= deadline {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    break None;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            };
+            let status = exit_by(&mut child, deadline).await;
             match status {
                 Some(status) if status.success() => {}
                 Some(status) => failures.push(format!("node {id} exited with {status}")),
