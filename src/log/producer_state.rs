@@ -147,7 +147,9 @@ impl ProducerBatch {
     }
 
     fn last_seq(&self) -> i32 {
-        increment_sequence(self.base_seq, (self.last_offset - self.first_offset) as i32)
+        // A trusted file (after a clean shutdown) may still hold a damaged header: the span is
+        // taken as it is, in 64 bits, so no header makes this overflow.
+        wrap_sequence(i64::from(self.base_seq) + (self.last_offset - self.first_offset))
     }
 }
 
@@ -179,12 +181,15 @@ pub enum Origin {
 }
 
 /// Sequence numbers wrap at i32::MAX to 0 (Kafka's `DefaultRecordBatch.incrementSequence`).
+/// For valid input it is that function; any input, a damaged one included, gives a sequence in
+/// `0..=i32::MAX` without overflowing.
 pub fn increment_sequence(sequence: i32, increment: i32) -> i32 {
-    if sequence > i32::MAX - increment {
-        increment - (i32::MAX - sequence) - 1
-    } else {
-        sequence + increment
-    }
+    wrap_sequence(i64::from(sequence) + i64::from(increment))
+}
+
+fn wrap_sequence(sequence: i64) -> i32 {
+    // i32::MAX + 1 sequences, 0..=i32::MAX; the result always fits.
+    sequence.rem_euclid(i64::from(i32::MAX) + 1) as i32
 }
 
 fn in_sequence(last_seq: i32, next_seq: i32) -> bool {
@@ -845,6 +850,11 @@ mod tests {
     fn sequences_wrap_at_i32_max() {
         assert_eq!(increment_sequence(i32::MAX, 1), 0);
         assert_eq!(increment_sequence(i32::MAX - 1, 3), 1);
+        assert_eq!(increment_sequence(5, 7), 12);
+        // Damaged headers must not overflow.
+        assert_eq!(increment_sequence(0, -1), i32::MAX);
+        assert_eq!(increment_sequence(i32::MIN, i32::MIN), 0);
+        assert_eq!(increment_sequence(i32::MAX, i32::MAX), i32::MAX - 1);
         let mut s = ProducerState::default();
         appended(&mut s, data(1, 0, i32::MAX - 4, 0, 5));
         assert_eq!(s.producer(1).unwrap().last_seq(), i32::MAX);

@@ -418,7 +418,13 @@ impl Segment {
                     let Ok(h) = BatchHeader::parse(header) else {
                         return Ok(false);
                     };
-                    if pos + h.size as u64 > size || (pos == 0 && h.base_offset != self.base_offset) {
+                    // Offsets only grow: a header that goes backwards (damaged, though the
+                    // shutdown was clean) sends the segment to a full recovery.
+                    if pos + h.size as u64 > size
+                        || (pos == 0 && h.base_offset != self.base_offset)
+                        || h.base_offset < next
+                        || h.last_offset_delta < 0
+                    {
                         return Ok(false);
                     }
                     pos += h.size as u64;
