@@ -244,16 +244,16 @@ fn check_leader_epoch(p: &Partition, req: &FetchPartition, version: i16) -> Resu
     if version < 9 || req.current_leader_epoch < 0 {
         return Ok(());
     }
-    if req.current_leader_epoch > p.leader_epoch {
+    if req.current_leader_epoch > p.leader_epoch() {
         return Err(Error::UnknownLeaderEpoch {
             asked: req.current_leader_epoch,
-            current: p.leader_epoch,
+            current: p.leader_epoch(),
         });
     }
-    if req.current_leader_epoch < p.leader_epoch {
+    if req.current_leader_epoch < p.leader_epoch() {
         return Err(Error::FencedLeaderEpoch {
             asked: req.current_leader_epoch,
-            current: p.leader_epoch,
+            current: p.leader_epoch(),
         });
     }
     Ok(())

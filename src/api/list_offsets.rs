@@ -71,21 +71,21 @@ fn lookup(
     version: i16,
 ) -> Result<(i64, i64, i32), Error> {
     if version >= 4 && current_leader_epoch >= 0 {
-        if current_leader_epoch > p.leader_epoch {
+        if current_leader_epoch > p.leader_epoch() {
             return Err(Error::UnknownLeaderEpoch {
                 asked: current_leader_epoch,
-                current: p.leader_epoch,
+                current: p.leader_epoch(),
             });
         }
-        if current_leader_epoch < p.leader_epoch {
+        if current_leader_epoch < p.leader_epoch() {
             return Err(Error::FencedLeaderEpoch {
                 asked: current_leader_epoch,
-                current: p.leader_epoch,
+                current: p.leader_epoch(),
             });
         }
     }
     let offsets = p.offsets()?;
-    let epoch = p.leader_epoch;
+    let epoch = p.leader_epoch();
     let none = (-1, -1, -1);
     Ok(match spec {
         // read_committed consumers see up to the last stable offset, others the high watermark.

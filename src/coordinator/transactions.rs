@@ -1174,7 +1174,7 @@ impl TransactionCoordinator {
         }
         .await;
         match written {
-            Ok(()) => Ok(partition.leader_epoch),
+            Ok(()) => Ok(partition.leader_epoch()),
             Err(e) => {
                 tracing::warn!(transactional_id, error = %e, "writing {TRANSACTION_STATE_TOPIC}");
                 Err(match e {
@@ -1419,7 +1419,7 @@ impl TransactionCoordinator {
             let coordinator_epoch = self
                 .replicas
                 .get(TRANSACTION_STATE_TOPIC, index)
-                .map_or(0, |p| p.leader_epoch);
+                .map_or(0, |p| p.leader_epoch());
             self.finish(&id, coordinator_epoch).await;
         }
     }

@@ -15,13 +15,15 @@
 // Input from the network or disk becomes an `Error`, never a panic.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
+mod epoch_lookup;
+mod follower_log;
 pub mod produce_validation;
 pub mod purgatory;
 pub mod writer;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::Duration;
 
@@ -80,7 +82,9 @@ pub struct PartitionOffsets {
 pub struct Partition {
     pub tp: TopicPartition,
     pub topic_id: Uuid,
-    pub leader_epoch: i32,
+    /// The partition's leader epoch as this node last applied it from the metadata image
+    /// (stamped on the batches this node writes as leader; fences requests of other epochs).
+    leader_epoch: AtomicI32,
     dir: PathBuf,
     /// None once closed (topic deleted or broker stopping). Changed only by jobs on `writer`
     /// (and the flusher's `mark_flushed`); reads and the cleaner's prepare lock it too.
@@ -121,7 +125,7 @@ impl Partition {
         Partition {
             tp,
             topic_id,
-            leader_epoch,
+            leader_epoch: AtomicI32::new(leader_epoch),
             dir,
             log: Mutex::new(Some(log)),
             writer,
@@ -135,6 +139,11 @@ impl Partition {
             closing: AtomicBool::new(false),
             failed: AtomicBool::new(false),
         }
+    }
+
+    /// The partition's current leader epoch on this node.
+    pub fn leader_epoch(&self) -> i32 {
+        self.leader_epoch.load(Ordering::Acquire)
     }
 
     /// Runs `op` on this partition's writer, after every change queued before it; waits for
@@ -209,7 +218,7 @@ impl Partition {
     /// ask for the fsync (the durable offset moves only once it returns).
     fn append_now(&self, batches: Vec<ValidBatch>, durable: bool, origin: Origin) -> Result<AppendInfo> {
         let info = self.with_log(|log| {
-            let info = log.append_from(batches, self.leader_epoch, now_ms(), origin)?;
+            let info = log.append_from(batches, self.leader_epoch(), now_ms(), origin)?;
             if !info.duplicate {
                 self.high_watermark.send_replace(log.log_end_offset());
             }
@@ -237,7 +246,7 @@ impl Partition {
         };
         self.write(move |p| {
             let info = p.with_log(|log| {
-                let info = log.append_marker(producer_id, producer_epoch, marker, p.leader_epoch, now_ms())?;
+                let info = log.append_marker(producer_id, producer_epoch, marker, p.leader_epoch(), now_ms())?;
                 p.high_watermark.send_replace(log.log_end_offset());
                 Ok(info)
             })?;
