@@ -313,6 +313,24 @@ impl Partition {
         *self.high_watermark.borrow()
     }
 
+    /// A follower learns the high watermark from its leader's fetch answers: it is what the
+    /// leader said, capped at this log's end (a follower may lag its leader). It never goes
+    /// back, except through truncation.
+    pub fn advance_follower_high_watermark(&self, leader_high_watermark: i64) {
+        let Ok(offsets) = self.offsets() else {
+            return;
+        };
+        let hw = leader_high_watermark.min(offsets.log_end_offset);
+        self.high_watermark.send_if_modified(|current| {
+            if hw > *current {
+                *current = hw;
+                true
+            } else {
+                false
+            }
+        });
+    }
+
     /// A receiver that wakes when the high watermark moves (long-poll fetch).
     pub fn subscribe(&self) -> watch::Receiver<i64> {
         self.high_watermark.subscribe()
