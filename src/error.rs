@@ -41,10 +41,6 @@ pub enum Error {
     InvalidPartitions(i32),
     #[error("replication factor {asked} exceeds the {nodes} available node(s)")]
     InvalidReplicationFactor { asked: i32, nodes: i32 },
-    /// Replication factors above 1 wait for replication (issue 12): accepting one now would
-    /// promise copies that do not exist.
-    #[error("replication factor {0} needs replication between brokers, which is not built yet; use 1")]
-    ReplicationNotBuilt(i32),
     /// A metadata change computed against an image that changed meanwhile; the caller retries
     /// against a newer one.
     #[error("metadata changed meanwhile: {0}")]
@@ -65,6 +61,12 @@ pub enum Error {
     FencedLeaderEpoch { asked: i32, current: i32 },
     #[error("this broker is not the leader of {0}")]
     NotLeader(String),
+    /// acks=all with fewer in-sync replicas than `min.insync.replicas`: nothing was written.
+    #[error("{partition}: {isr} in-sync replica(s), min.insync.replicas is {min}")]
+    NotEnoughReplicas { partition: String, isr: usize, min: i32 },
+    /// Written, but the ISR shrank below `min.insync.replicas` before it was acknowledged.
+    #[error("{partition}: written, but the ISR fell to {isr} replica(s), below min.insync.replicas {min}")]
+    NotEnoughReplicasAfterAppend { partition: String, isr: usize, min: i32 },
     #[error("the broker is shutting down")]
     ShuttingDown,
     #[error("producer {producer_id}: sequence {sequence} out of order (expected {expected})")]
@@ -107,7 +109,6 @@ impl Error {
             Error::InvalidTopic { .. } => ResponseError::InvalidTopicException,
             Error::InvalidPartitions(_) => ResponseError::InvalidPartitions,
             Error::InvalidReplicationFactor { .. } => ResponseError::InvalidReplicationFactor,
-            Error::ReplicationNotBuilt(_) => ResponseError::InvalidReplicationFactor,
             // Kafka's retriable answer when the active controller moved.
             Error::Stale(_) => ResponseError::NotController,
             Error::Controller { code, .. } => return *code,
@@ -118,6 +119,8 @@ impl Error {
             Error::FencedLeaderEpoch { .. } => ResponseError::FencedLeaderEpoch,
             Error::ShuttingDown => ResponseError::NotLeaderOrFollower,
             Error::NotLeader(_) => ResponseError::NotLeaderOrFollower,
+            Error::NotEnoughReplicas { .. } => ResponseError::NotEnoughReplicas,
+            Error::NotEnoughReplicasAfterAppend { .. } => ResponseError::NotEnoughReplicasAfterAppend,
             Error::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
             Error::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
             Error::InvalidTxnState(_) => ResponseError::InvalidTxnState,

@@ -189,6 +189,7 @@ mod tests {
                 configs: BTreeMap::new(),
                 leader_epoch: 0,
                 assignments: vec![vec![1]; usize::try_from(partitions).unwrap()],
+                registrations: Default::default(),
             };
             image.topics.insert(name.to_string(), Arc::new(info));
         }

@@ -38,7 +38,7 @@ impl<'a> LeaderHints<'a> {
             return None;
         }
         self.leaders.insert(leader);
-        Some((leader, topic.leader_epoch))
+        Some((leader, topic.partition_leader_epoch(partition)))
     }
 
     /// The brokers `leader_of` named, by id.

@@ -182,8 +182,7 @@ pub(crate) struct PartitionState {
     pub leader: i32,
     pub leader_epoch: i32,
     pub replicas: Vec<BrokerId>,
-    /// The replicas in sync with the leader: the live ones (no replication yet, so a live
-    /// replica is its own leader's only copy); none without a leader.
+    /// The replicas in sync with the leader, as the controller last committed them.
     pub isr: Vec<BrokerId>,
     pub offline_replicas: Vec<BrokerId>,
 }
@@ -195,21 +194,16 @@ impl PartitionState {
         // storage failed to open.
         let offline =
             |r: i32| !image.is_live(r) || (r == ctx.config.node_id && ctx.replicas.is_offline(&topic.name, index));
-        let leader = topic.leader(index);
-        let leader_online = !offline(leader);
+        let registration = topic.registration(index);
+        let leader = registration.leader;
+        let leader_online = leader >= 0 && !offline(leader);
         PartitionState {
             leader: if leader_online { leader } else { -1 },
-            leader_epoch: topic.leader_epoch,
+            leader_epoch: registration.leader_epoch,
             replicas: replicas.iter().map(|&r| BrokerId(r)).collect(),
-            isr: if leader_online {
-                replicas
-                    .iter()
-                    .filter(|&&r| !offline(r))
-                    .map(|&r| BrokerId(r))
-                    .collect()
-            } else {
-                Vec::new()
-            },
+            // The registration's ISR, as the controller committed it (Kafka reports it even
+            // when the leader is offline).
+            isr: registration.isr.iter().map(|&r| BrokerId(r)).collect(),
             offline_replicas: replicas.iter().filter(|&&r| offline(r)).map(|&r| BrokerId(r)).collect(),
         }
     }

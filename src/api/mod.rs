@@ -362,7 +362,7 @@ pub fn message(text: impl std::fmt::Display) -> Option<StrBytes> {
 pub(crate) fn absent_partition(ctx: &Ctx, topic: &str, partition: i32) -> i16 {
     let image = ctx.controller.image();
     match image.topic(topic) {
-        Some(t) if !t.replicas(partition).is_empty() && !t.hosts(partition, ctx.config.node_id) => {
+        Some(t) if !t.replicas(partition).is_empty() && t.leader(partition) != ctx.config.node_id => {
             kafka_protocol::error::ResponseError::NotLeaderOrFollower.code()
         }
         _ => kafka_protocol::error::ResponseError::UnknownTopicOrPartition.code(),

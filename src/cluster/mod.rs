@@ -96,6 +96,37 @@ pub enum MetadataRecord {
     SetClusterId {
         id: String,
     },
+    /// Partitions' leaders, leader epochs and in-sync replicas change (Kafka's
+    /// PartitionChangeRecord): a leader election by the controller, or an ISR change a leader
+    /// asked for (AlterPartition). Each change carries the whole new registration, whose
+    /// `partition_epoch` is one above the current one: a change computed against an older
+    /// registration is refused (stale) and computed again.
+    ChangePartitions {
+        changes: Vec<PartitionChange>,
+    },
+}
+
+/// One partition's new registration (in `MetadataRecord::ChangePartitions`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PartitionChange {
+    pub topic: Uuid,
+    pub partition: i32,
+    #[serde(flatten)]
+    pub registration: PartitionRegistration,
+}
+
+/// Who leads a partition and who is in sync with it (Kafka's `PartitionRegistration`, without
+/// the replicas, which `TopicInfo::assignments` holds).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PartitionRegistration {
+    /// The leader's node id, -1 when no eligible replica is live.
+    pub leader: i32,
+    /// Moves at every leader change; batches written by a leader carry its epoch.
+    pub leader_epoch: i32,
+    /// The in-sync replicas: those holding everything below the leader's high watermark.
+    pub isr: Vec<i32>,
+    /// Moves at every change of this registration.
+    pub partition_epoch: i32,
 }
 
 /// A broker as the metadata image holds it.
@@ -132,9 +163,14 @@ pub struct TopicInfo {
     pub partitions: i32,
     pub replication_factor: i16,
     pub configs: BTreeMap<String, String>,
+    /// The leader epoch every partition started with.
     pub leader_epoch: i32,
-    /// Each partition's replicas; the first is its leader.
+    /// Each partition's replicas, the preferred leader first.
     pub assignments: Vec<Vec<i32>>,
+    /// The registrations changed since the topic was created (elections, ISR changes); a
+    /// partition not here is led by its first replica at `leader_epoch`, with every replica
+    /// in sync.
+    pub registrations: OrdMap<i32, Arc<PartitionRegistration>>,
 }
 
 impl TopicInfo {
@@ -148,7 +184,30 @@ impl TopicInfo {
 
     /// The node that leads `partition` (-1: none).
     pub fn leader(&self, partition: i32) -> i32 {
-        self.replicas(partition).first().copied().unwrap_or(-1)
+        match self.registrations.get(&partition) {
+            Some(registration) => registration.leader,
+            None => self.replicas(partition).first().copied().unwrap_or(-1),
+        }
+    }
+
+    /// The leader epoch of `partition`.
+    pub fn partition_leader_epoch(&self, partition: i32) -> i32 {
+        self.registrations
+            .get(&partition)
+            .map_or(self.leader_epoch, |r| r.leader_epoch)
+    }
+
+    /// `partition`'s registration: as changed, or as created.
+    pub fn registration(&self, partition: i32) -> PartitionRegistration {
+        match self.registrations.get(&partition) {
+            Some(registration) => (**registration).clone(),
+            None => PartitionRegistration {
+                leader: self.replicas(partition).first().copied().unwrap_or(-1),
+                leader_epoch: self.leader_epoch,
+                isr: self.replicas(partition).to_vec(),
+                partition_epoch: 0,
+            },
+        }
     }
 
     /// Whether `node` holds a replica of `partition`.
@@ -256,6 +315,19 @@ impl MetadataImage {
             leader_epoch: topic.leader_epoch,
             assignments: topic.assignments.clone(),
         }));
+        let changes: Vec<PartitionChange> = topics
+            .values()
+            .flat_map(|topic| {
+                topic.registrations.iter().map(|(partition, registration)| PartitionChange {
+                    topic: topic.id,
+                    partition: *partition,
+                    registration: (**registration).clone(),
+                })
+            })
+            .collect();
+        if !changes.is_empty() {
+            records.push(MetadataRecord::ChangePartitions { changes });
+        }
         if *next_producer_id != 0 {
             records.push(MetadataRecord::ProducerIds {
                 next_producer_id: *next_producer_id,
@@ -344,11 +416,111 @@ impl MetadataImage {
             MetadataRecord::SetClusterId { .. } if !self.cluster_id.is_empty() => {
                 Err(Error::Stale("the cluster id is set already".into()))
             }
+            MetadataRecord::ChangePartitions { changes } => {
+                for change in changes {
+                    self.check_change(change)?;
+                }
+                Ok(())
+            }
             MetadataRecord::SetGroupConfigs { .. }
             | MetadataRecord::SetBrokerConfigs { .. }
             | MetadataRecord::RegisterBroker { .. }
             | MetadataRecord::SetClusterId { .. } => Ok(()),
         }
+    }
+
+    /// A partition change fits: the partition exists, the change follows its current
+    /// registration (partition epoch + 1, leader epoch not going back), the ISR is made of
+    /// replicas, and the leader is in it (or there is none).
+    fn check_change(&self, change: &PartitionChange) -> Result<()> {
+        let topic = self.topic_by_id(&change.topic).ok_or(Error::UnknownTopicId(change.topic))?;
+        let replicas = topic.replicas(change.partition);
+        if replicas.is_empty() {
+            return Err(Error::UnknownTopicOrPartition(format!(
+                "{}-{}",
+                topic.name, change.partition
+            )));
+        }
+        let current = topic.registration(change.partition);
+        let next = &change.registration;
+        if next.partition_epoch != current.partition_epoch + 1 || next.leader_epoch < current.leader_epoch {
+            return Err(Error::Stale(format!(
+                "partition {}-{} is at partition epoch {}, leader epoch {}",
+                topic.name, change.partition, current.partition_epoch, current.leader_epoch
+            )));
+        }
+        if next.isr.is_empty() || next.isr.iter().any(|r| !replicas.contains(r)) {
+            return Err(Error::InvalidRequest(format!(
+                "ISR {:?} is not a non-empty subset of replicas {replicas:?}",
+                next.isr
+            )));
+        }
+        if next.leader != -1 && !next.isr.contains(&next.leader) {
+            return Err(Error::InvalidRequest(format!(
+                "leader {} is not in the ISR {:?}",
+                next.leader, next.isr
+            )));
+        }
+        Ok(())
+    }
+
+    /// The elections the controller owes (Kafka's `ReplicationControlManager` on broker
+    /// fencing and unfencing): for each partition whose leader is not live, the first live
+    /// replica of the ISR (in replica order) becomes leader, at the next leader epoch; when
+    /// none is, the partition has no leader (-1) and keeps its last ISR, unless unclean
+    /// election is allowed for its topic, when the first live replica leads with an ISR of
+    /// itself. Replicas that are not live leave the ISR of a partition whose leader stays.
+    /// `unclean_default`: `unclean.leader.election.enable` for topics without an override.
+    pub fn elections(&self, unclean_default: bool) -> Vec<PartitionChange> {
+        let mut changes = Vec::new();
+        for topic in self.topics.values() {
+            let unclean = topic
+                .configs
+                .get("unclean.leader.election.enable")
+                .or_else(|| self.broker_default_configs.get("unclean.leader.election.enable"))
+                .map_or(unclean_default, |v| v == "true");
+            for partition in 0..topic.partitions {
+                let current = topic.registration(partition);
+                if let Some(next) = self.elect(topic.replicas(partition), &current, unclean) {
+                    changes.push(PartitionChange {
+                        topic: topic.id,
+                        partition,
+                        registration: next,
+                    });
+                }
+            }
+        }
+        changes
+    }
+
+    /// One partition's election (see `elections`); None when nothing changes.
+    fn elect(&self, replicas: &[i32], current: &PartitionRegistration, unclean: bool) -> Option<PartitionRegistration> {
+        let live_isr: Vec<i32> = current.isr.iter().copied().filter(|r| self.is_live(*r)).collect();
+        let mut next = current.clone();
+        if current.leader != -1 && self.is_live(current.leader) {
+            // The leader stays; fenced followers leave its ISR (never emptying it).
+            if live_isr.len() == current.isr.len() || live_isr.is_empty() {
+                return None;
+            }
+            next.isr = live_isr;
+        } else if let Some(&leader) = replicas.iter().find(|r| live_isr.contains(r)) {
+            next.leader = leader;
+            next.isr = live_isr;
+            next.leader_epoch += 1;
+        } else if let Some(&leader) = replicas.iter().find(|r| unclean && self.is_live(**r)) {
+            tracing::warn!(leader, isr = ?current.isr, "unclean leader election: a replica outside the ISR leads");
+            next.leader = leader;
+            next.isr = vec![leader];
+            next.leader_epoch += 1;
+        } else if current.leader != -1 {
+            // No eligible replica is live: no leader, and the ISR keeps the last one in it.
+            next.leader = -1;
+            next.leader_epoch += 1;
+        } else {
+            return None;
+        }
+        next.partition_epoch += 1;
+        Some(next)
     }
 
     /// Assignments for partitions `from..partitions` name registered brokers, once each.
@@ -420,6 +592,7 @@ impl MetadataImage {
                         configs: configs.clone(),
                         leader_epoch: *leader_epoch,
                         assignments,
+                        registrations: OrdMap::new(),
                     }),
                 );
             }
@@ -503,6 +676,18 @@ impl MetadataImage {
             MetadataRecord::SetClusterId { id } => {
                 if self.cluster_id.is_empty() {
                     self.cluster_id = id.clone();
+                }
+            }
+            MetadataRecord::ChangePartitions { changes } => {
+                for change in changes {
+                    let Some(name) = self.topic_ids.get(&change.topic).cloned() else {
+                        continue;
+                    };
+                    if let Some(topic) = self.topics.get_mut(&name) {
+                        Arc::make_mut(topic)
+                            .registrations
+                            .insert(change.partition, Arc::new(change.registration.clone()));
+                    }
                 }
             }
         }
@@ -928,9 +1113,6 @@ impl Controller {
         }
         match &self.backend {
             Backend::Local(_) => Ok(Vec::new()),
-            Backend::Quorum(_) if width > 1 => {
-                Err(Error::ReplicationNotBuilt(i32::try_from(width).unwrap_or(i32::MAX)))
-            }
             Backend::Quorum(_) => Ok(manual.to_vec()),
         }
     }
@@ -940,12 +1122,58 @@ impl Controller {
     fn place(&self, image: &MetadataImage, count: i32, replication_factor: i16, first: i32) -> Result<Vec<Vec<i32>>> {
         match &self.backend {
             Backend::Local(_) => Ok(Vec::new()),
-            Backend::Quorum(_) => {
-                if replication_factor > 1 {
-                    return Err(Error::ReplicationNotBuilt(replication_factor.into()));
-                }
-                place_replicas(image, count, replication_factor, first, rand_index())
+            Backend::Quorum(_) => place_replicas(image, count, replication_factor, first, rand_index()),
+        }
+    }
+
+    /// A leader's ISR change (Kafka's AlterPartition): `isr` becomes the partition's ISR if
+    /// this node still leads it at `leader_epoch`; committed before it takes effect, so a
+    /// leader cut off from the quorum cannot shrink the ISR and go on acknowledging alone.
+    /// Returns the registration committed (or the current one when it already has `isr`);
+    /// FENCED_LEADER_EPOCH when the leadership moved meanwhile.
+    pub async fn alter_partition(
+        &self,
+        topic_id: Uuid,
+        partition: i32,
+        leader_epoch: i32,
+        isr: Vec<i32>,
+    ) -> Result<PartitionRegistration> {
+        let node = self.node_id;
+        let current = |image: &MetadataImage| -> Result<PartitionRegistration> {
+            let topic = image.topic_by_id(&topic_id).ok_or(Error::UnknownTopicId(topic_id))?;
+            let registration = topic.registration(partition);
+            if registration.leader != node || registration.leader_epoch != leader_epoch {
+                return Err(Error::FencedLeaderEpoch {
+                    asked: leader_epoch,
+                    current: registration.leader_epoch,
+                });
             }
+            Ok(registration)
+        };
+        if current(&self.image())?.isr == isr {
+            return current(&self.image());
+        }
+        let image = self
+            .commit_async(|image| {
+                let mut next = current(image)?;
+                if next.isr == isr {
+                    return Err(Error::Stale("the ISR is already as asked".into()));
+                }
+                next.isr = isr.clone();
+                next.partition_epoch += 1;
+                Ok(MetadataRecord::ChangePartitions {
+                    changes: vec![PartitionChange {
+                        topic: topic_id,
+                        partition,
+                        registration: next,
+                    }],
+                })
+            })
+            .await;
+        match image {
+            Ok(image) => current(&image),
+            Err(Error::Stale(_)) => current(&self.image()),
+            Err(e) => Err(e),
         }
     }
 

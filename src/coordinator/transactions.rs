@@ -2132,6 +2132,7 @@ mod tests {
                 configs: BTreeMap::new(),
                 leader_epoch: 0,
                 assignments,
+                registrations: Default::default(),
             };
             image.topics.insert(name.to_string(), Arc::new(topic));
         }

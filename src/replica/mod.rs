@@ -17,6 +17,7 @@
 
 mod epoch_lookup;
 mod follower_log;
+pub mod leader;
 pub mod produce_validation;
 pub mod purgatory;
 pub mod writer;
@@ -94,6 +95,16 @@ pub struct Partition {
     /// Snapshots of the log for reads, which never take `log`'s lock (log/snapshot.rs).
     reads: Arc<LogReader>,
     high_watermark: watch::Sender<i64>,
+    /// The log end offset, moved after each write: what a follower's fetch waits on.
+    log_end: watch::Sender<i64>,
+    /// This node's role for the partition (leader with its followers' progress, or follower).
+    role: Mutex<leader::Role>,
+    /// Whether this node leads the partition: clients are served only then.
+    leading: AtomicBool,
+    /// This node's id (the leader's own entry in the ISR).
+    node_id: i32,
+    /// `min.insync.replicas` of the topic: acks=all needs that many in-sync replicas.
+    min_insync_replicas: AtomicI32,
     /// Everything below this offset is fsynced.
     durable_offset: watch::Sender<i64>,
     /// Set by acks=all appends, taken by the flusher.
@@ -111,6 +122,12 @@ pub struct Partition {
 
 impl Partition {
     /// A partition over an open log; the caller starts its flusher (`run_flusher`).
+    ///
+    /// It starts as the only replica of itself, leading at `leader_epoch` (the single-node
+    /// case); the replica manager then gives it its registration (`leader.rs`). A partition
+    /// with other replicas starts its high watermark at the log start: what is above may not
+    /// be on every in-sync replica, and the leader's followers (or, for a follower, its
+    /// leader) move it up again.
     fn new(
         tp: TopicPartition,
         topic_id: Uuid,
@@ -119,8 +136,10 @@ impl Partition {
         log: Log,
         live: &BrokerConfig,
         writer: Writer,
+        replicated: bool,
     ) -> Partition {
         let end = log.log_end_offset();
+        let start = log.log_start_offset();
         let reads = log.reader();
         Partition {
             tp,
@@ -130,8 +149,19 @@ impl Partition {
             log: Mutex::new(Some(log)),
             writer,
             reads,
+            high_watermark: watch::Sender::new(if replicated { start } else { end }),
+            log_end: watch::Sender::new(end),
+            // A replicated partition serves nobody until the replica manager applies its
+            // registration.
+            role: Mutex::new(if replicated {
+                leader::Role::Follower { leader: -1 }
+            } else {
+                leader::Role::sole(live.node_id, leader_epoch, end)
+            }),
+            leading: AtomicBool::new(!replicated),
+            node_id: live.node_id,
+            min_insync_replicas: AtomicI32::new(live.min_insync_replicas),
             // Everything recovered from disk is durable.
-            high_watermark: watch::Sender::new(end),
             durable_offset: watch::Sender::new(end),
             flush_needed: Notify::new(),
             flush_before_ack: AtomicBool::new(live.log_flush_interval_messages <= 1),
@@ -220,7 +250,7 @@ impl Partition {
         let info = self.with_log(|log| {
             let info = log.append_from(batches, self.leader_epoch(), now_ms(), origin)?;
             if !info.duplicate {
-                self.high_watermark.send_replace(log.log_end_offset());
+                self.appended(log.log_end_offset());
             }
             Ok(info)
         })?;
@@ -247,7 +277,7 @@ impl Partition {
         self.write(move |p| {
             let info = p.with_log(|log| {
                 let info = log.append_marker(producer_id, producer_epoch, marker, p.leader_epoch(), now_ms())?;
-                p.high_watermark.send_replace(log.log_end_offset());
+                p.appended(log.log_end_offset());
                 Ok(info)
             })?;
             if p.flush_before_ack.load(Ordering::Acquire) {
@@ -586,7 +616,7 @@ impl Partition {
             if self.closing.load(Ordering::Acquire) {
                 return;
             }
-            if *self.durable_offset.borrow() >= self.high_watermark() {
+            if *self.durable_offset.borrow() >= *self.log_end.borrow() {
                 continue; // nothing new since the last fsync
             }
             let me = self.clone();
@@ -629,6 +659,8 @@ pub struct ReplicaManager {
     stopped: AtomicBool,
     /// The log writer threads every partition's changes run on.
     writers: Writers,
+    /// The controller, for the ISR changes leaders ask for (set once at start).
+    controller: std::sync::OnceLock<std::sync::Weak<crate::cluster::Controller>>,
 }
 
 /// The replica manager's progress through the published images.
@@ -665,7 +697,13 @@ impl ReplicaManager {
             progressed: Condvar::new(),
             stopped: AtomicBool::new(false),
             writers: Writers::start(WRITER_SHARDS, WRITER_QUEUE_JOBS),
+            controller: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The controller leaders send their ISR changes to.
+    pub fn set_controller(&self, controller: &Arc<crate::cluster::Controller>) {
+        let _ = self.controller.set(Arc::downgrade(controller));
     }
 
     /// Starts the replica-manager thread: the one place that applies the metadata images the
@@ -747,7 +785,14 @@ impl ReplicaManager {
         }
     }
 
+    /// The partition if this node leads it: what client requests are served from (a follower
+    /// answers NOT_LEADER_OR_FOLLOWER through `api::absent_partition`).
     pub fn get(&self, topic: &str, partition: i32) -> Option<Arc<Partition>> {
+        self.hosted(topic, partition).filter(|p| p.is_leader())
+    }
+
+    /// The partition if this node holds a replica of it, leader or follower.
+    pub fn hosted(&self, topic: &str, partition: i32) -> Option<Arc<Partition>> {
         let key = TopicPartition {
             topic: topic.to_string(),
             partition,
@@ -810,7 +855,7 @@ impl ReplicaManager {
                         // Config changes (AlterConfigs) take effect live.
                         let config = self.config.topic_log_config(&new.configs);
                         for partition in 0..old.partitions.min(new.partitions) {
-                            if let Some(existing) = self.get(&new.name, partition) {
+                            if let Some(existing) = self.hosted(&new.name, partition) {
                                 existing.update_config(config.clone());
                             }
                         }
@@ -824,6 +869,19 @@ impl ReplicaManager {
                 }
             }
         }
+        for change in applied.topics.diff(&image.topics) {
+            match change {
+                DiffItem::Add(_, topic) | DiffItem::Update { new: (_, topic), .. } => self.apply_roles(topic, image),
+                DiffItem::Remove(_, topic) => {
+                    for partition in 0..topic.partitions {
+                        self.unfollow(&TopicPartition {
+                            topic: topic.name.clone(),
+                            partition,
+                        });
+                    }
+                }
+            }
+        }
         applied.topics = image.topics.clone();
         if broker_configs_changed && !first {
             self.reconfigure_all(image);
@@ -832,6 +890,92 @@ impl ReplicaManager {
         match first_error {
             Some(e) => Err(e),
             None => Ok(()),
+        }
+    }
+
+    /// Gives each hosted partition of `topic` its role from the partition's registration:
+    /// leader (with the ISR and replicas) or follower of the leader named (ARCHITECTURE.md,
+    /// "Replication"). A registration already applied is skipped.
+    fn apply_roles(&self, topic: &crate::cluster::TopicInfo, image: &MetadataImage) {
+        let min_isr = topic
+            .configs
+            .get("min.insync.replicas")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| self.config.live().min_insync_replicas);
+        for partition in 0..topic.partitions {
+            let Some(p) = self.hosted(&topic.name, partition).filter(|p| p.topic_id == topic.id) else {
+                continue;
+            };
+            let registration = topic.registration(partition);
+            if registration.leader == self.config.node_id {
+                if p.is_leader()
+                    && p.leader_epoch() == registration.leader_epoch
+                    && p.partition_epoch() == Some(registration.partition_epoch)
+                {
+                    continue;
+                }
+                self.unfollow(&p.tp);
+                p.become_leader(
+                    registration.leader_epoch,
+                    registration.partition_epoch,
+                    topic.replicas(partition).to_vec(),
+                    registration.isr,
+                    min_isr,
+                );
+            } else {
+                if p.followed_leader() == Some(registration.leader) && p.leader_epoch() == registration.leader_epoch {
+                    continue;
+                }
+                p.become_follower(registration.leader_epoch, registration.leader, min_isr);
+                match image.brokers.get(&registration.leader) {
+                    Some(leader) => self.follow(&p, leader.clone(), registration.leader_epoch),
+                    None => self.unfollow(&p.tp),
+                }
+            }
+        }
+    }
+
+    /// Starts (or moves) the fetching of `partition` from `leader`.
+    fn follow(&self, partition: &Arc<Partition>, leader: Arc<crate::cluster::BrokerInfo>, leader_epoch: i32) {
+        let _ = (partition, leader, leader_epoch);
+    }
+
+    /// Stops fetching `tp` (this node leads it now, or no longer hosts it).
+    fn unfollow(&self, tp: &TopicPartition) {
+        let _ = tp;
+    }
+
+    /// Asks the controller to make `isr` the ISR of `partition`, which this node leads (a
+    /// task: the answer comes back as a new metadata image, applied by `apply_roles`).
+    pub fn propose_isr(&self, partition: Arc<Partition>, isr: Vec<i32>) {
+        let Some(controller) = self.controller.get().and_then(std::sync::Weak::upgrade) else {
+            partition.isr_change_done();
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            partition.isr_change_done();
+            return;
+        };
+        runtime.spawn(async move {
+            let epoch = partition.leader_epoch();
+            tracing::info!(partition = %partition.tp, ?isr, "asking the controller for an ISR change");
+            let result = controller
+                .alter_partition(partition.topic_id, partition.tp.partition, epoch, isr)
+                .await;
+            if let Err(e) = result {
+                tracing::warn!(partition = %partition.tp, error = %e, "ISR change not committed");
+            }
+            partition.isr_change_done();
+        });
+    }
+
+    /// One pass of Kafka's ISR expiration: each partition this node leads drops the followers
+    /// that have not caught up for `lag_ms` (through the controller).
+    pub fn shrink_lagging_isrs(&self, lag_ms: i64) {
+        for p in self.all() {
+            if let Some(isr) = p.shrink_isr(lag_ms) {
+                self.propose_isr(p, isr);
+            }
         }
     }
 
@@ -896,7 +1040,7 @@ impl ReplicaManager {
             partition,
         };
         if self
-            .get(&tp.topic, tp.partition)
+            .hosted(&tp.topic, tp.partition)
             .is_some_and(|p| p.topic_id == topic.id)
         {
             return Ok(());
@@ -925,11 +1069,12 @@ impl ReplicaManager {
         let partition = Arc::new(Partition::new(
             tp.clone(),
             topic.id,
-            topic.leader_epoch,
+            topic.partition_leader_epoch(partition),
             dir,
             log,
             &self.config.live(),
             writer,
+            topic.replicas(partition).len() > 1,
         ));
         tokio::spawn(partition.clone().run_flusher());
         self.partitions

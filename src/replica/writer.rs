@@ -161,6 +161,7 @@ mod tests {
             log,
             &BrokerConfig::default(),
             writer,
+            false,
         ));
         tokio::spawn(partition.clone().run_flusher());
         partition

@@ -241,6 +241,9 @@ pub(super) struct Core {
     links: Links,
     /// On a learner: the leader its link is to (known before its raft learns of a leader).
     linked_leader: std::sync::Mutex<Option<u64>>,
+    /// `unclean.leader.election.enable` of this node's configuration, for topics without an
+    /// override (set by `leader_duties`).
+    unclean_default: std::sync::atomic::AtomicBool,
 }
 
 impl Core {
@@ -344,6 +347,23 @@ impl Core {
         self.propose(record).await.map_err(Refusal::from_quorum)
     }
 
+    /// On the leader: commits the elections the image owes (`MetadataImage::elections`), if
+    /// any: after a broker is fenced or unfenced, and at every tick of the leader's duties
+    /// (a new leader finishes what its predecessor had not).
+    pub(super) async fn elect(&self) {
+        let unclean = self.unclean_default.load(std::sync::atomic::Ordering::Relaxed);
+        let changes = self.images.borrow().elections(unclean);
+        if changes.is_empty() {
+            return;
+        }
+        let count = changes.len();
+        match self.propose_checked(MetadataRecord::ChangePartitions { changes }).await {
+            Ok(_) => tracing::info!(partitions = count, "metadata quorum: leaders elected"),
+            // A stale plan is computed again at the next tick.
+            Err(e) => tracing::debug!(?e, "metadata quorum: electing leaders"),
+        }
+    }
+
     /// On the leader: broker `broker` is alive and has applied `applied` metadata records. A
     /// fenced broker is unfenced once it has caught up with the metadata as it stood when the
     /// leader first saw it fenced (Kafka unfences a broker whose metadata offset reached the
@@ -384,6 +404,8 @@ impl Core {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .insert(broker, offset);
+                // Its leaderships move now, before the broker stops (controlled shutdown).
+                self.elect().await;
             }
             return Ok(HeartbeatReply { registered: true });
         }
@@ -417,6 +439,8 @@ impl Core {
                 fenced: false,
             })
             .await?;
+            // Partitions left without a leader may get this one back.
+            self.elect().await;
         }
         Ok(HeartbeatReply { registered: true })
     }
@@ -515,6 +539,7 @@ impl MetadataQuorum {
             propose_timeout_ms: config.propose_timeout_ms,
             heartbeats: std::sync::Mutex::new(std::collections::HashMap::new()),
             fenced_at: std::sync::Mutex::new(std::collections::HashMap::new()),
+            unclean_default: std::sync::atomic::AtomicBool::new(false),
             links,
             linked_leader: std::sync::Mutex::new(None),
         });
@@ -733,7 +758,15 @@ impl MetadataQuorum {
     /// On the leader, once per call: fences the brokers not heard from for `session_timeout`
     /// (counting from when this node became leader, so a new leader gives every broker a full
     /// session), and records a cluster id if none was agreed yet.
-    pub async fn leader_duties(&self, session_timeout: Duration, leader_since: &mut Option<std::time::Instant>) {
+    pub async fn leader_duties(
+        &self,
+        session_timeout: Duration,
+        unclean_default: bool,
+        leader_since: &mut Option<std::time::Instant>,
+    ) {
+        self.core
+            .unclean_default
+            .store(unclean_default, std::sync::atomic::Ordering::Relaxed);
         let leading = self.leader() == Some(self.node_id);
         if !leading {
             *leader_since = None;
@@ -786,6 +819,7 @@ impl MetadataQuorum {
                 Err(e) => tracing::warn!(broker = id, ?e, "metadata quorum: fencing failed"),
             }
         }
+        self.core.elect().await;
     }
 
     /// Every image applied from now on (the current one is marked unseen: the subscriber sees

@@ -1,0 +1,355 @@
+//! A partition's role on this node (issue 12): the leader tracks its followers' progress,
+//! moves the high watermark to what every in-sync replica holds, and asks the controller for
+//! ISR changes; a follower copies the leader (fetcher.rs) and serves no client.
+//!
+//! Kafka's `Partition` is the model: a follower's fetch offset is its log end offset; the
+//! high watermark is the smallest log end offset in the ISR; a follower whose fetches have not
+//! reached the leader's log end for `replica.lag.time.max.ms` leaves the ISR, one that has
+//! caught up with the high watermark (and the leader's epoch) joins it. Both changes are
+//! committed by the controller before they count (AlterPartition), so a leader cut off from
+//! the quorum cannot shrink the ISR to itself and go on acknowledging alone.
+//!
+//! A follower sends its next fetch only once what it appended is fsynced (when acks=all waits
+//! for fsync, `log.flush.interval.messages = 1`): its fetch offset says "held and durable
+//! here". So the high watermark passes a batch only when every in-sync replica has it on disk,
+//! and acks=all, which waits for the high watermark and the leader's own fsync, survives
+//! losing every node's page cache at once.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+
+use super::{Partition, now_ms};
+use crate::error::{Error, Result};
+
+/// What this node is for a partition.
+#[derive(Debug)]
+pub(crate) enum Role {
+    Leader(LeaderState),
+    /// Following `leader` (-1: the partition has no leader now).
+    Follower { leader: i32 },
+}
+
+impl Role {
+    /// The only replica of itself, leading (a single node, or a partition just opened).
+    pub(crate) fn sole(node: i32, _leader_epoch: i32, log_end: i64) -> Role {
+        Role::Leader(LeaderState {
+            replicas: vec![node],
+            isr: vec![node],
+            partition_epoch: 0,
+            epoch_start_offset: log_end,
+            followers: HashMap::new(),
+            isr_change_pending: false,
+        })
+    }
+}
+
+/// The leader's view of its partition.
+#[derive(Debug)]
+pub(crate) struct LeaderState {
+    replicas: Vec<i32>,
+    isr: Vec<i32>,
+    /// The registration's partition epoch this state was built from.
+    partition_epoch: i32,
+    /// The log end when this node became leader at its epoch: a follower joins the ISR only
+    /// once it holds everything below it (Kafka's `leaderEpochStartOffsetOpt`).
+    epoch_start_offset: i64,
+    followers: HashMap<i32, FollowerProgress>,
+    /// An ISR change was sent to the controller and is not yet back in the metadata.
+    isr_change_pending: bool,
+}
+
+/// What the leader knows of one follower (Kafka's `ReplicaState`).
+#[derive(Debug, Clone, Copy)]
+pub struct FollowerProgress {
+    /// Its log end offset as its last fetch said; -1 before its first fetch at this epoch.
+    pub log_end: i64,
+    /// When it last held everything the leader had (its fetch reached the leader's log end
+    /// as of its previous fetch).
+    pub last_caught_up_ms: i64,
+    last_fetch_leader_end: i64,
+    last_fetch_ms: i64,
+}
+
+impl FollowerProgress {
+    fn unknown(now: i64) -> FollowerProgress {
+        FollowerProgress {
+            log_end: -1,
+            last_caught_up_ms: now,
+            last_fetch_leader_end: -1,
+            last_fetch_ms: now,
+        }
+    }
+}
+
+/// What a follower's fetch changed on the leader.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FollowerFetch {
+    /// The leader's high watermark after the fetch was counted.
+    pub high_watermark: i64,
+    /// An ISR with the follower added, when it caught up and is not in the ISR yet: the
+    /// caller asks the controller (`Controller::alter_partition`).
+    pub expand_isr: Option<Vec<i32>>,
+}
+
+impl Partition {
+    fn role(&self) -> std::sync::MutexGuard<'_, Role> {
+        self.role.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether this node leads the partition (clients are served only then).
+    pub fn is_leader(&self) -> bool {
+        self.leading.load(Ordering::Acquire)
+    }
+
+    /// The in-sync replicas as this leader knows them (empty on a follower).
+    pub fn isr(&self) -> Vec<i32> {
+        match &*self.role() {
+            Role::Leader(state) => state.isr.clone(),
+            Role::Follower { .. } => Vec::new(),
+        }
+    }
+
+    /// What the leader knows of `replica` (None on a follower or for a non-follower).
+    pub fn follower_progress(&self, replica: i32) -> Option<FollowerProgress> {
+        match &*self.role() {
+            Role::Leader(state) => state.followers.get(&replica).copied(),
+            Role::Follower { .. } => None,
+        }
+    }
+
+    /// The leader this node follows (-1: none), or None when it leads.
+    pub fn followed_leader(&self) -> Option<i32> {
+        match &*self.role() {
+            Role::Leader(_) => None,
+            Role::Follower { leader } => Some(*leader),
+        }
+    }
+
+    /// After a write (on the writer): the log end moved; on the leader the high watermark may
+    /// follow.
+    pub(super) fn appended(&self, log_end: i64) {
+        self.log_end.send_replace(log_end);
+        if let Role::Leader(state) = &*self.role() {
+            self.advance_high_watermark(state, log_end);
+        }
+    }
+
+    /// The smallest log end offset in the ISR (this node's included), if every follower in
+    /// it has fetched at this epoch; the high watermark only moves up.
+    fn advance_high_watermark(&self, state: &LeaderState, log_end: i64) {
+        let mut hw = log_end;
+        for replica in state.isr.iter().filter(|r| **r != self.node_id) {
+            match state.followers.get(replica) {
+                Some(f) if f.log_end >= 0 => hw = hw.min(f.log_end),
+                _ => return,
+            }
+        }
+        self.high_watermark.send_if_modified(|current| {
+            let moved = hw > *current;
+            if moved {
+                *current = hw;
+            }
+            moved
+        });
+    }
+
+    /// The registration names this node leader at `leader_epoch` with `isr`. A new epoch
+    /// starts with no follower progress known (followers' caught-up clocks start now, as in
+    /// Kafka, so none leaves the ISR before it could fetch); an ISR change at the same epoch
+    /// keeps it.
+    pub fn become_leader(&self, leader_epoch: i32, partition_epoch: i32, replicas: Vec<i32>, isr: Vec<i32>, min_isr: i32) {
+        self.min_insync_replicas.store(min_isr, Ordering::Release);
+        let log_end = *self.log_end.borrow();
+        let now = now_ms();
+        let mut role = self.role();
+        let same_epoch = matches!(&*role, Role::Leader(_)) && self.leader_epoch() == leader_epoch;
+        let followers = match &mut *role {
+            Role::Leader(state) if same_epoch => std::mem::take(&mut state.followers),
+            _ => HashMap::new(),
+        };
+        let epoch_start_offset = match &*role {
+            Role::Leader(state) if same_epoch => state.epoch_start_offset,
+            _ => log_end,
+        };
+        let mut state = LeaderState {
+            followers,
+            replicas,
+            isr,
+            partition_epoch,
+            epoch_start_offset,
+            isr_change_pending: false,
+        };
+        for replica in state.replicas.iter().filter(|r| **r != self.node_id) {
+            state
+                .followers
+                .entry(*replica)
+                .or_insert_with(|| FollowerProgress::unknown(now));
+        }
+        state.followers.retain(|r, _| state.replicas.contains(r));
+        self.leader_epoch.store(leader_epoch, Ordering::Release);
+        self.advance_high_watermark(&state, log_end);
+        *role = Role::Leader(state);
+        drop(role);
+        self.leading.store(true, Ordering::Release);
+        // Waiting acks=all produces judge again against the new ISR.
+        self.high_watermark.send_modify(|_| {});
+    }
+
+    /// The registration names another node leader (or none, -1) at `leader_epoch`: this node
+    /// stops serving clients; acks=all produces still waiting fail with NOT_LEADER_OR_FOLLOWER.
+    pub fn become_follower(&self, leader_epoch: i32, leader: i32, min_isr: i32) {
+        self.min_insync_replicas.store(min_isr, Ordering::Release);
+        self.leading.store(false, Ordering::Release);
+        self.leader_epoch.store(leader_epoch, Ordering::Release);
+        *self.role() = Role::Follower { leader };
+        self.high_watermark.send_modify(|_| {});
+    }
+
+    /// The partition epoch of the registration this leader state was built from (None on a
+    /// follower): the replica manager applies a registration only once.
+    pub fn partition_epoch(&self) -> Option<i32> {
+        match &*self.role() {
+            Role::Leader(state) => Some(state.partition_epoch),
+            Role::Follower { .. } => None,
+        }
+    }
+
+    /// The leader's side of a fetch by follower `replica` at `fetch_offset` (its log end):
+    /// records its progress and moves the high watermark (Kafka's
+    /// `Partition.updateFollowerFetchState`). Errs NOT_LEADER_OR_FOLLOWER when this node does
+    /// not lead or `replica` is not a replica of the partition.
+    pub fn follower_fetched(&self, replica: i32, fetch_offset: i64) -> Result<FollowerFetch> {
+        let now = now_ms();
+        let log_end = *self.log_end.borrow();
+        let mut role = self.role();
+        let Role::Leader(state) = &mut *role else {
+            return Err(Error::NotLeader(self.tp.to_string()));
+        };
+        let Some(progress) = state.followers.get_mut(&replica) else {
+            return Err(Error::NotLeader(format!("{} (broker {replica} is not a replica)", self.tp)));
+        };
+        if fetch_offset >= log_end {
+            progress.last_caught_up_ms = now;
+        } else if progress.last_fetch_leader_end >= 0 && fetch_offset >= progress.last_fetch_leader_end {
+            progress.last_caught_up_ms = progress.last_fetch_ms;
+        }
+        progress.log_end = fetch_offset;
+        progress.last_fetch_leader_end = log_end;
+        progress.last_fetch_ms = now;
+        self.advance_high_watermark(state, log_end);
+        let hw = self.high_watermark();
+        // Kafka's `isFollowerInSync` for expansion: caught up with the high watermark and
+        // holding the leader's current epoch.
+        let expand_isr = (!state.isr_change_pending
+            && !state.isr.contains(&replica)
+            && fetch_offset >= hw
+            && fetch_offset >= state.epoch_start_offset)
+            .then(|| {
+                state.isr_change_pending = true;
+                let mut isr = state.isr.clone();
+                isr.push(replica);
+                isr
+            });
+        Ok(FollowerFetch {
+            high_watermark: hw,
+            expand_isr,
+        })
+    }
+
+    /// On the leader: the ISR without the followers that have not caught up for `lag_ms`
+    /// (Kafka's `getOutOfSyncReplicas`), when there are any and no change is pending; the
+    /// caller asks the controller. Marks the change pending.
+    pub fn shrink_isr(&self, lag_ms: i64) -> Option<Vec<i32>> {
+        let now = now_ms();
+        let log_end = *self.log_end.borrow();
+        let mut role = self.role();
+        let Role::Leader(state) = &mut *role else {
+            return None;
+        };
+        if state.isr_change_pending {
+            return None;
+        }
+        let out: Vec<i32> = state
+            .isr
+            .iter()
+            .copied()
+            .filter(|r| *r != self.node_id)
+            .filter(|r| {
+                state
+                    .followers
+                    .get(r)
+                    .is_none_or(|f| f.log_end < log_end && now - f.last_caught_up_ms > lag_ms)
+            })
+            .collect();
+        if out.is_empty() {
+            return None;
+        }
+        state.isr_change_pending = true;
+        Some(state.isr.iter().copied().filter(|r| !out.contains(r)).collect())
+    }
+
+    /// The ISR change sent is answered (committed, refused or failed): another may be tried.
+    pub fn isr_change_done(&self) {
+        if let Role::Leader(state) = &mut *self.role() {
+            state.isr_change_pending = false;
+        }
+    }
+
+    /// acks=all refuses before writing when the ISR is smaller than `min.insync.replicas`
+    /// (NOT_ENOUGH_REPLICAS), or when this node no longer leads.
+    pub fn check_enough_replicas(&self) -> Result<()> {
+        let min = self.min_insync_replicas.load(Ordering::Acquire);
+        match &*self.role() {
+            Role::Follower { .. } => Err(Error::NotLeader(self.tp.to_string())),
+            Role::Leader(state) if i64::try_from(state.isr.len()).unwrap_or(i64::MAX) < i64::from(min) => {
+                Err(Error::NotEnoughReplicas {
+                    partition: self.tp.to_string(),
+                    isr: state.isr.len(),
+                    min,
+                })
+            }
+            Role::Leader(_) => Ok(()),
+        }
+    }
+
+    /// Waits until the batches up to `last_offset` are acknowledged for acks=all: durable here
+    /// (by the flush policy) and below the high watermark, i.e. held by every in-sync replica
+    /// (each fsyncs before it fetches again). Errs NOT_LEADER_OR_FOLLOWER when the leadership
+    /// moves meanwhile (the write may or may not survive: the client retries), and
+    /// NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR is then below `min.insync.replicas`.
+    pub async fn wait_acknowledged(&self, last_offset: i64) -> Result<()> {
+        let epoch = self.leader_epoch();
+        self.wait_durable(last_offset).await?;
+        let mut hw = self.high_watermark.subscribe();
+        let lost = || !self.is_leader() || self.leader_epoch() != epoch;
+        let reached = hw
+            .wait_for(|hw| *hw > last_offset || lost() || self.failed.load(Ordering::Acquire))
+            .await
+            .is_ok();
+        if !reached || self.failed.load(Ordering::Acquire) {
+            return Err(Error::storage(
+                "replicate",
+                &self.dir,
+                std::io::Error::other("the partition failed or closed"),
+            ));
+        }
+        if lost() {
+            return Err(Error::NotLeader(self.tp.to_string()));
+        }
+        let min = self.min_insync_replicas.load(Ordering::Acquire);
+        let isr = self.isr().len();
+        if i64::try_from(isr).unwrap_or(i64::MAX) < i64::from(min) {
+            return Err(Error::NotEnoughReplicasAfterAppend {
+                partition: self.tp.to_string(),
+                isr,
+                min,
+            });
+        }
+        Ok(())
+    }
+
+    /// The log end offset (what a follower's fetch waits on), and a receiver of its moves.
+    pub fn log_end_watch(&self) -> tokio::sync::watch::Receiver<i64> {
+        self.log_end.subscribe()
+    }
+}
