@@ -67,6 +67,18 @@ pub struct BrokerConfig {
     /// `broker.session.timeout.ms`: a broker whose heartbeats stop this long is fenced by the
     /// controller.
     pub broker_session_timeout_ms: u64,
+    /// `replica.lag.time.max.ms`: a follower that has not caught up with its leader for this
+    /// long leaves the ISR.
+    pub replica_lag_time_max_ms: u64,
+    /// `replica.fetch.wait.max.ms`: how long a follower's fetch waits at the leader for data.
+    pub replica_fetch_wait_max_ms: u64,
+    /// `replica.fetch.max.bytes`: bytes a follower asks per partition (one larger batch still
+    /// comes whole).
+    pub replica_fetch_max_bytes: i32,
+    /// `replica.fetch.response.max.bytes`: bytes a follower asks per fetch.
+    pub replica_fetch_response_max_bytes: i32,
+    /// `replica.fetch.backoff.ms`: how long a follower waits after a failed fetch.
+    pub replica_fetch_backoff_ms: u64,
     /// `broker.heartbeat.interval.ms`: how often a broker heartbeats to the controller.
     pub broker_heartbeat_interval_ms: u64,
     /// `controlled.shutdown.enable`: a cluster broker asks the controller to fence it before it
@@ -323,6 +335,11 @@ impl Default for BrokerConfig {
             controller_quorum_bootstrap_servers: Vec::new(),
             controller_quorum_election_timeout_ms: 1000,
             broker_session_timeout_ms: 9000,
+            replica_lag_time_max_ms: 30_000,
+            replica_fetch_wait_max_ms: 500,
+            replica_fetch_max_bytes: 1 << 20,
+            replica_fetch_response_max_bytes: 10 << 20,
+            replica_fetch_backoff_ms: 1000,
             broker_heartbeat_interval_ms: 2000,
             controlled_shutdown_enable: true,
             broker_rack: None,
@@ -600,6 +617,36 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
         ConfigType::Int,
         false,
         "A broker whose heartbeats stop this long is fenced by the controller.",
+    ),
+    broker_key(
+        "replica.lag.time.max.ms",
+        ConfigType::Long,
+        false,
+        "A follower that has not caught up with its leader for this long leaves the ISR.",
+    ),
+    broker_key(
+        "replica.fetch.wait.max.ms",
+        ConfigType::Int,
+        false,
+        "How long a follower's fetch waits at the leader for new data.",
+    ),
+    broker_key(
+        "replica.fetch.max.bytes",
+        ConfigType::Int,
+        false,
+        "Bytes a follower fetches per partition (a larger first batch still comes whole).",
+    ),
+    broker_key(
+        "replica.fetch.response.max.bytes",
+        ConfigType::Int,
+        false,
+        "Bytes a follower fetches per request.",
+    ),
+    broker_key(
+        "replica.fetch.backoff.ms",
+        ConfigType::Int,
+        false,
+        "How long a follower waits after a failed fetch.",
     ),
     broker_key(
         "broker.heartbeat.interval.ms",
@@ -1004,6 +1051,11 @@ impl BrokerConfig {
             "controller.quorum.bootstrap.servers" => self.controller_quorum_bootstrap_servers.join(","),
             "controller.quorum.election.timeout.ms" => self.controller_quorum_election_timeout_ms.to_string(),
             "broker.session.timeout.ms" => self.broker_session_timeout_ms.to_string(),
+            "replica.lag.time.max.ms" => self.replica_lag_time_max_ms.to_string(),
+            "replica.fetch.wait.max.ms" => self.replica_fetch_wait_max_ms.to_string(),
+            "replica.fetch.max.bytes" => self.replica_fetch_max_bytes.to_string(),
+            "replica.fetch.response.max.bytes" => self.replica_fetch_response_max_bytes.to_string(),
+            "replica.fetch.backoff.ms" => self.replica_fetch_backoff_ms.to_string(),
             "broker.heartbeat.interval.ms" => self.broker_heartbeat_interval_ms.to_string(),
             "controlled.shutdown.enable" => self.controlled_shutdown_enable.to_string(),
             "broker.rack" => self.broker_rack.clone().unwrap_or_default(),
@@ -1173,6 +1225,13 @@ impl BrokerConfig {
                 self.controller_quorum_election_timeout_ms = at_least(key, parse_int(key, value)?, 10)?
             }
             "broker.session.timeout.ms" => self.broker_session_timeout_ms = at_least(key, parse_int(key, value)?, 1)?,
+            "replica.lag.time.max.ms" => self.replica_lag_time_max_ms = at_least(key, parse_int(key, value)?, 1)?,
+            "replica.fetch.wait.max.ms" => self.replica_fetch_wait_max_ms = at_least(key, parse_int(key, value)?, 0)?,
+            "replica.fetch.max.bytes" => self.replica_fetch_max_bytes = at_least(key, parse_int(key, value)?, 0)?,
+            "replica.fetch.response.max.bytes" => {
+                self.replica_fetch_response_max_bytes = at_least(key, parse_int(key, value)?, 0)?
+            }
+            "replica.fetch.backoff.ms" => self.replica_fetch_backoff_ms = at_least(key, parse_int(key, value)?, 0)?,
             "broker.heartbeat.interval.ms" => {
                 self.broker_heartbeat_interval_ms = at_least(key, parse_int(key, value)?, 1)?
             }

@@ -332,6 +332,7 @@ impl Broker {
         // directory's partitions as that cluster's.
         meta_properties::check_cluster(&config.data_dir, config.node_id, &controller.image().cluster_id)?;
         let replicas = Arc::new(ReplicaManager::new(config.clone()));
+        replicas.set_controller(&controller);
         replicas.remove_stray_dirs();
         replicas
             .start_applier(controller.subscribe())
@@ -437,6 +438,24 @@ impl Broker {
                 }
             });
         }
+        tokio::spawn({
+            // Kafka's isr-expiration task: every half `replica.lag.time.max.ms`, each leader
+            // proposes dropping the followers that have not caught up for that long.
+            let shutdown = shutdown.clone();
+            let lag_ms = config.replica_lag_time_max_ms;
+            let replicas = replicas.clone();
+            async move {
+                let every = Duration::from_millis((lag_ms / 2).max(10));
+                loop {
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        _ = tokio::time::sleep(every) => {
+                            replicas.shrink_lagging_isrs(i64::try_from(lag_ms).unwrap_or(i64::MAX));
+                        }
+                    }
+                }
+            }
+        });
         tokio::spawn({
             // Idle producer ids (Kafka's producer.id.expiration.check.interval.ms task);
             // `producer.id.expiration.ms` is dynamic, so it is read at each pass.

@@ -93,6 +93,18 @@ pub async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchResponse
         }
     }
 
+    // A follower's fetch (Kafka's replica id, from v15 in ReplicaState): it reads up to the
+    // log end and its fetch offset tells the leader how far it holds the log.
+    let replica = if version >= 15 {
+        req.replica_state.replica_id.0
+    } else {
+        req.replica_id.0
+    };
+    let replica = (replica >= 0).then_some(replica);
+    if let Some(replica) = replica {
+        follower_fetched(ctx, &wanted, replica, version);
+    }
+
     let wait_ms = u64::try_from(req.max_wait_ms).unwrap_or(0).min(FETCH_WAIT_MS_MAX);
     let deadline = Instant::now() + Duration::from_millis(wait_ms);
     // The request's max_bytes is the client's claim: the broker reads and holds no more than
@@ -102,7 +114,10 @@ pub async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchResponse
         .unwrap_or(0)
         .min(ctx.config.fetch_max_bytes);
     let min_bytes = usize::try_from(req.min_bytes).unwrap_or(0).min(max_bytes);
-    let read_committed = req.isolation_level == READ_COMMITTED;
+    let read_committed = req.isolation_level == READ_COMMITTED && replica.is_none();
+    if replica.is_some() {
+        return follower_read(ctx, version, topics, &wanted, max_bytes, min_bytes, deadline).await;
+    }
     // Watch before reading so an append between the read and the wait is not missed.
     let mut delayed = DelayedFetch::new(min_bytes, read_committed);
     for w in &wanted {
@@ -110,7 +125,7 @@ pub async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchResponse
             delayed.watch(p.clone(), w.request.fetch_offset, w.request.partition_max_bytes);
         }
     }
-    let (answers, bytes, any_error) = read_all(&wanted, max_bytes, read_committed, version);
+    let (answers, bytes, any_error) = read_all(&wanted, max_bytes, Read::Consumer { read_committed }, version);
     if bytes >= min_bytes || any_error || delayed.is_empty() || Instant::now() >= deadline {
         return respond(ctx, version, topics, &wanted, answers);
     }
@@ -118,7 +133,7 @@ pub async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchResponse
     // positions, and the records are read once more when it ends, however it ends.
     drop(answers);
     delayed.complete(deadline).await;
-    let (answers, _, _) = read_all(&wanted, max_bytes, read_committed, version);
+    let (answers, _, _) = read_all(&wanted, max_bytes, Read::Consumer { read_committed }, version);
     respond(ctx, version, topics, &wanted, answers)
 }
 
@@ -170,6 +185,66 @@ fn point_to_leaders(image: &crate::cluster::MetadataImage, response: &mut FetchR
     }
 }
 
+/// The leader's side of a follower's fetch, before anything is read (Kafka's
+/// `updateFollowerFetchState`): each partition records how far the follower holds its log,
+/// which may move the high watermark and complete waiting acks=all produces; a follower that
+/// caught up is proposed for the ISR. An offset past the log end is not counted (the read
+/// answers OFFSET_OUT_OF_RANGE).
+fn follower_fetched(ctx: &Ctx, wanted: &[Wanted], replica: i32, version: i16) {
+    for w in wanted {
+        let Ok(p) = &w.partition else { continue };
+        if check_leader_epoch(p, &w.request, version).is_err() {
+            continue;
+        }
+        if p.offsets().is_ok_and(|o| w.request.fetch_offset > o.log_end_offset) {
+            continue;
+        }
+        match p.follower_fetched(replica, w.request.fetch_offset) {
+            Ok(fetched) => {
+                if let Some(isr) = fetched.expand_isr {
+                    ctx.replicas.propose_isr(p.clone(), isr);
+                }
+            }
+            Err(e) => tracing::debug!(partition = %p.tp, replica, error = %e, "follower fetch not counted"),
+        }
+    }
+}
+
+/// A follower's read: up to the log end; when nothing is there yet, it waits (up to the
+/// request's wait) for any of its partitions' log end to move, then reads once more.
+async fn follower_read(
+    ctx: &Ctx,
+    version: i16,
+    topics: Vec<FetchableTopicResponse>,
+    wanted: &[Wanted],
+    max_bytes: usize,
+    min_bytes: usize,
+    deadline: Instant,
+) -> FetchResponse {
+    let mut ends: Vec<_> = wanted
+        .iter()
+        .filter_map(|w| w.partition.as_ref().ok().map(|p| p.log_end_watch()))
+        .collect();
+    let (answers, bytes, any_error) = read_all(wanted, max_bytes, Read::Follower, version);
+    if bytes >= min_bytes.max(1) || any_error || ends.is_empty() || Instant::now() >= deadline {
+        return respond(ctx, version, topics, wanted, answers);
+    }
+    drop(answers);
+    let moved = futures::future::select_all(ends.iter_mut().map(|rx| Box::pin(rx.changed())));
+    let _ = tokio::time::timeout_at(deadline, moved).await;
+    let (answers, _, _) = read_all(wanted, max_bytes, Read::Follower, version);
+    respond(ctx, version, topics, wanted, answers)
+}
+
+/// Whom a read is for.
+#[derive(Clone, Copy)]
+enum Read {
+    /// A consumer: up to the high watermark, or for read_committed the last stable offset.
+    Consumer { read_committed: bool },
+    /// A follower: up to the log end.
+    Follower,
+}
+
 /// Reads every partition once under the response and partition byte budgets: `max_bytes`
 /// (already capped at `fetch.max.bytes`) is shared across the partitions in request order, so
 /// the records held at once never exceed it, plus the one KIP-74 batch of the first non-empty
@@ -177,7 +252,7 @@ fn point_to_leaders(image: &crate::cluster::MetadataImage, response: &mut FetchR
 fn read_all(
     wanted: &[Wanted],
     max_bytes: usize,
-    read_committed: bool,
+    read: Read,
     version: i16,
 ) -> (Vec<PartitionData>, usize, bool) {
     let mut remaining = max_bytes;
@@ -191,7 +266,7 @@ fn read_all(
                 any_error = true;
                 error_data(index, *code, None)
             }
-            Ok(p) => match read_one(p, &w.request, remaining, total == 0, read_committed, version) {
+            Ok(p) => match read_one(p, &w.request, remaining, total == 0, read, version) {
                 Ok(data) => {
                     let len = data.records.as_ref().map_or(0, |r| r.len());
                     total += len;
@@ -214,12 +289,15 @@ fn read_one(
     req: &FetchPartition,
     remaining: usize,
     first: bool,
-    read_committed: bool,
+    read: Read,
     version: i16,
 ) -> Result<PartitionData, Error> {
     check_leader_epoch(p, req, version)?;
     let limit = usize::try_from(req.partition_max_bytes).unwrap_or(0).min(remaining);
-    let read = p.read_with(req.fetch_offset, limit, first, read_committed)?;
+    let read = match read {
+        Read::Consumer { read_committed } => p.read_with(req.fetch_offset, limit, first, read_committed)?,
+        Read::Follower => p.read_for_follower(req.fetch_offset, limit, first)?,
+    };
     let aborted = read.aborted.map(|list| {
         list.into_iter()
             .map(|a| {
@@ -241,22 +319,10 @@ fn read_one(
 /// Kafka's leader epoch fencing (KIP-320): a newer epoch than ours means our metadata is
 /// behind; an older one means the client's is.
 fn check_leader_epoch(p: &Partition, req: &FetchPartition, version: i16) -> Result<(), Error> {
-    if version < 9 || req.current_leader_epoch < 0 {
+    if version < 9 {
         return Ok(());
     }
-    if req.current_leader_epoch > p.leader_epoch() {
-        return Err(Error::UnknownLeaderEpoch {
-            asked: req.current_leader_epoch,
-            current: p.leader_epoch(),
-        });
-    }
-    if req.current_leader_epoch < p.leader_epoch() {
-        return Err(Error::FencedLeaderEpoch {
-            asked: req.current_leader_epoch,
-            current: p.leader_epoch(),
-        });
-    }
-    Ok(())
+    p.check_current_leader_epoch(req.current_leader_epoch)
 }
 
 /// A partition answer carrying an error, with the partition's offsets when it exists.

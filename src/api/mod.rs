@@ -16,6 +16,7 @@ pub mod consumer_groups;
 pub mod coordinator_routing;
 pub mod delete_records;
 pub mod describe_producers;
+pub mod offset_for_leader_epoch;
 pub mod describe_quorum;
 pub mod describe_topic_partitions;
 pub mod fetch;
@@ -105,6 +106,7 @@ pub const SUPPORTED: &[Versions] = &[
     transactions::DESCRIBE_VERSIONS,
     transactions::LIST_VERSIONS,
     describe_producers::VERSIONS,
+    offset_for_leader_epoch::VERSIONS,
     write_txn_markers::VERSIONS,
     describe_quorum::VERSIONS,
     describe_topic_partitions::VERSIONS,
@@ -217,6 +219,7 @@ pub fn decode_only(key: ApiKey, version: i16, body: &mut Bytes) -> Result<(), Re
         ApiKey::DescribeTransactions => as_!(DescribeTransactionsRequest),
         ApiKey::ListTransactions => as_!(ListTransactionsRequest),
         ApiKey::DescribeProducers => as_!(DescribeProducersRequest),
+        ApiKey::OffsetForLeaderEpoch => as_!(OffsetForLeaderEpochRequest),
         ApiKey::WriteTxnMarkers => as_!(WriteTxnMarkersRequest),
         ApiKey::DescribeQuorum => as_!(DescribeQuorumRequest),
         ApiKey::DescribeTopicPartitions => as_!(DescribeTopicPartitionsRequest),
@@ -313,6 +316,7 @@ pub async fn dispatch(
         ApiKey::DescribeTransactions => now!(transactions::describe_transactions),
         ApiKey::ListTransactions => now!(transactions::list_transactions),
         ApiKey::DescribeProducers => now!(describe_producers),
+        ApiKey::OffsetForLeaderEpoch => now!(offset_for_leader_epoch),
         ApiKey::WriteTxnMarkers => now!(write_txn_markers),
         ApiKey::DescribeQuorum => now!(describe_quorum),
         ApiKey::DescribeTopicPartitions => now!(describe_topic_partitions),
@@ -413,6 +417,7 @@ mod tests {
             ApiKey::DescribeTransactions => DescribeTransactionsRequest::VERSIONS,
             ApiKey::ListTransactions => ListTransactionsRequest::VERSIONS,
             ApiKey::DescribeProducers => DescribeProducersRequest::VERSIONS,
+            ApiKey::OffsetForLeaderEpoch => OffsetForLeaderEpochRequest::VERSIONS,
             ApiKey::WriteTxnMarkers => WriteTxnMarkersRequest::VERSIONS,
             ApiKey::DescribeQuorum => DescribeQuorumRequest::VERSIONS,
             ApiKey::DescribeTopicPartitions => DescribeTopicPartitionsRequest::VERSIONS,

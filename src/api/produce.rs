@@ -173,6 +173,14 @@ pub async fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcom
                     continue;
                 }
             };
+            if acks == -1
+                && let Err(e) = partition.check_enough_replicas()
+            {
+                // Kafka's `Partition.appendRecordsToLeader`: acks=all with fewer in-sync
+                // replicas than min.insync.replicas writes nothing.
+                partitions.push(error_response(index, e.code(), Some(e.to_string()), version));
+                continue;
+            }
             match partition.append(batches, acks == -1).await {
                 Ok(info) => {
                     let mut p = PartitionProduceResponse::default()

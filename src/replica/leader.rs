@@ -353,3 +353,47 @@ impl Partition {
         self.log_end.subscribe()
     }
 }
+
+impl Partition {
+    /// KIP-320 fencing of a request's `current_leader_epoch` (-1: the requester does not know
+    /// it): a newer epoch than this node's means its metadata is behind (UNKNOWN_LEADER_EPOCH,
+    /// retriable), an older one that the requester's is (FENCED_LEADER_EPOCH).
+    pub fn check_current_leader_epoch(&self, current: i32) -> Result<()> {
+        let epoch = self.leader_epoch();
+        if current < 0 || current == epoch {
+            return Ok(());
+        }
+        if current > epoch {
+            return Err(Error::UnknownLeaderEpoch { asked: current, current: epoch });
+        }
+        Err(Error::FencedLeaderEpoch { asked: current, current: epoch })
+    }
+
+    /// A follower's read (Kafka's `FetchIsolation.LOG_END`): from `offset` up to this
+    /// leader's log end, not its high watermark, so that the followers can bring it up.
+    pub fn read_for_follower(&self, offset: i64, max_bytes: usize, min_one_batch: bool) -> Result<super::PartitionRead> {
+        let hw = self.high_watermark();
+        let log = self.snapshot()?;
+        let log_start_offset = log.log_start_offset();
+        let log_end_offset = log.log_end_offset();
+        if offset < log_start_offset || offset > log_end_offset {
+            return Err(Error::OffsetOutOfRange {
+                asked: offset,
+                log_start: log_start_offset,
+                log_end: log_end_offset,
+            });
+        }
+        let records = if offset == log_end_offset {
+            bytes::Bytes::new()
+        } else {
+            log.read(offset, log_end_offset, max_bytes, min_one_batch)?
+        };
+        Ok(super::PartitionRead {
+            records,
+            high_watermark: hw,
+            log_start_offset,
+            last_stable_offset: super::last_stable_offset(&log, hw),
+            aborted: None,
+        })
+    }
+}

@@ -16,6 +16,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 mod epoch_lookup;
+pub mod fetcher;
 mod follower_log;
 pub mod leader;
 pub mod produce_validation;
@@ -661,6 +662,8 @@ pub struct ReplicaManager {
     writers: Writers,
     /// The controller, for the ISR changes leaders ask for (set once at start).
     controller: std::sync::OnceLock<std::sync::Weak<crate::cluster::Controller>>,
+    /// The fetch tasks of the partitions this node follows, one per leader (fetcher.rs).
+    fetchers: fetcher::Fetchers,
 }
 
 /// The replica manager's progress through the published images.
@@ -689,7 +692,6 @@ struct Applied {
 impl ReplicaManager {
     pub fn new(config: Arc<BrokerConfig>) -> ReplicaManager {
         ReplicaManager {
-            config,
             partitions: RwLock::new(HashMap::new()),
             applying: Mutex::new(Applied::default()),
             offline: RwLock::new(HashSet::new()),
@@ -698,6 +700,8 @@ impl ReplicaManager {
             stopped: AtomicBool::new(false),
             writers: Writers::start(WRITER_SHARDS, WRITER_QUEUE_JOBS),
             controller: std::sync::OnceLock::new(),
+            fetchers: fetcher::Fetchers::new(&config),
+            config,
         }
     }
 
@@ -937,12 +941,13 @@ impl ReplicaManager {
 
     /// Starts (or moves) the fetching of `partition` from `leader`.
     fn follow(&self, partition: &Arc<Partition>, leader: Arc<crate::cluster::BrokerInfo>, leader_epoch: i32) {
-        let _ = (partition, leader, leader_epoch);
+        tracing::info!(partition = %partition.tp, leader = leader.id, leader_epoch, "following");
+        self.fetchers.follow(partition.clone(), leader, leader_epoch);
     }
 
     /// Stops fetching `tp` (this node leads it now, or no longer hosts it).
     fn unfollow(&self, tp: &TopicPartition) {
-        let _ = tp;
+        self.fetchers.unfollow(tp);
     }
 
     /// Asks the controller to make `isr` the ISR of `partition`, which this node leads (a
@@ -1206,6 +1211,7 @@ impl ReplicaManager {
         // No apply after this one: an apply in progress finishes first (it holds the lock).
         let _applying = self.applying.lock().unwrap_or_else(|p| p.into_inner());
         self.stopped.store(true, Ordering::Release);
+        self.fetchers.stop();
         self.progressed.notify_all();
         let all: Vec<Arc<Partition>> = self
             .partitions

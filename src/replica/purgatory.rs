@@ -1,8 +1,8 @@
 //! The purgatory: requests that wait on a partition's progress (Kafka's `DelayedOperation`s).
 //!
-//! - `DelayedProduce`: an acks=all produce, answered once each partition it wrote has made its
-//!   batch durable (one node: the ISR is itself, so "on every in-sync replica" is "fsynced
-//!   here"), or with REQUEST_TIMED_OUT at its deadline.
+//! - `DelayedProduce`: an acks=all produce, answered once each partition it wrote has its
+//!   batch durable here and below the high watermark, i.e. on every in-sync replica (one
+//!   node: the ISR is itself), or with REQUEST_TIMED_OUT at its deadline.
 //! - `DelayedFetch`: a fetch waiting for `min_bytes`, answered as soon as enough bytes are
 //!   readable, a partition fails, or its deadline passes.
 //!
@@ -45,7 +45,7 @@ impl DelayedProduce {
         // One deadline for the whole request (Kafka's `timeout_ms`): waiting on the partitions
         // one after the other costs no more than waiting on all at once.
         for (partition, last_offset) in self.waits {
-            let done = tokio::time::timeout_at(deadline, partition.wait_durable(last_offset)).await;
+            let done = tokio::time::timeout_at(deadline, partition.wait_acknowledged(last_offset)).await;
             results.push(match done {
                 Ok(Ok(())) => Ok(()),
                 Ok(Err(e)) => Err(Some(e)),
