@@ -102,7 +102,7 @@ pub async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchResponse
     };
     let replica = (replica >= 0).then_some(replica);
     if let Some(replica) = replica {
-        follower_fetched(ctx, &wanted, replica, version);
+        follower_fetched(ctx, &mut wanted, replica, version);
     }
 
     let wait_ms = u64::try_from(req.max_wait_ms).unwrap_or(0).min(FETCH_WAIT_MS_MAX);
@@ -189,8 +189,9 @@ fn point_to_leaders(image: &crate::cluster::MetadataImage, response: &mut FetchR
 /// `updateFollowerFetchState`): each partition records how far the follower holds its log,
 /// which may move the high watermark and complete waiting acks=all produces; a follower that
 /// caught up is proposed for the ISR. An offset past the log end is not counted (the read
-/// answers OFFSET_OUT_OF_RANGE).
-fn follower_fetched(ctx: &Ctx, wanted: &[Wanted], replica: i32, version: i16) {
+/// answers OFFSET_OUT_OF_RANGE); a replica id that is not a replica of the partition gets
+/// NOT_LEADER_OR_FOLLOWER and no records (Kafka's `updateFollowerFetchState`).
+fn follower_fetched(ctx: &Ctx, wanted: &mut [Wanted], replica: i32, version: i16) {
     for w in wanted {
         let Ok(p) = &w.partition else { continue };
         if check_leader_epoch(p, &w.request, version).is_err() {
@@ -205,7 +206,10 @@ fn follower_fetched(ctx: &Ctx, wanted: &[Wanted], replica: i32, version: i16) {
                     ctx.replicas.propose_isr(p.clone(), isr);
                 }
             }
-            Err(e) => tracing::debug!(partition = %p.tp, replica, error = %e, "follower fetch not counted"),
+            Err(e) => {
+                tracing::debug!(partition = %p.tp, replica, error = %e, "follower fetch refused");
+                w.partition = Err(e.code());
+            }
         }
     }
 }
@@ -249,12 +253,7 @@ enum Read {
 /// (already capped at `fetch.max.bytes`) is shared across the partitions in request order, so
 /// the records held at once never exceed it, plus the one KIP-74 batch of the first non-empty
 /// partition.
-fn read_all(
-    wanted: &[Wanted],
-    max_bytes: usize,
-    read: Read,
-    version: i16,
-) -> (Vec<PartitionData>, usize, bool) {
+fn read_all(wanted: &[Wanted], max_bytes: usize, read: Read, version: i16) -> (Vec<PartitionData>, usize, bool) {
     let mut remaining = max_bytes;
     let mut total = 0usize;
     let mut any_error = false;

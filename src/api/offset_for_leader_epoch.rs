@@ -55,7 +55,5 @@ pub async fn handle(ctx: &Ctx, req: OffsetForLeaderEpochRequest, _version: i16) 
 /// The epoch fencing of KIP-320 (-1: the requester does not know the epoch), then the lookup.
 fn end_offset(partition: &crate::replica::Partition, current: i32, asked: i32) -> Result<(i32, i64), Error> {
     partition.check_current_leader_epoch(current)?;
-    Ok(partition
-        .end_offset_for_epoch(asked)?
-        .unwrap_or((-1, UNDEFINED)))
+    Ok(partition.end_offset_for_epoch(asked)?.unwrap_or((-1, UNDEFINED)))
 }

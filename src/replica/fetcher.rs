@@ -316,7 +316,12 @@ async fn truncate(
 /// `mine`, the follower keeps what is below the leader's end of it; if it is older, the
 /// follower keeps what is below the smaller of both ends of that older epoch. A leader that
 /// knows no such epoch (-1) leaves the follower its high watermark.
-fn truncation_offset(partition: &Partition, mine: i32, leader_epoch: i32, end_offset: i64) -> crate::error::Result<Option<i64>> {
+fn truncation_offset(
+    partition: &Partition,
+    mine: i32,
+    leader_epoch: i32,
+    end_offset: i64,
+) -> crate::error::Result<Option<i64>> {
     let log_end = partition.offsets()?.log_end_offset;
     if mine < 0 || log_end == 0 {
         return Ok(None);
@@ -383,7 +388,11 @@ async fn fetch(
     let response = match client.call(leader, FETCH_VERSION, &request).await {
         Ok(response) if response.error_code == 0 => response,
         Ok(response) => {
-            tracing::debug!(leader = leader.id, code = response.error_code, "follower: fetch refused");
+            tracing::debug!(
+                leader = leader.id,
+                code = response.error_code,
+                "follower: fetch refused"
+            );
             for (tp, f) in by_id.values() {
                 settle(link, tp, f.leader_epoch, Step::Fetch, retry);
             }

@@ -1,0 +1,424 @@
+//! Replication on three processes (issue 12): partitions with three replicas, followers that
+//! copy their leader with Fetch requests carrying their replica id, an ISR the controller
+//! commits, acks=all at the high watermark with `min.insync.replicas`, and leader election
+//! from the ISR when a leader's node dies (Kafka's `ReplicaManager`, `Partition` and
+//! `ReplicationControlManager`). The fault trials with a history checker are in
+//! `replication.rs`; this file checks the protocol itself, through librdkafka and raw frames.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common::cluster::{Cluster, POLL_REQUEST_TIMEOUT, try_call};
+use common::*;
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
+use kafka_protocol::messages::offset_for_leader_epoch_request::{OffsetForLeaderPartition, OffsetForLeaderTopic};
+use kafka_protocol::messages::{BrokerId, CreateTopicsRequest, FetchRequest, OffsetForLeaderEpochRequest};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::Compression;
+use rdkafka::consumer::Consumer;
+use rdkafka::producer::FutureRecord;
+use rdkafka::{Message, Offset};
+
+const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+const NOT_ENOUGH_REPLICAS: i16 = 19;
+const FENCED_LEADER_EPOCH: i16 = 74;
+const UNKNOWN_LEADER_EPOCH: i16 = 75;
+
+/// Failure detection short enough for a test: a killed node is fenced within 3 s, a follower
+/// that stops fetching leaves the ISR within 3 s.
+const SETTINGS: &[(&str, &str)] = &[("replica.lag.time.max.ms", "3000")];
+
+/// One partition as a node lists it.
+#[derive(Debug, Clone, PartialEq)]
+struct PartitionView {
+    leader: i32,
+    leader_epoch: i32,
+    replicas: Vec<i32>,
+    isr: Vec<i32>,
+}
+
+/// Creates `name` with `partitions` partitions of `replication_factor` replicas and `configs`,
+/// through node `via`, retrying until it is created (or was by an attempt that timed out).
+async fn create(cluster: &Cluster, name: &str, partitions: i32, replication_factor: i16, configs: &[(&str, &str)]) {
+    let request = CreateTopicsRequest::default()
+        .with_topics(vec![
+            CreatableTopic::default()
+                .with_name(topic(name))
+                .with_num_partitions(partitions)
+                .with_replication_factor(replication_factor)
+                .with_configs(
+                    configs
+                        .iter()
+                        .map(|(k, v)| {
+                            CreatableTopicConfig::default()
+                                .with_name(StrBytes::from_string(k.to_string()))
+                                .with_value(Some(StrBytes::from_string(v.to_string())))
+                        })
+                        .collect(),
+                ),
+        ])
+        .with_timeout_ms(10_000);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut failures = Vec::new();
+    loop {
+        let via = cluster.running()[0];
+        match try_call(cluster.addr(via), 7, &request, Duration::from_secs(15)).await {
+            Ok(resp) if resp.topics[0].error_code == 0 => return,
+            Ok(resp) if resp.topics[0].error_code == 36 && !failures.is_empty() => return,
+            Ok(resp) => failures.push(format!("{:?}", resp.topics[0])),
+            Err(e) => failures.push(e),
+        }
+        assert!(Instant::now() < deadline, "CreateTopics {name}: {failures:?}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Partition `partition` of `name` as node `id` lists it.
+async fn view(cluster: &Cluster, id: i32, name: &str, partition: i32) -> Result<PartitionView, String> {
+    let resp = cluster.metadata(id, &[name]).await?;
+    let t = resp
+        .topics
+        .iter()
+        .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == name))
+        .ok_or("topic not listed")?;
+    let p = t
+        .partitions
+        .iter()
+        .find(|p| p.partition_index == partition)
+        .ok_or("partition not listed")?;
+    Ok(PartitionView {
+        leader: p.leader_id.0,
+        leader_epoch: p.leader_epoch,
+        replicas: p.replica_nodes.iter().map(|b| b.0).collect(),
+        isr: p.isr_nodes.iter().map(|b| b.0).collect(),
+    })
+}
+
+/// Waits until every running node lists partition `partition` of `name` alike and `ok` holds
+/// of it; returns that view.
+async fn wait_view(
+    cluster: &Cluster,
+    name: &str,
+    partition: i32,
+    what: &str,
+    ok: impl Fn(&PartitionView) -> bool,
+) -> PartitionView {
+    let limit = Duration::from_secs(30);
+    let deadline = Instant::now() + limit;
+    loop {
+        let mut views = BTreeMap::new();
+        for id in cluster.running() {
+            views.insert(id, view(cluster, id, name, partition).await);
+        }
+        let first = views.values().next().cloned();
+        if let Some(Ok(v)) = &first
+            && views.values().all(|w| w.as_ref() == Ok(v))
+            && ok(v)
+        {
+            return v.clone();
+        }
+        cluster.assert_still_running();
+        assert!(
+            Instant::now() < deadline,
+            "{name}-{partition}: not {what} within {limit:?}: {views:?} (node logs follow)"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Produces `count` records "v{from}".."v{from+count-1}" with acks=all, each awaited, and
+/// returns their offsets.
+async fn produce_all(cluster: &Cluster, name: &str, from: usize, count: usize) -> Vec<i64> {
+    let producer = producer(
+        &cluster.bootstrap(),
+        &[
+            ("acks", "all"),
+            ("enable.idempotence", "true"),
+            ("message.timeout.ms", "30000"),
+        ],
+    );
+    let mut offsets = Vec::with_capacity(count);
+    for i in from..from + count {
+        let value = format!("v{i}");
+        let delivered = producer
+            .send(
+                FutureRecord::<(), _>::to(name).partition(0).payload(&value),
+                Duration::from_secs(30),
+            )
+            .await;
+        match delivered {
+            Ok(delivery) => offsets.push(delivery.offset),
+            Err((e, _)) => panic!("acks=all produce of {value} failed: {e} (node logs follow)"),
+        }
+    }
+    offsets
+}
+
+/// Every value of partition 0 of `name`, in offset order, read through librdkafka from the
+/// start to the high watermark, which must reach `expected` values.
+fn consume_all(cluster: &Cluster, name: &str, expected: usize) -> Vec<(i64, String)> {
+    let consumer = consumer(&cluster.bootstrap(), &[]);
+    assign(&consumer, name, &[0], Offset::Beginning);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seen = Vec::new();
+    while seen.len() < expected && Instant::now() < deadline {
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => seen.push((
+                m.offset(),
+                String::from_utf8_lossy(m.payload().unwrap_or_default()).to_string(),
+            )),
+            Some(Err(e)) => eprintln!("consumer: {e}"),
+            None => {}
+        }
+    }
+    consumer.unassign().ok();
+    seen
+}
+
+/// The values `v0..v{n-1}`, each at the offset it was acknowledged at.
+fn expected_values(offsets: &[i64]) -> Vec<(i64, String)> {
+    offsets.iter().enumerate().map(|(i, o)| (*o, format!("v{i}"))).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_records_survive_the_loss_of_each_leader_in_turn() {
+    // Kafka's guarantee: a record acknowledged with acks=all is on every in-sync replica, so
+    // a leader elected from the ISR holds it (KIP-101 epochs keep followers consistent).
+    let mut cluster = Cluster::start_with(3, SETTINGS).await;
+    let name = unique("replicated");
+    create(&cluster, &name, 1, 3, &[("min.insync.replicas", "2")]).await;
+    let first = wait_view(&cluster, &name, 0, "led with all 3 in sync", |v| {
+        v.leader > 0 && v.isr.len() == 3 && v.replicas.len() == 3
+    })
+    .await;
+    let mut offsets = produce_all(&cluster, &name, 0, 300).await;
+    assert_eq!(
+        offsets,
+        (0..300).collect::<Vec<i64>>(),
+        "offsets from 0, one per record"
+    );
+
+    // The leader dies: a follower from the ISR takes over at the next epoch, with every record.
+    cluster.kill(first.leader);
+    let second = wait_view(&cluster, &name, 0, "led by a survivor", |v| {
+        v.leader > 0 && v.leader != first.leader && !v.isr.contains(&first.leader)
+    })
+    .await;
+    assert!(second.leader_epoch > first.leader_epoch, "{first:?} then {second:?}");
+    offsets.extend(produce_all(&cluster, &name, 300, 200).await);
+    assert_eq!(consume_all(&cluster, &name, 500), expected_values(&offsets));
+
+    // The old leader returns as a follower, catches up and rejoins the ISR.
+    cluster.restart(first.leader).await;
+    wait_view(&cluster, &name, 0, "back to 3 in sync", |v| v.isr.len() == 3).await;
+
+    // Then the second leader dies: the returned node or the third one leads, with everything.
+    cluster.kill(second.leader);
+    let third = wait_view(&cluster, &name, 0, "led by another survivor", |v| {
+        v.leader > 0 && v.leader != second.leader && !v.isr.contains(&second.leader)
+    })
+    .await;
+    assert!(third.leader_epoch > second.leader_epoch, "{second:?} then {third:?}");
+    offsets.extend(produce_all(&cluster, &name, 500, 100).await);
+    assert_eq!(consume_all(&cluster, &name, 600), expected_values(&offsets));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acks_all_below_min_insync_replicas_is_refused_and_acks_1_is_not() {
+    // Kafka's `Partition.appendRecordsToLeader`: acks=all with an ISR smaller than
+    // min.insync.replicas gets NOT_ENOUGH_REPLICAS and nothing is written; acks=1 goes on.
+    let mut cluster = Cluster::start_with(3, SETTINGS).await;
+    let name = unique("min-isr");
+    create(&cluster, &name, 1, 3, &[("min.insync.replicas", "3")]).await;
+    let all_in = wait_view(&cluster, &name, 0, "all 3 in sync", |v| {
+        v.leader > 0 && v.isr.len() == 3
+    })
+    .await;
+    let records = records_of(&[b"a"]);
+    let mut raw = Raw::connect(cluster.addr(all_in.leader)).await;
+    let resp = raw.call(9, &produce_request(&name, 0, records.clone(), -1)).await;
+    assert_eq!(resp.responses[0].partition_responses[0].error_code, 0, "{resp:?}");
+
+    let follower = *all_in.replicas.iter().find(|r| **r != all_in.leader).unwrap();
+    cluster.kill(follower);
+    wait_view(&cluster, &name, 0, "down to 2 in sync", |v| v.isr.len() == 2).await;
+    let before = latest_offset(&mut raw, &name).await;
+    let resp = raw.call(9, &produce_request(&name, 0, records.clone(), -1)).await;
+    assert_eq!(
+        resp.responses[0].partition_responses[0].error_code, NOT_ENOUGH_REPLICAS,
+        "{resp:?}"
+    );
+    assert_eq!(latest_offset(&mut raw, &name).await, before, "nothing written");
+    let resp = raw.call(9, &produce_request(&name, 0, records, 1)).await;
+    assert_eq!(
+        resp.responses[0].partition_responses[0].error_code, 0,
+        "acks=1: {resp:?}"
+    );
+    assert_eq!(latest_offset(&mut raw, &name).await, before + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followers_leader_epochs_and_replica_fetches_are_checked_as_in_kafka() {
+    let mut cluster = Cluster::start_with(3, SETTINGS).await;
+    let name = unique("epochs");
+    // Two replicas of three nodes: one node holds no replica.
+    create(&cluster, &name, 1, 2, &[]).await;
+    let v = wait_view(&cluster, &name, 0, "both in sync", |v| v.leader > 0 && v.isr.len() == 2).await;
+    let follower = *v.replicas.iter().find(|r| **r != v.leader).unwrap();
+    let outsider = *cluster.ids().iter().find(|id| !v.replicas.contains(id)).unwrap();
+    let mut raw = Raw::connect(cluster.addr(v.leader)).await;
+    for i in 0..3 {
+        let resp = raw
+            .call(
+                9,
+                &produce_request(&name, 0, records_of(&[format!("r{i}").as_bytes()]), -1),
+            )
+            .await;
+        assert_eq!(resp.responses[0].partition_responses[0].error_code, 0, "{resp:?}");
+    }
+
+    // A consumer's fetch at the follower: NOT_LEADER_OR_FOLLOWER (no follower reads, KIP-392
+    // is not served).
+    let resp = try_call(
+        cluster.addr(follower),
+        12,
+        &fetch_request(&name, 0, 1 << 20, 1 << 20),
+        POLL_REQUEST_TIMEOUT,
+    )
+    .await
+    .unwrap();
+    assert_eq!(resp.responses[0].partitions[0].error_code, NOT_LEADER_OR_FOLLOWER);
+
+    // OffsetForLeaderEpoch at the leader: its current epoch ends at the log end (3).
+    let ask = |current: i32, epoch: i32| {
+        OffsetForLeaderEpochRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_topics(vec![
+                OffsetForLeaderTopic::default()
+                    .with_topic(topic(&name))
+                    .with_partitions(vec![
+                        OffsetForLeaderPartition::default()
+                            .with_partition(0)
+                            .with_current_leader_epoch(current)
+                            .with_leader_epoch(epoch),
+                    ]),
+            ])
+    };
+    let resp = raw.call(4, &ask(v.leader_epoch, v.leader_epoch)).await;
+    let p = &resp.topics[0].partitions[0];
+    assert_eq!(
+        (p.error_code, p.leader_epoch, p.end_offset),
+        (0, v.leader_epoch, 3),
+        "{resp:?}"
+    );
+    let resp = raw.call(4, &ask(v.leader_epoch + 1, v.leader_epoch)).await;
+    assert_eq!(resp.topics[0].partitions[0].error_code, UNKNOWN_LEADER_EPOCH);
+    let resp = raw.call(2, &ask(-1, v.leader_epoch + 5)).await;
+    assert_eq!(
+        resp.topics[0].partitions[0].end_offset, 3,
+        "a later epoch ends at the log end"
+    );
+
+    // A replica fetch from a node that holds no replica: NOT_LEADER_OR_FOLLOWER, no records.
+    let replica_fetch = |replica: i32, current_epoch: i32| {
+        FetchRequest::default()
+            .with_replica_state(ReplicaState::default().with_replica_id(BrokerId(replica)))
+            .with_max_wait_ms(0)
+            .with_max_bytes(1 << 20)
+            .with_session_epoch(-1)
+            .with_topics(vec![FetchTopic::default().with_topic(topic(&name)).with_partitions(
+                vec![
+                FetchPartition::default()
+                    .with_partition(0)
+                    .with_fetch_offset(0)
+                    .with_current_leader_epoch(current_epoch)
+                    .with_partition_max_bytes(1 << 20),
+            ],
+            )])
+    };
+    let resp = raw.call(15, &replica_fetch(outsider, v.leader_epoch)).await;
+    let p = &resp.responses[0].partitions[0];
+    assert_eq!(p.error_code, NOT_LEADER_OR_FOLLOWER, "{resp:?}");
+    assert!(p.records.as_ref().is_none_or(|r| r.is_empty()));
+
+    // The leader's node stops: the follower leads at the next epoch, and a fetch naming the
+    // old epoch is fenced there.
+    cluster.kill(v.leader);
+    let next = wait_view(&cluster, &name, 0, "led by the follower", |w| w.leader == follower).await;
+    assert!(next.leader_epoch > v.leader_epoch);
+    let mut stale = fetch_request(&name, 0, 1 << 20, 1 << 20);
+    stale.topics[0].partitions[0].current_leader_epoch = v.leader_epoch;
+    let resp = try_call(cluster.addr(follower), 12, &stale, POLL_REQUEST_TIMEOUT)
+        .await
+        .unwrap();
+    assert_eq!(
+        resp.responses[0].partitions[0].error_code, FENCED_LEADER_EPOCH,
+        "{resp:?}"
+    );
+    // The new leader serves the three records acknowledged by the old one.
+    let mut fresh = fetch_request(&name, 0, 1 << 20, 1 << 20);
+    fresh.topics[0].partitions[0].current_leader_epoch = next.leader_epoch;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let resp = try_call(cluster.addr(follower), 12, &fresh, POLL_REQUEST_TIMEOUT)
+            .await
+            .unwrap();
+        let p = &resp.responses[0].partitions[0];
+        // The new leader's high watermark reaches its log end once its ISR (itself) holds it.
+        if p.error_code == 0 && p.high_watermark == 3 {
+            assert_eq!(count_records(p.records.as_ref().unwrap()), 3);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the new leader never served 3 records: {resp:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// One uncompressed batch holding `values`.
+fn records_of(values: &[&[u8]]) -> bytes::Bytes {
+    use kafka_protocol::records::{Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+    let records: Vec<Record> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| Record {
+            transactional: false,
+            control: false,
+            partition_leader_epoch: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: -1,
+            timestamp: 1_700_000_000_000,
+            key: None,
+            value: Some(bytes::Bytes::copy_from_slice(v)),
+            headers: Default::default(),
+            delete_horizon: false,
+        })
+        .collect();
+    let mut buf = bytes::BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .unwrap();
+    buf.freeze()
+}
+
+/// The records in a fetch answer's batches.
+fn count_records(bytes: &bytes::Bytes) -> usize {
+    let mut buf = bytes.clone();
+    kafka_protocol::records::RecordBatchDecoder::decode(&mut buf)
+        .map(|set| set.records.len())
+        .unwrap_or(0)
+}
