@@ -422,3 +422,71 @@ fn count_records(bytes: &bytes::Bytes) -> usize {
         .map(|set| set.records.len())
         .unwrap_or(0)
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elect_leaders_moves_a_partition_back_to_its_preferred_replica() {
+    // Kafka's ElectLeaders (KIP-460): a preferred election makes the first replica lead once
+    // it is in sync again; asked again, ELECTION_NOT_NEEDED; an unclean election of a
+    // partition that has a leader, likewise.
+    use kafka_protocol::messages::ElectLeadersRequest;
+    use kafka_protocol::messages::elect_leaders_request::TopicPartitions;
+    const ELECTION_NOT_NEEDED: i16 = 84;
+    let mut cluster = Cluster::start_with(3, SETTINGS).await;
+    let name = unique("preferred");
+    create(&cluster, &name, 1, 3, &[]).await;
+    let v = wait_view(&cluster, &name, 0, "all 3 in sync", |v| {
+        v.leader > 0 && v.isr.len() == 3
+    })
+    .await;
+    let preferred = v.replicas[0];
+    assert_eq!(
+        v.leader, preferred,
+        "a new partition is led by its first replica: {v:?}"
+    );
+    cluster.kill(preferred);
+    let moved = wait_view(&cluster, &name, 0, "led elsewhere", |w| {
+        w.leader > 0 && w.leader != preferred
+    })
+    .await;
+    cluster.restart(preferred).await;
+    wait_view(&cluster, &name, 0, "back to 3 in sync", |w| w.isr.len() == 3).await;
+
+    let elect = |election_type: i8| {
+        ElectLeadersRequest::default()
+            .with_election_type(election_type)
+            .with_topic_partitions(Some(vec![
+                TopicPartitions::default()
+                    .with_topic(topic(&name))
+                    .with_partitions(vec![0]),
+            ]))
+            .with_timeout_ms(10_000)
+    };
+    let via = cluster.running()[0];
+    let resp = try_call(cluster.addr(via), 2, &elect(0), Duration::from_secs(15))
+        .await
+        .unwrap();
+    let result = &resp.replica_election_results[0].partition_result[0];
+    assert_eq!((resp.error_code, result.error_code), (0, 0), "{resp:?}");
+    let back = wait_view(&cluster, &name, 0, "led by its preferred replica", |w| {
+        w.leader == preferred
+    })
+    .await;
+    assert!(back.leader_epoch > moved.leader_epoch, "{moved:?} then {back:?}");
+    let resp = try_call(cluster.addr(via), 2, &elect(0), Duration::from_secs(15))
+        .await
+        .unwrap();
+    assert_eq!(
+        resp.replica_election_results[0].partition_result[0].error_code,
+        ELECTION_NOT_NEEDED
+    );
+    let resp = try_call(cluster.addr(via), 1, &elect(1), Duration::from_secs(15))
+        .await
+        .unwrap();
+    assert_eq!(
+        resp.replica_election_results[0].partition_result[0].error_code,
+        ELECTION_NOT_NEEDED
+    );
+    // Records written before and after the moves are all served by the preferred leader.
+    let offsets = produce_all(&cluster, &name, 0, 50).await;
+    assert_eq!(consume_all(&cluster, &name, 50), expected_values(&offsets));
+}

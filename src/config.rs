@@ -70,6 +70,11 @@ pub struct BrokerConfig {
     /// `replica.lag.time.max.ms`: a follower that has not caught up with its leader for this
     /// long leaves the ISR.
     pub replica_lag_time_max_ms: u64,
+    /// `auto.leader.rebalance.enable`: the controller moves partitions back to their
+    /// preferred (first) replica when it is in sync.
+    pub auto_leader_rebalance_enable: bool,
+    /// `leader.imbalance.check.interval.seconds`: how often it looks.
+    pub leader_imbalance_check_interval_seconds: u64,
     /// `replica.fetch.wait.max.ms`: how long a follower's fetch waits at the leader for data.
     pub replica_fetch_wait_max_ms: u64,
     /// `replica.fetch.max.bytes`: bytes a follower asks per partition (one larger batch still
@@ -336,6 +341,8 @@ impl Default for BrokerConfig {
             controller_quorum_election_timeout_ms: 1000,
             broker_session_timeout_ms: 9000,
             replica_lag_time_max_ms: 30_000,
+            auto_leader_rebalance_enable: true,
+            leader_imbalance_check_interval_seconds: 300,
             replica_fetch_wait_max_ms: 500,
             replica_fetch_max_bytes: 1 << 20,
             replica_fetch_response_max_bytes: 10 << 20,
@@ -623,6 +630,18 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
         ConfigType::Long,
         false,
         "A follower that has not caught up with its leader for this long leaves the ISR.",
+    ),
+    broker_key(
+        "auto.leader.rebalance.enable",
+        ConfigType::Boolean,
+        false,
+        "The controller moves partitions back to their preferred (first) replica once it is in sync.",
+    ),
+    broker_key(
+        "leader.imbalance.check.interval.seconds",
+        ConfigType::Long,
+        false,
+        "How often the controller looks for partitions away from their preferred replica.",
     ),
     broker_key(
         "replica.fetch.wait.max.ms",
@@ -1052,6 +1071,8 @@ impl BrokerConfig {
             "controller.quorum.election.timeout.ms" => self.controller_quorum_election_timeout_ms.to_string(),
             "broker.session.timeout.ms" => self.broker_session_timeout_ms.to_string(),
             "replica.lag.time.max.ms" => self.replica_lag_time_max_ms.to_string(),
+            "auto.leader.rebalance.enable" => self.auto_leader_rebalance_enable.to_string(),
+            "leader.imbalance.check.interval.seconds" => self.leader_imbalance_check_interval_seconds.to_string(),
             "replica.fetch.wait.max.ms" => self.replica_fetch_wait_max_ms.to_string(),
             "replica.fetch.max.bytes" => self.replica_fetch_max_bytes.to_string(),
             "replica.fetch.response.max.bytes" => self.replica_fetch_response_max_bytes.to_string(),
@@ -1226,6 +1247,10 @@ impl BrokerConfig {
             }
             "broker.session.timeout.ms" => self.broker_session_timeout_ms = at_least(key, parse_int(key, value)?, 1)?,
             "replica.lag.time.max.ms" => self.replica_lag_time_max_ms = at_least(key, parse_int(key, value)?, 1)?,
+            "auto.leader.rebalance.enable" => self.auto_leader_rebalance_enable = parse_bool(key, value)?,
+            "leader.imbalance.check.interval.seconds" => {
+                self.leader_imbalance_check_interval_seconds = at_least(key, parse_int(key, value)?, 1)?
+            }
             "replica.fetch.wait.max.ms" => self.replica_fetch_wait_max_ms = at_least(key, parse_int(key, value)?, 0)?,
             "replica.fetch.max.bytes" => self.replica_fetch_max_bytes = at_least(key, parse_int(key, value)?, 0)?,
             "replica.fetch.response.max.bytes" => {

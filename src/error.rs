@@ -61,6 +61,12 @@ pub enum Error {
     FencedLeaderEpoch { asked: i32, current: i32 },
     #[error("this broker is not the leader of {0}")]
     NotLeader(String),
+    #[error("{0}: the leader is already the one asked for")]
+    ElectionNotNeeded(String),
+    #[error("{0}: the preferred replica is not live or not in sync")]
+    PreferredLeaderNotAvailable(String),
+    #[error("{0}: no replica is live")]
+    EligibleLeadersNotAvailable(String),
     /// acks=all with fewer in-sync replicas than `min.insync.replicas`: nothing was written.
     #[error("{partition}: {isr} in-sync replica(s), min.insync.replicas is {min}")]
     NotEnoughReplicas { partition: String, isr: usize, min: i32 },
@@ -120,6 +126,9 @@ impl Error {
             Error::ShuttingDown => ResponseError::NotLeaderOrFollower,
             Error::NotLeader(_) => ResponseError::NotLeaderOrFollower,
             Error::NotEnoughReplicas { .. } => ResponseError::NotEnoughReplicas,
+            Error::ElectionNotNeeded(_) => ResponseError::ElectionNotNeeded,
+            Error::PreferredLeaderNotAvailable(_) => ResponseError::PreferredLeaderNotAvailable,
+            Error::EligibleLeadersNotAvailable(_) => ResponseError::EligibleLeadersNotAvailable,
             Error::NotEnoughReplicasAfterAppend { .. } => ResponseError::NotEnoughReplicasAfterAppend,
             Error::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
             Error::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,

@@ -188,7 +188,14 @@ async fn broker_lifecycle(quorum: Arc<MetadataQuorum>, config: Arc<BrokerConfig>
             _ = tokio::time::sleep(tick) => {}
         }
         quorum
-            .leader_duties(session, config.unclean_leader_election_enable, &mut leader_since)
+            .leader_duties(
+                session,
+                config.unclean_leader_election_enable,
+                config
+                    .auto_leader_rebalance_enable
+                    .then(|| Duration::from_secs(config.leader_imbalance_check_interval_seconds)),
+                &mut leader_since,
+            )
             .await;
         if !config.process_roles.broker || last_heartbeat.elapsed() < heartbeat_every {
             continue;

@@ -18,6 +18,7 @@ pub mod delete_records;
 pub mod describe_producers;
 pub mod describe_quorum;
 pub mod describe_topic_partitions;
+pub mod elect_leaders;
 pub mod fetch;
 pub mod groups;
 mod leader_hints;
@@ -107,6 +108,7 @@ pub const SUPPORTED: &[Versions] = &[
     transactions::LIST_VERSIONS,
     describe_producers::VERSIONS,
     offset_for_leader_epoch::VERSIONS,
+    elect_leaders::VERSIONS,
     write_txn_markers::VERSIONS,
     describe_quorum::VERSIONS,
     describe_topic_partitions::VERSIONS,
@@ -220,6 +222,7 @@ pub fn decode_only(key: ApiKey, version: i16, body: &mut Bytes) -> Result<(), Re
         ApiKey::ListTransactions => as_!(ListTransactionsRequest),
         ApiKey::DescribeProducers => as_!(DescribeProducersRequest),
         ApiKey::OffsetForLeaderEpoch => as_!(OffsetForLeaderEpochRequest),
+        ApiKey::ElectLeaders => as_!(ElectLeadersRequest),
         ApiKey::WriteTxnMarkers => as_!(WriteTxnMarkersRequest),
         ApiKey::DescribeQuorum => as_!(DescribeQuorumRequest),
         ApiKey::DescribeTopicPartitions => as_!(DescribeTopicPartitionsRequest),
@@ -317,6 +320,7 @@ pub async fn dispatch(
         ApiKey::ListTransactions => now!(transactions::list_transactions),
         ApiKey::DescribeProducers => now!(describe_producers),
         ApiKey::OffsetForLeaderEpoch => now!(offset_for_leader_epoch),
+        ApiKey::ElectLeaders => now!(elect_leaders),
         ApiKey::WriteTxnMarkers => now!(write_txn_markers),
         ApiKey::DescribeQuorum => now!(describe_quorum),
         ApiKey::DescribeTopicPartitions => now!(describe_topic_partitions),
@@ -418,6 +422,7 @@ mod tests {
             ApiKey::ListTransactions => ListTransactionsRequest::VERSIONS,
             ApiKey::DescribeProducers => DescribeProducersRequest::VERSIONS,
             ApiKey::OffsetForLeaderEpoch => OffsetForLeaderEpochRequest::VERSIONS,
+            ApiKey::ElectLeaders => ElectLeadersRequest::VERSIONS,
             ApiKey::WriteTxnMarkers => WriteTxnMarkersRequest::VERSIONS,
             ApiKey::DescribeQuorum => DescribeQuorumRequest::VERSIONS,
             ApiKey::DescribeTopicPartitions => DescribeTopicPartitionsRequest::VERSIONS,

@@ -498,6 +498,80 @@ impl MetadataImage {
         changes
     }
 
+    /// An election an admin asked for (ElectLeaders, key 43; Kafka's
+    /// `ReplicationControlManager.electLeader`): `preferred` makes the first replica lead when
+    /// it is live and in sync (ELECTION_NOT_NEEDED when it leads already,
+    /// PREFERRED_LEADER_NOT_AVAILABLE when it cannot); otherwise (unclean) a partition without
+    /// a leader gets the first live replica of its ISR, else the first live replica at all
+    /// (ELECTION_NOT_NEEDED when it has a leader, ELIGIBLE_LEADERS_NOT_AVAILABLE when no
+    /// replica is live).
+    pub fn requested_election(
+        &self,
+        topic: &TopicInfo,
+        partition: i32,
+        preferred: bool,
+    ) -> Result<PartitionRegistration> {
+        let replicas = topic.replicas(partition);
+        if replicas.is_empty() {
+            return Err(Error::UnknownTopicOrPartition(format!("{}-{partition}", topic.name)));
+        }
+        let current = topic.registration(partition);
+        let mut next = current.clone();
+        if preferred {
+            let first = replicas[0];
+            if current.leader == first {
+                return Err(Error::ElectionNotNeeded(format!("{}-{partition}", topic.name)));
+            }
+            if !self.is_live(first) || !current.isr.contains(&first) {
+                return Err(Error::PreferredLeaderNotAvailable(format!(
+                    "{}-{partition}",
+                    topic.name
+                )));
+            }
+            next.leader = first;
+        } else {
+            if current.leader != -1 && self.is_live(current.leader) {
+                return Err(Error::ElectionNotNeeded(format!("{}-{partition}", topic.name)));
+            }
+            if let Some(&leader) = replicas.iter().find(|r| current.isr.contains(r) && self.is_live(**r)) {
+                next.leader = leader;
+                next.isr.retain(|r| self.is_live(*r));
+            } else if let Some(&leader) = replicas.iter().find(|r| self.is_live(**r)) {
+                tracing::warn!(partition = %format!("{}-{partition}", topic.name), leader, "unclean leader election asked for: a replica outside the ISR leads");
+                next.leader = leader;
+                next.isr = vec![leader];
+            } else {
+                return Err(Error::EligibleLeadersNotAvailable(format!(
+                    "{}-{partition}",
+                    topic.name
+                )));
+            }
+        }
+        next.leader_epoch += 1;
+        next.partition_epoch += 1;
+        Ok(next)
+    }
+
+    /// The preferred-leader elections `auto.leader.rebalance.enable` makes: every partition
+    /// whose first replica is live and in sync but does not lead (Kafka checks a per-broker
+    /// imbalance ratio first, `leader.imbalance.per.broker.percentage`; Sluice moves every
+    /// such partition back).
+    pub fn preferred_elections(&self) -> Vec<PartitionChange> {
+        let mut changes = Vec::new();
+        for topic in self.topics.values() {
+            for partition in 0..topic.partitions {
+                if let Ok(registration) = self.requested_election(topic, partition, true) {
+                    changes.push(PartitionChange {
+                        topic: topic.id,
+                        partition,
+                        registration,
+                    });
+                }
+            }
+        }
+        changes
+    }
+
     /// One partition's election (see `elections`); None when nothing changes.
     fn elect(&self, replicas: &[i32], current: &PartitionRegistration, unclean: bool) -> Option<PartitionRegistration> {
         let live_isr: Vec<i32> = current.isr.iter().copied().filter(|r| self.is_live(*r)).collect();
@@ -1129,6 +1203,79 @@ impl Controller {
             Backend::Local(_) => Ok(Vec::new()),
             Backend::Quorum(_) => place_replicas(image, count, replication_factor, first, rand_index()),
         }
+    }
+
+    /// ElectLeaders (key 43): the elections asked for (`partitions` None: every partition),
+    /// committed in one record; each partition's outcome (the error of those not elected).
+    /// When every partition is asked for, those that need no election are left out, as Kafka
+    /// answers.
+    pub async fn elect_leaders(
+        &self,
+        preferred: bool,
+        partitions: Option<Vec<(String, i32)>>,
+    ) -> Vec<((String, i32), std::result::Result<(), Error>)> {
+        let all = partitions.is_none();
+        let plan = |image: &MetadataImage| {
+            let wanted: Vec<(String, i32)> = match &partitions {
+                Some(list) => list.clone(),
+                None => image
+                    .topics
+                    .values()
+                    .flat_map(|t| (0..t.partitions).map(move |p| (t.name.clone(), p)))
+                    .collect(),
+            };
+            let mut outcomes = Vec::with_capacity(wanted.len());
+            let mut changes = Vec::new();
+            for (name, partition) in wanted {
+                let outcome = match image.topic(&name) {
+                    None => Err(Error::UnknownTopicOrPartition(format!("{name}-{partition}"))),
+                    Some(topic) => image
+                        .requested_election(topic, partition, preferred)
+                        .map(|registration| {
+                            changes.push(PartitionChange {
+                                topic: topic.id,
+                                partition,
+                                registration,
+                            });
+                        }),
+                };
+                if all && matches!(outcome, Err(Error::ElectionNotNeeded(_))) {
+                    continue;
+                }
+                outcomes.push(((name, partition), outcome));
+            }
+            (outcomes, changes)
+        };
+        let (outcomes, changes) = plan(&self.image());
+        if changes.is_empty() {
+            return outcomes;
+        }
+        // The outcomes of the plan that was committed (the plan is made again when the
+        // image changed meanwhile).
+        let planned = std::sync::Mutex::new(outcomes);
+        let committed = self
+            .commit_async(|image| {
+                let (outcomes, changes) = plan(image);
+                *planned.lock().unwrap_or_else(|p| p.into_inner()) = outcomes;
+                if changes.is_empty() {
+                    return Err(Error::Stale("the elections were made meanwhile".into()));
+                }
+                Ok(MetadataRecord::ChangePartitions { changes })
+            })
+            .await;
+        let mut outcomes = planned.into_inner().unwrap_or_else(|p| p.into_inner());
+        if let Err(e) = committed {
+            let code = e.code();
+            for (_, outcome) in &mut outcomes {
+                if outcome.is_ok() {
+                    *outcome = Err(Error::Controller {
+                        code,
+                        message: e.to_string(),
+                    });
+                }
+            }
+        }
+        outcomes
     }
 
     /// A leader's ISR change (Kafka's AlterPartition): `isr` becomes the partition's ISR if

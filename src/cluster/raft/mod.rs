@@ -244,6 +244,8 @@ pub(super) struct Core {
     /// `unclean.leader.election.enable` of this node's configuration, for topics without an
     /// override (set by `leader_duties`).
     unclean_default: std::sync::atomic::AtomicBool,
+    /// When the leader last ran the preferred-leader elections (`auto.leader.rebalance.enable`).
+    last_rebalance: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 impl Core {
@@ -540,6 +542,7 @@ impl MetadataQuorum {
             heartbeats: std::sync::Mutex::new(std::collections::HashMap::new()),
             fenced_at: std::sync::Mutex::new(std::collections::HashMap::new()),
             unclean_default: std::sync::atomic::AtomicBool::new(false),
+            last_rebalance: std::sync::Mutex::new(None),
             links,
             linked_leader: std::sync::Mutex::new(None),
         });
@@ -762,6 +765,7 @@ impl MetadataQuorum {
         &self,
         session_timeout: Duration,
         unclean_default: bool,
+        rebalance: Option<Duration>,
         leader_since: &mut Option<std::time::Instant>,
     ) {
         self.core
@@ -820,6 +824,32 @@ impl MetadataQuorum {
             }
         }
         self.core.elect().await;
+        // `auto.leader.rebalance.enable`: every `leader.imbalance.check.interval.seconds`
+        // (counted from this node's election) partitions go back to their preferred leader.
+        if let Some(every) = rebalance {
+            let due = {
+                let mut last = self.core.last_rebalance.lock().unwrap_or_else(|p| p.into_inner());
+                let due = last.map_or(now.duration_since(since) >= every, |at| now.duration_since(at) >= every);
+                if due {
+                    *last = Some(now);
+                }
+                due
+            };
+            if due {
+                let changes = self.image().preferred_elections();
+                if !changes.is_empty() {
+                    let count = changes.len();
+                    match self
+                        .core
+                        .propose_checked(MetadataRecord::ChangePartitions { changes })
+                        .await
+                    {
+                        Ok(_) => tracing::info!(partitions = count, "metadata quorum: preferred leaders restored"),
+                        Err(e) => tracing::debug!(?e, "metadata quorum: preferred leader elections"),
+                    }
+                }
+            }
+        }
     }
 
     /// Every image applied from now on (the current one is marked unseen: the subscriber sees
