@@ -1,6 +1,7 @@
 //! A cluster of Sluice processes on loopback: every node both broker and controller (Kafka's
 //! combined mode), voters of one metadata quorum, each with a data directory that outlives its
-//! process so a node can be killed and started again on the same log.
+//! process so a node can be killed and started again on the same log, or paused (SIGSTOP) and
+//! continued.
 //!
 //! Waits are bounded and panic with what each node last answered. A test that fails prints the
 //! tail of each node's log (stdout and stderr, appended across restarts) when it drops its
@@ -90,12 +91,26 @@ pub struct Node {
     pub dir: tempfile::TempDir,
     log: PathBuf,
     child: Option<Child>,
+    /// Stopped by SIGSTOP (`pause`) and not yet continued.
+    paused: bool,
 }
 
 impl Node {
     pub fn is_running(&self) -> bool {
         self.child.is_some()
     }
+
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
+}
+
+/// Sends `signal` to a child process of ours, not yet reaped.
+fn signal(child: &Child, signal: libc::c_int, what: &str) {
+    let pid = i32::try_from(child.id()).unwrap();
+    // SAFETY: plain kill(2) on our own child, not yet reaped (so its pid is not reused).
+    let rc = unsafe { libc::kill(pid, signal) };
+    assert_eq!(rc, 0, "{what}: {}", std::io::Error::last_os_error());
 }
 
 pub struct Cluster {
@@ -251,6 +266,7 @@ impl Cluster {
                     dir: tempfile::tempdir().expect("data dir"),
                     log: logs.path().join(format!("node{id}.log")),
                     child: None,
+                    paused: false,
                 }
             })
             .collect();
@@ -382,19 +398,67 @@ impl Cluster {
     pub fn kill(&mut self, id: i32) {
         let node = self.node_mut(id);
         let mut child = node.child.take().unwrap_or_else(|| panic!("node {id} is not running"));
+        node.paused = false;
         child.kill().expect("SIGKILL");
         child.wait().expect("reap");
         self.mark_log(id, "killed (SIGKILL) by the test");
+    }
+
+    /// SIGKILL to every running node before reaping any (a power cut, not one crash after
+    /// another): no node sees another go first.
+    pub fn kill_all(&mut self) {
+        let mut killed = Vec::new();
+        for node in &mut self.nodes {
+            if let Some(child) = node.child.take() {
+                signal(&child, libc::SIGKILL, &format!("SIGKILL to node {}", node.id));
+                node.paused = false;
+                killed.push((node.id, child));
+            }
+        }
+        for (id, mut child) in killed {
+            child.wait().expect("reap");
+            self.mark_log(id, "killed (SIGKILL, all nodes at once) by the test");
+        }
+    }
+
+    /// SIGSTOP: the process freezes with its sockets open (the kernel still accepts
+    /// connections and buffers requests for it), as under a long GC pause or a VM stall, so
+    /// it misses its heartbeats and comes back believing what it believed before.
+    /// `wait_ready` and `controller` expect no paused node: they ask every running one.
+    pub fn pause(&mut self, id: i32) {
+        let node = self.node_mut(id);
+        let child = node
+            .child
+            .as_ref()
+            .unwrap_or_else(|| panic!("node {id} is not running"));
+        assert!(!node.paused, "node {id} is already paused");
+        signal(child, libc::SIGSTOP, &format!("SIGSTOP to node {id}"));
+        node.paused = true;
+        self.mark_log(id, "paused (SIGSTOP) by the test");
+    }
+
+    /// SIGCONT to a node `pause` stopped.
+    pub fn resume(&mut self, id: i32) {
+        let node = self.node_mut(id);
+        let child = node
+            .child
+            .as_ref()
+            .unwrap_or_else(|| panic!("node {id} is not running"));
+        assert!(node.paused, "node {id} is not paused");
+        signal(child, libc::SIGCONT, &format!("SIGCONT to node {id}"));
+        node.paused = false;
+        self.mark_log(id, "resumed (SIGCONT) by the test");
     }
 
     /// SIGTERM to node `id` (a clean, controlled shutdown), then waits for it to exit 0.
     pub async fn terminate(&mut self, id: i32) {
         let node = self.node_mut(id);
         let mut child = node.child.take().unwrap_or_else(|| panic!("node {id} is not running"));
-        let pid = i32::try_from(child.id()).unwrap();
-        // SAFETY: plain kill(2) on our own child, not yet reaped.
-        let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
-        assert_eq!(rc, 0, "SIGTERM to node {id}");
+        signal(&child, libc::SIGTERM, &format!("SIGTERM to node {id}"));
+        // A stopped process keeps the SIGTERM pending until it is continued.
+        if std::mem::take(&mut node.paused) {
+            signal(&child, libc::SIGCONT, &format!("SIGCONT to node {id}"));
+        }
         self.mark_log(id, "sent SIGTERM by the test");
         let deadline = Instant::now() + STOP_WAIT;
         let status = exit_by(&mut child, deadline).await;
@@ -424,10 +488,10 @@ impl Cluster {
         let mut stopping = Vec::new();
         for node in &mut self.nodes {
             if let Some(child) = node.child.take() {
-                let pid = i32::try_from(child.id()).unwrap();
-                // SAFETY: plain kill(2) on our own child, not yet reaped.
-                let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
-                assert_eq!(rc, 0, "SIGTERM to node {}", node.id);
+                signal(&child, libc::SIGTERM, &format!("SIGTERM to node {}", node.id));
+                if std::mem::take(&mut node.paused) {
+                    signal(&child, libc::SIGCONT, &format!("SIGCONT to node {}", node.id));
+                }
                 if let Ok(log) = OpenOptions::new().append(true).open(&node.log) {
                     mark(&log, &format!("node {} sent SIGTERM by the test", node.id));
                 }
@@ -575,7 +639,9 @@ impl Cluster {
         for node in &self.nodes {
             let text = std::fs::read_to_string(&node.log).unwrap_or_default();
             let all: Vec<&str> = text.lines().collect();
-            let state = if node.is_running() {
+            let state = if node.paused {
+                "paused by the test"
+            } else if node.is_running() {
                 "started"
             } else {
                 "stopped by the test"

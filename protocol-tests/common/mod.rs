@@ -1,6 +1,7 @@
 //! Shared test helpers: brokers in-process or as processes on ephemeral loopback ports, real
 //! clients (`rdkafka`) configured against them, and a raw-frame client for misuse.
 #![allow(dead_code)] // each test binary uses a different subset
+pub mod checker;
 pub mod cluster;
 
 use std::net::SocketAddr;
