@@ -121,6 +121,16 @@ pub struct Partition {
     failed: AtomicBool,
 }
 
+/// How a partition starts on this node.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Opening {
+    /// The leader epoch the metadata gives it.
+    pub leader_epoch: i32,
+    /// Whether other brokers hold replicas of it: it then serves nobody until the replica
+    /// manager applies its registration.
+    pub replicated: bool,
+}
+
 impl Partition {
     /// A partition over an open log; the caller starts its flusher (`run_flusher`).
     ///
@@ -132,13 +142,16 @@ impl Partition {
     fn new(
         tp: TopicPartition,
         topic_id: Uuid,
-        leader_epoch: i32,
+        opening: Opening,
         dir: PathBuf,
         log: Log,
         live: &BrokerConfig,
         writer: Writer,
-        replicated: bool,
     ) -> Partition {
+        let Opening {
+            leader_epoch,
+            replicated,
+        } = opening;
         let end = log.log_end_offset();
         let start = log.log_start_offset();
         let reads = log.reader();
@@ -1074,12 +1087,14 @@ impl ReplicaManager {
         let partition = Arc::new(Partition::new(
             tp.clone(),
             topic.id,
-            topic.partition_leader_epoch(partition),
+            Opening {
+                leader_epoch: topic.partition_leader_epoch(partition),
+                replicated: topic.replicas(partition).len() > 1,
+            },
             dir,
             log,
             &self.config.live(),
             writer,
-            topic.replicas(partition).len() > 1,
         ));
         tokio::spawn(partition.clone().run_flusher());
         self.partitions

@@ -156,12 +156,14 @@ mod tests {
         let partition = Arc::new(Partition::new(
             tp,
             uuid::Uuid::new_v4(),
-            0,
+            crate::replica::Opening {
+                leader_epoch: 0,
+                replicated: false,
+            },
             dir.to_path_buf(),
             log,
             &BrokerConfig::default(),
             writer,
-            false,
         ));
         tokio::spawn(partition.clone().run_flusher());
         partition
