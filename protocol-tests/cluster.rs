@@ -130,9 +130,9 @@ async fn view_from(cluster: &Cluster, id: i32, name: &str, partitions: i32) -> R
         if p.error_code != 0 {
             return Err(format!("partition {} error {}", p.partition_index, p.error_code));
         }
-        // Replication factor 1: the leader is the one replica.
+        // A new partition is led by its first replica.
         let replicas: Vec<i32> = p.replica_nodes.iter().map(|r| r.0).collect();
-        if replicas != [p.leader_id.0] {
+        if replicas.first() != Some(&p.leader_id.0) {
             return Err(format!(
                 "partition {} led by {} with replicas {replicas:?}",
                 p.partition_index, p.leader_id.0
@@ -655,9 +655,8 @@ async fn a_broker_stopped_by_sigterm_is_fenced_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn manual_replica_assignments_place_partitions_where_asked() {
     // kafka-topics --replica-assignment: CreateTopics and CreatePartitions with explicit
-    // replicas put each partition on the brokers named; a broker that is not live is
-    // INVALID_REPLICA_ASSIGNMENT (39), two replicas INVALID_REPLICATION_FACTOR (38) until
-    // replication exists.
+    // replicas put each partition on the brokers named, the first leading; a broker that is
+    // not live, or named twice, is INVALID_REPLICA_ASSIGNMENT (39).
     use kafka_protocol::messages::create_partitions_request::{CreatePartitionsAssignment, CreatePartitionsTopic};
     use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment, CreatableTopic};
     use kafka_protocol::messages::{CreatePartitionsRequest, CreateTopicsRequest};
@@ -707,11 +706,14 @@ async fn manual_replica_assignments_place_partitions_where_asked() {
     let view = topic_everywhere(&cluster, &name, 6).await;
     assert_eq!(view.leaders, vec![3, 1, 2, 3, 1, 1]);
 
-    for (replicas, code) in [
-        (&[&[9][..]][..], 39),
-        (&[&[1, 2][..]][..], 38),
-        (&[&[1, 1][..]][..], 39),
-    ] {
+    let two = unique("two-replicas");
+    let resp = try_call(via, 5, &create(&two, &[&[2, 1]]), POLL_REQUEST_TIMEOUT)
+        .await
+        .unwrap();
+    assert_eq!(resp.topics[0].error_code, 0, "{resp:?}");
+    assert_eq!(topic_everywhere(&cluster, &two, 1).await.leaders, vec![2]);
+
+    for (replicas, code) in [(&[&[9][..]][..], 39), (&[&[1, 1][..]][..], 39)] {
         let other = unique("refused");
         let resp = try_call(via, 5, &create(&other, replicas), POLL_REQUEST_TIMEOUT)
             .await
