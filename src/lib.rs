@@ -187,7 +187,9 @@ async fn broker_lifecycle(quorum: Arc<MetadataQuorum>, config: Arc<BrokerConfig>
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(tick) => {}
         }
-        quorum.leader_duties(session, config.unclean_leader_election_enable, &mut leader_since).await;
+        quorum
+            .leader_duties(session, config.unclean_leader_election_enable, &mut leader_since)
+            .await;
         if !config.process_roles.broker || last_heartbeat.elapsed() < heartbeat_every {
             continue;
         }

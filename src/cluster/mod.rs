@@ -318,11 +318,14 @@ impl MetadataImage {
         let changes: Vec<PartitionChange> = topics
             .values()
             .flat_map(|topic| {
-                topic.registrations.iter().map(|(partition, registration)| PartitionChange {
-                    topic: topic.id,
-                    partition: *partition,
-                    registration: (**registration).clone(),
-                })
+                topic
+                    .registrations
+                    .iter()
+                    .map(|(partition, registration)| PartitionChange {
+                        topic: topic.id,
+                        partition: *partition,
+                        registration: (**registration).clone(),
+                    })
             })
             .collect();
         if !changes.is_empty() {
@@ -433,7 +436,9 @@ impl MetadataImage {
     /// registration (partition epoch + 1, leader epoch not going back), the ISR is made of
     /// replicas, and the leader is in it (or there is none).
     fn check_change(&self, change: &PartitionChange) -> Result<()> {
-        let topic = self.topic_by_id(&change.topic).ok_or(Error::UnknownTopicId(change.topic))?;
+        let topic = self
+            .topic_by_id(&change.topic)
+            .ok_or(Error::UnknownTopicId(change.topic))?;
         let replicas = topic.replicas(change.partition);
         if replicas.is_empty() {
             return Err(Error::UnknownTopicOrPartition(format!(

@@ -26,7 +26,9 @@ use crate::error::{Error, Result};
 pub(crate) enum Role {
     Leader(LeaderState),
     /// Following `leader` (-1: the partition has no leader now).
-    Follower { leader: i32 },
+    Follower {
+        leader: i32,
+    },
 }
 
 impl Role {
@@ -157,7 +159,14 @@ impl Partition {
     /// starts with no follower progress known (followers' caught-up clocks start now, as in
     /// Kafka, so none leaves the ISR before it could fetch); an ISR change at the same epoch
     /// keeps it.
-    pub fn become_leader(&self, leader_epoch: i32, partition_epoch: i32, replicas: Vec<i32>, isr: Vec<i32>, min_isr: i32) {
+    pub fn become_leader(
+        &self,
+        leader_epoch: i32,
+        partition_epoch: i32,
+        replicas: Vec<i32>,
+        isr: Vec<i32>,
+        min_isr: i32,
+    ) {
         self.min_insync_replicas.store(min_isr, Ordering::Release);
         let log_end = *self.log_end.borrow();
         let now = now_ms();
@@ -226,7 +235,10 @@ impl Partition {
             return Err(Error::NotLeader(self.tp.to_string()));
         };
         let Some(progress) = state.followers.get_mut(&replica) else {
-            return Err(Error::NotLeader(format!("{} (broker {replica} is not a replica)", self.tp)));
+            return Err(Error::NotLeader(format!(
+                "{} (broker {replica} is not a replica)",
+                self.tp
+            )));
         };
         if fetch_offset >= log_end {
             progress.last_caught_up_ms = now;
