@@ -128,6 +128,10 @@ impl Partition {
     /// with other replicas starts its high watermark at the log start: what is above may not
     /// be on every in-sync replica, and the leader's followers (or, for a follower, its
     /// leader) move it up again.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "called by the replica manager and tests only, each naming every field"
+    )]
     fn new(
         tp: TopicPartition,
         topic_id: Uuid,
