@@ -690,25 +690,6 @@ impl Segment {
         Ok(i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX))
     }
 
-    /// Takes the segment out of the directory: renames its files to `*.deleted`, indexes
-    /// first and the `.log` last, then removes them. A crash anywhere leaves either the whole
-    /// `.log` (its missing indexes are rebuilt at open) or no `.log` at all, never an index
-    /// without its log; `Log::open` removes the `*.deleted` leftovers. Open descriptors (a
-    /// `FlushHandle` being synced) keep working on the unlinked files.
-    pub fn delete(self, dir: &Path) -> Result<()> {
-        let base_offset = self.base_offset;
-        drop(self);
-        remove_files(dir, base_offset)
-    }
-
-    /// Takes the segment out of the directory like `delete`, but leaves the renamed
-    /// `*.deleted` files for the caller to remove later (`file.delete.delay.ms`).
-    pub fn delete_later(self, dir: &Path) -> Result<Vec<PathBuf>> {
-        let base_offset = self.base_offset;
-        drop(self);
-        rename_deleted(dir, base_offset)
-    }
-
     /// Deletes the files of the segment with `base_offset` in `dir` (recovery dropping
     /// segments after a truncation).
     pub fn delete_files(dir: &Path, base_offset: i64) -> Result<()> {
@@ -726,7 +707,10 @@ impl Segment {
 }
 
 /// Renames the files of the segment with `base_offset` to `*.deleted` (indexes first, the `.log`
-/// last), then removes them. Files already gone are skipped.
+/// last), then removes them. Files already gone are skipped. A crash anywhere leaves either the
+/// whole `.log` (its missing indexes are rebuilt at open) or no `.log` at all, never an index
+/// without its log; `Log::open` removes the `*.deleted` leftovers. Open descriptors (a
+/// `FlushHandle` being synced, a reader's snapshot) keep working on the unlinked files.
 pub(crate) fn remove_files(dir: &Path, base_offset: i64) -> Result<()> {
     for path in rename_deleted(dir, base_offset)? {
         match std::fs::remove_file(&path) {
@@ -739,7 +723,7 @@ pub(crate) fn remove_files(dir: &Path, base_offset: i64) -> Result<()> {
 
 /// Renames the files of the segment with `base_offset` to `*.deleted` (indexes first, the
 /// `.log` last) and returns the new paths.
-fn rename_deleted(dir: &Path, base_offset: i64) -> Result<Vec<PathBuf>> {
+pub(crate) fn rename_deleted(dir: &Path, base_offset: i64) -> Result<Vec<PathBuf>> {
     let mut renamed = Vec::with_capacity(4);
     for ext in ["txnindex", "index", "timeindex", "log"] {
         let path = dir.join(file_name(base_offset, ext));
