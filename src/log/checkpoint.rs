@@ -223,11 +223,41 @@ impl LeaderEpochCache {
         self.save()
     }
 
+    /// Forgets every epoch (Kafka's `clearAndFlush`): the log was emptied and starts over.
+    pub fn clear(&mut self) -> Result<()> {
+        if self.entries.is_empty() {
+            return Ok(());
+        }
+        self.entries.clear();
+        self.save()
+    }
+
     fn save(&self) -> Result<()> {
         let mut text = format!("{VERSION}\n{}\n", self.entries.len());
         for e in &self.entries {
             text.push_str(&format!("{} {}\n", e.epoch, e.start_offset));
         }
         write_atomically(&self.path, text.as_bytes(), true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+
+    #[test]
+    fn a_cleared_cache_stays_empty_after_a_reload() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let mut cache = LeaderEpochCache::load(dir.path()).unwrap();
+        cache.assign(3, 0).unwrap();
+        cache.clear().unwrap();
+        assert!(cache.entries().is_empty());
+        assert_eq!(cache.latest_epoch(), -1);
+        let reloaded = LeaderEpochCache::load(dir.path()).unwrap();
+        assert!(reloaded.entries().is_empty());
+        let text = std::fs::read_to_string(dir.path().join(LEADER_EPOCH_FILE)).unwrap();
+        assert_eq!(text, "0\n0\n");
     }
 }

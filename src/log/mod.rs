@@ -6,8 +6,8 @@
 //! split by concern: `recovery.rs` (`Log::open`: loading and recovering segments, checkpoints,
 //! producer-state replay), `retention.rs` (retention passes, DeleteRecords, segment deletion),
 //! `timestamps.rs` (ListOffsets by timestamp and max timestamp), `cleaner.rs` (compaction),
-//! `snapshot.rs` (`LogSnapshot`: what readers read without the log) and `config.rs`
-//! (`LogConfig`).
+//! `follower.rs` (a follower's append and truncations), `snapshot.rs` (`LogSnapshot`: what
+//! readers read without the log) and `config.rs` (`LogConfig`).
 //!
 //! The log knows nothing about the network or about who calls it; the caller (replica::Partition)
 //! serializes appends and decides when data is visible (high watermark). Readers never take
@@ -25,6 +25,9 @@ pub(crate) mod checkpoint;
 /// Log compaction: `Log::clean` (and `prepare_clean` / `commit_clean`) live in cleaner.rs.
 pub mod cleaner;
 mod config;
+/// A follower's log operations: `append_as_follower`, `truncate_to`,
+/// `truncate_fully_and_start_at` live in follower.rs.
+mod follower;
 mod index;
 pub mod producer_state;
 mod recovery;
@@ -77,6 +80,8 @@ pub struct FlushHandle {
     dir: Option<PathBuf>,
     /// The log end offset when the handle was taken.
     pub flushed_offset: i64,
+    /// `Log::truncations` when the handle was taken (see `Log::still_covers`).
+    truncations: u64,
 }
 
 impl FlushHandle {
@@ -116,6 +121,9 @@ pub struct Log {
     pending_deletes: Vec<(PathBuf, i64)>,
     /// Producer ids, epochs, sequences and open transactions (producer_state.rs).
     producers: ProducerState,
+    /// Truncations since the log was opened (follower.rs): a flush handle or a clean plan
+    /// taken before the latest one describes offsets that were cut, and maybe written again.
+    truncations: u64,
     /// Where readers take their snapshots (snapshot.rs): republished at every structural
     /// change, the active end and transaction state published after every write.
     reader: Arc<LogReader>,
@@ -428,7 +436,16 @@ impl Log {
             files,
             dir: new_names.then(|| self.dir.clone()),
             flushed_offset: self.log_end_offset(),
+            truncations: self.truncations,
         }
+    }
+
+    /// Whether everything `handle` names is still this log: after a truncation since it was
+    /// taken, its fsync may have run before the offsets it names were written again, so it
+    /// proves nothing about them (the caller neither moves its durable offset nor calls
+    /// `mark_flushed` with it; the next handle covers the log as it is).
+    pub fn still_covers(&self, handle: &FlushHandle) -> bool {
+        handle.truncations == self.truncations
     }
 
     /// Records that everything below `offset` is durable (after `FlushHandle::sync`), and
