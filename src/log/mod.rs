@@ -526,6 +526,13 @@ impl Log {
         self.epochs.latest_epoch()
     }
 
+    /// The largest epoch at or below `epoch` this log knows and that epoch's end offset, as
+    /// OffsetForLeaderEpoch answers it (see `LeaderEpochCache::end_offset_for`); None when
+    /// there is no such epoch.
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, i64)> {
+        self.epochs.end_offset_for(epoch, self.log_end_offset())
+    }
+
     /// The leader-epoch checkpoint's entries (epoch and its first offset), oldest first.
     pub fn leader_epochs(&self) -> &[EpochEntry] {
         self.epochs.entries()
