@@ -19,6 +19,19 @@ pub enum Error {
     },
     #[error("corrupt record batch: {0}")]
     CorruptBatch(String),
+    /// A follower's append whose batch does not start where the log (or the batch before it)
+    /// ends (Kafka's `UnexpectedAppendOffsetException`): nothing was appended. Below: the
+    /// leader's log start fell inside a batch; above: a gap, which this log cannot hold.
+    #[error("batch [{first_offset}, {last_offset}] appended where offset {expected} was expected")]
+    UnexpectedAppendOffset {
+        first_offset: i64,
+        last_offset: i64,
+        expected: i64,
+    },
+    /// A read of a segment that a follower's truncation cut meanwhile: what it had located
+    /// may be gone, so nothing is returned; the partition no longer leads.
+    #[error("{} was truncated during the read", .path.display())]
+    TruncatedDuringRead { path: PathBuf },
     #[error("record batch of {size} bytes exceeds max.message.bytes {max}")]
     MessageTooLarge { size: usize, max: usize },
     /// A compressed batch whose records decompress past the bound its reader allows (the
@@ -103,6 +116,10 @@ impl Error {
             Error::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
             Error::Storage { .. } => ResponseError::KafkaStorageError,
             Error::CorruptBatch(_) => ResponseError::CorruptMessage,
+            // Never on the wire: the fetcher handles it (Kafka has no code for it either).
+            Error::UnexpectedAppendOffset { .. } => ResponseError::UnknownServerError,
+            // Only a follower truncates: the reader's partition has lost its leadership.
+            Error::TruncatedDuringRead { .. } => ResponseError::NotLeaderOrFollower,
             Error::MessageTooLarge { .. } => ResponseError::MessageTooLarge,
             // Kafka's answer to a batch over max.message.bytes (RecordTooLargeException).
             Error::RecordsTooLarge { .. } => ResponseError::MessageTooLarge,

@@ -81,6 +81,10 @@ impl ValidBatch {
     pub fn records_count(&self) -> i32 {
         be_i32(&self.bytes, RECORDS_COUNT)
     }
+    /// The epoch of the leader that wrote the batch (the log stamps it on append).
+    pub fn partition_leader_epoch(&self) -> i32 {
+        be_i32(&self.bytes, PARTITION_LEADER_EPOCH)
+    }
     pub fn attributes(&self) -> i16 {
         be_i16(&self.bytes, ATTRIBUTES)
     }

@@ -223,11 +223,85 @@ impl LeaderEpochCache {
         self.save()
     }
 
+    /// Forgets every epoch (Kafka's `clearAndFlush`): the log was emptied and starts over.
+    pub fn clear(&mut self) -> Result<()> {
+        if self.entries.is_empty() {
+            return Ok(());
+        }
+        self.entries.clear();
+        self.save()
+    }
+
+    /// The largest epoch at or below `epoch` and where it ends (Kafka's
+    /// `LeaderEpochFileCache.endOffsetFor`, whose code this follows where its comment differs):
+    /// the latest epoch ends at `log_end_offset`; another ends where the next epoch after
+    /// `epoch` starts; an epoch below the first one known is answered with itself and the
+    /// first one's start (what came before was removed from the log, and a follower can
+    /// still copy from there). None (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET) for an undefined
+    /// epoch, an empty cache, or an epoch above the latest.
+    pub fn end_offset_for(&self, epoch: i32, log_end_offset: i64) -> Option<(i32, i64)> {
+        let latest = self.entries.last()?;
+        if epoch < 0 {
+            return None;
+        }
+        if epoch == latest.epoch {
+            return Some((epoch, log_end_offset));
+        }
+        let higher = self.entries.partition_point(|e| e.epoch <= epoch);
+        let next = self.entries.get(higher)?;
+        let found = higher.checked_sub(1).map_or(epoch, |i| self.entries[i].epoch);
+        Some((found, next.start_offset))
+    }
+
     fn save(&self) -> Result<()> {
         let mut text = format!("{VERSION}\n{}\n", self.entries.len());
         for e in &self.entries {
             text.push_str(&format!("{} {}\n", e.epoch, e.start_offset));
         }
         write_atomically(&self.path, text.as_bytes(), true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+
+    #[test]
+    fn end_offset_for_follows_kafkas_leader_epoch_cache() {
+        // Kafka's LeaderEpochFileCache.endOffsetFor, with the log start past epoch 2's start.
+        let dir = tempfile::TempDir::new().unwrap();
+        let mut cache = LeaderEpochCache::load(dir.path()).unwrap();
+        assert_eq!(cache.end_offset_for(0, 0), None, "an empty cache knows no epoch");
+        cache.assign(2, 0).unwrap();
+        cache.assign(4, 30).unwrap();
+        cache.assign(7, 55).unwrap();
+        cache.truncate_from_start(10).unwrap();
+        assert_eq!(
+            cache.end_offset_for(7, 80),
+            Some((7, 80)),
+            "the latest ends at the log end"
+        );
+        assert_eq!(cache.end_offset_for(4, 80), Some((4, 55)));
+        assert_eq!(cache.end_offset_for(2, 80), Some((2, 30)));
+        assert_eq!(cache.end_offset_for(5, 80), Some((4, 55)), "in a gap: the epoch below");
+        assert_eq!(cache.end_offset_for(1, 80), Some((1, 10)), "below the first: its start");
+        assert_eq!(cache.end_offset_for(8, 80), None, "above the latest");
+        assert_eq!(cache.end_offset_for(-1, 80), None, "UNDEFINED_EPOCH");
+    }
+
+    #[test]
+    fn a_cleared_cache_stays_empty_after_a_reload() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let mut cache = LeaderEpochCache::load(dir.path()).unwrap();
+        cache.assign(3, 0).unwrap();
+        cache.clear().unwrap();
+        assert!(cache.entries().is_empty());
+        assert_eq!(cache.latest_epoch(), -1);
+        let reloaded = LeaderEpochCache::load(dir.path()).unwrap();
+        assert!(reloaded.entries().is_empty());
+        let text = std::fs::read_to_string(dir.path().join(LEADER_EPOCH_FILE)).unwrap();
+        assert_eq!(text, "0\n0\n");
     }
 }

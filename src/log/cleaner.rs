@@ -142,6 +142,8 @@ pub struct CleanPlan {
     stats: CleanStats,
     /// Set once the swap is decided: the files then belong to the log.
     decided: bool,
+    /// `Log::truncations` of the source: a plan from before a truncation is refused.
+    truncations: u64,
 }
 
 /// Old segments rewritten into one cleaned segment with the first one's base offset.
@@ -174,6 +176,8 @@ pub struct CleanSource {
     aborted: Vec<AbortedTxn>,
     /// Each producer's last data batch, by its last offset (kept by the pass).
     last_data_offsets: HashMap<i64, i64>,
+    /// `Log::truncations` when the source was taken.
+    truncations: u64,
 }
 
 impl CleanSource {
@@ -217,6 +221,7 @@ impl Log {
             first_unstable_offset: self.first_unstable_offset(),
             aborted: self.aborted_transactions(i64::MIN, self.recovery_point),
             last_data_offsets: self.last_data_offsets(),
+            truncations: self.truncations,
         }
     }
 
@@ -312,6 +317,7 @@ impl CleanSource {
             clean_end: dirty_end,
             stats,
             decided: false,
+            truncations: self.truncations,
         };
         for group in group_by_size(&to_clean, &self.config) {
             plan.groups.push(Group {
@@ -360,6 +366,7 @@ impl CleanSource {
             clean_end,
             stats: CleanStats::default(),
             decided: false,
+            truncations: self.truncations,
         };
         for group in group_by_size(&to_clean, &self.config) {
             plan.groups.push(Group {
@@ -384,6 +391,12 @@ impl Log {
 
     /// `commit_clean`, calling `after_step` after each change on disk (tests stop there).
     fn commit_clean_with(&mut self, mut plan: CleanPlan, after_step: &mut dyn FnMut()) -> Result<Option<CleanStats>> {
+        // As Kafka aborts cleaning before a truncation: a plan read before one kept producers'
+        // last batches, aborted transactions and a recovery point that may not hold any more,
+        // even for the segments the cut left alone.
+        if plan.truncations != self.truncations {
+            return Ok(None);
+        }
         let Some(first) = self.segments_of(&plan) else {
             return Ok(None);
         };
@@ -1057,6 +1070,22 @@ fn read_checkpoint(dir: &Path) -> Result<CleanerCheckpoint> {
             std::io::Error::new(ErrorKind::InvalidData, format!("bad cleaner checkpoint {text:?}")),
         )),
     }
+}
+
+/// Lowers the cleaner checkpoint to a log cut at `log_end_offset` (Kafka's
+/// `LogCleanerManager.maybeTruncateCheckpoint`): what is written again above it is dirty, and
+/// segments starting there or above hold no offset gap.
+pub(crate) fn truncate_checkpoint(dir: &Path, log_end_offset: i64) -> Result<()> {
+    let checkpointed = read_checkpoint(dir)?;
+    let lowered = CleanerCheckpoint {
+        clean_end: checkpointed.clean_end.min(log_end_offset),
+        compacted_below: checkpointed.compacted_below.min(log_end_offset),
+        ..checkpointed
+    };
+    if lowered == checkpointed {
+        return Ok(());
+    }
+    write_checkpoint(dir, lowered)
 }
 
 fn write_checkpoint(dir: &Path, c: CleanerCheckpoint) -> Result<()> {
@@ -1925,6 +1954,47 @@ mod tests {
         assert_eq!(kept.len(), 12_000 - usize::try_from(second).unwrap());
         // The writer's next pass, on a fresh snapshot, goes through.
         assert!(log.clean(&config(), NOW).unwrap().is_some());
+    }
+
+    #[test]
+    fn a_truncation_refuses_older_plans_and_lowers_the_checkpoint() {
+        // Kafka aborts cleaning around a truncation and truncates the cleaner checkpoint
+        // (LogManager.truncateTo, LogCleanerManager.maybeTruncateCheckpoint).
+        let (dir, mut log, _) = ten_thousand_records();
+        log.clean(&config(), NOW).unwrap().unwrap();
+        append_records(&mut log, 10_000, 2_000, 100, NOW, Compression::None);
+        roll_and_flush(&mut log);
+        append_records(&mut log, 12_000, 50, 100, NOW, Compression::None);
+        let stale = log.prepare_clean(&config(), NOW).unwrap().unwrap();
+        // A cut inside the active segment leaves every segment the plan read as it was.
+        let sealed: Vec<u64> = log.segments.iter().map(|s| s.shared().id).collect();
+        log.truncate_to(12_020).unwrap();
+        assert_eq!(log.segments.iter().map(|s| s.shared().id).collect::<Vec<_>>(), sealed);
+        let before = rows(&log);
+        assert_eq!(log.commit_clean(stale).unwrap(), None);
+        assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+        assert_eq!(rows(&log), before);
+        assert!(
+            log.clean(&config(), NOW).unwrap().is_some(),
+            "a fresh plan goes through"
+        );
+        // Below the clean part: the checkpoint comes down with the log.
+        assert!(read_checkpoint(dir.path()).unwrap().clean_end > 2_000);
+        log.truncate_to(2_000).unwrap();
+        // Compaction left nothing below 2,000 in the first segment: it ends where the last
+        // batch kept ends (here its base), not inside the gap.
+        let end = log.log_end_offset();
+        assert!(end <= 2_000, "{end}");
+        let checkpointed = read_checkpoint(dir.path()).unwrap();
+        assert!(
+            checkpointed.clean_end <= end && checkpointed.compacted_below <= end,
+            "{checkpointed:?}"
+        );
+        let kept = rows(&log);
+        drop(log);
+        let log = Log::open(dir.path(), log_config(), NOW).unwrap();
+        assert_eq!(log.log_end_offset(), end);
+        assert_eq!(rows(&log), kept);
     }
 
     /// Throughput and memory: 1M records over 1k keys, 100-byte values. Run with

@@ -182,6 +182,25 @@ impl<E: Entry> Index<E> {
         write_entries(&self.entries).truncate(len.max(self.persisted));
     }
 
+    /// Keeps the entries `keep` accepts, a prefix of them (a segment cut at a batch boundary
+    /// keeps the entries below the cut), in memory and in the file.
+    pub fn truncate_where(&mut self, keep: impl Fn(&E) -> bool) -> Result<()> {
+        let len = {
+            let mut entries = write_entries(&self.entries);
+            let len = entries.partition_point(|e| keep(e));
+            entries.truncate(len);
+            len
+        };
+        if self.persisted > len {
+            self.persisted = len;
+            self.dirty = true;
+            self.file()?
+                .set_len((len * E::LEN) as u64)
+                .map_err(|e| Error::storage("truncate index", &self.path, e))?;
+        }
+        Ok(())
+    }
+
     /// Entries waiting to be written.
     pub fn pending(&self) -> usize {
         self.len() - self.persisted

@@ -6,8 +6,8 @@
 //! split by concern: `recovery.rs` (`Log::open`: loading and recovering segments, checkpoints,
 //! producer-state replay), `retention.rs` (retention passes, DeleteRecords, segment deletion),
 //! `timestamps.rs` (ListOffsets by timestamp and max timestamp), `cleaner.rs` (compaction),
-//! `snapshot.rs` (`LogSnapshot`: what readers read without the log) and `config.rs`
-//! (`LogConfig`).
+//! `follower.rs` (a follower's append and truncations), `snapshot.rs` (`LogSnapshot`: what
+//! readers read without the log) and `config.rs` (`LogConfig`).
 //!
 //! The log knows nothing about the network or about who calls it; the caller (replica::Partition)
 //! serializes appends and decides when data is visible (high watermark). Readers never take
@@ -25,6 +25,9 @@ pub(crate) mod checkpoint;
 /// Log compaction: `Log::clean` (and `prepare_clean` / `commit_clean`) live in cleaner.rs.
 pub mod cleaner;
 mod config;
+/// A follower's log operations: `append_as_follower`, `truncate_to`,
+/// `truncate_fully_and_start_at` live in follower.rs.
+mod follower;
 mod index;
 pub mod producer_state;
 mod recovery;
@@ -77,6 +80,8 @@ pub struct FlushHandle {
     dir: Option<PathBuf>,
     /// The log end offset when the handle was taken.
     pub flushed_offset: i64,
+    /// `Log::truncations` when the handle was taken (see `Log::still_covers`).
+    truncations: u64,
 }
 
 impl FlushHandle {
@@ -116,6 +121,9 @@ pub struct Log {
     pending_deletes: Vec<(PathBuf, i64)>,
     /// Producer ids, epochs, sequences and open transactions (producer_state.rs).
     producers: ProducerState,
+    /// Truncations since the log was opened (follower.rs): a flush handle or a clean plan
+    /// taken before the latest one describes offsets that were cut, and maybe written again.
+    truncations: u64,
     /// Where readers take their snapshots (snapshot.rs): republished at every structural
     /// change, the active end and transaction state published after every write.
     reader: Arc<LogReader>,
@@ -154,12 +162,13 @@ impl Log {
         }
         let log_append_time = (self.config.timestamp_type == TimestampType::LogAppendTime).then_some(now_ms);
         let base_offset = self.log_end_offset();
+        let mut stamped = Vec::with_capacity(batches.len());
         let mut headers = Vec::with_capacity(batches.len());
         let mut producer_batches = Vec::with_capacity(batches.len());
         let mut next_offset = base_offset;
         for b in &batches {
-            let stamped = batch::stamped_header(b, next_offset, leader_epoch, log_append_time);
-            let header = BatchHeader::parse(&stamped)?;
+            let header_bytes = batch::stamped_header(b, next_offset, leader_epoch, log_append_time);
+            let header = BatchHeader::parse(&header_bytes)?;
             let marker = if b.is_control() {
                 // Kafka's LogValidator: clients may not write control records (markers come
                 // from the transaction coordinator only).
@@ -171,7 +180,8 @@ impl Log {
                 None
             };
             producer_batches.push(ProducerBatch::from_header(&header, marker));
-            headers.push(stamped);
+            headers.push(header);
+            stamped.push(header_bytes);
             next_offset += b.offset_count();
         }
         if let Verdict::Duplicate {
@@ -186,16 +196,46 @@ impl Log {
                 duplicate: true,
             });
         }
-        // Producer state follows the batches written: before a roll (whose snapshot must hold
-        // everything below the new segment) and after the last write.
-        let mut applied = 0;
         // As Kafka's UnifiedLog.append: the epoch is recorded before the data it covers.
         self.epochs.assign(leader_epoch, base_offset)?;
+        // The stamped headers and the producer's bodies, not copied.
+        let parts: Vec<[&[u8]; 2]> = batches
+            .iter()
+            .zip(&stamped)
+            .map(|(b, header)| [&header[..], &b.bytes()[HEADER_LEN..]])
+            .collect();
+        self.write_batches(&headers, &parts, &producer_batches, now_ms)?;
+        debug_assert_eq!(self.log_end_offset(), next_offset);
+        Ok(AppendInfo {
+            base_offset,
+            last_offset: next_offset - 1,
+            log_append_time_ms: log_append_time.unwrap_or(-1),
+            duplicate: false,
+        })
+    }
 
-        let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(2 * batches.len());
+    /// Writes batches at the log end, each stored as the bytes of its `parts` (header, body),
+    /// with one `writev` per segment they land in; rolls segments by size, age and index
+    /// fullness (Kafka's `LogSegment.shouldRoll`) and records the producers of what was
+    /// written. `headers` and `producer_batches` describe the batches as stored, in order and
+    /// with contiguous offsets from the log end.
+    ///
+    /// Producer state follows the batches written: it is applied before a roll (whose snapshot
+    /// must hold everything below the new segment) and after the last write. When a write
+    /// fails the active segment is cut back to its previous end; batches already written to a
+    /// segment rolled earlier in the same call stay.
+    fn write_batches(
+        &mut self,
+        headers: &[BatchHeader],
+        parts: &[[&[u8]; 2]],
+        producer_batches: &[ProducerBatch],
+        now_ms: i64,
+    ) -> Result<()> {
+        debug_assert!(headers.len() == parts.len() && parts.len() == producer_batches.len());
+        let mut applied = 0;
+        let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(2 * parts.len());
         let mut run_start = self.active.tail();
-        for (i, (b, stamped)) in batches.iter().zip(&headers).enumerate() {
-            let header = BatchHeader::parse(stamped)?;
+        for (i, (header, [head, body])) in headers.iter().zip(parts).enumerate() {
             if self
                 .active
                 .should_roll(header.size, header.last_offset(), now_ms, &self.config)
@@ -206,23 +246,17 @@ impl Log {
                 self.roll()?;
                 run_start = self.active.tail();
             }
-            self.active.account(&header, &self.config);
+            self.active.account(header, &self.config);
             self.active.note_append_time(now_ms);
-            slices.push(IoSlice::new(stamped));
-            slices.push(IoSlice::new(&b.bytes()[HEADER_LEN..]));
+            slices.push(IoSlice::new(head));
+            slices.push(IoSlice::new(body));
         }
         self.write_run(&mut slices, run_start)?;
         self.apply_producers(&producer_batches[applied..])?;
         if self.active.pending_index_entries() >= INDEX_ENTRIES_PENDING_MAX {
             self.active.persist_indexes()?;
         }
-        debug_assert_eq!(self.log_end_offset(), next_offset);
-        Ok(AppendInfo {
-            base_offset,
-            last_offset: next_offset - 1,
-            log_append_time_ms: log_append_time.unwrap_or(-1),
-            duplicate: false,
-        })
+        Ok(())
     }
 
     /// Records written batches in the producer state; aborted transactions they complete go to
@@ -402,7 +436,16 @@ impl Log {
             files,
             dir: new_names.then(|| self.dir.clone()),
             flushed_offset: self.log_end_offset(),
+            truncations: self.truncations,
         }
+    }
+
+    /// Whether everything `handle` names is still this log: after a truncation since it was
+    /// taken, its fsync may have run before the offsets it names were written again, so it
+    /// proves nothing about them (the caller neither moves its durable offset nor calls
+    /// `mark_flushed` with it; the next handle covers the log as it is).
+    pub fn still_covers(&self, handle: &FlushHandle) -> bool {
+        handle.truncations == self.truncations
     }
 
     /// Records that everything below `offset` is durable (after `FlushHandle::sync`), and
@@ -481,6 +524,13 @@ impl Log {
     /// The latest leader epoch in the leader-epoch checkpoint (-1 when none).
     pub fn latest_epoch(&self) -> i32 {
         self.epochs.latest_epoch()
+    }
+
+    /// The largest epoch at or below `epoch` this log knows and that epoch's end offset, as
+    /// OffsetForLeaderEpoch answers it (see `LeaderEpochCache::end_offset_for`); None when
+    /// there is no such epoch.
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, i64)> {
+        self.epochs.end_offset_for(epoch, self.log_end_offset())
     }
 
     /// The leader-epoch checkpoint's entries (epoch and its first offset), oldest first.

@@ -700,13 +700,21 @@ pub fn append_txn_index(dir: &Path, segment_base: i64, txn: &AbortedTxn) -> Resu
         .append(true)
         .open(&path)
         .map_err(|e| Error::storage("open", &path, e))?;
-    let mut entry = BytesMut::with_capacity(TXN_INDEX_ENTRY_LEN);
-    entry.put_i16(0);
-    entry.put_i64(txn.producer_id);
-    entry.put_i64(txn.first_offset);
-    entry.put_i64(txn.last_offset);
-    entry.put_i64(txn.last_stable_offset);
-    file.write_all(&entry).map_err(|e| Error::storage("write", &path, e))
+    file.write_all(&encode_txn_index(std::slice::from_ref(txn)))
+        .map_err(|e| Error::storage("write", &path, e))
+}
+
+/// Kafka's `.txnindex` entries: version i16, producer id, first offset, last offset, LSO.
+fn encode_txn_index(entries: &[AbortedTxn]) -> BytesMut {
+    let mut out = BytesMut::with_capacity(entries.len() * TXN_INDEX_ENTRY_LEN);
+    for txn in entries {
+        out.put_i16(0);
+        out.put_i64(txn.producer_id);
+        out.put_i64(txn.first_offset);
+        out.put_i64(txn.last_offset);
+        out.put_i64(txn.last_stable_offset);
+    }
+    out
 }
 
 /// The aborted transactions in the `.txnindex` of the segment at `segment_base` (a torn last
@@ -732,17 +740,19 @@ pub fn read_txn_index(dir: &Path, segment_base: i64) -> Result<Vec<AbortedTxn>> 
         .collect())
 }
 
-/// Rewrites the `.txnindex` of a segment with `entries` (recovery cut the segment short).
+/// Rewrites the `.txnindex` of a segment with `entries` (recovery or a truncation cut the
+/// segment short), replacing the file in one rename: a crash leaves the old entries or the
+/// new ones, never a file without the entries that stay (which would show aborted records
+/// to read_committed consumers).
 pub fn rewrite_txn_index(dir: &Path, segment_base: i64, entries: &[AbortedTxn]) -> Result<()> {
     let path = dir.join(file_name(segment_base, "txnindex"));
-    match std::fs::remove_file(&path) {
-        Err(e) if e.kind() != ErrorKind::NotFound => return Err(Error::storage("delete", &path, e)),
-        _ => {}
+    if entries.is_empty() {
+        return match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != ErrorKind::NotFound => Err(Error::storage("delete", &path, e)),
+            _ => Ok(()),
+        };
     }
-    for e in entries {
-        append_txn_index(dir, segment_base, e)?;
-    }
-    Ok(())
+    super::checkpoint::write_atomically(&path, &encode_txn_index(entries), true)
 }
 
 #[cfg(test)]

@@ -84,7 +84,9 @@ impl Log {
         }
         let mut active = match segments.pop() {
             Some(segment) => segment,
-            None => Segment::create(dir, 0, true)?,
+            // A log emptied to start over at an offset (`truncate_fully_and_start_at`) that
+            // stopped before its new segment existed starts at its checkpointed start.
+            None => Segment::create(dir, checkpointed_start.unwrap_or(0).max(0), true)?,
         };
         active.start_roll_clock(now_ms);
         let log_end_offset = active.next_offset;
@@ -124,6 +126,7 @@ impl Log {
             epochs,
             pending_deletes: Vec::new(),
             producers: ProducerState::default(),
+            truncations: 0,
         };
         log.producers = log.load_producer_state()?;
         log.publish_txns();
@@ -134,7 +137,7 @@ impl Log {
     /// Rebuilds the producer state at open (Kafka's `LogLoader` / `rebuildProducerState`): the
     /// latest snapshot at or below the log end, then the batches after it. Aborted transactions
     /// come from the segments' `.txnindex` files, completed by what the replay finds.
-    fn load_producer_state(&mut self) -> Result<ProducerState> {
+    pub(super) fn load_producer_state(&mut self) -> Result<ProducerState> {
         let log_end = self.log_end_offset();
         let mut snapshots = producer_state::list_snapshots(&self.dir)?;
         // Snapshots past the log end describe batches a recovery cut away.

@@ -6,7 +6,7 @@ use std::io::ErrorKind;
 
 use super::Log;
 use super::checkpoint;
-use super::segment::Segment;
+use super::segment::{self, Segment};
 use crate::error::{Error, Result};
 
 /// What one `apply_retention` pass deleted.
@@ -176,24 +176,41 @@ impl Log {
         let deleted: Vec<Segment> = self.segments.drain(..count).collect();
         self.publish_snapshot();
         let bytes = deleted.iter().map(|s| s.size).sum();
-        for segment in deleted {
+        self.remove_segments(deleted, "retention")?;
+        Ok((count, bytes))
+    }
+
+    /// Deletes segments already out of the segment list and the published snapshot.
+    pub(super) fn remove_segments(&mut self, segments: Vec<Segment>, reason: &'static str) -> Result<()> {
+        for segment in segments {
             tracing::info!(
                 dir = %self.dir.display(),
                 base_offset = segment.base_offset,
                 next_offset = segment.next_offset,
                 bytes = segment.size,
+                reason,
                 "deleting segment"
             );
-            if self.config.file_delete_delay_ms <= 0 {
-                segment.delete(&self.dir)?;
-            } else {
-                let due = now_ms().saturating_add(self.config.file_delete_delay_ms);
-                for path in segment.delete_later(&self.dir)? {
-                    self.pending_deletes.push((path, due));
-                }
-            }
+            let base_offset = segment.base_offset;
+            drop(segment);
+            self.remove_segment_files(base_offset)?;
         }
-        Ok((count, bytes))
+        Ok(())
+    }
+
+    /// Takes the files of the segment at `base_offset` out of the directory (Kafka's
+    /// `.deleted` renames, see `segment::remove_files`): removed now, or after
+    /// `file.delete.delay.ms`. Readers of older snapshots go on reading them through their
+    /// open descriptors.
+    pub(super) fn remove_segment_files(&mut self, base_offset: i64) -> Result<()> {
+        if self.config.file_delete_delay_ms <= 0 {
+            return segment::remove_files(&self.dir, base_offset);
+        }
+        let due = now_ms().saturating_add(self.config.file_delete_delay_ms);
+        for path in segment::rename_deleted(&self.dir, base_offset)? {
+            self.pending_deletes.push((path, due));
+        }
+        Ok(())
     }
 
     /// Raises the log start offset (never lowers it): checkpoint first, then memory and the

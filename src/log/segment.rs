@@ -52,6 +52,10 @@ pub(crate) struct SharedSegment {
     times: Mutex<(i64, i64)>,
     offset_entries: SharedEntries<OffsetEntry>,
     time_entries: SharedEntries<TimeEntry>,
+    /// How many times the segment was cut in place (a follower's truncation): a view taken
+    /// before a cut may locate bytes that are gone or were written again since, so its reads
+    /// fail rather than return them (`SegmentRef::unchanged`).
+    truncations: AtomicU64,
 }
 
 impl SharedSegment {
@@ -71,6 +75,9 @@ impl SharedSegment {
 
     /// The segment as published now: what a reader may look at.
     pub fn published(self: &Arc<Self>) -> SegmentRef {
+        // The count before the end: a cut publishes its lower end before it counts itself, so
+        // a view that sees the new count sees the new end too.
+        let truncations = self.truncations.load(Ordering::SeqCst);
         let end = self.end.load(Ordering::Acquire);
         let (max_timestamp, offset_of_max_timestamp) = *self.times.lock().unwrap_or_else(|p| p.into_inner());
         SegmentRef {
@@ -80,6 +87,7 @@ impl SharedSegment {
             next_offset: self.base_offset + i64::from(u32::try_from(end >> 32).unwrap_or(u32::MAX)),
             max_timestamp,
             offset_of_max_timestamp,
+            truncations,
         }
     }
 
@@ -155,6 +163,8 @@ pub(crate) struct SegmentRef {
     pub next_offset: i64,
     pub max_timestamp: i64,
     pub offset_of_max_timestamp: i64,
+    /// `SharedSegment::truncations` when the view was taken.
+    truncations: u64,
 }
 
 impl SegmentRef {
@@ -165,21 +175,35 @@ impl SegmentRef {
 
     /// See `Segment::find_batch`.
     pub fn find_batch(&self, offset: i64) -> Result<Option<(u64, BatchHeader)>> {
-        self.shared.find_batch(self.size, offset)
+        self.unchanged(self.shared.find_batch(self.size, offset))
     }
 
     /// See `Segment::scan`.
     pub fn scan(&self, from: u64, found: impl FnMut(&BatchHeader) -> bool) -> Result<Option<(u64, BatchHeader)>> {
-        self.shared.scan(self.size, from, found)
+        self.unchanged(self.shared.scan(self.size, from, found))
     }
 
     pub fn read_at(&self, pos: u64, len: usize) -> Result<Vec<u8>> {
-        self.shared.read_at(pos, len)
+        self.unchanged(self.shared.read_at(pos, len))
     }
 
     /// See `Segment::timestamp_scan_start`.
     pub fn timestamp_scan_start(&self, timestamp: i64) -> u64 {
         self.shared.timestamp_scan_start(self.size, timestamp)
+    }
+
+    /// `result` of a read through this view, unless the segment was cut since the view was
+    /// taken: the bytes it located may then be short, or another leader's batches written at
+    /// the same positions, and a read that ends in such an error returns none of them. The
+    /// count is loaded after the read: a read that saw the cut file saw it after the cut
+    /// counted itself (`Segment::truncate_to` counts before `set_len`).
+    fn unchanged<T>(&self, result: Result<T>) -> Result<T> {
+        if self.shared.truncations.load(Ordering::SeqCst) != self.truncations {
+            return Err(Error::TruncatedDuringRead {
+                path: self.shared.log_path.clone(),
+            });
+        }
+        result
     }
 }
 
@@ -332,6 +356,7 @@ impl Segment {
             times: Mutex::new((-1, -1)),
             offset_entries: offset_index.shared(),
             time_entries: time_index.shared(),
+            truncations: AtomicU64::new(0),
         });
         Segment {
             base_offset,
@@ -519,6 +544,87 @@ impl Segment {
         Ok(bad.is_some())
     }
 
+    /// Where a cut of the segment at `offset` falls: the position of the first batch whose
+    /// last offset is at least `offset` (the segment's size when there is none), and the
+    /// offset after the batches before it, which is the segment's next offset after the cut.
+    pub fn cut_point(&self, offset: i64) -> Result<(u64, i64)> {
+        if offset <= self.base_offset {
+            return Ok((0, self.base_offset));
+        }
+        // An index entry names the position of the batch ending at its offset: the greatest
+        // entry below `offset` is a batch that stays, so the scan starts on a kept batch.
+        let from = index::lookup_offset(
+            &read_entries(&self.shared.offset_entries),
+            self.relative(offset - 1),
+            self.size,
+        );
+        let mut kept_end = self.base_offset;
+        let found = self.scan(u64::from(from), |h| {
+            if h.last_offset() >= offset {
+                return true;
+            }
+            kept_end = h.last_offset() + 1;
+            false
+        })?;
+        Ok((found.map_or(self.size, |(position, _)| position), kept_end))
+    }
+
+    /// Cuts the segment before the first batch whose last offset is at least `offset`, so a
+    /// batch holding `offset` goes whole (Kafka's `LogSegment.truncateTo`), with the index
+    /// entries of what goes; the max timestamp is found again from the time index and the
+    /// headers after its last entry (Kafka's `readLargestTimestamp`). Returns whether anything
+    /// changed.
+    ///
+    /// The file is cut in place and fsynced before this returns: the epoch and producer
+    /// checkpoints the caller lowers next must not describe a shorter log than a power loss
+    /// could bring back. Readers are told first: the lower end is published, then the cut is
+    /// counted (views taken before fail their reads, see `SegmentRef::unchanged`), then the
+    /// file is cut.
+    pub fn truncate_to(&mut self, offset: i64) -> Result<bool> {
+        let (position, next_offset) = self.cut_point(offset)?;
+        if position == self.size && next_offset == self.next_offset {
+            return Ok(false);
+        }
+        self.size = position;
+        self.next_offset = next_offset;
+        self.offset_index.truncate_where(|e| u64::from(e.position) < position)?;
+        let base_offset = self.base_offset;
+        self.time_index
+            .truncate_where(|e| base_offset + i64::from(e.relative_offset) < next_offset)?;
+        let (mut max_timestamp, mut offset_of_max_timestamp) = self
+            .time_index
+            .last()
+            .map_or((-1, -1), |t| (t.timestamp, base_offset + i64::from(t.relative_offset)));
+        // Every batch up to the last time entry's is at most its timestamp: scan the rest.
+        let from = if offset_of_max_timestamp >= 0 {
+            self.find_batch(offset_of_max_timestamp)?.map_or(self.size, |(p, _)| p)
+        } else {
+            0
+        };
+        self.scan(from, |h| {
+            if h.max_timestamp > max_timestamp {
+                max_timestamp = h.max_timestamp;
+                offset_of_max_timestamp = h.last_offset();
+            }
+            false
+        })?;
+        self.max_timestamp = max_timestamp;
+        self.offset_of_max_timestamp = offset_of_max_timestamp;
+        self.bytes_since_last_index_entry = position - self.offset_index.last().map_or(0, |e| u64::from(e.position));
+        if position == 0 {
+            // Kafka restarts an emptied segment's roll clock.
+            self.first_append_ms = None;
+        }
+        self.publish();
+        self.shared.truncations.fetch_add(1, Ordering::SeqCst);
+        let log = &self.shared.log;
+        let log_path = &self.shared.log_path;
+        log.set_len(position)
+            .map_err(|e| Error::storage("truncate", log_path, e))?;
+        log.sync_data().map_err(|e| Error::storage("fsync", log_path, e))?;
+        Ok(true)
+    }
+
     pub fn tail(&self) -> Tail {
         Tail {
             size: self.size,
@@ -690,25 +796,6 @@ impl Segment {
         Ok(i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX))
     }
 
-    /// Takes the segment out of the directory: renames its files to `*.deleted`, indexes
-    /// first and the `.log` last, then removes them. A crash anywhere leaves either the whole
-    /// `.log` (its missing indexes are rebuilt at open) or no `.log` at all, never an index
-    /// without its log; `Log::open` removes the `*.deleted` leftovers. Open descriptors (a
-    /// `FlushHandle` being synced) keep working on the unlinked files.
-    pub fn delete(self, dir: &Path) -> Result<()> {
-        let base_offset = self.base_offset;
-        drop(self);
-        remove_files(dir, base_offset)
-    }
-
-    /// Takes the segment out of the directory like `delete`, but leaves the renamed
-    /// `*.deleted` files for the caller to remove later (`file.delete.delay.ms`).
-    pub fn delete_later(self, dir: &Path) -> Result<Vec<PathBuf>> {
-        let base_offset = self.base_offset;
-        drop(self);
-        rename_deleted(dir, base_offset)
-    }
-
     /// Deletes the files of the segment with `base_offset` in `dir` (recovery dropping
     /// segments after a truncation).
     pub fn delete_files(dir: &Path, base_offset: i64) -> Result<()> {
@@ -726,7 +813,10 @@ impl Segment {
 }
 
 /// Renames the files of the segment with `base_offset` to `*.deleted` (indexes first, the `.log`
-/// last), then removes them. Files already gone are skipped.
+/// last), then removes them. Files already gone are skipped. A crash anywhere leaves either the
+/// whole `.log` (its missing indexes are rebuilt at open) or no `.log` at all, never an index
+/// without its log; `Log::open` removes the `*.deleted` leftovers. Open descriptors (a
+/// `FlushHandle` being synced, a reader's snapshot) keep working on the unlinked files.
 pub(crate) fn remove_files(dir: &Path, base_offset: i64) -> Result<()> {
     for path in rename_deleted(dir, base_offset)? {
         match std::fs::remove_file(&path) {
@@ -739,7 +829,7 @@ pub(crate) fn remove_files(dir: &Path, base_offset: i64) -> Result<()> {
 
 /// Renames the files of the segment with `base_offset` to `*.deleted` (indexes first, the
 /// `.log` last) and returns the new paths.
-fn rename_deleted(dir: &Path, base_offset: i64) -> Result<Vec<PathBuf>> {
+pub(crate) fn rename_deleted(dir: &Path, base_offset: i64) -> Result<Vec<PathBuf>> {
     let mut renamed = Vec::with_capacity(4);
     for ext in ["txnindex", "index", "timeindex", "log"] {
         let path = dir.join(file_name(base_offset, ext));

@@ -1,45 +1,251 @@
 //! What a follower does to its copy of a partition's log (issue 12): append the leader's
-//! batches as they are, and cut a divergent tail.
+//! batches as they are, and cut a divergent tail. Each runs on the partition's writer, after
+//! the changes queued before it, and moves the partition's watches as the log moved: the log
+//! end (what the leader's view of this follower is built from), and after a truncation the
+//! high watermark and the durable offset, which come down with the log (the one case where
+//! they go down).
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 
-use super::Partition;
-use crate::error::{Error, Result};
+use super::{Partition, now_ms};
+use crate::error::Result;
 use crate::log::AppendInfo;
 
 impl Partition {
     /// Appends record batches fetched from the leader exactly as the leader stored them: their
     /// base offsets, partition leader epochs, producer ids, sequences and timestamps are kept.
     /// `records` is the records field of a fetch response (whole batches, possibly ending in a
-    /// partial one, which is dropped). Returns None when nothing was appended.
+    /// partial one, which is dropped). Returns None when nothing was appended. A batch that
+    /// does not start at the log end is `UnexpectedAppendOffset`, a corrupt one
+    /// `CorruptBatch`; nothing is appended then (`Log::append_as_follower`).
+    ///
+    /// The flusher is woken as for an acks=all append when acks=all waits for fsync: the
+    /// follower's next fetch says its log end is durable here (leader.rs).
     pub async fn append_as_follower(self: &Arc<Self>, records: Bytes) -> Result<Option<AppendInfo>> {
-        let _ = records;
-        Err(Error::storage(
-            "append as follower",
-            &self.dir,
-            std::io::Error::other("not built yet"),
-        ))
+        self.write(move |p| {
+            let info = p.with_log(|log| {
+                let info = log.append_as_follower(records, now_ms())?;
+                if info.is_some() {
+                    p.appended(log.log_end_offset());
+                }
+                Ok(info)
+            })?;
+            if info.is_some() && p.flush_before_ack.load(Ordering::Acquire) {
+                p.flush_needed.notify_one();
+            }
+            Ok(info)
+        })
+        .await
     }
 
-    /// Cuts the log so that it ends at `offset` (no-op when it already ends there or below).
+    /// Cuts the log so that it ends at `offset` or below, at a batch boundary (no-op when it
+    /// already ends there or below; see `Log::truncate_to`). The log end, the high watermark
+    /// and the durable offset come down to the new end.
     pub async fn truncate_to(self: &Arc<Self>, offset: i64) -> Result<()> {
-        let _ = offset;
-        Err(Error::storage(
-            "truncate",
-            &self.dir,
-            std::io::Error::other("not built yet"),
-        ))
+        self.write(move |p| {
+            p.truncating(|log| log.truncate_to(offset), offset)?;
+            Ok(())
+        })
+        .await
     }
 
-    /// Empties the log and restarts it at `offset` (a follower behind the leader's log start).
+    /// Empties the log and restarts it at `offset` (a follower behind the leader's log start):
+    /// log start, log end, high watermark and durable offset are all `offset` afterwards.
     pub async fn truncate_fully_and_start_at(self: &Arc<Self>, offset: i64) -> Result<()> {
-        let _ = offset;
-        Err(Error::storage(
-            "truncate",
-            &self.dir,
-            std::io::Error::other("not built yet"),
-        ))
+        self.write(move |p| {
+            p.truncating(|log| log.truncate_fully_and_start_at(offset), offset)?;
+            p.log_end.send_replace(offset);
+            p.high_watermark.send_replace(offset);
+            p.durable_offset.send_replace(offset);
+            Ok(())
+        })
+        .await
+    }
+
+    /// Runs a truncation of the log that ends at or below `bound`, on the writer, and lowers
+    /// the watches to the log's new end; returns it. Under the log's lock, so the flusher's
+    /// bookkeeping of an fsync that started before the cut is not mixed with it (it is void,
+    /// `Log::still_covers`). The high watermark comes down to `bound` first: readers load it
+    /// before their snapshot, so those that start meanwhile stay below the cut.
+    ///
+    /// A failure midway leaves the log's memory and files in a state only `Log::open` is
+    /// trusted to sort out: the partition stops serving (as after a failed fsync), to be
+    /// recovered when it is opened again (Kafka takes the log directory offline).
+    fn truncating(&self, truncate: impl FnOnce(&mut crate::log::Log) -> Result<()>, bound: i64) -> Result<i64> {
+        let mut cut_failed = false;
+        let result = self.with_log(|log| {
+            lower(&self.high_watermark, bound);
+            if let Err(e) = truncate(log) {
+                cut_failed = true;
+                return Err(e);
+            }
+            let end = log.log_end_offset();
+            self.log_end.send_replace(end);
+            lower(&self.high_watermark, end);
+            lower(&self.durable_offset, end);
+            Ok(end)
+        });
+        if cut_failed {
+            tracing::error!(partition = %self.tp, "truncation failed; the partition stops serving");
+            self.failed.store(true, Ordering::Release);
+            // Waiters on durability learn it now.
+            self.durable_offset.send_modify(|_| {});
+        }
+        result
+    }
+}
+
+/// Moves a watch down to `to` when it is above (and wakes its receivers only then).
+fn lower(watch: &tokio::sync::watch::Sender<i64>, to: i64) {
+    watch.send_if_modified(|current| {
+        let above = *current > to;
+        if above {
+            *current = to;
+        }
+        above
+    });
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use std::path::Path;
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use kafka_protocol::records::Compression;
+
+    use super::*;
+    use crate::config::BrokerConfig;
+    use crate::error::Error;
+    use crate::log::batch::encode_records;
+    use crate::log::{Log, LogConfig, validate_batches};
+    use crate::replica::TopicPartition;
+    use crate::replica::writer::Writers;
+
+    /// A partition with other replicas, following (the replica manager's start for them).
+    pub(crate) fn follower_partition(dir: &Path, writers: &Writers) -> Arc<Partition> {
+        let tp = TopicPartition {
+            topic: "t".into(),
+            partition: 0,
+        };
+        let log = Log::open(dir, LogConfig::default(), now_ms()).unwrap();
+        let partition = Arc::new(Partition::new(
+            tp.clone(),
+            uuid::Uuid::new_v4(),
+            crate::replica::Opening {
+                leader_epoch: 0,
+                replicated: true,
+            },
+            dir.to_path_buf(),
+            log,
+            &BrokerConfig::default(),
+            writers.for_partition(&tp),
+        ));
+        partition.become_follower(1, 2, 1);
+        tokio::spawn(partition.clone().run_flusher());
+        partition
+    }
+
+    /// What a leader's log holds after one batch of two records per entry of `epochs`, each
+    /// written in that leader epoch.
+    pub(crate) fn leader_bytes(epochs: &[i32]) -> Bytes {
+        let dir = tempfile::TempDir::new().unwrap();
+        let mut leader = Log::open(dir.path(), LogConfig::default(), now_ms()).unwrap();
+        for &epoch in epochs {
+            let records = vec![
+                (None, Some(Bytes::from_static(b"a")), 1),
+                (None, Some(Bytes::from_static(b"b")), 2),
+            ];
+            let batches = validate_batches(&encode_records(&records, Compression::None).unwrap(), usize::MAX).unwrap();
+            leader.append(batches, epoch, now_ms()).unwrap();
+        }
+        leader.read(0, leader.log_end_offset(), usize::MAX, true).unwrap()
+    }
+
+    async fn wait_for(watch: &tokio::sync::watch::Sender<i64>, value: i64) {
+        let mut rx = watch.subscribe();
+        tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|v| *v == value))
+            .await
+            .expect("the watch never got there")
+            .unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_follower_append_moves_the_log_end_and_is_fsynced_soon() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let writers = Writers::start(1, 4);
+        let p = follower_partition(dir.path(), &writers);
+        let bytes = leader_bytes(&[1, 1, 2]);
+        let info = p.append_as_follower(bytes.clone()).await.unwrap().unwrap();
+        assert_eq!((info.base_offset, info.last_offset), (0, 5));
+        assert_eq!(*p.log_end_watch().borrow(), 6);
+        // A follower's high watermark is its leader's to give.
+        assert_eq!(p.high_watermark(), 0);
+        // acks=all waits for fsync by default: the flusher was woken.
+        assert!(p.flush_before_ack.load(Ordering::Acquire));
+        wait_for(&p.durable_offset, 6).await;
+        // A partial batch alone appends nothing and moves nothing.
+        assert_eq!(p.append_as_follower(bytes.slice(..10)).await.unwrap(), None);
+        assert_eq!(*p.log_end_watch().borrow(), 6);
+        // Refused batches leave the partition serving.
+        assert!(matches!(
+            p.append_as_follower(bytes.clone()).await,
+            Err(Error::UnexpectedAppendOffset { expected: 6, .. })
+        ));
+        p.advance_follower_high_watermark(6);
+        assert_eq!(p.offsets().unwrap().high_watermark, 6);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn truncation_brings_the_log_end_high_watermark_and_durable_offset_down() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let writers = Writers::start(1, 4);
+        let p = follower_partition(dir.path(), &writers);
+        p.append_as_follower(leader_bytes(&[1, 1, 2, 2, 3])).await.unwrap();
+        wait_for(&p.durable_offset, 10).await;
+        p.advance_follower_high_watermark(10);
+        let mut hw = p.subscribe();
+        hw.borrow_and_update();
+        // Inside the batch 6..=7: it goes whole.
+        p.truncate_to(7).await.unwrap();
+        assert_eq!(*p.log_end_watch().borrow(), 6);
+        assert_eq!(p.high_watermark(), 6);
+        assert_eq!(*p.durable_offset.borrow(), 6);
+        assert!(
+            hw.has_changed().unwrap(),
+            "readers waiting on the high watermark hear of it"
+        );
+        assert_eq!(p.offsets().unwrap().log_end_offset, 6);
+        // Above the end: nothing moves.
+        p.truncate_to(50).await.unwrap();
+        assert_eq!((*p.log_end_watch().borrow(), p.high_watermark()), (6, 6));
+        // The leader's batches from there on; the durable offset follows the fsync again.
+        let info = p.append_as_follower(leader_bytes(&[1, 1, 2, 4])).await;
+        assert!(matches!(
+            info,
+            Err(Error::UnexpectedAppendOffset { first_offset: 0, .. })
+        ));
+        let rest = leader_bytes(&[1, 1, 2, 4, 4]);
+        let kept: usize = validate_batches(&rest, usize::MAX).unwrap()[..3]
+            .iter()
+            .map(|b| b.size())
+            .sum();
+        let tail = rest.slice(kept..);
+        p.append_as_follower(tail).await.unwrap().unwrap();
+        wait_for(&p.durable_offset, 10).await;
+        assert_eq!(p.latest_epoch().unwrap(), 4);
+        // Starting over above the log: everything is at the new start.
+        p.truncate_fully_and_start_at(100).await.unwrap();
+        assert_eq!(*p.log_end_watch().borrow(), 100);
+        assert_eq!(p.high_watermark(), 100);
+        assert_eq!(*p.durable_offset.borrow(), 100);
+        let offsets = p.offsets().unwrap();
+        assert_eq!((offsets.log_start_offset, offsets.log_end_offset), (100, 100));
+        assert_eq!(p.latest_epoch().unwrap(), -1);
     }
 }

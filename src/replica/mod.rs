@@ -604,6 +604,16 @@ impl Partition {
         };
         handle.sync()?;
         let flushed = handle.flushed_offset;
+        let mut guard = self.lock();
+        let Some(log) = guard.as_mut() else {
+            return Ok(());
+        };
+        // A truncation (follower_log.rs) ran during the fsync: the offsets the handle names
+        // may have been written again after it synced. The next round covers the log as it
+        // is; the truncation lowered the durable offset under this same lock.
+        if !log.still_covers(&handle) {
+            return Ok(());
+        }
         // Durable from here: acknowledge first, then record the recovery point (a checkpoint
         // file written through a rename, which acks=all waiters need not wait for; a crash
         // before it only makes the next recovery validate more).
@@ -612,10 +622,7 @@ impl Partition {
             *durable = (*durable).max(flushed);
             moved
         });
-        if let Some(log) = self.lock().as_mut() {
-            log.mark_flushed(flushed)?;
-        }
-        Ok(())
+        log.mark_flushed(flushed)
     }
 
     /// The flusher: one per partition, fsyncing on a blocking thread so appends continue
