@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# Replication figures (issue 12), three release nodes on loopback (each broker and controller):
+#   1. produce 1 KiB acks=all, MSGS messages, rdkafka_performance: a 6-partition topic with
+#      replication factor 3 against one with replication factor 1, on the same cluster,
+#      alternating, RUNS pairs (ratios);
+#   2. produce->ack latency at LAT_RATE msg/s, acks=all, replication factor 3 vs 1 (p50, p99);
+#   3. failover: kill -9 of partition 0's leader, then the time until an acks=all produce to
+#      it is acknowledged by the new leader (kcat with librdkafka's retries), FAILOVERS times,
+#      the killed node restarted and back in the ISR between runs.
+# Durability settings are the defaults (acks=all fsynced on every in-sync replica) unless
+# FLUSH_MESSAGES is set (log.flush.interval.messages, e.g. 1000 for page-cache replication).
+#
+#   protocol-tests/bench/replication.sh      (RUNS=3 MSGS=200000 LAT_RATE=1000 LAT_MSGS=5000 FAILOVERS=10)
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+cd "$ROOT"
+RUNS=${RUNS:-3}
+MSGS=${MSGS:-200000}
+LAT_RATE=${LAT_RATE:-1000}
+LAT_MSGS=${LAT_MSGS:-5000}
+FAILOVERS=${FAILOVERS:-10}
+TOOLS=${TOOLS:-/tmp/sluice-bench-tools}
+[[ -x $TOOLS/bin/rdkafka_performance ]] || "$HERE/build.sh"
+cargo build --release --quiet
+BIN=$ROOT/target/release/sluice
+PERF=$TOOLS/bin/rdkafka_performance
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/sluice-replication-bench.XXXXXX")
+ALL=127.0.0.1:19092,127.0.0.1:29092,127.0.0.1:39092
+declare -A PID
+voters="1@127.0.0.1:19093,2@127.0.0.1:29093,3@127.0.0.1:39093"
+extra=()
+[[ -n ${FLUSH_MESSAGES:-} ]] && extra+=(--set "log.flush.interval.messages=$FLUSH_MESSAGES")
+start_node() {
+    local n=$1
+    RUST_LOG=warn "$BIN" serve --node-id "$n" --data-dir "$WORK/d$n" --set process.roles=broker,controller \
+        --set "listeners=PLAINTEXT://127.0.0.1:${n}9092,CONTROLLER://127.0.0.1:${n}9093" \
+        --set "advertised.listeners=PLAINTEXT://127.0.0.1:${n}9092" --set controller.listener.names=CONTROLLER \
+        --set "controller.quorum.voters=$voters" --set auto.create.topics.enable=false \
+        --set broker.session.timeout.ms=3000 --set broker.heartbeat.interval.ms=500 \
+        --set replica.lag.time.max.ms=10000 --set auto.leader.rebalance.enable=false \
+        "${extra[@]}" >>"$WORK/log$n" 2>&1 &
+    PID[$n]=$!
+}
+stop() {
+    for p in "${PID[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    if [[ ${SLUICE_KEEP:-0} == 1 ]]; then echo "kept $WORK" >&2; else rm -rf "$WORK"; fi
+}
+trap stop EXIT
+wait_port() { for _ in $(seq 1 300); do (echo >/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.1; done; return 1; }
+# "leader isr,isr,.." of partition 0 of $1, from kcat's metadata listing.
+leader_of() {
+    kcat -b "$ALL" -L -t "$1" 2>/dev/null |
+        sed -n 's/.*partition 0, leader \(-\{0,1\}[0-9]*\), replicas: [0-9,]*, isrs: \([0-9,]*\).*/\1 \2/p' | head -1
+}
+create() { # name partitions replication_factor
+    kcat -b "$ALL" -L >/dev/null 2>&1 || true
+    python3 - "$1" "$2" "$3" <<'EOF'
+import socket, struct, sys
+name, parts, rf = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def s(t): b = t.encode(); return struct.pack(">h", len(b)) + b
+cfg = [("min.insync.replicas", "2" if rf >= 2 else "1")]
+body = struct.pack(">i", 1) + s(name) + struct.pack(">ihi", parts, rf, 0) + struct.pack(">i", len(cfg))
+for k, v in cfg: body += s(k) + s(v)
+body += struct.pack(">i?", 10000, False)
+req = struct.pack(">hhi", 19, 4, 1) + s("bench") + body
+c = socket.create_connection(("127.0.0.1", 19092), timeout=15)
+c.sendall(struct.pack(">i", len(req)) + req)
+n = struct.unpack(">i", c.recv(4))[0]
+data = b""
+while len(data) < n: data += c.recv(n - len(data))
+EOF
+    for _ in $(seq 1 100); do
+        read -r l isr < <(leader_of "$1") || true
+        if [[ -n ${l:-} && $l != -1 && $(tr ',' '\n' <<<"${isr:-}" | grep -c .) -eq $3 ]]; then return 0; fi
+        sleep 0.2
+    done
+    echo "topic $1 did not get $3 in-sync replicas" >&2
+    return 1
+}
+
+for n in 1 2 3; do start_node "$n"; done
+for n in 1 2 3; do wait_port "${n}9092"; done
+sleep 2
+create rf3 6 3
+create rf1 6 1
+
+perf() { # topic -> MB/s (payload) from rdkafka_performance's final line
+    local line n ms
+    line=$("$PERF" -P -t "$1" -s 1024 -c "$MSGS" -b "$ALL" -a -1 -X linger.ms=5 -i 1000 2>&1 |
+        grep ' messages produced ' | tail -n 1)
+    n=$(sed -n 's/.*, \([0-9]*\) delivered .*/\1/p' <<<"$line")
+    ms=$(sed -n 's/.* in \([0-9]*\)ms:.*/\1/p' <<<"$line")
+    awk -v n="${n:-0}" -v ms="${ms:-0}" 'BEGIN { printf "%.1f", (ms > 0 ? n * 1024 / ms / 1000 : 0) }'
+}
+echo "== produce 1 KiB acks=all, $MSGS messages, 6 partitions over 3 nodes: replication factor 3 vs 1 (MB/s)"
+for r in $(seq 1 "$RUNS"); do
+    three=$(perf rf3)
+    one=$(perf rf1)
+    echo "pair $r: RF 3 $three MB/s, RF 1 $one MB/s, ratio $(python3 -c "print(round($three/max($one,0.001), 2))")"
+done
+
+percentiles() { # file of microsecond samples -> "p50_ms p99_ms"
+    sort -n "$1" | awk '{ a[NR] = $1 } END { if (NR == 0) { print "- -"; exit }
+        printf "%.2f %.2f\n", a[int(NR * 0.50) + 1] / 1000, a[int(NR * 0.99) + 1] / 1000 }'
+}
+echo "== produce->ack latency, 100 B, acks=all, $LAT_RATE msg/s, $LAT_MSGS messages, partition 0 (p50 ms, p99 ms)"
+for r in $(seq 1 "$RUNS"); do
+    for t in rf3 rf1; do
+        "$PERF" -P -t "$t" -p 0 -b "$ALL" -s 100 -c "$LAT_MSGS" -a -1 -r "$LAT_RATE" -l -A "$WORK/$t-$r.us" \
+            -X linger.ms=0 -i 1000 >"$WORK/$t-$r-lat.log" 2>&1 || true
+        echo "run $r $t: $(percentiles "$WORK/$t-$r.us")"
+    done
+done
+
+echo "== failover: kill -9 of rf3-0's leader -> first acks=all produce acknowledged by the new leader (s)"
+times=()
+for r in $(seq 1 "$FAILOVERS"); do
+    read -r leader _ < <(leader_of rf3)
+    kill -9 "${PID[$leader]}"
+    wait "${PID[$leader]}" 2>/dev/null || true
+    t0=$(date +%s.%N)
+    echo "failover-$r" | kcat -b "$ALL" -t rf3 -p 0 -P -X acks=all -X message.timeout.ms=60000 \
+        -X topic.metadata.refresh.interval.ms=200 2>/dev/null
+    t1=$(date +%s.%N)
+    s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
+    read -r now _ < <(leader_of rf3)
+    echo "run $r: killed node $leader, new leader $now, acknowledged after $s s"
+    times+=("$s")
+    start_node "$leader"; wait_port "${leader}9092"
+    for _ in $(seq 1 150); do
+        read -r _ isr < <(leader_of rf3) || true
+        [[ $(tr ',' '\n' <<<"${isr:-}" | grep -c .) -eq 3 ]] && break
+        sleep 0.2
+    done
+done
+echo "failover median: $(printf '%s\n' "${times[@]}" | sort -n | awk '{ a[NR] = $1 } END { print (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2) }') s"
