@@ -497,3 +497,57 @@ async fn elect_leaders_moves_a_partition_back_to_its_preferred_replica() {
     let offsets = produce_all(&cluster, &name, 0, 50).await;
     assert_eq!(consume_all(&cluster, &name, 50), expected_values(&offsets));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_records_on_the_leader_reaches_its_followers() {
+    // Kafka's followers raise their log start to the leader's (`maybeIncrementLogStartOffset`),
+    // so records deleted on the leader stay deleted after it fails over.
+    use kafka_protocol::messages::DeleteRecordsRequest;
+    use kafka_protocol::messages::delete_records_request::{DeleteRecordsPartition, DeleteRecordsTopic};
+    let mut cluster = Cluster::start_with(3, SETTINGS).await;
+    let name = unique("deleted");
+    create(&cluster, &name, 1, 3, &[]).await;
+    let v = wait_view(&cluster, &name, 0, "all 3 in sync", |v| {
+        v.leader > 0 && v.isr.len() == 3
+    })
+    .await;
+    produce_all(&cluster, &name, 0, 10).await;
+    let delete = DeleteRecordsRequest::default()
+        .with_topics(vec![
+            DeleteRecordsTopic::default()
+                .with_name(topic(&name))
+                .with_partitions(vec![
+                    DeleteRecordsPartition::default().with_partition_index(0).with_offset(6),
+                ]),
+        ])
+        .with_timeout_ms(10_000);
+    let resp = try_call(cluster.addr(v.leader), 2, &delete, POLL_REQUEST_TIMEOUT)
+        .await
+        .unwrap();
+    let p = &resp.topics[0].partitions[0];
+    assert_eq!((p.error_code, p.low_watermark), (0, 6), "{resp:?}");
+    // The followers learn the new log start at their next fetch (at most replica.fetch.wait.max.ms).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    cluster.kill(v.leader);
+    let next = wait_view(&cluster, &name, 0, "led by a survivor", |w| {
+        w.leader > 0 && w.leader != v.leader
+    })
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut raw = Raw::connect(cluster.addr(next.leader)).await;
+        // Offset 0 is below the log start now: OFFSET_OUT_OF_RANGE (1), naming the start.
+        let resp = raw.call(12, &fetch_request(&name, 0, 1 << 20, 1 << 20)).await;
+        let p = &resp.responses[0].partitions[0];
+        if p.high_watermark == 10 {
+            assert_eq!((p.error_code, p.log_start_offset), (1, 6), "{resp:?}");
+            let resp = raw.call(12, &fetch_request(&name, 6, 1 << 20, 1 << 20)).await;
+            let p = &resp.responses[0].partitions[0];
+            assert_eq!(p.error_code, 0, "{resp:?}");
+            assert_eq!(count_records(p.records.as_ref().unwrap()), 4);
+            break;
+        }
+        assert!(Instant::now() < deadline, "the new leader never served: {resp:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -12,7 +12,8 @@
 //!   offset the leader records says "held and durable here", and the high watermark moves
 //!   only over batches on disk on every in-sync replica.
 //! - **The high watermark** comes with each answer; the follower takes it, capped at its own
-//!   log end.
+//!   log end, and its log start follows the leader's up to that high watermark (retention
+//!   and DeleteRecords on the leader reach the followers at their next fetch).
 //! - **Errors.** FENCED_LEADER_EPOCH: this node's metadata is behind; the partition waits
 //!   until the replica manager follows again at the new epoch. OFFSET_OUT_OF_RANGE below the
 //!   leader's log start: the log restarts there (retention removed what it lacks); above the
@@ -468,5 +469,15 @@ async fn apply(
         }
     }
     f.partition.advance_follower_high_watermark(data.high_watermark);
+    // The leader's log start moved (retention, DeleteRecords): this copy follows up to its
+    // own high watermark (Kafka's `maybeIncrementLogStartOffset` on followers).
+    if let Ok(offsets) = f.partition.offsets() {
+        let target = data.log_start_offset.min(offsets.high_watermark);
+        if target > offsets.log_start_offset
+            && let Err(e) = f.partition.delete_records(target).await
+        {
+            tracing::debug!(partition = %tp, target, error = %e, "follower: moving the log start");
+        }
+    }
     Ok(Step::Fetch)
 }
