@@ -2024,7 +2024,7 @@ impl BrokerConfig {
                 .or_else(|| live.topic_default(k))
                 .unwrap_or_default()
         };
-        if !get("cleanup.policy").split(',').any(|p| p.trim() == "compact") {
+        if !compacts(&get("cleanup.policy")) {
             return None;
         }
         let defaults = crate::log::cleaner::CleanerConfig::default();
@@ -2045,8 +2045,18 @@ impl BrokerConfig {
     /// The overrides were validated when stored; a value that no longer parses falls back to
     /// the default.
     pub fn topic_log_config(&self, overrides: &BTreeMap<String, String>) -> LogConfig {
-        let mut log = self.live().log.clone();
+        let live = self.live();
+        let mut log = live.log.clone();
         let get = |k: &str| overrides.get(k).map(|v| v.trim());
+        // The cleaner's rule (`topic_cleaner_config`), so the log accepts the offset gaps of
+        // exactly the topics whose leaders clean them.
+        log.compact = compacts(
+            &overrides
+                .get("cleanup.policy")
+                .cloned()
+                .or_else(|| live.topic_default("cleanup.policy"))
+                .unwrap_or_default(),
+        );
         if let Some(v) = get("segment.bytes").and_then(|v| v.parse().ok()) {
             log.segment_bytes = v;
         }
@@ -2070,6 +2080,11 @@ impl BrokerConfig {
         }
         log
     }
+}
+
+/// Whether a `cleanup.policy` value (a list: delete, compact or both) compacts.
+fn compacts(policy: &str) -> bool {
+    policy.split(',').any(|p| p.trim() == "compact")
 }
 
 #[cfg(test)]
@@ -2123,6 +2138,7 @@ mod tests {
                 "auto.create.topics.enable"
                 | "log.cleaner.enable"
                 | "unclean.leader.election.enable"
+                | "auto.leader.rebalance.enable"
                 | "controlled.shutdown.enable" => "true",
                 "log.cleaner.dedupe.buffer.size" => "16777216",
                 "group.consumer.heartbeat.interval.ms" => "1000",
@@ -2526,6 +2542,22 @@ mod tests {
 
     fn layer(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn a_topics_log_is_compacted_exactly_when_the_cleaner_cleans_it() {
+        // Kafka's LogConfig.compact: cleanup.policy lists compact, from the topic or the
+        // broker's log.cleanup.policy.
+        let mut c = BrokerConfig::default();
+        for (policy, compact) in [("delete", false), ("compact", true), ("delete, compact", true)] {
+            let topic = layer(&[("cleanup.policy", policy)]);
+            assert_eq!(c.topic_log_config(&topic).compact, compact, "{policy}");
+            assert_eq!(c.topic_cleaner_config(&topic).is_some(), compact, "{policy}");
+        }
+        assert!(!c.topic_log_config(&BTreeMap::new()).compact);
+        c.set("log.cleanup.policy", "compact").unwrap();
+        assert!(c.topic_log_config(&BTreeMap::new()).compact);
+        assert!(!c.topic_log_config(&layer(&[("cleanup.policy", "delete")])).compact);
     }
 
     #[test]

@@ -113,6 +113,23 @@ impl ValidBatch {
 /// appended) when any batch is corrupt (`CorruptBatch`), not magic 2 (`UnsupportedMagic`), or
 /// larger than `max_message_bytes` (`MessageTooLarge`). An empty input is `CorruptBatch`.
 pub fn validate_batches(records: &Bytes, max_message_bytes: usize) -> Result<Vec<ValidBatch>> {
+    validate_with(records, max_message_bytes, check)
+}
+
+/// `validate_batches` for the batches a compacted log's follower copies from its leader, as
+/// Kafka's `LogValidator` checks replicated batches: framing, magic 2 and CRC32C as there,
+/// but the record count only bounded by the offset range (`check_compacted`, what recovery
+/// applies to cleaner output: the leader's cleaner left some offsets of a batch unused), and
+/// no size bound (the leader accepted the batch).
+pub(crate) fn validate_compacted_batches(records: &Bytes) -> Result<Vec<ValidBatch>> {
+    validate_with(records, usize::MAX, check_compacted)
+}
+
+fn validate_with(
+    records: &Bytes,
+    max_message_bytes: usize,
+    check: fn(&[u8]) -> Result<BatchHeader>,
+) -> Result<Vec<ValidBatch>> {
     if records.is_empty() {
         return Err(Error::CorruptBatch("no record batch in the records field".into()));
     }
@@ -247,6 +264,18 @@ impl BatchHeader {
 
     pub fn last_offset(&self) -> i64 {
         self.base_offset + i64::from(self.last_offset_delta)
+    }
+
+    /// The offset after the batch, None when its offsets are negative or do not fit in an
+    /// `i64` with it. A batch whose base offset is not the expected one (a gap a cleaner left,
+    /// or a damaged header) is checked with this before `last_offset` is trusted.
+    pub fn checked_next_offset(&self) -> Option<i64> {
+        if self.base_offset < 0 || self.last_offset_delta < 0 {
+            return None;
+        }
+        self.base_offset
+            .checked_add(i64::from(self.last_offset_delta))?
+            .checked_add(1)
     }
 
     pub fn is_log_append_time(&self) -> bool {

@@ -597,7 +597,7 @@ fn write_cleaned(
                 Kept::None => continue,
             };
             // Offsets of dropped batches are gone: the segment continues at this batch.
-            out.next_offset = header.base_offset;
+            out.skip_to(header.base_offset);
             out.account(&header, config);
             pending.extend_from_slice(&bytes);
             if pending.len() >= WRITE_BUFFER_BYTES {
@@ -1167,7 +1167,7 @@ fn last_offset(path: &Path) -> Result<Option<i64>> {
 /// Opens a segment the cleaner just wrote (its indexes on disk; recovery if they do not add up).
 fn open_cleaned(dir: &Path, base: i64, end: i64, config: &LogConfig) -> Result<Segment> {
     let (mut segment, loaded) = Segment::open(dir, base)?;
-    if !segment.trust(loaded, Some(end))? {
+    if !segment.trust(loaded, Some(end), true)? {
         segment.recover(config, true)?;
         segment.next_offset = segment.next_offset.max(end);
         segment.publish();

@@ -29,6 +29,10 @@ pub struct LogConfig {
     /// checkpointed. An older checkpoint costs only a longer scan after a crash (recovery
     /// validates everything past it); writing it at every flush cost a new file per fsync.
     pub recovery_point_checkpoint_ms: u64,
+    /// `cleanup.policy` includes `compact` (Kafka's `LogConfig.compact`): the log may hold
+    /// offset gaps and batches with fewer records than offsets, its own cleaner's output or,
+    /// on a follower, its leader's, which `Log::append_as_follower` and `Log::open` accept.
+    pub compact: bool,
 }
 
 impl Default for LogConfig {
@@ -42,6 +46,7 @@ impl Default for LogConfig {
             timestamp_type: TimestampType::CreateTime,
             file_delete_delay_ms: 60_000,
             recovery_point_checkpoint_ms: 60_000,
+            compact: false,
         }
     }
 }

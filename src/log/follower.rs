@@ -2,6 +2,11 @@
 //! `truncateFullyAndStartAt`): appending the leader's batches exactly as the leader stored
 //! them, and cutting a tail that diverged from the leader's log.
 //!
+//! A compacted log's leader cleans its log: what it serves has offset gaps and batches with
+//! fewer records than offsets. Its follower stores them so (the gaps lie inside its segments,
+//! which span up to the next one as cleaned segments do) and `Log::open` keeps them
+//! (recovery.rs); a log that is not compacted has neither, and a follower of one refuses them.
+//!
 //! A truncation must leave, whenever the process stops, a directory that `Log::open`
 //! recovers to a prefix of the log it cut (or the empty log it starts over with). So the
 //! checkpoints a cut would make wrong are lowered first, durably: the recovery point (open
@@ -41,26 +46,44 @@ impl Log {
     /// `maybeAssignEpochStartOffset`), and producer state follows the batches with no
     /// sequence or epoch check (Kafka's `AppendOrigin.REPLICATION`: the leader checked them),
     /// markers included: aborted transactions go to the `.txnindex` as on the leader.
+    ///
+    /// A compacted log (`LogConfig::compact`) copies a leader whose cleaner ran, as Kafka's
+    /// `UnifiedLog.appendAsFollower` does: a batch may start above where the one before it
+    /// ends, and the first one above the log end (the log end lay in offsets the leader's
+    /// cleaner removed: it jumps), offsets only increasing; and a batch may hold fewer records
+    /// than offsets (checked as recovery checks cleaner output, `batch::check_compacted`).
+    /// `Log::open` keeps such a log as written (recovery.rs).
     pub fn append_as_follower(&mut self, records: Bytes, now_ms: i64) -> Result<Option<AppendInfo>> {
         let whole = whole_batches_prefix(&records)?;
         if whole == 0 {
             return Ok(None);
         }
-        let batches = validate_batches(&records.slice(..whole), usize::MAX)?;
-        let base_offset = self.log_end_offset();
-        let mut headers = Vec::with_capacity(batches.len());
+        let compacted = self.config.compact;
+        let batches = if compacted {
+            batch::validate_compacted_batches(&records.slice(..whole))?
+        } else {
+            validate_batches(&records.slice(..whole), usize::MAX)?
+        };
+        let mut headers: Vec<BatchHeader> = Vec::with_capacity(batches.len());
         let mut producer_batches = Vec::with_capacity(batches.len());
-        let mut next_offset = base_offset;
+        let mut next_offset = self.log_end_offset();
         for b in &batches {
             let header = BatchHeader::parse(b.bytes())?;
-            if header.base_offset != next_offset {
+            let continues = header.base_offset == next_offset || (compacted && header.base_offset > next_offset);
+            if !continues {
                 return Err(Error::UnexpectedAppendOffset {
                     first_offset: header.base_offset,
                     last_offset: header.last_offset(),
                     expected: next_offset,
                 });
             }
-            next_offset = header.last_offset() + 1;
+            // Only a gap lets the leader's header choose offsets: they must stay representable.
+            next_offset = header.checked_next_offset().ok_or_else(|| {
+                Error::CorruptBatch(format!(
+                    "batch at offset {} with lastOffsetDelta {} runs past the largest offset",
+                    header.base_offset, header.last_offset_delta
+                ))
+            })?;
             producer_batches.push(replicated_producer_batch(&header, b.bytes()));
             headers.push(header);
         }
@@ -75,8 +98,10 @@ impl Log {
                 [&bytes[..HEADER_LEN], &bytes[HEADER_LEN..]]
             })
             .collect();
+        let base_offset = headers.first().map_or(next_offset, |h| h.base_offset);
         self.write_batches(&headers, &parts, &producer_batches, now_ms)?;
         debug_assert_eq!(self.log_end_offset(), next_offset);
+        self.debug_check();
         Ok(Some(AppendInfo {
             base_offset,
             last_offset: next_offset - 1,
@@ -329,7 +354,9 @@ mod tests {
         let mut next = from;
         while next < to {
             let read = log.read(next, to, usize::MAX, true).unwrap();
-            next = ranges(&read).last().unwrap().1 + 1;
+            // A compacted log may hold no batch between `next` and `to`.
+            let Some(end) = batch::end_offset(&read) else { break };
+            next = end;
             out.extend_from_slice(&read);
         }
         Bytes::from(out)
@@ -921,5 +948,434 @@ mod tests {
         log.truncate_to(30).unwrap();
         assert!(!log.still_covers(&handle), "its fsync may predate what is written next");
         assert!(log.still_covers(&log.flush_handle()));
+    }
+
+    // A compacted log's follower (LogConfig::compact): the leader's cleaner left offset gaps
+    // and batches with fewer records than offsets.
+
+    fn compacted() -> LogConfig {
+        LogConfig {
+            compact: true,
+            ..small_segments()
+        }
+    }
+
+    /// A compacted leader's log after its cleaner ran. 60 batches of 10 keyed records in
+    /// epochs 0, 3 and 4 (20 batches each): batches 1, 5, 9, ... start with 5 records of
+    /// unique keys, which stay (cleaned batches with fewer records than offsets); every other
+    /// record's key is written again later, so the other batches go whole (offset gaps, the
+    /// first one from offset 0) but the one holding each key's last value. Batch 30 is
+    /// producer 7's only one, kept with no record (Kafka's RETAIN_EMPTY). Then a dirty tail
+    /// of 6 plain batches in epoch 6.
+    fn cleaned_leader_log(dir: &Path) -> Log {
+        let mut log = Log::open(dir, compacted(), NOW).unwrap();
+        let old = NOW - 100_000;
+        for j in 0..60usize {
+            let records: Vec<(Option<Bytes>, Option<Bytes>, i64)> = (0..10)
+                .map(|r| {
+                    let i = j * 10 + r;
+                    let key = if j % 4 == 1 && r < 5 {
+                        format!("unique-{i}")
+                    } else {
+                        format!("k{}", i % 7)
+                    };
+                    (
+                        Some(Bytes::from(key)),
+                        Some(Bytes::from(format!("v{i}"))),
+                        old + i as i64,
+                    )
+                })
+                .collect();
+            let bytes = batch::encode_records(&records, kafka_protocol::records::Compression::None).unwrap();
+            let batches = if j == 30 {
+                from_producer(&bytes, 7, 0, 0, false)
+            } else {
+                validate_batches(&bytes, usize::MAX).unwrap()
+            };
+            log.append(batches, [0, 3, 4][j / 20], NOW).unwrap();
+        }
+        log.roll().unwrap();
+        let handle = log.flush_handle();
+        handle.sync().unwrap();
+        log.mark_flushed(handle.flushed_offset).unwrap();
+        let cleaner = cleaner::CleanerConfig {
+            delete_retention_ms: 1_000,
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: i64::MAX,
+            min_cleanable_dirty_ratio: 0.0,
+            key_map_bytes: 1 << 20,
+        };
+        let stats = log.clean(&cleaner, NOW).unwrap().unwrap();
+        assert!(stats.records_removed > 400, "{stats:?}");
+        for i in 0..6 {
+            log.append(batch(3, NOW + i), 6, NOW).unwrap();
+        }
+        log
+    }
+
+    /// Every batch of a read: its header and record count (no CRC check: `check_compacted`
+    /// is what the follower applies).
+    fn batches_of(bytes: &Bytes) -> Vec<(BatchHeader, i32)> {
+        batch::batches(bytes)
+            .map(|found| {
+                let (header, bytes) = found.unwrap();
+                batch::check_compacted(&bytes).unwrap();
+                (header, batch::record_count(&bytes))
+            })
+            .collect()
+    }
+
+    /// The leader epochs a follower records from `bytes`: each new epoch at its first batch.
+    fn epochs_of(bytes: &Bytes) -> Vec<EpochEntry> {
+        let mut entries: Vec<EpochEntry> = Vec::new();
+        for found in batch::batches(bytes) {
+            let (header, bytes) = found.unwrap();
+            let epoch = batch::be_i32(&bytes, batch::PARTITION_LEADER_EPOCH);
+            if entries.last().is_none_or(|e| e.epoch != epoch) {
+                entries.push(EpochEntry {
+                    epoch,
+                    start_offset: header.base_offset,
+                });
+            }
+        }
+        entries
+    }
+
+    /// A compacted follower built by appending `bytes` to an empty log.
+    fn compacted_follower_of(dir: &Path, bytes: Bytes) -> Log {
+        let mut log = Log::open(dir, compacted(), NOW).unwrap();
+        if !bytes.is_empty() {
+            log.append_as_follower(bytes, NOW).unwrap();
+        }
+        log
+    }
+
+    /// What a reader finds from each offset of `log` (the first batch of a one-byte read).
+    fn first_batch_from_each_offset(log: &Log) -> Vec<Option<(i64, i64)>> {
+        (log.log_start_offset()..log.log_end_offset())
+            .map(|offset| {
+                let read = log.read(offset, log.log_end_offset(), 1, true).unwrap();
+                batches_of(&read).first().map(|(h, _)| (h.base_offset, h.last_offset()))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_cleaned_leader_log_has_gaps_and_batches_with_fewer_records_than_offsets() {
+        // What the other tests rely on.
+        let dir = TempDir::new().unwrap();
+        let leader = cleaned_leader_log(dir.path());
+        let found = batches_of(&all_bytes(&leader));
+        assert!(found[0].0.base_offset > 0, "a gap at the log start");
+        let gaps = found
+            .windows(2)
+            .filter(|w| w[1].0.base_offset > w[0].0.last_offset() + 1)
+            .count();
+        assert!(gaps > 10, "{gaps} gaps");
+        let partial = found
+            .iter()
+            .filter(|(h, count)| i64::from(*count) < i64::from(h.last_offset_delta) + 1)
+            .count();
+        assert!(partial > 10, "{partial} cleaned batches");
+        assert!(found.iter().any(|(h, count)| *count == 0 && h.producer_id == 7));
+        assert!(validate_batches(&all_bytes(&leader), usize::MAX).is_err());
+    }
+
+    #[test]
+    fn a_compacted_follower_copies_a_cleaned_leader_log_byte_for_byte() {
+        // Kafka's UnifiedLog.appendAsFollower only asks offsets to increase, and its
+        // LogValidator skips the record count of replicated batches.
+        let leader_dir = TempDir::new().unwrap();
+        let leader = cleaned_leader_log(leader_dir.path());
+        let expected = all_bytes(&leader);
+        let leader_reads = first_batch_from_each_offset(&leader);
+        for max_bytes in [usize::MAX, 1_000, 1] {
+            let dir = TempDir::new().unwrap();
+            let mut follower = Log::open(dir.path(), compacted(), NOW).unwrap();
+            replicate(&leader, &mut follower, max_bytes);
+            let context = format!("fetches of {max_bytes} bytes");
+            assert_eq!(follower.log_end_offset(), leader.log_end_offset(), "{context}");
+            assert_eq!(all_bytes(&follower), expected, "{context}");
+            assert!(follower.segments.len() > 1, "the test needs rolls");
+            // Each epoch starts at its first batch left (the leader's cache may name an
+            // offset its cleaner removed since, as in Kafka).
+            assert_eq!(follower.leader_epochs(), epochs_of(&expected), "{context}");
+            assert_eq!(producer_summary(&follower), producer_summary(&leader), "{context}");
+            // Every offset, gaps included, is served by the batch the leader serves.
+            assert_eq!(first_batch_from_each_offset(&follower), leader_reads, "{context}");
+            assert_eq!(follower.snapshot().log_end_offset(), leader.log_end_offset());
+            // Offsets still only increase: what the follower holds is refused again.
+            let again = leader.read(300, leader.log_end_offset(), usize::MAX, true).unwrap();
+            assert!(matches!(
+                follower.append_as_follower(again, NOW),
+                Err(Error::UnexpectedAppendOffset { .. })
+            ));
+            // It goes on from there.
+            let later = Bytes::from(leader_batch(2, leader.log_end_offset() + 10, 7));
+            let next = follower.append_as_follower(later, NOW).unwrap().unwrap();
+            assert_eq!(next.base_offset, leader.log_end_offset() + 10, "{context}");
+            assert_eq!(follower.log_end_offset(), leader.log_end_offset() + 12);
+            assert_eq!(follower.latest_epoch(), 7);
+        }
+    }
+
+    #[test]
+    fn a_compacted_follower_keeps_its_copy_across_a_crash_and_a_clean_close() {
+        let leader_dir = TempDir::new().unwrap();
+        let leader = cleaned_leader_log(leader_dir.path());
+        let expected = all_bytes(&leader);
+        let dir = TempDir::new().unwrap();
+        let mut follower = Log::open(dir.path(), compacted(), NOW).unwrap();
+        replicate(&leader, &mut follower, 700);
+        let reads = first_batch_from_each_offset(&follower);
+        let producers = producer_summary(&follower);
+        drop(follower); // a crash: no clean-shutdown marker, nothing flushed
+        assert!(!dir.path().join(checkpoint::CLEAN_SHUTDOWN_FILE).exists());
+        // Today's recovery of a log that is not compacted would cut it at the first gap.
+        let strict = Log::open(copy_dir(dir.path()).path(), small_segments(), NOW).unwrap();
+        assert!(strict.log_end_offset() < leader.log_end_offset());
+        for clean in [false, true] {
+            let follower = Log::open(dir.path(), compacted(), NOW).unwrap();
+            let context = format!("reopened after a clean close: {clean}");
+            assert_eq!(follower.log_end_offset(), leader.log_end_offset(), "{context}");
+            assert_eq!(all_bytes(&follower), expected, "{context}");
+            assert_eq!(follower.leader_epochs(), epochs_of(&expected), "{context}");
+            assert_eq!(producer_summary(&follower), producers, "{context}");
+            assert_eq!(first_batch_from_each_offset(&follower), reads, "{context}");
+            follower.close().unwrap();
+        }
+        // Even with every index gone and no recovery point: every segment is validated.
+        for path in segment_files(dir.path(), "index")
+            .into_iter()
+            .chain(segment_files(dir.path(), "timeindex"))
+        {
+            std::fs::remove_file(path).unwrap();
+        }
+        std::fs::remove_file(dir.path().join(checkpoint::CLEAN_SHUTDOWN_FILE)).unwrap();
+        std::fs::remove_file(dir.path().join(checkpoint::RECOVERY_POINT_FILE)).unwrap();
+        let follower = Log::open(dir.path(), compacted(), NOW).unwrap();
+        assert_eq!(all_bytes(&follower), expected);
+        assert_eq!(first_batch_from_each_offset(&follower), reads);
+    }
+
+    #[test]
+    fn a_follower_of_a_log_that_is_not_compacted_still_refuses_gaps_and_cleaned_batches() {
+        let leader_dir = TempDir::new().unwrap();
+        let leader = cleaned_leader_log(leader_dir.path());
+        let found = batches_of(&all_bytes(&leader));
+        let dir = TempDir::new().unwrap();
+        let mut follower = Log::open(dir.path(), small_segments(), NOW).unwrap();
+        // A cleaned batch: its record count is checked.
+        let (partial, _) = found
+            .iter()
+            .find(|(h, count)| i64::from(*count) < i64::from(h.last_offset_delta) + 1)
+            .unwrap();
+        let read = leader
+            .read(partial.base_offset, leader.log_end_offset(), 1, true)
+            .unwrap();
+        assert!(matches!(
+            follower.append_as_follower(read, NOW),
+            Err(Error::CorruptBatch(_))
+        ));
+        // A whole batch above the log end, or after a gap: refused.
+        let (whole, _) = found
+            .iter()
+            .find(|(h, count)| i64::from(*count) == i64::from(h.last_offset_delta) + 1)
+            .unwrap();
+        assert!(whole.base_offset > 0);
+        let read = leader
+            .read(whole.base_offset, leader.log_end_offset(), 1, true)
+            .unwrap();
+        assert!(matches!(
+            follower.append_as_follower(read, NOW),
+            Err(Error::UnexpectedAppendOffset { expected: 0, .. })
+        ));
+        assert_eq!((follower.log_end_offset(), follower.size_bytes()), (0, 0));
+        assert!(follower.leader_epochs().is_empty());
+    }
+
+    /// The position of every batch in a segment file, and the file's length.
+    fn batch_positions(path: &Path) -> (Vec<(u64, BatchHeader)>, u64) {
+        let bytes = Bytes::from(std::fs::read(path).unwrap());
+        let mut pos = 0u64;
+        let mut out = Vec::new();
+        for found in batch::batches(&bytes) {
+            let (header, _) = found.unwrap();
+            out.push((pos, header));
+            pos += header.size as u64;
+        }
+        (out, bytes.len() as u64)
+    }
+
+    #[test]
+    fn a_torn_tail_after_gapped_batches_is_still_cut_at_open() {
+        let leader_dir = TempDir::new().unwrap();
+        let leader = cleaned_leader_log(leader_dir.path());
+        // The follower's copy ends with the cleaned part: its last batch follows a gap.
+        let cleaned_end = batches_of(&all_bytes(&leader))
+            .iter()
+            .map(|(h, _)| h.last_offset() + 1)
+            .find(|&end| end == 600)
+            .unwrap();
+        let dir = TempDir::new().unwrap();
+        let follower = compacted_follower_of(dir.path(), bytes_between(&leader, 0, cleaned_end));
+        drop(follower); // a crash, nothing flushed: every segment is recovered
+        let last_base = *bases_on_disk(dir.path()).last().unwrap();
+        let path = dir.path().join(segment::file_name(last_base, "log"));
+        let (positions, len) = batch_positions(&path);
+        assert!(positions.len() >= 3, "the test needs batches before the torn one");
+        let (last_pos, last) = *positions.last().unwrap();
+        let before_last = positions[positions.len() - 2].1;
+        assert!(
+            last.base_offset > before_last.last_offset() + 1,
+            "the torn batch follows a gap"
+        );
+        let kept = before_last.last_offset() + 1;
+        let check = |state: &TempDir, what: &str| {
+            let mut log = Log::open(state.path(), compacted(), NOW).unwrap();
+            assert_eq!(log.log_end_offset(), kept, "{what}");
+            assert_eq!(all_bytes(&log), bytes_between(&leader, 0, kept), "{what}");
+            assert_eq!(
+                std::fs::metadata(state.path().join(segment::file_name(last_base, "log")))
+                    .unwrap()
+                    .len(),
+                last_pos,
+                "{what}"
+            );
+            // The leader's batches from there: the copy is whole again.
+            replicate(&leader, &mut log, usize::MAX);
+            assert_eq!(all_bytes(&log), all_bytes(&leader), "{what}");
+        };
+        // Cut anywhere in the last batch: framing fails.
+        for cut in (last_pos..len).step_by(7) {
+            let state = copy_dir(dir.path());
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .open(state.path().join(segment::file_name(last_base, "log")))
+                .unwrap();
+            file.set_len(cut).unwrap();
+            check(&state, &format!("cut at {cut}"));
+        }
+        let rewrite = |at: u64, bytes: &[u8], what: &str| {
+            let state = copy_dir(dir.path());
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .open(state.path().join(segment::file_name(last_base, "log")))
+                .unwrap();
+            std::os::unix::fs::FileExt::write_all_at(&file, bytes, at).unwrap();
+            check(&state, what);
+        };
+        // A flipped byte anywhere the CRC covers: CRC32C fails.
+        let contents = std::fs::read(&path).unwrap();
+        for at in [last_pos + 21, last_pos + HEADER_LEN as u64 - 1, len - 1] {
+            let flipped = [contents[at as usize] ^ 0x10];
+            rewrite(at, &flipped, &format!("byte {at} flipped"));
+        }
+        // A base offset that goes backwards, at or below the batch before: cut.
+        for base in [before_last.base_offset, before_last.last_offset(), last_base - 1] {
+            rewrite(last_pos, &base.to_be_bytes(), &format!("base offset {base}"));
+        }
+    }
+
+    #[test]
+    fn truncate_to_cuts_a_compacted_follower_at_a_batch_boundary_and_it_catches_up_again() {
+        // Kafka's LogSegment.truncateTo: the batch holding the offset goes whole, wherever the
+        // offset lies: in a batch, in a batch's unused offsets, or in a gap.
+        let leader_dir = TempDir::new().unwrap();
+        let leader = cleaned_leader_log(leader_dir.path());
+        let bytes = all_bytes(&leader);
+        let found = batches_of(&bytes);
+        let end = leader.log_end_offset();
+        for offset in (1..end).step_by(11).chain([end - 1]) {
+            let dir = TempDir::new().unwrap();
+            let mut follower = compacted_follower_of(dir.path(), bytes.clone());
+            follower.truncate_to(offset).unwrap();
+            let context = format!("truncate_to({offset})");
+            let new_end = follower.log_end_offset();
+            // Whole batches below the offset stay, and nothing else.
+            let kept: Vec<&(BatchHeader, i32)> = found.iter().filter(|(h, _)| h.last_offset() < offset).collect();
+            let kept_end = kept.last().map_or(0, |(h, _)| h.last_offset() + 1);
+            assert!(kept_end <= new_end && new_end <= offset, "{context}: {new_end}");
+            assert_eq!(all_bytes(&follower), bytes_between(&leader, 0, kept_end), "{context}");
+            assert!(follower.recovery_point() <= new_end, "{context}");
+            assert!(
+                follower.leader_epochs().iter().all(|e| e.start_offset < new_end),
+                "{context}"
+            );
+            let kept_bytes = bytes_between(&leader, 0, kept_end);
+            assert_eq!(follower.leader_epochs(), epochs_of(&kept_bytes), "{context}");
+            // A crash then finds the same log.
+            drop(follower);
+            let mut follower = Log::open(dir.path(), compacted(), NOW).unwrap();
+            assert_eq!(follower.log_end_offset(), new_end, "{context}: reopened");
+            assert_eq!(all_bytes(&follower), kept_bytes, "{context}: reopened");
+            // The leader's batches from the new end: the copy is the leader's again.
+            replicate(&leader, &mut follower, 900);
+            assert_eq!(all_bytes(&follower), bytes, "{context}: caught up");
+            assert_eq!(follower.leader_epochs(), epochs_of(&bytes), "{context}: caught up");
+            assert_eq!(producer_summary(&follower), producer_summary(&leader), "{context}");
+        }
+    }
+
+    /// A batch of `n` records stored by a leader at `base_offset` in `epoch`.
+    fn leader_batch(n: usize, base_offset: i64, epoch: i32) -> Vec<u8> {
+        let mut bytes = encode_batch(&vec![NOW; n], 10).to_vec();
+        // Neither field is covered by the CRC.
+        bytes[..8].copy_from_slice(&base_offset.to_be_bytes());
+        bytes[12..16].copy_from_slice(&epoch.to_be_bytes());
+        bytes
+    }
+
+    #[test]
+    fn a_gap_wider_than_a_segment_can_index_spans_empty_segments() {
+        // A segment's relative offsets are 32-bit: the follower rolls over segments of at most
+        // i32::MAX offsets until the batch after the gap is within reach of one.
+        let far = 5_000_000_000;
+        let mut records = leader_batch(3, 0, 1);
+        records.extend(leader_batch(3, 3, 1));
+        records.extend(leader_batch(3, far, 2));
+        records.extend(leader_batch(3, far + 10, 2));
+        let records = Bytes::from(records);
+        let dir = TempDir::new().unwrap();
+        let mut follower = Log::open(dir.path(), compacted(), NOW).unwrap();
+        let info = follower.append_as_follower(records.clone(), NOW).unwrap().unwrap();
+        assert_eq!((info.base_offset, info.last_offset), (0, far + 12));
+        assert_eq!(follower.log_end_offset(), far + 13);
+        // 0..=5 and the start of the gap, an empty segment, and one that holds `far` on.
+        let bases = bases_on_disk(dir.path());
+        assert_eq!(bases.len(), 3, "{bases:?}");
+        for w in bases.windows(2).chain([[bases[2], far + 13].as_slice()]) {
+            assert!(w[1] - w[0] <= i64::from(i32::MAX) + 1, "{bases:?}");
+        }
+        let check = |log: &Log, what: &str| {
+            assert_eq!(all_bytes(log), records, "{what}");
+            for (offset, first) in [(0, 0), (4, 3), (6, far), (far / 2, far), (far + 3, far + 10)] {
+                let read = log.read(offset, log.log_end_offset(), 1, true).unwrap();
+                assert_eq!(batches_of(&read)[0].0.base_offset, first, "{what}: from {offset}");
+            }
+            let entry = |epoch, start_offset| EpochEntry { epoch, start_offset };
+            assert_eq!(log.leader_epochs(), &[entry(1, 0), entry(2, far)], "{what}");
+        };
+        check(&follower, "appended");
+        drop(follower);
+        let follower = Log::open(dir.path(), compacted(), NOW).unwrap();
+        check(&follower, "after a crash");
+        follower.close().unwrap();
+        let mut follower = Log::open(dir.path(), compacted(), NOW).unwrap();
+        check(&follower, "after a clean close");
+        // Cut back into the gap: the batches below stay, and the log goes on.
+        follower.truncate_to(far / 2).unwrap();
+        assert!(follower.log_end_offset() <= far / 2);
+        assert_eq!(all_bytes(&follower), records.slice(..2 * records.len() / 4));
+        follower
+            .append_as_follower(records.slice(2 * records.len() / 4..), NOW)
+            .unwrap();
+        check(&follower, "caught up after a truncation");
+        // Offsets past the largest one are corrupt, not an overflow.
+        let at_the_end = Bytes::from(leader_batch(3, i64::MAX - 1, 2));
+        assert!(matches!(
+            follower.append_as_follower(at_the_end, NOW),
+            Err(Error::CorruptBatch(_))
+        ));
     }
 }

@@ -218,7 +218,14 @@ impl Log {
     /// with one `writev` per segment they land in; rolls segments by size, age and index
     /// fullness (Kafka's `LogSegment.shouldRoll`) and records the producers of what was
     /// written. `headers` and `producer_batches` describe the batches as stored, in order and
-    /// with contiguous offsets from the log end.
+    /// with offsets increasing from the log end: contiguous, except in a compacted log's
+    /// follower copy of a cleaned leader log, where a batch may start above the offset after
+    /// the one before it (or above the log end). The log end then moves up to the batch first
+    /// (`Segment::skip_to`, as the cleaner's output does), so the removed offsets lie in the
+    /// segment before it; a roll there starts the new segment at the batch (Kafka's roll at
+    /// the batch's first offset), and a batch too far above the active segment's base for its
+    /// 32-bit relative offsets rolls too, over empty segments of at most i32::MAX offsets
+    /// when the gap is wider.
     ///
     /// Producer state follows the batches written: it is applied before a roll (whose snapshot
     /// must hold everything below the new segment) and after the last write. When a write
@@ -236,16 +243,26 @@ impl Log {
         let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(2 * parts.len());
         let mut run_start = self.active.tail();
         for (i, (header, [head, body])) in headers.iter().zip(parts).enumerate() {
-            if self
-                .active
-                .should_roll(header.size, header.last_offset(), now_ms, &self.config)
-            {
+            loop {
+                // An empty segment takes any batch (`should_roll`), unless it is too far.
+                let too_far = header.last_offset() - self.active.base_offset > i64::from(i32::MAX);
+                if !too_far
+                    && !self
+                        .active
+                        .should_roll(header.size, header.last_offset(), now_ms, &self.config)
+                {
+                    break;
+                }
                 self.write_run(&mut slices, run_start)?;
                 self.apply_producers(&producer_batches[applied..i])?;
                 applied = i;
+                let span_end = self.active.base_offset + i64::from(i32::MAX);
+                let roll_at = header.base_offset.min(span_end).max(self.active.next_offset);
+                self.active.skip_to(roll_at);
                 self.roll()?;
                 run_start = self.active.tail();
             }
+            self.active.skip_to(header.base_offset);
             self.active.account(header, &self.config);
             self.active.note_append_time(now_ms);
             slices.push(IoSlice::new(head));
@@ -375,9 +392,13 @@ impl Log {
         written
     }
 
-    /// Seals the active segment and starts a new one at the log end.
+    /// Seals the active segment and starts a new one at the log end. Everything accounted to
+    /// the active segment must be written.
     fn roll(&mut self) -> Result<()> {
         self.active.seal()?;
+        // Its end as sealed: a follower's append may have moved it up over a gap since the
+        // last write published it.
+        self.active.publish();
         // Recovery replays from the newest snapshot: one per segment keeps the replay to the
         // active segment (Kafka snapshots at every roll too).
         self.snapshot_producers()?;
@@ -563,7 +584,12 @@ impl Log {
             "log start past the log end"
         );
         for segment in self.all_segments() {
+            // Offset gaps (a compacted log's) lie inside segments: each spans up to the next.
             debug_assert_eq!(segment.base_offset, expected, "segments contiguous");
+            debug_assert!(
+                segment.next_offset - segment.base_offset <= i64::from(i32::MAX) + 1,
+                "a segment spans what its 32-bit relative offsets reach"
+            );
             expected = segment.next_offset;
         }
         debug_assert!(self.recovery_point <= self.log_end_offset());

@@ -17,6 +17,17 @@ impl Log {
     /// point is validated batch by batch (magic, lengths, CRC32C, offsets contiguous) and
     /// truncated at the first bad byte; missing or inconsistent indexes are rebuilt. After a
     /// clean `close` the open is fast (no scan).
+    ///
+    /// Offset gaps and batches with fewer records than offsets are accepted below the
+    /// cleaner's checkpoint (`compacted_below`: its own output) and, in a compacted log
+    /// (`LogConfig::compact`), everywhere: a compacted follower appends its cleaned leader's
+    /// log as it is (follower.rs), and cutting it at the first gap would lose what it
+    /// acknowledged. That costs no torn-tail detection: a write cut short leaves a partial
+    /// batch (framing fails) or bytes that were never a whole batch (CRC32C fails), and a
+    /// batch whose offsets go backwards is still cut, as everything after it. Only a
+    /// baseOffset damaged upwards with its CRC-covered part intact (the CRC starts after the
+    /// baseOffset, as in Kafka) would pass as a gap, as it does in Kafka's recovery, which
+    /// never checks contiguity; one beyond the segment's 32-bit offset range is cut.
     pub fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log> {
         std::fs::create_dir_all(dir).map_err(|e| Error::storage("create directory", dir, e))?;
         // Log compaction: finish a decided segment swap, drop an undecided one (cleaner.rs).
@@ -48,10 +59,16 @@ impl Log {
         };
         let mut segments: Vec<Segment> = Vec::with_capacity(bases.len());
         for (i, &base) in bases.iter().enumerate() {
+            // Below `compacted_below` the cleaner may have left offset gaps; a compacted log's
+            // follower may have appended them anywhere (see above).
+            let compacted = config.compact || base < compacted_below;
             if let Some(prev) = segments.last()
                 && prev.next_offset != base
             {
-                // Offsets are contiguous across segments: what follows a gap cannot be served.
+                // Segments continue one another: a compacted one was extended to this base
+                // below, so what is left is a gap in a log that may have none, or a segment
+                // whose batches run past this base (offsets going backwards). What follows
+                // cannot be served.
                 tracing::warn!(
                     dir = %dir.display(),
                     expected = prev.next_offset,
@@ -64,9 +81,7 @@ impl Log {
                 break;
             }
             let (mut segment, loaded) = Segment::open(dir, base)?;
-            let trusted = i < recover_from && segment.trust(loaded, bases.get(i + 1).copied())?;
-            // Below `compacted_below` the cleaner may have left offset gaps.
-            let compacted = base < compacted_below;
+            let trusted = i < recover_from && segment.trust(loaded, bases.get(i + 1).copied(), compacted)?;
             if !trusted && segment.recover(&config, compacted)? {
                 // Truncated: later segments would follow a hole.
                 segments.push(segment);
@@ -76,7 +91,8 @@ impl Log {
                 break;
             }
             if compacted && let Some(&next) = bases.get(i + 1) {
-                // A cleaned segment spans up to the next one even when its last offsets are gone.
+                // A cleaned segment spans up to the next one even when its last offsets are
+                // gone, as does a follower's segment rolled at a batch after a gap.
                 segment.next_offset = segment.next_offset.max(next);
                 segment.publish();
             }

@@ -420,8 +420,9 @@ impl Segment {
     /// Adopts the files as they are (after a clean shutdown, or before the recovery point):
     /// the indexes from disk, the size from the file, the next offset from `next_base` or,
     /// for the last segment, a header scan after the last index entry. Returns false when
-    /// something does not add up; the caller then recovers the segment.
-    pub fn trust(&mut self, loaded: LoadedIndexes, next_base: Option<i64>) -> Result<bool> {
+    /// something does not add up; the caller then recovers the segment. In a `compacted`
+    /// segment the first batch may start above the base offset (offsets a cleaner removed).
+    pub fn trust(&mut self, loaded: LoadedIndexes, next_base: Option<i64>, compacted: bool) -> Result<bool> {
         let size = self.file_len()?;
         let (Some(offsets), Some(times)) = (loaded.offsets, loaded.times) else {
             return Ok(false);
@@ -445,15 +446,17 @@ impl Segment {
                     };
                     // Offsets only grow: a header that goes backwards (damaged, though the
                     // shutdown was clean) sends the segment to a full recovery.
+                    let Some(after) = self.fitting_next_offset(&h) else {
+                        return Ok(false);
+                    };
                     if pos + h.size as u64 > size
-                        || (pos == 0 && h.base_offset != self.base_offset)
+                        || (pos == 0 && !compacted && h.base_offset != self.base_offset)
                         || h.base_offset < next
-                        || h.last_offset_delta < 0
                     {
                         return Ok(false);
                     }
                     pos += h.size as u64;
-                    next = h.last_offset() + 1;
+                    next = after;
                 }
                 if let Some(e) = offsets.last()
                     && self.base_offset + i64::from(e.relative_offset) >= next
@@ -480,9 +483,11 @@ impl Segment {
     }
 
     /// Validates every batch (framing, magic, CRC32C, record count, offsets contiguous from the
-    /// base offset), truncates the file at the first bad byte and rebuilds both indexes.
-    /// Returns whether anything was truncated. A `compacted` segment (log cleaner output) may
-    /// have offset gaps between batches and fewer records than offsets in a batch.
+    /// base offset, within the segment's 32-bit relative range), truncates the file at the
+    /// first bad byte and rebuilds both indexes. Returns whether anything was truncated. A
+    /// `compacted` segment (a cleaner's output, or a compacted log's follower copy of its
+    /// leader's) may have offset gaps before and between batches and fewer records than
+    /// offsets in a batch; its offsets must still increase.
     pub fn recover(&mut self, config: &LogConfig, compacted: bool) -> Result<bool> {
         let file_len = self.file_len()?;
         self.offset_index.clear()?;
@@ -509,17 +514,26 @@ impl Segment {
                 Err(e) => Err(e),
             };
             let header = match checked {
-                Ok(h) if h.base_offset == self.next_offset => h,
-                Ok(h) if compacted && h.base_offset > self.next_offset => {
-                    self.next_offset = h.base_offset;
-                    h
-                }
-                Ok(h) => {
+                Ok(h) if h.base_offset < self.next_offset || (!compacted && h.base_offset > self.next_offset) => {
                     bad = Some(format!(
                         "batch at offset {} where {} was expected",
                         h.base_offset, self.next_offset
                     ));
                     break;
+                }
+                // No writer puts a batch there (rolls and the cleaner's grouping keep every
+                // offset of a segment within i32 of its base): a damaged baseOffset, which the
+                // CRC does not cover.
+                Ok(h) if self.fitting_next_offset(&h).is_none() => {
+                    bad = Some(format!(
+                        "batch at offset {} outside the segment's offset range",
+                        h.base_offset
+                    ));
+                    break;
+                }
+                Ok(h) => {
+                    self.skip_to(h.base_offset);
+                    h
                 }
                 Err(e) => {
                     bad = Some(e.to_string());
@@ -665,11 +679,33 @@ impl Segment {
             || self.size + batch_size as u64 > u64::from(u32::MAX)
     }
 
+    /// Moves the next offset up to `offset`, the base offset of a batch that follows offsets
+    /// a log cleaner removed (its own, or on a follower its leader's): the segment then spans
+    /// them, as a cleaned segment spans up to the next one. Called before `account`, once
+    /// every batch accounted before is written (`publish` may follow at any time).
+    pub fn skip_to(&mut self, offset: i64) {
+        debug_assert!(offset >= self.next_offset, "offsets only increase");
+        self.next_offset = self.next_offset.max(offset);
+    }
+
+    /// The offset after `header`'s batch when it fits this segment: its offsets at or above
+    /// the base offset and within i32 of it (the indexes' relative offsets are 32-bit), and
+    /// representable. None for a batch no writer would place here.
+    fn fitting_next_offset(&self, header: &BatchHeader) -> Option<i64> {
+        let next = header.checked_next_offset()?;
+        (header.base_offset >= self.base_offset && next - 1 - self.base_offset <= i64::from(i32::MAX)).then_some(next)
+    }
+
     /// Accounts for a batch placed at the current end: indexes, max timestamp, size, next offset.
     /// Mirrors Kafka's `LogSegment.append`: an index entry for the batch's last offset at the
     /// batch's position once more than `index.interval.bytes` were written since the last one.
+    /// A batch after a gap is preceded by `skip_to`.
     pub fn account(&mut self, header: &BatchHeader, config: &LogConfig) {
         debug_assert_eq!(header.base_offset, self.next_offset, "offsets must be contiguous");
+        debug_assert!(
+            header.last_offset() - self.base_offset <= i64::from(i32::MAX),
+            "offsets within i32 of the segment's base"
+        );
         let last_offset = header.last_offset();
         if header.max_timestamp > self.max_timestamp {
             self.max_timestamp = header.max_timestamp;

@@ -19,7 +19,8 @@ impl Partition {
     /// base offsets, partition leader epochs, producer ids, sequences and timestamps are kept.
     /// `records` is the records field of a fetch response (whole batches, possibly ending in a
     /// partial one, which is dropped). Returns None when nothing was appended. A batch that
-    /// does not start at the log end is `UnexpectedAppendOffset`, a corrupt one
+    /// does not start at the log end is `UnexpectedAppendOffset` (in a compacted topic, one
+    /// that starts below it: its leader's cleaner leaves offset gaps), a corrupt one
     /// `CorruptBatch`; nothing is appended then (`Log::append_as_follower`).
     ///
     /// The flusher is woken as for an acks=all append when acks=all waits for fsync: the
@@ -129,11 +130,16 @@ pub(super) mod tests {
 
     /// A partition with other replicas, following (the replica manager's start for them).
     pub(crate) fn follower_partition(dir: &Path, writers: &Writers) -> Arc<Partition> {
+        follower_partition_with(dir, writers, LogConfig::default())
+    }
+
+    /// `follower_partition` with its topic's log settings.
+    fn follower_partition_with(dir: &Path, writers: &Writers, config: LogConfig) -> Arc<Partition> {
         let tp = TopicPartition {
             topic: "t".into(),
             partition: 0,
         };
-        let log = Log::open(dir, LogConfig::default(), now_ms()).unwrap();
+        let log = Log::open(dir, config, now_ms()).unwrap();
         let partition = Arc::new(Partition::new(
             tp.clone(),
             uuid::Uuid::new_v4(),
@@ -247,5 +253,41 @@ pub(super) mod tests {
         let offsets = p.offsets().unwrap();
         assert_eq!((offsets.log_start_offset, offsets.log_end_offset), (100, 100));
         assert_eq!(p.latest_epoch().unwrap(), -1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_compacted_follower_appends_across_offsets_its_leaders_cleaner_removed() {
+        // cleanup.policy=compact: the leader's cleaner left offset gaps, before the first
+        // batch fetched and between batches (Kafka's appendAsFollower only asks offsets to
+        // increase). The log end jumps, and the watches follow it.
+        let dir = tempfile::TempDir::new().unwrap();
+        let writers = Writers::start(1, 4);
+        let config = LogConfig {
+            compact: true,
+            ..LogConfig::default()
+        };
+        let p = follower_partition_with(dir.path(), &writers, config);
+        let mut bytes = leader_bytes(&[1, 1, 2]).to_vec();
+        let sizes: Vec<usize> = validate_batches(&Bytes::from(bytes.clone()), usize::MAX)
+            .unwrap()
+            .iter()
+            .map(|b| b.size())
+            .collect();
+        let mut pos = 0;
+        for (size, base) in sizes.iter().zip([4i64, 10, 20]) {
+            bytes[pos..pos + 8].copy_from_slice(&base.to_be_bytes()); // not covered by the CRC
+            pos += size;
+        }
+        let info = p.append_as_follower(Bytes::from(bytes)).await.unwrap().unwrap();
+        assert_eq!((info.base_offset, info.last_offset), (4, 21));
+        assert_eq!(*p.log_end_watch().borrow(), 22);
+        wait_for(&p.durable_offset, 22).await;
+        p.advance_follower_high_watermark(22);
+        assert_eq!(p.offsets().unwrap().high_watermark, 22);
+        // Offsets still only increase.
+        assert!(matches!(
+            p.append_as_follower(leader_bytes(&[2])).await,
+            Err(Error::UnexpectedAppendOffset { expected: 22, .. })
+        ));
     }
 }
