@@ -551,3 +551,103 @@ async fn delete_records_on_the_leader_reaches_its_followers() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_catches_up_from_its_leaders_cleaned_log() {
+    // A compacted topic's leader cleans its log; a follower that was down meanwhile fetches
+    // the cleaned batches (offset gaps, batches with fewer records than offsets) as Kafka's
+    // followers do, rejoins the ISR, and can then lead with the latest value of every key.
+    let mut cluster = Cluster::start_with(
+        3,
+        &[("replica.lag.time.max.ms", "3000"), ("log.cleaner.backoff.ms", "200")],
+    )
+    .await;
+    let name = unique("compacted");
+    let compact = [
+        ("cleanup.policy", "compact"),
+        ("min.cleanable.dirty.ratio", "0.01"),
+        ("delete.retention.ms", "0"),
+        ("segment.ms", "100"),
+        ("min.insync.replicas", "1"),
+    ];
+    create(&cluster, &name, 1, 3, &compact).await;
+    let v = wait_view(&cluster, &name, 0, "all 3 in sync", |v| {
+        v.leader > 0 && v.isr.len() == 3
+    })
+    .await;
+    let follower = *v.replicas.iter().find(|r| **r != v.leader).unwrap();
+    cluster.kill(follower);
+    wait_view(&cluster, &name, 0, "down to 2 in sync", |w| w.isr.len() == 2).await;
+
+    let producer = producer(&cluster.bootstrap(), &[("acks", "all"), ("linger.ms", "0")]);
+    let mut latest = BTreeMap::new();
+    for round in 0..20 {
+        for key in 0..10 {
+            let (k, value) = (format!("k{key}"), format!("k{key}-v{round}"));
+            producer
+                .send(
+                    FutureRecord::to(&name).partition(0).key(&k).payload(&value),
+                    Duration::from_secs(30),
+                )
+                .await
+                .map_err(|(e, _)| e)
+                .unwrap();
+            latest.insert(k, value);
+        }
+        // segment.ms rolls the active segment at the next append: older rounds become cleanable.
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    // The leader cleans: fewer records than the 200 written are left below its log end.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut raw = Raw::connect(cluster.addr(v.leader)).await;
+        let resp = raw.call(12, &fetch_request(&name, 0, 8 << 20, 8 << 20)).await;
+        let left = count_records(resp.responses[0].partitions[0].records.as_ref().unwrap());
+        if left < 150 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the leader never cleaned: {left} records left"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    cluster.restart(follower).await;
+    wait_view(&cluster, &name, 0, "back to 3 in sync", |w| w.isr.len() == 3).await;
+    // The returned follower leads once the others are gone (the third is killed first, so the
+    // election can only pick it).
+    let third = *v.replicas.iter().find(|r| **r != v.leader && **r != follower).unwrap();
+    cluster.kill(third);
+    wait_view(&cluster, &name, 0, "without the third", |w| !w.isr.contains(&third)).await;
+    cluster.kill(v.leader);
+    // Two of three voters are down: the quorum cannot elect. Bring the third back, so the
+    // controller elects the one live ISR member, the returned follower.
+    cluster.restart(third).await;
+    let now = wait_view(&cluster, &name, 0, "led by the returned follower", |w| {
+        w.leader == follower
+    })
+    .await;
+    assert!(now.leader_epoch > v.leader_epoch);
+    let consumer = consumer(&cluster.bootstrap(), &[]);
+    assign(&consumer, &name, &[0], Offset::Beginning);
+    let mut seen: BTreeMap<String, String> = BTreeMap::new();
+    let mut last_offset = -1;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while seen != latest && Instant::now() < deadline {
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
+            assert!(
+                m.offset() > last_offset,
+                "offsets go up: {} after {last_offset}",
+                m.offset()
+            );
+            last_offset = m.offset();
+            let key = String::from_utf8_lossy(m.key().unwrap_or_default()).to_string();
+            seen.insert(
+                key,
+                String::from_utf8_lossy(m.payload().unwrap_or_default()).to_string(),
+            );
+        }
+    }
+    assert_eq!(seen, latest, "the latest value of every key");
+}
