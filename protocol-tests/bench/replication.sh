@@ -65,11 +65,27 @@ body = struct.pack(">i", 1) + s(name) + struct.pack(">ihi", parts, rf, 0) + stru
 for k, v in cfg: body += s(k) + s(v)
 body += struct.pack(">i?", 10000, False)
 req = struct.pack(">hhi", 19, 4, 1) + s("bench") + body
-c = socket.create_connection(("127.0.0.1", 19092), timeout=15)
-c.sendall(struct.pack(">i", len(req)) + req)
-n = struct.unpack(">i", c.recv(4))[0]
-data = b""
-while len(data) < n: data += c.recv(n - len(data))
+import time
+for attempt in range(60):
+    try:
+        c = socket.create_connection(("127.0.0.1", 19092), timeout=15)
+        c.sendall(struct.pack(">i", len(req)) + req)
+        head = b""
+        while len(head) < 4: head += c.recv(4 - len(head))
+        n = struct.unpack(">i", head)[0]
+        data = b""
+        while len(data) < n: data += c.recv(n - len(data))
+        # correlation id, throttle, topic count, name, then the topic's error code
+        off = 4 + 4 + 4
+        off += 2 + struct.unpack(">h", data[off:off + 2])[0]
+        code = struct.unpack(">h", data[off:off + 2])[0]
+        if code in (0, 36):
+            sys.exit(0)
+        print(f"CreateTopics {name}: error {code}", file=sys.stderr)
+    except OSError as e:
+        print(f"CreateTopics {name}: {e}", file=sys.stderr)
+    time.sleep(0.5)
+sys.exit(1)
 EOF
     for _ in $(seq 1 100); do
         read -r l isr < <(leader_of "$1") || true

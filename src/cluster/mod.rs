@@ -829,14 +829,17 @@ fn place_replicas(
     }
     let first = usize::try_from(first).unwrap_or(0);
     let count = usize::try_from(count).unwrap_or(0);
+    // Kafka's `assignReplicasToBrokers`: follower r of a partition sits at
+    // `leader + 1 + (shift + r - 1) mod (n - 1)`, so followers are distinct and never the
+    // leader, and the shift grows every round of n partitions to spread followers.
     Ok((first..first + count)
         .map(|p| {
             let leader = (start + p) % n;
-            let shift = if n > 1 { 1 + (start / n + p / n) % (n - 1) } else { 0 };
+            let shift = if n > 1 { (start / n + p / n) % (n - 1) } else { 0 };
             (0..rf)
                 .map(|r| match r {
                     0 => brokers[leader],
-                    r => brokers[(leader + shift + r - 1) % n],
+                    r => brokers[(leader + 1 + (shift + r - 1) % (n - 1)) % n],
                 })
                 .collect()
         })
@@ -1546,5 +1549,39 @@ mod tests {
         assert_eq!(c.create_topic("c", 0, 1, BTreeMap::new()).unwrap_err().code(), 37);
         assert_eq!(c.create_topic("c", 1, 2, BTreeMap::new()).unwrap_err().code(), 38);
         assert_eq!(c.create_partitions("a.b", 1, None, false).unwrap_err().code(), 37);
+    }
+    #[test]
+    fn placement_never_names_a_broker_twice_in_a_partition() {
+        // Every replication factor up to the broker count, every start and partition: the
+        // replicas of a partition are distinct (a factor equal to the broker count once named
+        // the leader twice when the shift reached n - 1).
+        let mut image = MetadataImage::default();
+        for id in 1..=4 {
+            image.brokers.insert(
+                id,
+                Arc::new(BrokerInfo {
+                    id,
+                    host: "h".into(),
+                    port: 9092,
+                    rack: None,
+                    fenced: false,
+                }),
+            );
+        }
+        for rf in 1..=4i16 {
+            for start in 0..24 {
+                let placed = place_replicas(&image, 12, rf, 0, start).unwrap();
+                for replicas in placed {
+                    let mut unique = replicas.clone();
+                    unique.sort();
+                    unique.dedup();
+                    assert_eq!(
+                        unique.len(),
+                        usize::try_from(rf).unwrap(),
+                        "rf {rf} start {start}: {replicas:?}"
+                    );
+                }
+            }
+        }
     }
 }
