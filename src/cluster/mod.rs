@@ -737,6 +737,8 @@ fn rand_index() -> usize {
 /// that racks alternate, take the first replica of partition `first + i` in turn from a
 /// random start, so leaders spread evenly; the other replicas follow at a shift that grows
 /// each time the brokers have been gone round, so that a broker's followers are spread too.
+/// Follower `r` sits `1 + (shift + r - 1) % (n - 1)` brokers after the leader (Kafka's
+/// `replicaIndex`): never the leader, never twice, whatever the factor up to `n`.
 fn place_replicas(
     image: &MetadataImage,
     count: i32,
@@ -758,11 +760,12 @@ fn place_replicas(
     Ok((first..first + count)
         .map(|p| {
             let leader = (start + p) % n;
-            let shift = if n > 1 { 1 + (start / n + p / n) % (n - 1) } else { 0 };
+            let shift = if n > 1 { (start / n + p / n) % (n - 1) } else { 0 };
             (0..rf)
                 .map(|r| match r {
                     0 => brokers[leader],
-                    r => brokers[(leader + shift + r - 1) % n],
+                    // r >= 1 means rf >= 2, so n >= 2.
+                    r => brokers[(leader + 1 + (shift + r - 1) % (n - 1)) % n],
                 })
                 .collect()
         })
@@ -1289,6 +1292,36 @@ impl Controller {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn placement_never_puts_two_replicas_of_a_partition_on_one_broker() {
+        // Kafka's replicaIndex: followers at 1 + (shift + j) % (n - 1) after the leader. A
+        // factor equal to the broker count (the internal topics' 3 on 3 nodes) once put the
+        // leader in its own follower list.
+        for n in 1..=5 {
+            let mut image = MetadataImage::default();
+            for id in 1..=n {
+                image
+                    .brokers
+                    .insert(id, Arc::new(BrokerInfo::new(id, "localhost", 9092)));
+            }
+            for rf in 1..=i16::try_from(n).unwrap() {
+                for start in 0..12 {
+                    let placed = place_replicas(&image, 12, rf, 0, start).unwrap();
+                    for (p, replicas) in placed.iter().enumerate() {
+                        let mut distinct = replicas.clone();
+                        distinct.sort_unstable();
+                        distinct.dedup();
+                        assert_eq!(
+                            distinct.len(),
+                            usize::try_from(rf).unwrap(),
+                            "n {n} start {start} p {p}: {replicas:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn topic_names_follow_kafka_rules() {
