@@ -3,7 +3,8 @@
 //! formats, group → partition by Kafka's hash). The groups of a partition are loaded from it
 //! when this node becomes its leader and dropped when it stops leading it (loading.rs: when a
 //! load runs, and why requests meanwhile get NOT_COORDINATOR); start-up loads every partition
-//! led here.
+//! led here. Writes wait until every in-sync replica holds them (`wait_acknowledged`), so an
+//! acknowledged commit survives the loss of the leader.
 //!
 //! Each group sits behind its own lock; the map of groups behind another, held only to find or
 //! insert a group. Waits (JoinGroup until the join phase completes, SyncGroup until the leader's
@@ -275,7 +276,8 @@ impl GroupCoordinator {
             .map_or(self.config.offsets_topic_num_partitions, |t| t.partitions)
     }
 
-    /// Creates `__consumer_offsets` on first use, as Kafka does.
+    /// Creates `__consumer_offsets` on first use, as Kafka does, replicated
+    /// `offsets.topic.replication.factor` times (capped: `internal_replication_factor`).
     pub fn ensure_offsets_topic(&self) -> Result<(), Error> {
         if let Some(topic) = self.controller.image().topic(OFFSETS_TOPIC) {
             // Another request may have created the topic and not yet opened its partitions.
@@ -287,9 +289,11 @@ impl GroupCoordinator {
         // Held from the creation until the new partitions are marked loaded: a pass must not
         // load them meanwhile, which would drop the groups this node's requests create in them.
         let _pass = self.loaded.pass();
+        let image = self.controller.image();
+        let factor = internal_replication_factor(&image, self.config.offsets_topic_replication_factor);
         let configs = BTreeMap::from([("cleanup.policy".to_string(), "compact".to_string())]);
         let partitions = self.config.offsets_topic_num_partitions;
-        match self.controller.create_topic(OFFSETS_TOPIC, partitions, 1, configs) {
+        match self.controller.create_topic(OFFSETS_TOPIC, partitions, factor, configs) {
             Ok(_) => {
                 self.replicas.catch_up(&self.controller.image())?;
                 self.loaded.mark_created(&self.replicas, partitions);
@@ -544,7 +548,8 @@ impl GroupCoordinator {
         }
     }
 
-    /// Appends records to the group's `__consumer_offsets` partition and waits until durable.
+    /// Appends records to the group's `__consumer_offsets` partition and waits until every
+    /// in-sync replica holds them.
     async fn persist(&self, slot: &Slot, group_id: &str, records: &[OffsetsRecord]) -> Result<(), Error> {
         if records.is_empty() {
             return Ok(());
@@ -568,8 +573,10 @@ impl GroupCoordinator {
         self.append_acknowledged(slot, group_id, batches, Origin::Client).await
     }
 
-    /// The one write path of the group coordinator: only for a group whose state is loaded at
-    /// the partition's current epoch, acknowledged once durable. A group unloaded while its write was in flight gets NOT_COORDINATOR (Kafka's append
+    /// The one write path of the group coordinator (Kafka's coordinators append with acks=-1):
+    /// only for a group whose state is loaded at the partition's current epoch, refused before
+    /// the write below `min.insync.replicas`, acknowledged once every in-sync replica holds it.
+    /// A group unloaded while its write was in flight gets NOT_COORDINATOR (Kafka's append
     /// callbacks check the group is not Dead): the state it belonged to is gone, and the
     /// reloaded one may not have read the write. Answers the offset of the first record.
     async fn append_acknowledged(
@@ -585,8 +592,9 @@ impl GroupCoordinator {
             return Err(not_here());
         }
         let partition = self.replicas.get(OFFSETS_TOPIC, index).ok_or_else(not_here)?;
+        partition.check_enough_replicas()?;
         let info = partition.append_from(batches, true, origin).await?;
-        partition.wait_durable(info.last_offset).await?;
+        partition.wait_acknowledged(info.last_offset).await?;
         if slot.is_unloaded() {
             return Err(not_here());
         }
@@ -991,8 +999,8 @@ impl GroupCoordinator {
     }
 
     /// Appends offset records as one transactional batch of `producer_id` (attributes bit 4,
-    /// no sequence: Kafka's coordinator writes) and waits until durable; answers the log offset
-    /// of the first record.
+    /// no sequence: Kafka's coordinator writes) and waits until every in-sync replica holds
+    /// it; answers the log offset of the first record.
     async fn persist_transactional(
         &self,
         slot: &Slot,
@@ -1362,6 +1370,17 @@ pub(crate) fn replication_error_code(err: &Error) -> Option<i16> {
     }
 }
 
+/// The replication factor of an internal topic this node creates: the configured one
+/// (`offsets.topic.replication.factor`, `transaction.state.log.replication.factor`) capped at
+/// the live registered brokers. Kafka refuses instead (the topic is not created, and the
+/// coordinator is not available, until enough brokers are up); capping keeps a single node,
+/// with Kafka's default of 3, working, at the cost of a topic replicated less than asked when
+/// it is created while brokers are missing (raise it later by reassignment).
+pub(crate) fn internal_replication_factor(image: &MetadataImage, configured: i16) -> i16 {
+    let live = i16::try_from(image.live_brokers().count()).unwrap_or(i16::MAX);
+    configured.min(live).max(1)
+}
+
 /// OffsetCommit (or, `transactional`, TxnOffsetCommit) checks for a KIP-848 group, in the
 /// order of Kafka's `ConsumerGroup.validateOffsetCommit` (4.x): a commit without epoch while the
 /// group has no members; a transactional commit naming nobody (TxnOffsetCommit v0-2); then the
@@ -1684,5 +1703,31 @@ mod tests {
         })
         .await
         .unwrap();
+    }
+
+    #[test]
+    fn internal_topics_replicate_at_most_as_many_times_as_there_are_live_brokers() {
+        // Kafka refuses to create __consumer_offsets with fewer brokers than
+        // offsets.topic.replication.factor (default 3); Sluice caps the factor, so one node
+        // with Kafka's defaults creates it with one replica.
+        let mut image = MetadataImage::default();
+        let broker = |id, fenced| {
+            Arc::new(crate::cluster::BrokerInfo {
+                fenced,
+                ..crate::cluster::BrokerInfo::new(id, "localhost", 9092)
+            })
+        };
+        image.brokers.insert(1, broker(1, false));
+        assert_eq!(internal_replication_factor(&image, 3), 1);
+        image.brokers.insert(2, broker(2, false));
+        image.brokers.insert(3, broker(3, true));
+        assert_eq!(
+            internal_replication_factor(&image, 3),
+            2,
+            "a fenced broker does not count"
+        );
+        image.brokers.insert(4, broker(4, false));
+        assert_eq!(internal_replication_factor(&image, 3), 3);
+        assert_eq!(internal_replication_factor(&image, 1), 1);
     }
 }

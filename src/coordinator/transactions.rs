@@ -4,7 +4,8 @@
 //! hash). The ids of a partition are loaded from it when this node becomes its leader, and
 //! dropped when it stops leading it (loading.rs; Kafka's
 //! `loadTransactionsForTxnTopicPartition` / `removeTransactionsForTxnTopicPartition`); a
-//! transaction found in Prepare* at load is finished.
+//! transaction found in Prepare* at load is finished. Writes wait until every in-sync replica
+//! holds them.
 //!
 //! `TxnStates` is the state machine (Kafka's `TransactionMetadata` transitions), a plain struct
 //! taking `now`. A transition is prepared under the lock (the id is then *pending*: other
@@ -40,10 +41,10 @@ use kafka_protocol::messages::{ProducerId, TopicName, WriteTxnMarkersRequest, Wr
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::Compression;
 
-use super::GroupCoordinator;
 use super::loading::{self, LOAD_ROUNDS_MAX, LoadedPartitions, Readiness};
 use super::records::partition_for;
 use super::txn_records::{self, TxnLogValue};
+use super::{GroupCoordinator, internal_replication_factor};
 use crate::cluster::broker_client::BrokerClient;
 use crate::cluster::{Controller, MetadataImage};
 use crate::config::BrokerConfig;
@@ -942,14 +943,18 @@ impl MarkerWriter {
         done
     }
 
-    /// Writes `marker` to partitions hosted here and waits until each is durable (all appended
-    /// first, then one wait for all: the fsyncs overlap); a `__consumer_offsets` partition then
-    /// applies or drops the offsets the transaction committed there. The one write path of
-    /// markers: the coordinator's own partitions and WriteTxnMarkers from another broker's
-    /// coordinator. Results are in the order of `partitions`.
+    /// Writes `marker` to partitions hosted here and waits until each is acknowledged as an
+    /// acks=all produce is (Kafka appends markers with acks=-1): refused before the write below
+    /// `min.insync.replicas`, then durable here and held by every in-sync replica, so a marker
+    /// reported written survives the loss of the partition's leader. All are appended first,
+    /// then waited for together (the fsyncs and replication overlap); a `__consumer_offsets`
+    /// partition then applies or drops the offsets the transaction committed there. The one
+    /// write path of markers: the coordinator's own partitions and WriteTxnMarkers from another
+    /// broker's coordinator. Results are in the order of `partitions`.
     pub async fn write_hosted(&self, marker: TxnMarker, partitions: Vec<Arc<Partition>>) -> Vec<Result<(), i16>> {
         let appended: Vec<Result<i64, i16>> =
             futures::future::join_all(partitions.iter().map(|partition| async move {
+                partition.check_enough_replicas().map_err(|e| e.code())?;
                 partition
                     .write_txn_marker(
                         marker.producer_id,
@@ -967,19 +972,19 @@ impl MarkerWriter {
             .zip(&appended)
             .map(|(partition, appended)| async move {
                 match appended {
-                    Ok(offset) => partition.wait_durable(*offset).await.map_err(|e| e.code()),
+                    Ok(offset) => partition.wait_acknowledged(*offset).await.map_err(|e| e.code()),
                     Err(c) => Err(*c),
                 }
             });
-        let durable = futures::future::join_all(waits).await;
-        for (partition, result) in partitions.iter().zip(&durable) {
+        let acknowledged = futures::future::join_all(waits).await;
+        for (partition, result) in partitions.iter().zip(&acknowledged) {
             if result.is_ok() && partition.tp.topic == super::OFFSETS_TOPIC {
                 // Offsets committed in the transaction become visible, or are dropped.
                 self.groups
                     .complete_txn(partition.tp.partition, marker.producer_id, marker.commit);
             }
         }
-        durable
+        acknowledged
     }
 
     /// One WriteTxnMarkers to `leader` for its `partitions`. A broker not registered or fenced
@@ -1096,7 +1101,9 @@ impl TransactionCoordinator {
     }
 
     /// Creates `__transaction_state` on first use, as Kafka does on the first transaction
-    /// coordinator lookup.
+    /// coordinator lookup: replicated `transaction.state.log.replication.factor` times and
+    /// with `min.insync.replicas` = `transaction.state.log.min.isr`, both capped
+    /// (`internal_replication_factor`; a minimum above the factor would refuse every write).
     pub fn ensure_topic(&self) -> Result<(), Error> {
         if let Some(topic) = self.controller.image().topic(TRANSACTION_STATE_TOPIC) {
             if self
@@ -1111,11 +1118,17 @@ impl TransactionCoordinator {
         // Held from the creation until the new partitions are marked loaded (see
         // `GroupCoordinator::ensure_offsets_topic`).
         let _pass = self.loaded.pass();
-        let configs = BTreeMap::from([("cleanup.policy".to_string(), "compact".to_string())]);
+        let image = self.controller.image();
+        let factor = internal_replication_factor(&image, self.config.transaction_state_log_replication_factor);
+        let min_isr = self.config.transaction_state_log_min_isr.min(i32::from(factor));
+        let configs = BTreeMap::from([
+            ("cleanup.policy".to_string(), "compact".to_string()),
+            ("min.insync.replicas".to_string(), min_isr.to_string()),
+        ]);
         let partitions = self.config.transaction_state_log_num_partitions;
         match self
             .controller
-            .create_topic(TRANSACTION_STATE_TOPIC, partitions, 1, configs)
+            .create_topic(TRANSACTION_STATE_TOPIC, partitions, factor, configs)
         {
             Ok(_) => {
                 self.replicas.catch_up(&self.controller.image())?;
@@ -1283,8 +1296,8 @@ impl TransactionCoordinator {
         })
     }
 
-    /// Appends one record for `transactional_id` and waits until it is durable, if the id's
-    /// partition is still loaded at `epoch` (the one the record was prepared
+    /// Appends one record for `transactional_id` and waits until every in-sync replica holds
+    /// it, if the id's partition is still loaded at `epoch` (the one the record was prepared
     /// under) and led at it; answers that epoch, the coordinator epoch of the transaction's
     /// markers. Errors are mapped as Kafka's `TransactionStateManager.appendTransactionToLog`
     /// maps them.
@@ -1301,10 +1314,11 @@ impl TransactionCoordinator {
         let value = value.map(|v| txn_records::encode_value(&v, txn_records::VALUE_VERSION));
         let records: Vec<(Option<Bytes>, Option<Bytes>, i64)> = vec![(Some(key), value, now_ms())];
         let written = async {
+            partition.check_enough_replicas()?;
             let encoded = encode_records(&records, Compression::None)?;
             let batches = validate_batches(&encoded, usize::MAX)?;
             let info = partition.append(batches, true).await?;
-            partition.wait_durable(info.last_offset).await
+            partition.wait_acknowledged(info.last_offset).await
         }
         .await;
         match written {
@@ -2373,6 +2387,25 @@ mod tests {
         // The reloaded id serves the producer's retry.
         c.add_partitions("t1", pid, epoch, &[tp("t", 0)], false).await.unwrap();
         assert_eq!(c.describe("t1").unwrap().state, TxnState::Ongoing);
+    }
+
+    #[tokio::test]
+    async fn internal_topics_on_one_node_get_one_replica_whatever_the_configured_factor() {
+        // Kafka's defaults (offsets.topic.replication.factor and
+        // transaction.state.log.replication.factor 3, transaction.state.log.min.isr 2) would
+        // refuse both topics on one broker; Sluice caps them so `sluice serve` keeps working.
+        let dir = tempfile::tempdir().unwrap();
+        let c = service(dir.path());
+        assert_eq!(c.config.transaction_state_log_replication_factor, 3);
+        c.ensure_topic().unwrap();
+        c.markers.groups.ensure_offsets_topic().unwrap();
+        let image = c.controller.image();
+        let txn = image.topic(TRANSACTION_STATE_TOPIC).unwrap();
+        assert_eq!(txn.replication_factor, 1);
+        assert_eq!(txn.configs.get("min.insync.replicas").map(String::as_str), Some("1"));
+        assert_eq!(image.topic(super::super::OFFSETS_TOPIC).unwrap().replication_factor, 1);
+        // And both serve: writes are acknowledged by the single in-sync replica.
+        assert!(c.init_producer_id(Some("t1"), 60_000, None).await.is_ok());
     }
 
     #[tokio::test]
