@@ -154,6 +154,9 @@ pub struct BrokerConfig {
     pub group_max_size: usize,
     /// `offsets.topic.num.partitions`: partitions of `__consumer_offsets` when it is created.
     pub offsets_topic_num_partitions: i32,
+    /// `offsets.topic.replication.factor`: replicas of each `__consumer_offsets` partition
+    /// when it is created, capped at the live brokers then (Kafka refuses to create it).
+    pub offsets_topic_replication_factor: i16,
     /// `offset.metadata.max.bytes`: the largest commit metadata string.
     pub offset_metadata_max_bytes: usize,
     /// `offsets.retention.minutes`: how long an empty group's offsets are kept.
@@ -181,6 +184,12 @@ pub struct BrokerConfig {
     pub producer_id_expiration_check_interval_ms: u64,
     /// `transaction.state.log.num.partitions`: partitions of `__transaction_state` when created.
     pub transaction_state_log_num_partitions: i32,
+    /// `transaction.state.log.replication.factor`: replicas of each `__transaction_state`
+    /// partition when it is created, capped at the live brokers then (Kafka refuses to create it).
+    pub transaction_state_log_replication_factor: i16,
+    /// `transaction.state.log.min.isr`: the `min.insync.replicas` of `__transaction_state`,
+    /// capped at the replication factor it is created with.
+    pub transaction_state_log_min_isr: i32,
     /// `transaction.max.timeout.ms`: the largest `transaction.timeout.ms` a producer may ask for
     /// (INVALID_TRANSACTION_TIMEOUT beyond).
     pub transaction_max_timeout_ms: i64,
@@ -376,6 +385,7 @@ impl Default for BrokerConfig {
             group_initial_rebalance_delay_ms: 3_000,
             group_max_size: 1_000_000,
             offsets_topic_num_partitions: 50,
+            offsets_topic_replication_factor: 3,
             offset_metadata_max_bytes: 4096,
             offsets_retention_minutes: 10_080,
             offsets_retention_check_interval_ms: 600_000,
@@ -389,6 +399,8 @@ impl Default for BrokerConfig {
             producer_id_expiration_ms: 86_400_000,
             producer_id_expiration_check_interval_ms: 600_000,
             transaction_state_log_num_partitions: 50,
+            transaction_state_log_replication_factor: 3,
+            transaction_state_log_min_isr: 2,
             transaction_max_timeout_ms: 900_000,
             transactional_id_expiration_ms: 604_800_000,
             transaction_abort_timed_out_transaction_cleanup_interval_ms: 10_000,
@@ -939,6 +951,12 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
         "Partitions of __consumer_offsets when it is created.",
     ),
     broker_key(
+        "offsets.topic.replication.factor",
+        ConfigType::Short,
+        false,
+        "Replicas of __consumer_offsets when it is created (at most the live brokers).",
+    ),
+    broker_key(
         "offset.metadata.max.bytes",
         ConfigType::Int,
         false,
@@ -1015,6 +1033,18 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
         ConfigType::Int,
         false,
         "Partitions of __transaction_state when it is created.",
+    ),
+    broker_key(
+        "transaction.state.log.replication.factor",
+        ConfigType::Short,
+        false,
+        "Replicas of __transaction_state when it is created (at most the live brokers).",
+    ),
+    broker_key(
+        "transaction.state.log.min.isr",
+        ConfigType::Int,
+        false,
+        "min.insync.replicas of __transaction_state (at most its replication factor).",
     ),
     broker_key(
         "transaction.max.timeout.ms",
@@ -1113,6 +1143,7 @@ impl BrokerConfig {
             "group.initial.rebalance.delay.ms" => self.group_initial_rebalance_delay_ms.to_string(),
             "group.max.size" => self.group_max_size.to_string(),
             "offsets.topic.num.partitions" => self.offsets_topic_num_partitions.to_string(),
+            "offsets.topic.replication.factor" => self.offsets_topic_replication_factor.to_string(),
             "offset.metadata.max.bytes" => self.offset_metadata_max_bytes.to_string(),
             "offsets.retention.minutes" => self.offsets_retention_minutes.to_string(),
             "offsets.retention.check.interval.ms" => self.offsets_retention_check_interval_ms.to_string(),
@@ -1126,6 +1157,8 @@ impl BrokerConfig {
             "producer.id.expiration.ms" => self.producer_id_expiration_ms.to_string(),
             "producer.id.expiration.check.interval.ms" => self.producer_id_expiration_check_interval_ms.to_string(),
             "transaction.state.log.num.partitions" => self.transaction_state_log_num_partitions.to_string(),
+            "transaction.state.log.replication.factor" => self.transaction_state_log_replication_factor.to_string(),
+            "transaction.state.log.min.isr" => self.transaction_state_log_min_isr.to_string(),
             "transaction.max.timeout.ms" => self.transaction_max_timeout_ms.to_string(),
             "transactional.id.expiration.ms" => self.transactional_id_expiration_ms.to_string(),
             "transaction.abort.timed.out.transaction.cleanup.interval.ms" => self
@@ -1324,6 +1357,9 @@ impl BrokerConfig {
             "offsets.topic.num.partitions" => {
                 self.offsets_topic_num_partitions = at_least(key, parse_int(key, value)?, 1)?
             }
+            "offsets.topic.replication.factor" => {
+                self.offsets_topic_replication_factor = at_least(key, parse_int(key, value)?, 1)?
+            }
             "offset.metadata.max.bytes" => self.offset_metadata_max_bytes = parse_int(key, value)?,
             "offsets.retention.minutes" => self.offsets_retention_minutes = at_least(key, parse_int(key, value)?, 1)?,
             "offsets.retention.check.interval.ms" => {
@@ -1354,6 +1390,12 @@ impl BrokerConfig {
             }
             "transaction.state.log.num.partitions" => {
                 self.transaction_state_log_num_partitions = at_least(key, parse_int(key, value)?, 1)?
+            }
+            "transaction.state.log.replication.factor" => {
+                self.transaction_state_log_replication_factor = at_least(key, parse_int(key, value)?, 1)?
+            }
+            "transaction.state.log.min.isr" => {
+                self.transaction_state_log_min_isr = at_least(key, parse_int(key, value)?, 1)?
             }
             "transaction.max.timeout.ms" => self.transaction_max_timeout_ms = at_least(key, parse_int(key, value)?, 1)?,
             "transactional.id.expiration.ms" => {
@@ -1659,6 +1701,7 @@ pub enum ConfigType {
     Boolean = 1,
     String = 2,
     Int = 3,
+    Short = 4,
     Long = 5,
     Double = 6,
     List = 7,

@@ -360,7 +360,6 @@ impl Broker {
             replicas.clone(),
         ));
         coordinator.load()?;
-        coordinator.start_timers();
         // After the groups: finishing a transaction settles its offsets in them.
         let transactions = Arc::new(TransactionCoordinator::new(
             config.clone(),
@@ -479,6 +478,37 @@ impl Broker {
                         _ = tokio::time::sleep(interval) => {
                             replicas.remove_expired_producers(config.live().producer_id_expiration_ms).await
                         }
+                    }
+                }
+            }
+        });
+        tokio::spawn({
+            // Coordinator failover (coordinator/loading.rs): every PARTITION_CHECK_INTERVAL, or
+            // at once when a request finds its partition led here but not loaded, the
+            // coordinators load the internal partitions this node now leads and drop those it
+            // no longer leads; transactions found in Prepare* at a load (this pass's or a
+            // request's) are then finished. Loads read whole partitions, so they run on a
+            // blocking thread.
+            let shutdown = shutdown.clone();
+            let groups = coordinator.clone();
+            let transactions = transactions.clone();
+            async move {
+                loop {
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        _ = tokio::time::sleep(coordinator::loading::PARTITION_CHECK_INTERVAL) => {}
+                        _ = groups.loading_wanted() => {}
+                        _ = transactions.loading_wanted() => {}
+                    }
+                    let (g, t) = (groups.clone(), transactions.clone());
+                    let _ = tokio::task::spawn_blocking(move || {
+                        // Errors are logged per partition, which the next pass tries again.
+                        let _ = g.sync_partitions();
+                        let _ = t.sync_partitions();
+                    })
+                    .await;
+                    if transactions.take_loaded() {
+                        transactions.finish_unfinished().await;
                     }
                 }
             }

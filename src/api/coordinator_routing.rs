@@ -5,6 +5,14 @@
 //! transaction API answers NOT_COORDINATOR on any other, before the coordinator sees the
 //! request, so a client whose coordinator moved looks it up again. A single node leads every
 //! partition, so it coordinates every key.
+//!
+//! Leading the partition is not enough: its state must be loaded here at the partition's
+//! current leader epoch (coordinator/loading.rs). A small partition is loaded by the request
+//! that finds it unloaded; until a larger one is loaded by the failover pass, the broker
+//! answers NOT_COORDINATOR too, and wakes that pass: the client looks the coordinator up again
+//! (FindCoordinator names this broker) and retries after its backoff. Kafka answers
+//! COORDINATOR_LOAD_IN_PROGRESS, which older clients do not expect from every API;
+//! NOT_COORDINATOR every client handles.
 
 use std::sync::Arc;
 
@@ -80,9 +88,21 @@ pub fn is_coordinator(image: &MetadataImage, node: i32, kind: KeyKind, key: &str
     }
 }
 
-/// Whether this broker coordinates `key`: the check of every group and transaction API.
+/// Whether this broker coordinates `key`, with its state loaded: the check of every group and
+/// transaction API. Before the internal topic exists the coordinator creates it on first use
+/// (and marks it loaded), so there is nothing to wait for.
 pub fn coordinator_here(ctx: &Ctx, kind: KeyKind, key: &str) -> bool {
-    is_coordinator(&ctx.controller.image(), ctx.config.node_id, kind, key)
+    let image = ctx.controller.image();
+    if !is_coordinator(&image, ctx.config.node_id, kind, key) {
+        return false;
+    }
+    if key.is_empty() || image.topic(kind.topic()).is_none() {
+        return true;
+    }
+    match kind {
+        KeyKind::Group => ctx.coordinator.ready(key),
+        KeyKind::Transaction => ctx.transactions.ready(key),
+    }
 }
 
 #[cfg(test)]

@@ -98,11 +98,15 @@ pub async fn find_coordinator(ctx: &Ctx, req: FindCoordinatorRequest, version: i
     };
     // Kafka creates the offsets topic when a group coordinator is first looked up, and
     // `__transaction_state` when a transaction coordinator is.
-    let ready = match kind {
-        Some(KeyKind::Group) => ctx.coordinator.ensure_offsets_topic().is_ok(),
-        Some(KeyKind::Transaction) => ctx.transactions.ensure_topic().is_ok(),
-        None => true,
+    let ensured = match kind {
+        Some(KeyKind::Group) => ctx.coordinator.ensure_offsets_topic(),
+        Some(KeyKind::Transaction) => ctx.transactions.ensure_topic(),
+        None => Ok(()),
     };
+    if let (Err(e), Some(kind)) = (&ensured, kind) {
+        tracing::warn!(topic = kind.topic(), error = %e, "the coordinator's internal topic is not available");
+    }
+    let ready = ensured.is_ok();
     let error = if ready {
         0
     } else {

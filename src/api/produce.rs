@@ -34,7 +34,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
-use super::coordinator_routing::{Coordinator, KeyKind, is_coordinator, locate};
+use super::coordinator_routing::{Coordinator, KeyKind, NOT_COORDINATOR, coordinator_here, is_coordinator, locate};
 use super::leader_hints::LeaderHints;
 use super::{Ctx, Versions, message, topic_name};
 use crate::cluster::MetadataImage;
@@ -417,6 +417,11 @@ pub(crate) async fn verify_in_transaction(
 ) -> Result<Vec<i16>, i16> {
     let image = ctx.controller.image();
     if is_coordinator(&image, ctx.config.node_id, KeyKind::Transaction, transactional_id) {
+        if !coordinator_here(ctx, KeyKind::Transaction, transactional_id) {
+            // Led here, its state not loaded yet: an empty state would call every transaction
+            // unknown. The producer retries (NOT_ENOUGH_REPLICAS by produce_verification_code).
+            return Err(NOT_COORDINATOR);
+        }
         return ctx
             .transactions
             .verify_partitions(transactional_id, producer_id, producer_epoch, partitions);

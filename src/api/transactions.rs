@@ -31,7 +31,7 @@ use kafka_protocol::messages::txn_offset_commit_response::{
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
-use super::coordinator_routing::{KeyKind, NOT_COORDINATOR, coordinator_here};
+use super::coordinator_routing::{KeyKind, NOT_COORDINATOR, coordinator_here, is_coordinator};
 use super::{Ctx, Versions, topic_name};
 use crate::coordinator::records::partition_for;
 use crate::coordinator::transactions::ListFilter;
@@ -332,7 +332,11 @@ pub async fn txn_offset_commit(ctx: &Ctx, req: TxnOffsetCommitRequest, version: 
     } else {
         let tp = offsets_partition(ctx, &group);
         let txn = &req.transactional_id.0;
-        if version >= 5 && !coordinator_here(ctx, KeyKind::Transaction, txn) {
+        let txn_led_here = is_coordinator(&ctx.controller.image(), ctx.config.node_id, KeyKind::Transaction, txn);
+        if version >= 5 && txn_led_here && !coordinator_here(ctx, KeyKind::Transaction, txn) {
+            // Coordinated here, its state still loading: the client retries.
+            Err(NOT_COORDINATOR)
+        } else if version >= 5 && !txn_led_here {
             // v5 (transaction version 2) adds the offsets partition to the transaction here;
             // with the transaction's coordinator on another broker that needs an adding
             // AddPartitionsToTxn, not built (Sluice finalizes transaction.version 1, so

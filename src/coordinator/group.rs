@@ -941,15 +941,28 @@ impl Group {
 
     /// Marks the group deleted; every waiter is told to find the coordinator again.
     pub fn kill(&mut self) {
+        self.end(ResponseError::CoordinatorNotAvailable);
+    }
+
+    /// The group's partition is no longer loaded here (Kafka's `onGroupUnloaded`): Dead, and
+    /// every member waiting in JoinGroup or SyncGroup gets NOT_COORDINATOR, so it looks up
+    /// the new coordinator, which has the group from `__consumer_offsets`.
+    pub fn unload(&mut self) {
+        self.end(ResponseError::NotCoordinator);
+    }
+
+    fn end(&mut self, error: ResponseError) {
         for m in self.members.values_mut() {
             if let Some(w) = m.join_waiter.take() {
-                let _ = w.send(JoinResult::error(ResponseError::CoordinatorNotAvailable, &m.id));
+                let _ = w.send(JoinResult::error(error, &m.id));
             }
             if let Some(w) = m.sync_waiter.take() {
-                let _ = w.send(SyncResult::error(ResponseError::CoordinatorNotAvailable));
+                let _ = w.send(SyncResult::error(error));
             }
         }
         self.members.clear();
+        self.pending_members.clear();
+        self.rebalance_deadline = None;
         self.state = GroupState::Dead;
     }
 

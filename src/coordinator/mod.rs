@@ -1,6 +1,10 @@
 //! The group coordinator: classic consumer groups and committed offsets, with their state kept
 //! in the internal compacted topic `__consumer_offsets` (created on first use, Kafka's record
-//! formats, group → partition by Kafka's hash) and rebuilt from it at start-up.
+//! formats, group → partition by Kafka's hash). The groups of a partition are loaded from it
+//! when this node becomes its leader and dropped when it stops leading it (loading.rs: when a
+//! load runs, and why requests meanwhile get NOT_COORDINATOR); start-up loads every partition
+//! led here. Writes wait until every in-sync replica holds them (`wait_acknowledged`), so an
+//! acknowledged commit survives the loss of the leader.
 //!
 //! Each group sits behind its own lock; the map of groups behind another, held only to find or
 //! insert a group. Waits (JoinGroup until the join phase completes, SyncGroup until the leader's
@@ -13,6 +17,7 @@
 
 pub mod consumer;
 pub mod group;
+pub mod loading;
 pub mod records;
 pub mod transactions;
 pub mod txn_records;
@@ -31,11 +36,13 @@ use tokio::time::Instant;
 use crate::cluster::{Controller, MetadataImage};
 use crate::config::BrokerConfig;
 use crate::error::Error;
-use crate::log::batch::{batches, decode_records, encode_records};
+use crate::log::batch::encode_records;
+use crate::log::producer_state::Origin;
 use crate::log::validate_batches;
-use crate::replica::{ReplicaManager, now_ms};
+use crate::replica::{Partition, ReplicaManager, now_ms};
 use consumer::{ConsumerGroup, ConsumerGroupSnapshot, ConsumerLimits, HeartbeatIn, HeartbeatOut, TopicsView};
 use group::{Group, GroupLimits, GroupState, JoinRequest, JoinResult, SyncResult};
+use loading::{LOAD_ROUNDS_MAX, LoadedPartitions, Readiness};
 use records::{CommittedOffset, OffsetsRecord, partition_for};
 
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
@@ -60,6 +67,36 @@ pub struct GroupEntry {
 }
 
 impl GroupEntry {
+    fn new(group_id: &str, now: Instant) -> GroupEntry {
+        GroupEntry {
+            group: Group::new(group_id, now),
+            consumer: None,
+            persisted_consumer: None,
+            offsets: BTreeMap::new(),
+            pending_txn_offsets: BTreeMap::new(),
+            committed_at: HashMap::new(),
+        }
+    }
+
+    /// A producer's marker reached the group's partition: its transactional offsets are
+    /// applied (commit) or dropped (abort); a plain commit of a partition written after the
+    /// transactional one keeps winning.
+    fn settle_txn(&mut self, producer_id: i64, commit: bool) {
+        let Some(pending) = self.pending_txn_offsets.remove(&producer_id) else {
+            return;
+        };
+        if !commit {
+            return;
+        }
+        for (key, (value, at)) in pending {
+            let newer = !self.offsets.contains_key(&key) || self.committed_at.get(&key).is_none_or(|c| at > *c);
+            if newer {
+                self.committed_at.insert(key.clone(), at);
+                self.offsets.insert(key, value);
+            }
+        }
+    }
+
     fn next_deadline(&self) -> Option<Instant> {
         let consumer = self.consumer.as_ref().and_then(ConsumerGroup::next_deadline);
         [self.group.next_deadline(), consumer].into_iter().flatten().min()
@@ -89,11 +126,36 @@ struct Slot {
     /// Wakes the timer task when a deadline may have moved earlier.
     wake: Notify,
     timer_running: AtomicBool,
+    /// Set when the group's partition was unloaded (this node no longer leads it, or leads it
+    /// at a new epoch and reloads it): the slot is out of the map, its timer stops, and nothing
+    /// it holds is written any more, so it cannot bring back state the new coordinator owns.
+    unloaded: AtomicBool,
 }
 
 impl Slot {
+    fn new(entry: GroupEntry) -> Slot {
+        Slot {
+            entry: Mutex::new(entry),
+            wake: Notify::new(),
+            timer_running: AtomicBool::new(false),
+            unloaded: AtomicBool::new(false),
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, GroupEntry> {
         self.entry.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn is_unloaded(&self) -> bool {
+        self.unloaded.load(Ordering::Acquire)
+    }
+
+    /// Kafka's `onGroupUnloaded`: the group is Dead here, members waiting in JoinGroup or
+    /// SyncGroup are told NOT_COORDINATOR (they find the new coordinator), the timer ends.
+    fn unload(&self) {
+        self.unloaded.store(true, Ordering::Release);
+        self.lock().group.unload();
+        self.wake.notify_one();
     }
 }
 
@@ -116,6 +178,8 @@ pub struct GroupCoordinator {
     /// The topics of the last metadata image a KIP-848 heartbeat saw, by image offset: built
     /// once per metadata change, not at every heartbeat (O(topics) each).
     topics_view: Mutex<Option<(i64, Arc<TopicsView>)>>,
+    /// The `__consumer_offsets` partitions whose groups are loaded here, and at which epoch.
+    loaded: LoadedPartitions,
 }
 
 impl GroupCoordinator {
@@ -141,6 +205,7 @@ impl GroupCoordinator {
             controller,
             replicas,
             groups: Mutex::new(HashMap::new()),
+            loaded: LoadedPartitions::new(OFFSETS_TOPIC),
             limits,
             consumer_limits,
         }
@@ -178,20 +243,7 @@ impl GroupCoordinator {
     fn slot_or_create(&self, group_id: &str) -> Arc<Slot> {
         self.map()
             .entry(group_id.to_string())
-            .or_insert_with(|| {
-                Arc::new(Slot {
-                    entry: Mutex::new(GroupEntry {
-                        group: Group::new(group_id, Instant::now()),
-                        consumer: None,
-                        persisted_consumer: None,
-                        offsets: BTreeMap::new(),
-                        pending_txn_offsets: BTreeMap::new(),
-                        committed_at: HashMap::new(),
-                    }),
-                    wake: Notify::new(),
-                    timer_running: AtomicBool::new(false),
-                })
-            })
+            .or_insert_with(|| Arc::new(Slot::new(GroupEntry::new(group_id, Instant::now()))))
             .clone()
     }
 
@@ -224,7 +276,8 @@ impl GroupCoordinator {
             .map_or(self.config.offsets_topic_num_partitions, |t| t.partitions)
     }
 
-    /// Creates `__consumer_offsets` on first use, as Kafka does.
+    /// Creates `__consumer_offsets` on first use, as Kafka does, replicated
+    /// `offsets.topic.replication.factor` times (capped: `internal_replication_factor`).
     pub fn ensure_offsets_topic(&self) -> Result<(), Error> {
         if let Some(topic) = self.controller.image().topic(OFFSETS_TOPIC) {
             // Another request may have created the topic and not yet opened its partitions.
@@ -233,166 +286,261 @@ impl GroupCoordinator {
             }
             return self.replicas.catch_up(&self.controller.image());
         }
+        // Held from the creation until the new partitions are marked loaded: a pass must not
+        // load them meanwhile, which would drop the groups this node's requests create in them.
+        let _pass = self.loaded.pass();
+        let image = self.controller.image();
+        let factor = internal_replication_factor(&image, self.config.offsets_topic_replication_factor);
         let configs = BTreeMap::from([("cleanup.policy".to_string(), "compact".to_string())]);
-        match self
-            .controller
-            .create_topic(OFFSETS_TOPIC, self.config.offsets_topic_num_partitions, 1, configs)
-        {
-            Ok(_) | Err(Error::TopicAlreadyExists(_)) => {}
-            Err(e) => return Err(e),
+        let partitions = self.config.offsets_topic_num_partitions;
+        match self.controller.create_topic(OFFSETS_TOPIC, partitions, factor, configs) {
+            Ok(_) => {
+                self.replicas.catch_up(&self.controller.image())?;
+                self.loaded.mark_created(&self.replicas, partitions);
+                Ok(())
+            }
+            // Created by another request meanwhile: loaded like any partition led here.
+            Err(Error::TopicAlreadyExists(_)) => self.replicas.catch_up(&self.controller.image()),
+            Err(e) => Err(e),
         }
-        self.replicas.catch_up(&self.controller.image())
     }
 
-    /// Rebuilds groups and offsets from `__consumer_offsets` (start-up).
-    pub fn load(&self) -> Result<(), Error> {
-        let Some(topic) = self.controller.image().topic(OFFSETS_TOPIC).cloned() else {
-            return Ok(());
-        };
-        let mut applied = 0usize;
-        for p in 0..topic.partitions {
-            let Some(partition) = self.replicas.get(OFFSETS_TOPIC, p) else {
-                continue;
-            };
-            let offsets = partition.offsets()?;
-            let mut next = offsets.log_start_offset;
-            while next < offsets.high_watermark {
-                let read = partition.read(next, 1 << 20, true)?;
-                if read.records.is_empty() {
-                    break;
+    /// Whether a request for the group may be served here now: its partition is led here and
+    /// its groups are loaded at the current leader epoch, loaded by this call if the partition
+    /// is small (loading.rs). False wakes the background pass.
+    pub fn ready(self: &Arc<Self>, group_id: &str) -> bool {
+        let partitions = self.offsets_partition_count();
+        let p = partition_for(group_id, partitions);
+        match self.loaded.check(&self.replicas, p) {
+            Readiness::Loaded => true,
+            Readiness::Wait => false,
+            Readiness::LoadNow(partition, _claim) => {
+                if let Err(e) = self.load_partition(p, &partition, partitions) {
+                    tracing::warn!(partition = p, error = %e, "loading the groups of {OFFSETS_TOPIC}-{p}");
                 }
-                let bytes = read.records;
-                let before = next;
-                let mut sets = Vec::new();
-                for framed in batches(&bytes) {
-                    let (header, batch) =
-                        framed.map_err(|e| Error::CorruptBatch(format!("{OFFSETS_TOPIC}-{p} after {next}: {e}")))?;
-                    // The header, not the records, moves the read on: a compacted batch may
-                    // hold none of its offsets.
-                    next = next.max(header.last_offset() + 1);
-                    sets.push(decode_records(&batch).map_err(|e| {
-                        Error::CorruptBatch(format!("{OFFSETS_TOPIC}-{p} at {}: {e}", header.base_offset))
-                    })?);
-                }
-                if next == before {
-                    break; // nothing readable: never loop
-                }
-                for set in sets {
-                    for r in set.records {
-                        next = next.max(r.offset + 1);
-                        let Some(key) = r.key.as_ref() else { continue };
-                        if r.control {
-                            // A transaction marker: the key is (version i16, type i16), type 1
-                            // commit, 0 abort. It settles that producer's pending offsets here.
-                            if key.len() >= 4 {
-                                let kind = i16::from_be_bytes([key[2], key[3]]);
-                                self.complete_txn(p, r.producer_id, kind == 1);
-                            }
-                            continue;
-                        }
-                        match OffsetsRecord::decode(key, r.value.as_ref()) {
-                            Some(OffsetsRecord::Offset {
-                                group,
-                                topic,
-                                partition,
-                                value: Some(value),
-                            }) if r.transactional => {
-                                // Pending until this producer's marker follows.
-                                let slot = self.slot_or_create(&group);
-                                slot.lock()
-                                    .pending_txn_offsets
-                                    .entry(r.producer_id)
-                                    .or_default()
-                                    .insert((topic, partition), (value, r.offset));
-                                applied += 1;
-                            }
-                            Some(OffsetsRecord::Offset {
-                                group,
-                                topic,
-                                partition,
-                                value,
-                            }) => {
-                                let slot = self.slot_or_create(&group);
-                                let mut e = slot.lock();
-                                let key = (topic, partition);
-                                match value {
-                                    Some(v) => {
-                                        e.committed_at.insert(key.clone(), r.offset);
-                                        e.offsets.insert(key, v);
-                                    }
-                                    None => {
-                                        e.committed_at.remove(&key);
-                                        e.offsets.remove(&key);
-                                    }
-                                }
-                                applied += 1;
-                            }
-                            Some(record) => {
-                                self.apply(record);
-                                applied += 1;
-                            }
-                            None => tracing::warn!(partition = p, offset = r.offset, "skipping an unreadable record"),
-                        }
-                    }
-                }
+                self.loaded.epoch(p) == Some(partition.leader_epoch())
             }
         }
-        if applied > 0 {
-            tracing::info!(records = applied, groups = self.map().len(), "loaded consumer groups");
-        }
-        Ok(())
     }
 
-    fn apply(&self, record: OffsetsRecord) {
+    /// Resolves when a request found its partition led here but not loaded.
+    pub async fn loading_wanted(&self) {
+        self.loaded.wanted().await;
+    }
+
+    /// Loads the groups of every `__consumer_offsets` partition led here (start-up).
+    pub fn load(self: &Arc<Self>) -> Result<(), Error> {
+        self.sync_partitions()
+    }
+
+    /// One failover pass (Kafka's `onElection` / `onResignation`): partitions no longer led
+    /// here at their loaded epoch are unloaded, partitions led here at a new epoch loaded. The
+    /// first load error is returned; the others are logged, and every failed partition is
+    /// tried again by the next pass.
+    pub fn sync_partitions(self: &Arc<Self>) -> Result<(), Error> {
+        let _pass = self.loaded.pass();
+        let partitions = self.controller.image().topic(OFFSETS_TOPIC).map_or(0, |t| t.partitions);
+        let plan = self.loaded.plan(&self.replicas, partitions);
+        for p in plan.unload {
+            // A partition a request is loading now is left to the next pass.
+            let Some(_claim) = self.loaded.claim(p) else { continue };
+            let dropped = self.unload_partition(p, partitions);
+            tracing::info!(
+                partition = p,
+                groups = dropped,
+                "unloaded the groups of {OFFSETS_TOPIC}-{p}"
+            );
+        }
+        let mut first_error = None;
+        for (p, partition) in plan.load {
+            let Some(_claim) = self.loaded.claim(p) else { continue };
+            if self.loaded.epoch(p) == Some(partition.leader_epoch()) {
+                continue; // a request loaded it meanwhile
+            }
+            if let Err(e) = self.load_partition(p, &partition, partitions) {
+                tracing::warn!(partition = p, error = %e, "loading the groups of {OFFSETS_TOPIC}-{p}");
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Drops the groups of partition `p` (of `partitions`) and marks it unloaded; answers how
+    /// many went.
+    fn unload_partition(&self, p: i32, partitions: i32) -> usize {
+        let dropped: Vec<Arc<Slot>> = {
+            let mut map = self.map();
+            let ids: Vec<String> = map
+                .keys()
+                .filter(|id| partition_for(id, partitions) == p)
+                .cloned()
+                .collect();
+            self.loaded.set(p, None);
+            ids.iter().filter_map(|id| map.remove(id)).collect()
+        };
+        for slot in &dropped {
+            slot.unload();
+        }
+        dropped.len()
+    }
+
+    /// Loads partition `p` (of `partitions`) at its current leader epoch (the caller holds
+    /// its claim): anything left of it goes first, then its records from the log start to the log end are replayed into
+    /// groups of its own, installed once the log end has not moved since the last read (a
+    /// marker written meanwhile settles transactional offsets in the groups of the map, so
+    /// it must be read, or find them installed). Group timers restart for groups with
+    /// deadlines (members restored from their snapshots must heartbeat within their session).
+    fn load_partition(self: &Arc<Self>, p: i32, partition: &Partition, partitions: i32) -> Result<(), Error> {
+        let epoch = partition.leader_epoch();
+        self.unload_partition(p, partitions);
+        let mut groups: HashMap<String, GroupEntry> = HashMap::new();
+        let mut records = 0usize;
+        let mut next = partition.offsets()?.log_start_offset;
+        for _ in 0..LOAD_ROUNDS_MAX {
+            next = loading::replay(partition, next, |r| {
+                records += 1;
+                self.replay_record(&mut groups, p, r);
+            })?;
+            let (installed, strays) = {
+                let mut map = self.map();
+                if partition.offsets()?.log_end_offset > next {
+                    continue;
+                }
+                if partition.leader_epoch() != epoch {
+                    // Moved on while loading: the next pass loads the new epoch.
+                    return Ok(());
+                }
+                // Requests in flight since the unload may have created groups of `p`: the
+                // loaded state replaces them.
+                let stray_ids: Vec<String> = map
+                    .keys()
+                    .filter(|id| partition_for(id, partitions) == p)
+                    .cloned()
+                    .collect();
+                let strays: Vec<Arc<Slot>> = stray_ids.iter().filter_map(|id| map.remove(id)).collect();
+                let installed: Vec<Arc<Slot>> = groups
+                    .drain()
+                    .map(|(id, entry)| {
+                        let slot = Arc::new(Slot::new(entry));
+                        map.insert(id, slot.clone());
+                        slot
+                    })
+                    .collect();
+                self.loaded.set(p, Some(epoch));
+                (installed, strays)
+            };
+            for slot in &strays {
+                slot.unload();
+            }
+            if records > 0 {
+                tracing::info!(
+                    partition = p,
+                    epoch,
+                    records,
+                    groups = installed.len(),
+                    "loaded the groups of {OFFSETS_TOPIC}-{p}"
+                );
+            }
+            for slot in &installed {
+                if slot.lock().next_deadline().is_some() {
+                    self.ensure_timer(slot);
+                }
+            }
+            return Ok(());
+        }
+        Err(Error::Storage {
+            op: "load groups from",
+            path: format!("{OFFSETS_TOPIC}-{p}").into(),
+            source: std::io::Error::other(format!("the log end kept moving in {LOAD_ROUNDS_MAX} reads")),
+        })
+    }
+
+    /// Applies one record of partition `p` read at load to `groups` (that partition's).
+    fn replay_record(&self, groups: &mut HashMap<String, GroupEntry>, p: i32, r: &kafka_protocol::records::Record) {
+        let now = Instant::now();
+        let Some(key) = r.key.as_ref() else { return };
+        if r.control {
+            // A transaction marker: the key is (version i16, type i16), type 1 commit, 0
+            // abort. It settles that producer's pending offsets in this partition's groups.
+            if key.len() >= 4 {
+                let commit = i16::from_be_bytes([key[2], key[3]]) == 1;
+                for entry in groups.values_mut() {
+                    entry.settle_txn(r.producer_id, commit);
+                }
+            }
+            return;
+        }
+        let Some(record) = OffsetsRecord::decode(key, r.value.as_ref()) else {
+            tracing::warn!(partition = p, offset = r.offset, "skipping an unreadable record");
+            return;
+        };
         match record {
+            OffsetsRecord::Offset {
+                group,
+                topic,
+                partition,
+                value: Some(value),
+            } if r.transactional => {
+                // Pending until this producer's marker follows.
+                groups
+                    .entry(group.clone())
+                    .or_insert_with(|| GroupEntry::new(&group, now))
+                    .pending_txn_offsets
+                    .entry(r.producer_id)
+                    .or_default()
+                    .insert((topic, partition), (value, r.offset));
+            }
             OffsetsRecord::Offset {
                 group,
                 topic,
                 partition,
                 value,
             } => {
-                let slot = self.slot_or_create(&group);
-                let mut e = slot.lock();
+                let e = groups
+                    .entry(group.clone())
+                    .or_insert_with(|| GroupEntry::new(&group, now));
+                let key = (topic, partition);
                 match value {
-                    Some(v) => e.offsets.insert((topic, partition), v),
-                    None => e.offsets.remove(&(topic, partition)),
-                };
+                    Some(v) => {
+                        e.committed_at.insert(key.clone(), r.offset);
+                        e.offsets.insert(key, v);
+                    }
+                    None => {
+                        e.committed_at.remove(&key);
+                        e.offsets.remove(&key);
+                    }
+                }
             }
             OffsetsRecord::Group {
                 group,
                 value: Some(snapshot),
             } => {
-                let slot = self.slot_or_create(&group);
-                let mut e = slot.lock();
-                e.group = Group::restore(&group, snapshot, Instant::now());
+                let e = groups
+                    .entry(group.clone())
+                    .or_insert_with(|| GroupEntry::new(&group, now));
+                e.group = Group::restore(&group, snapshot, now);
                 // A later classic record means the group was converted.
                 e.consumer = None;
             }
             OffsetsRecord::Group { group, value: None } => {
-                self.map().remove(&group);
+                groups.remove(&group);
             }
             OffsetsRecord::ConsumerGroup {
                 group,
                 value: Some(snapshot),
             } => {
-                let slot = self.slot_or_create(&group);
-                let mut e = slot.lock();
-                let now = Instant::now();
-                e.group = Group::new(&group, now);
-                e.persisted_consumer = Some(snapshot.clone());
                 let image = self.controller.image();
                 let topics = self.topics_view(&image);
-                e.consumer = Some(ConsumerGroup::restore(
-                    &group,
-                    snapshot,
-                    &topics,
-                    &self.consumer_limits_of(&group, &image),
-                    now,
-                ));
+                let limits = self.consumer_limits_of(&group, &image);
+                let e = groups
+                    .entry(group.clone())
+                    .or_insert_with(|| GroupEntry::new(&group, now));
+                e.group = Group::new(&group, now);
+                e.persisted_consumer = Some(snapshot.clone());
+                e.consumer = Some(ConsumerGroup::restore(&group, snapshot, &topics, &limits, now));
             }
             OffsetsRecord::ConsumerGroup { group, value: None } => {
-                if let Some(slot) = self.slot(&group) {
-                    let mut e = slot.lock();
+                if let Some(e) = groups.get_mut(&group) {
                     e.consumer = None;
                     e.persisted_consumer = None;
                 }
@@ -400,30 +548,18 @@ impl GroupCoordinator {
         }
     }
 
-    /// Restarts timers of groups restored with members (their sessions must be checked).
-    pub fn start_timers(self: &Arc<Self>) {
-        let slots: Vec<Arc<Slot>> = self.map().values().cloned().collect();
-        for slot in slots {
-            self.ensure_timer(&slot);
-        }
-    }
-
-    /// Appends records to the group's `__consumer_offsets` partition and waits until durable.
-    async fn persist(&self, group_id: &str, records: &[OffsetsRecord]) -> Result<(), Error> {
+    /// Appends records to the group's `__consumer_offsets` partition and waits until every
+    /// in-sync replica holds them.
+    async fn persist(&self, slot: &Slot, group_id: &str, records: &[OffsetsRecord]) -> Result<(), Error> {
         if records.is_empty() {
             return Ok(());
         }
-        self.persist_at(group_id, records).await.map(|_| ())
+        self.persist_at(slot, group_id, records).await.map(|_| ())
     }
 
     /// `persist`, answering the log offset of the first record (the others follow it).
-    async fn persist_at(&self, group_id: &str, records: &[OffsetsRecord]) -> Result<i64, Error> {
+    async fn persist_at(&self, slot: &Slot, group_id: &str, records: &[OffsetsRecord]) -> Result<i64, Error> {
         self.ensure_offsets_topic()?;
-        let index = partition_for(group_id, self.offsets_partition_count());
-        let partition = self
-            .replicas
-            .get(OFFSETS_TOPIC, index)
-            .ok_or_else(|| Error::UnknownTopicOrPartition(format!("{OFFSETS_TOPIC}-{index}")))?;
         let now = now_ms();
         let records: Vec<(Option<Bytes>, Option<Bytes>, i64)> = records
             .iter()
@@ -434,8 +570,34 @@ impl GroupCoordinator {
             .collect();
         let encoded = encode_records(&records, Compression::None)?;
         let batches = validate_batches(&encoded, usize::MAX)?;
-        let info = partition.append(batches, true).await?;
-        partition.wait_durable(info.last_offset).await?;
+        self.append_acknowledged(slot, group_id, batches, Origin::Client).await
+    }
+
+    /// The one write path of the group coordinator (Kafka's coordinators append with acks=-1):
+    /// only for a group whose state is loaded at the partition's current epoch, refused before
+    /// the write below `min.insync.replicas`, acknowledged once every in-sync replica holds it.
+    /// A group unloaded while its write was in flight gets NOT_COORDINATOR (Kafka's append
+    /// callbacks check the group is not Dead): the state it belonged to is gone, and the
+    /// reloaded one may not have read the write. Answers the offset of the first record.
+    async fn append_acknowledged(
+        &self,
+        slot: &Slot,
+        group_id: &str,
+        batches: Vec<crate::log::ValidBatch>,
+        origin: Origin,
+    ) -> Result<i64, Error> {
+        let index = partition_for(group_id, self.offsets_partition_count());
+        let not_here = || Error::NotLeader(format!("{OFFSETS_TOPIC}-{index} (its groups are not loaded here)"));
+        if slot.is_unloaded() || !self.loaded.is_loaded(&self.replicas, index) {
+            return Err(not_here());
+        }
+        let partition = self.replicas.get(OFFSETS_TOPIC, index).ok_or_else(not_here)?;
+        partition.check_enough_replicas()?;
+        let info = partition.append_from(batches, true, origin).await?;
+        partition.wait_acknowledged(info.last_offset).await?;
+        if slot.is_unloaded() {
+            return Err(not_here());
+        }
         Ok(info.base_offset)
     }
 
@@ -451,7 +613,7 @@ impl GroupCoordinator {
             group: group_id.to_string(),
             value: Some(snapshot),
         };
-        if let Err(e) = self.persist(group_id, &[record]).await {
+        if let Err(e) = self.persist(slot, group_id, &[record]).await {
             tracing::warn!(group = group_id, error = %e, "persisting group metadata");
         }
     }
@@ -466,6 +628,11 @@ impl GroupCoordinator {
         let slot = slot.clone();
         tokio::spawn(async move {
             loop {
+                if slot.is_unloaded() {
+                    // Its partition moved: the new coordinator times the group's members.
+                    slot.timer_running.store(false, Ordering::Release);
+                    return;
+                }
                 let deadline = slot.lock().next_deadline();
                 let Some(deadline) = deadline else {
                     slot.timer_running.store(false, Ordering::Release);
@@ -728,7 +895,7 @@ impl GroupCoordinator {
         let persisted = if records.is_empty() {
             Ok(0)
         } else {
-            self.persist_at(group_id, &records).await
+            self.persist_at(&slot, group_id, &records).await
         };
         match persisted {
             Ok(base) => {
@@ -740,10 +907,10 @@ impl GroupCoordinator {
             }
             Err(err) => {
                 tracing::warn!(group = group_id, error = %err, "offset commit not durable");
-                let code = match err {
+                let code = replication_error_code(&err).unwrap_or_else(|| match err {
                     Error::Storage { .. } => ResponseError::CoordinatorNotAvailable.code(),
                     other => other.code(),
-                };
+                });
                 for (i, _, _) in accepted {
                     codes[i] = code;
                 }
@@ -804,7 +971,7 @@ impl GroupCoordinator {
             return codes;
         }
         match self
-            .persist_transactional(group_id, producer_id, producer_epoch, &records)
+            .persist_transactional(&slot, group_id, producer_id, producer_epoch, &records)
             .await
         {
             Ok(base) => {
@@ -817,12 +984,12 @@ impl GroupCoordinator {
             Err(err) => {
                 tracing::warn!(group = group_id, producer_id, error = %err, "transactional offset commit not written");
                 // Kafka's CoordinatorRuntime normalization of write errors.
-                let code = match err {
+                let code = replication_error_code(&err).unwrap_or_else(|| match err {
                     Error::Storage { .. } | Error::ShuttingDown => ResponseError::NotCoordinator.code(),
                     Error::UnknownTopicOrPartition(_) => ResponseError::CoordinatorNotAvailable.code(),
                     Error::MessageTooLarge { .. } => ResponseError::UnknownServerError.code(),
                     other => other.code(),
-                };
+                });
                 for (i, _, _) in accepted {
                     codes[i] = code;
                 }
@@ -832,20 +999,16 @@ impl GroupCoordinator {
     }
 
     /// Appends offset records as one transactional batch of `producer_id` (attributes bit 4,
-    /// no sequence: Kafka's coordinator writes) and waits until durable; answers the log offset
-    /// of the first record.
+    /// no sequence: Kafka's coordinator writes) and waits until every in-sync replica holds
+    /// it; answers the log offset of the first record.
     async fn persist_transactional(
         &self,
+        slot: &Slot,
         group_id: &str,
         producer_id: i64,
         producer_epoch: i16,
         records: &[OffsetsRecord],
     ) -> Result<i64, Error> {
-        let index = partition_for(group_id, self.offsets_partition_count());
-        let partition = self
-            .replicas
-            .get(OFFSETS_TOPIC, index)
-            .ok_or_else(|| Error::UnknownTopicOrPartition(format!("{OFFSETS_TOPIC}-{index}")))?;
         let now = now_ms();
         let records: Vec<kafka_protocol::records::Record> = records
             .iter()
@@ -882,35 +1045,20 @@ impl GroupCoordinator {
         )
         .map_err(|e| Error::CorruptBatch(format!("encoding transactional offsets: {e}")))?;
         let batches = validate_batches(&buf.freeze(), usize::MAX)?;
-        let info = partition
-            .append_from(batches, true, crate::log::producer_state::Origin::Coordinator)
-            .await?;
-        partition.wait_durable(info.last_offset).await?;
-        Ok(info.base_offset)
+        self.append_acknowledged(slot, group_id, batches, Origin::Coordinator)
+            .await
     }
 
     /// Settles a producer's transactional offsets in the groups of one `__consumer_offsets`
     /// partition once its marker is written there (or read back at load): applied on commit,
     /// dropped on abort.
     pub fn complete_txn(&self, partition: i32, producer_id: i64, commit: bool) {
+        let partitions = self.offsets_partition_count();
         let slots: Vec<Arc<Slot>> = self.map().values().cloned().collect();
         for slot in slots {
             let mut e = slot.lock();
-            if partition_for(&e.group.id, self.offsets_partition_count()) != partition {
-                continue;
-            }
-            let Some(pending) = e.pending_txn_offsets.remove(&producer_id) else {
-                continue;
-            };
-            if !commit {
-                continue;
-            }
-            for (key, (value, at)) in pending {
-                let newer = !e.offsets.contains_key(&key) || e.committed_at.get(&key).is_none_or(|c| at > *c);
-                if newer {
-                    e.committed_at.insert(key.clone(), at);
-                    e.offsets.insert(key, value);
-                }
+            if partition_for(&e.group.id, partitions) == partition {
+                e.settle_txn(producer_id, commit);
             }
         }
     }
@@ -997,10 +1145,13 @@ impl GroupCoordinator {
             && let Err(e) = self.persist_consumer(group_id, &slot).await
         {
             tracing::warn!(group = group_id, error = %e, "persisting consumer group");
-            return fail(
-                ResponseError::CoordinatorNotAvailable,
-                "the group state could not be stored".into(),
-            );
+            // The partition moved (or its groups were unloaded): the member finds the new
+            // coordinator, which has the group's last stored state.
+            let code = match e {
+                Error::NotLeader(_) => ResponseError::NotCoordinator,
+                _ => ResponseError::CoordinatorNotAvailable,
+            };
+            return fail(code, "the group state could not be stored".into());
         }
         out
     }
@@ -1020,7 +1171,7 @@ impl GroupCoordinator {
             group: group_id.to_string(),
             value: Some(snapshot.clone()),
         };
-        self.persist(group_id, &[record]).await?;
+        self.persist(slot, group_id, &[record]).await?;
         slot.lock().persisted_consumer = Some(snapshot);
         Ok(())
     }
@@ -1081,9 +1232,9 @@ impl GroupCoordinator {
             records
         };
         self.map().remove(group_id);
-        match self.persist(group_id, &records).await {
+        match self.persist(&slot, group_id, &records).await {
             Ok(()) => 0,
-            Err(e) => e.code(),
+            Err(e) => replication_error_code(&e).unwrap_or_else(|| e.code()),
         }
     }
 
@@ -1122,7 +1273,9 @@ impl GroupCoordinator {
             }
             (codes, records)
         };
-        self.persist(group_id, &records).await.map_err(|e| e.code())?;
+        self.persist(&slot, group_id, &records)
+            .await
+            .map_err(|e| replication_error_code(&e).unwrap_or_else(|| e.code()))?;
         Ok(codes)
     }
 
@@ -1155,7 +1308,7 @@ impl GroupCoordinator {
                 (id, records)
             };
             tracing::info!(group = %id, partitions = records.len(), "offsets expired (offsets.retention.minutes)");
-            if let Err(e) = self.persist(&id, &records).await {
+            if let Err(e) = self.persist(&slot, &id, &records).await {
                 tracing::warn!(group = %id, error = %e, "writing offset expiry");
             }
         }
@@ -1194,11 +1347,38 @@ impl GroupCoordinator {
                     .collect();
                 (id, records)
             };
-            if let Err(e) = self.persist(&id, &records).await {
+            if let Err(e) = self.persist(&slot, &id, &records).await {
                 tracing::warn!(group = %id, topic, error = %e, "removing a deleted topic's offsets");
             }
         }
     }
+}
+
+/// The replication failures of a coordinator write as Kafka's coordinators answer them
+/// (`GroupMetadataManager.storeOffsets`, `TransactionStateManager.appendTransactionToLog`,
+/// `CoordinatorRuntime`): the partition led elsewhere now, or its state unloaded here, is
+/// NOT_COORDINATOR, so the client looks the coordinator up again; too few in-sync replicas,
+/// before or after the append, is COORDINATOR_NOT_AVAILABLE, which it retries. None for the
+/// other errors, which each caller maps.
+pub(crate) fn replication_error_code(err: &Error) -> Option<i16> {
+    match err {
+        Error::NotLeader(_) => Some(ResponseError::NotCoordinator.code()),
+        Error::NotEnoughReplicas { .. } | Error::NotEnoughReplicasAfterAppend { .. } => {
+            Some(ResponseError::CoordinatorNotAvailable.code())
+        }
+        _ => None,
+    }
+}
+
+/// The replication factor of an internal topic this node creates: the configured one
+/// (`offsets.topic.replication.factor`, `transaction.state.log.replication.factor`) capped at
+/// the live registered brokers. Kafka refuses instead (the topic is not created, and the
+/// coordinator is not available, until enough brokers are up); capping keeps a single node,
+/// with Kafka's default of 3, working, at the cost of a topic replicated less than asked when
+/// it is created while brokers are missing (raise it later by reassignment).
+pub(crate) fn internal_replication_factor(image: &MetadataImage, configured: i16) -> i16 {
+    let live = i16::try_from(image.live_brokers().count()).unwrap_or(i16::MAX);
+    configured.min(live).max(1)
 }
 
 /// OffsetCommit (or, `transactional`, TxnOffsetCommit) checks for a KIP-848 group, in the
@@ -1401,5 +1581,153 @@ mod tests {
         let c = coordinator(dir.path()).await;
         assert!(!c.fetch_offsets("g").contains_key(&("t".to_string(), 0)));
         assert_eq!(c.fetch_offsets("g")[&("kept".to_string(), 0)].offset, 6);
+    }
+
+    /// A group id whose `__consumer_offsets` partition (of 3) is not `p`'s.
+    fn group_outside(p: i32) -> String {
+        (0..)
+            .map(|i| format!("other-{i}"))
+            .find(|g| partition_for(g, 3) != p)
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_partitions_groups_go_with_its_leadership_and_come_back_at_a_new_epoch() {
+        // Kafka's GroupCoordinator.onResignation / onElection: the groups of a partition this
+        // node stops leading are dropped; leading it again at a new epoch loads them from the
+        // log, offsets included. Other partitions' groups are untouched.
+        let dir = tempfile::tempdir().unwrap();
+        let c = coordinator(dir.path()).await;
+        let p = partition_for("g", 3);
+        let other = group_outside(p);
+        let commit = |offset| vec![("t".to_string(), 0, offset, -1, None)];
+        assert_eq!(c.commit("g", "", None, -1, commit(5), 9).await, vec![0]);
+        assert_eq!(c.commit(&other, "", None, -1, commit(6), 9).await, vec![0]);
+        assert!(c.loaded.is_loaded(&c.replicas, p), "created here, so loaded");
+
+        let partition = c.replicas.hosted(OFFSETS_TOPIC, p).unwrap();
+        let epoch = partition.leader_epoch();
+        partition.become_follower(epoch + 1, 2, 1);
+        assert!(!c.ready("g"), "no longer led here");
+        c.sync_partitions().unwrap();
+        assert!(c.fetch_offsets("g").is_empty(), "unloaded");
+        assert_eq!(c.fetch_offsets(&other)[&("t".to_string(), 0)].offset, 6);
+        // Nothing is written for a partition not loaded (the group it creates is a stray).
+        let not_coordinator = ResponseError::NotCoordinator.code();
+        assert_eq!(c.commit("g", "", None, -1, commit(7), 9).await, vec![not_coordinator]);
+
+        partition.become_leader(epoch + 2, 1, vec![1], vec![1], 1);
+        assert!(!c.loaded.is_loaded(&c.replicas, p), "led again, not loaded yet");
+        c.sync_partitions().unwrap();
+        assert!(c.loaded.is_loaded(&c.replicas, p));
+        assert_eq!(
+            c.fetch_offsets("g")[&("t".to_string(), 0)].offset,
+            5,
+            "reloaded from the log; the refused commit left nothing"
+        );
+        assert_eq!(c.commit("g", "", None, -1, commit(8), 9).await, vec![0]);
+        assert_eq!(c.fetch_offsets("g")[&("t".to_string(), 0)].offset, 8);
+    }
+
+    #[tokio::test]
+    async fn the_first_request_after_a_failover_loads_a_small_partition_itself() {
+        // loading.rs: a partition of at most LOAD_ON_REQUEST_BYTES_MAX is loaded by the request
+        // that finds it led here but not loaded, rather than refused until the pass runs.
+        let dir = tempfile::tempdir().unwrap();
+        let c = coordinator(dir.path()).await;
+        let commit = |offset| vec![("t".to_string(), 1, offset, -1, None)];
+        assert_eq!(c.commit("g", "", None, -1, commit(5), 9).await, vec![0]);
+        let p = partition_for("g", 3);
+        let partition = c.replicas.hosted(OFFSETS_TOPIC, p).unwrap();
+        let epoch = partition.leader_epoch();
+        partition.become_follower(epoch + 1, 2, 1);
+        c.sync_partitions().unwrap();
+        assert!(c.fetch_offsets("g").is_empty());
+        partition.become_leader(epoch + 2, 1, vec![1], vec![1], 1);
+        assert!(c.ready("g"), "loaded by the request");
+        assert_eq!(c.loaded.epoch(p), Some(epoch + 2));
+        assert_eq!(c.fetch_offsets("g")[&("t".to_string(), 1)].offset, 5);
+    }
+
+    #[tokio::test]
+    async fn an_unloaded_group_answers_its_waiters_and_writes_nothing_more() {
+        // Kafka's onGroupUnloaded: members waiting in JoinGroup get NOT_COORDINATOR, and the
+        // dropped group (its timer included) can no longer write to __consumer_offsets, even
+        // once this node leads the partition again.
+        let dir = tempfile::tempdir().unwrap();
+        let c = coordinator(dir.path()).await;
+        c.ensure_offsets_topic().unwrap();
+        let p = partition_for("g", 3);
+        let slot = c.slot_or_create("g");
+        let (tx, rx) = oneshot::channel();
+        let join = JoinRequest {
+            member_id: String::new(),
+            instance_id: Some("i".into()),
+            client_id: "c".into(),
+            client_host: "/h".into(),
+            session_timeout: Duration::from_secs(600),
+            rebalance_timeout: Duration::from_secs(600),
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), Bytes::new())],
+            require_known_member_id: false,
+        };
+        slot.lock().group.join(join, &c.limits, Instant::now(), tx);
+        c.ensure_timer(&slot);
+
+        let partition = c.replicas.hosted(OFFSETS_TOPIC, p).unwrap();
+        let epoch = partition.leader_epoch();
+        partition.become_follower(epoch + 1, 2, 1);
+        c.sync_partitions().unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(10), rx)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(answer.error, ResponseError::NotCoordinator.code());
+        assert!(slot.is_unloaded() && c.slot("g").is_none());
+
+        partition.become_leader(epoch + 2, 1, vec![1], vec![1], 1);
+        c.sync_partitions().unwrap();
+        let end = partition.offsets().unwrap().log_end_offset;
+        let record = OffsetsRecord::Group {
+            group: "g".into(),
+            value: Some(Group::new("g", Instant::now()).snapshot()),
+        };
+        let refused = c.persist(&slot, "g", &[record]).await.unwrap_err();
+        assert!(matches!(refused, Error::NotLeader(_)), "{refused}");
+        assert_eq!(partition.offsets().unwrap().log_end_offset, end, "nothing written");
+        // The timer saw the flag and ended.
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while slot.timer_running.load(Ordering::Acquire) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .unwrap();
+    }
+
+    #[test]
+    fn internal_topics_replicate_at_most_as_many_times_as_there_are_live_brokers() {
+        // Kafka refuses to create __consumer_offsets with fewer brokers than
+        // offsets.topic.replication.factor (default 3); Sluice caps the factor, so one node
+        // with Kafka's defaults creates it with one replica.
+        let mut image = MetadataImage::default();
+        let broker = |id, fenced| {
+            Arc::new(crate::cluster::BrokerInfo {
+                fenced,
+                ..crate::cluster::BrokerInfo::new(id, "localhost", 9092)
+            })
+        };
+        image.brokers.insert(1, broker(1, false));
+        assert_eq!(internal_replication_factor(&image, 3), 1);
+        image.brokers.insert(2, broker(2, false));
+        image.brokers.insert(3, broker(3, true));
+        assert_eq!(
+            internal_replication_factor(&image, 3),
+            2,
+            "a fenced broker does not count"
+        );
+        image.brokers.insert(4, broker(4, false));
+        assert_eq!(internal_replication_factor(&image, 3), 3);
+        assert_eq!(internal_replication_factor(&image, 1), 1);
     }
 }

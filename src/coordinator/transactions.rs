@@ -1,12 +1,19 @@
 //! The transaction coordinator: transactional ids, their producer ids and epochs, and the
 //! two-phase end of each transaction, with the state kept in the internal compacted topic
 //! `__transaction_state` (Kafka's record formats, txn_records.rs; id → partition by Kafka's
-//! hash) and rebuilt from it at start-up.
+//! hash). The ids of a partition are loaded from it when this node becomes its leader, and
+//! dropped when it stops leading it (loading.rs; Kafka's
+//! `loadTransactionsForTxnTopicPartition` / `removeTransactionsForTxnTopicPartition`); a
+//! transaction found in Prepare* at load is finished. Writes wait until every in-sync replica
+//! holds them.
 //!
 //! `TxnStates` is the state machine (Kafka's `TransactionMetadata` transitions), a plain struct
 //! taking `now`. A transition is prepared under the lock (the id is then *pending*: other
 //! requests for it get CONCURRENT_TRANSACTIONS, as in Kafka), written to `__transaction_state`
-//! without the lock, then applied, or dropped when the write failed.
+//! without the lock, then applied, or dropped when the write failed. Both happen only if the
+//! id's partition is still loaded at the epoch it was prepared under (Kafka's coordinator-epoch
+//! check in `appendTransactionToLog`'s callback): after a failover and back the id's state is
+//! another load's, which neither the write nor its failure may touch.
 //!
 //! Ending a transaction (EndTxn, a fence by InitProducerId, a timeout) writes PrepareCommit or
 //! PrepareAbort, then a marker to every partition of the transaction (`MarkerWriter`: written
@@ -24,6 +31,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
@@ -33,14 +41,15 @@ use kafka_protocol::messages::{ProducerId, TopicName, WriteTxnMarkersRequest, Wr
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::Compression;
 
-use super::GroupCoordinator;
+use super::loading::{self, LOAD_ROUNDS_MAX, LoadedPartitions, Readiness};
 use super::records::partition_for;
 use super::txn_records::{self, TxnLogValue};
+use super::{GroupCoordinator, internal_replication_factor};
 use crate::cluster::broker_client::BrokerClient;
 use crate::cluster::{Controller, MetadataImage};
 use crate::config::BrokerConfig;
 use crate::error::Error;
-use crate::log::batch::{batches, decode_records, encode_records};
+use crate::log::batch::encode_records;
 use crate::log::validate_batches;
 use crate::replica::{Partition, ReplicaManager, TopicPartition, now_ms};
 
@@ -934,14 +943,18 @@ impl MarkerWriter {
         done
     }
 
-    /// Writes `marker` to partitions hosted here and waits until each is durable (all appended
-    /// first, then one wait for all: the fsyncs overlap); a `__consumer_offsets` partition then
-    /// applies or drops the offsets the transaction committed there. The one write path of
-    /// markers: the coordinator's own partitions and WriteTxnMarkers from another broker's
-    /// coordinator. Results are in the order of `partitions`.
+    /// Writes `marker` to partitions hosted here and waits until each is acknowledged as an
+    /// acks=all produce is (Kafka appends markers with acks=-1): refused before the write below
+    /// `min.insync.replicas`, then durable here and held by every in-sync replica, so a marker
+    /// reported written survives the loss of the partition's leader. All are appended first,
+    /// then waited for together (the fsyncs and replication overlap); a `__consumer_offsets`
+    /// partition then applies or drops the offsets the transaction committed there. The one
+    /// write path of markers: the coordinator's own partitions and WriteTxnMarkers from another
+    /// broker's coordinator. Results are in the order of `partitions`.
     pub async fn write_hosted(&self, marker: TxnMarker, partitions: Vec<Arc<Partition>>) -> Vec<Result<(), i16>> {
         let appended: Vec<Result<i64, i16>> =
             futures::future::join_all(partitions.iter().map(|partition| async move {
+                partition.check_enough_replicas().map_err(|e| e.code())?;
                 partition
                     .write_txn_marker(
                         marker.producer_id,
@@ -959,19 +972,19 @@ impl MarkerWriter {
             .zip(&appended)
             .map(|(partition, appended)| async move {
                 match appended {
-                    Ok(offset) => partition.wait_durable(*offset).await.map_err(|e| e.code()),
+                    Ok(offset) => partition.wait_acknowledged(*offset).await.map_err(|e| e.code()),
                     Err(c) => Err(*c),
                 }
             });
-        let durable = futures::future::join_all(waits).await;
-        for (partition, result) in partitions.iter().zip(&durable) {
+        let acknowledged = futures::future::join_all(waits).await;
+        for (partition, result) in partitions.iter().zip(&acknowledged) {
             if result.is_ok() && partition.tp.topic == super::OFFSETS_TOPIC {
                 // Offsets committed in the transaction become visible, or are dropped.
                 self.groups
                     .complete_txn(partition.tp.partition, marker.producer_id, marker.commit);
             }
         }
-        durable
+        acknowledged
     }
 
     /// One WriteTxnMarkers to `leader` for its `partitions`. A broker not registered or fenced
@@ -1031,6 +1044,13 @@ pub struct TransactionCoordinator {
     replicas: Arc<ReplicaManager>,
     states: Mutex<TxnStates>,
     markers: MarkerWriter,
+    /// The `__transaction_state` partitions whose ids are loaded here, and at which epoch:
+    /// the coordinator epoch of their transactions' markers. Changed only under `states`,
+    /// read under it when a transition is prepared (lock order: `states`, then this).
+    loaded: LoadedPartitions,
+    /// Set when a partition was loaded (by the pass or a request) since the background pass
+    /// last finished the transactions found in Prepare*.
+    loaded_unfinished: AtomicBool,
 }
 
 impl TransactionCoordinator {
@@ -1040,17 +1060,22 @@ impl TransactionCoordinator {
         replicas: Arc<ReplicaManager>,
         groups: Arc<GroupCoordinator>,
     ) -> TransactionCoordinator {
-        let limits = TxnLimits {
-            max_timeout_ms: config.transaction_max_timeout_ms,
-            id_expiration_ms: config.transactional_id_expiration_ms,
-        };
         let brokers = Arc::new(BrokerClient::new(config.node_id));
         TransactionCoordinator {
             markers: MarkerWriter::new(config.node_id, controller.clone(), replicas.clone(), groups, brokers),
+            states: Mutex::new(TxnStates::new(Self::limits(&config))),
             config,
             controller,
             replicas,
-            states: Mutex::new(TxnStates::new(limits)),
+            loaded: LoadedPartitions::new(TRANSACTION_STATE_TOPIC),
+            loaded_unfinished: AtomicBool::new(false),
+        }
+    }
+
+    fn limits(config: &BrokerConfig) -> TxnLimits {
+        TxnLimits {
+            max_timeout_ms: config.transaction_max_timeout_ms,
+            id_expiration_ms: config.transactional_id_expiration_ms,
         }
     }
 
@@ -1070,8 +1095,15 @@ impl TransactionCoordinator {
             .map_or(self.config.transaction_state_log_num_partitions, |t| t.partitions)
     }
 
+    /// The `__transaction_state` partition of `transactional_id`.
+    fn partition_of(&self, transactional_id: &str) -> i32 {
+        partition_for(transactional_id, self.partition_count())
+    }
+
     /// Creates `__transaction_state` on first use, as Kafka does on the first transaction
-    /// coordinator lookup.
+    /// coordinator lookup: replicated `transaction.state.log.replication.factor` times and
+    /// with `min.insync.replicas` = `transaction.state.log.min.isr`, both capped
+    /// (`internal_replication_factor`; a minimum above the factor would refuse every write).
     pub fn ensure_topic(&self) -> Result<(), Error> {
         if let Some(topic) = self.controller.image().topic(TRANSACTION_STATE_TOPIC) {
             if self
@@ -1083,121 +1115,257 @@ impl TransactionCoordinator {
             }
             return self.replicas.catch_up(&self.controller.image());
         }
-        let configs = BTreeMap::from([("cleanup.policy".to_string(), "compact".to_string())]);
-        match self.controller.create_topic(
-            TRANSACTION_STATE_TOPIC,
-            self.config.transaction_state_log_num_partitions,
-            1,
-            configs,
-        ) {
-            Ok(_) | Err(Error::TopicAlreadyExists(_)) => {}
-            Err(e) => return Err(e),
+        // Held from the creation until the new partitions are marked loaded (see
+        // `GroupCoordinator::ensure_offsets_topic`).
+        let _pass = self.loaded.pass();
+        let image = self.controller.image();
+        let factor = internal_replication_factor(&image, self.config.transaction_state_log_replication_factor);
+        let min_isr = self.config.transaction_state_log_min_isr.min(i32::from(factor));
+        let configs = BTreeMap::from([
+            ("cleanup.policy".to_string(), "compact".to_string()),
+            ("min.insync.replicas".to_string(), min_isr.to_string()),
+        ]);
+        let partitions = self.config.transaction_state_log_num_partitions;
+        match self
+            .controller
+            .create_topic(TRANSACTION_STATE_TOPIC, partitions, factor, configs)
+        {
+            Ok(_) => {
+                self.replicas.catch_up(&self.controller.image())?;
+                // Under `states`, as every change of what is loaded.
+                let _states = self.lock();
+                self.loaded.mark_created(&self.replicas, partitions);
+                Ok(())
+            }
+            Err(Error::TopicAlreadyExists(_)) => self.replicas.catch_up(&self.controller.image()),
+            Err(e) => Err(e),
         }
-        self.replicas.catch_up(&self.controller.image())
     }
 
-    /// Rebuilds every transactional id from `__transaction_state` (start-up). Transactions
-    /// found in Prepare* are finished by `finish_unfinished` (the caller spawns it).
-    pub fn load(&self) -> Result<(), Error> {
-        let Some(topic) = self.controller.image().topic(TRANSACTION_STATE_TOPIC).cloned() else {
-            return Ok(());
-        };
-        let mut read = 0usize;
-        let mut states = self.lock();
-        for p in 0..topic.partitions {
-            let Some(partition) = self.replicas.get(TRANSACTION_STATE_TOPIC, p) else {
-                continue;
-            };
-            let offsets = partition.offsets()?;
-            let mut next = offsets.log_start_offset;
-            while next < offsets.high_watermark {
-                let chunk = partition.read(next, 1 << 20, true)?;
-                let before = next;
-                for framed in batches(&chunk.records) {
-                    let (_, batch) = framed
-                        .map_err(|e| Error::CorruptBatch(format!("{TRANSACTION_STATE_TOPIC}-{p} after {next}: {e}")))?;
-                    let set = decode_records(&batch)
-                        .map_err(|e| Error::CorruptBatch(format!("{TRANSACTION_STATE_TOPIC}-{p}: {e}")))?;
-                    for r in set.records {
-                        next = next.max(r.offset + 1);
-                        if r.control {
-                            continue;
-                        }
-                        let Some(key) = r.key.as_ref() else { continue };
-                        let Ok(id) = txn_records::decode_key(key) else {
-                            tracing::warn!(partition = p, offset = r.offset, "skipping an unreadable key");
-                            continue;
-                        };
-                        match r.value.as_ref().map(|v| txn_records::decode_value(v)) {
-                            None => states.load_record(&id, None),
-                            Some(Ok(v)) => states.load_record(&id, Some(&v)),
-                            Some(Err(e)) => {
-                                tracing::warn!(partition = p, offset = r.offset, error = %e, "skipping an unreadable value");
-                            }
-                        }
-                        read += 1;
+    /// Whether a request for the id may be served here now: its partition is led here and its
+    /// ids are loaded at the current leader epoch, loaded by this call if the partition is
+    /// small (loading.rs; its transactions in Prepare* are then finished by the background
+    /// pass, woken for it). False wakes the background pass.
+    pub fn ready(&self, transactional_id: &str) -> bool {
+        let partitions = self.partition_count();
+        let p = partition_for(transactional_id, partitions);
+        match self.loaded.check(&self.replicas, p) {
+            Readiness::Loaded => true,
+            Readiness::Wait => false,
+            Readiness::LoadNow(partition, _claim) => {
+                match self.load_partition(p, &partition, partitions) {
+                    Ok(_) => self.loaded.wake(),
+                    Err(e) => {
+                        tracing::warn!(partition = p, error = %e, "loading the transactions of {TRANSACTION_STATE_TOPIC}-{p}");
                     }
                 }
-                if next == before {
-                    break; // nothing readable: never loop
-                }
+                self.loaded.epoch(p) == Some(partition.leader_epoch())
             }
         }
-        if read > 0 {
-            tracing::info!(
-                records = read,
-                transactional_ids = states.txns.len(),
-                "loaded transactions"
-            );
-        }
-        Ok(())
     }
 
-    /// Appends one record for `transactional_id` and waits until it is durable. Errors are
-    /// mapped as Kafka's `TransactionStateManager.appendTransactionToLog` maps them.
-    async fn persist(&self, transactional_id: &str, value: Option<TxnLogValue>) -> Result<i32, i16> {
+    /// Whether a partition was loaded since the last call: its transactions in Prepare* are
+    /// to be finished (`finish_unfinished`).
+    pub fn take_loaded(&self) -> bool {
+        self.loaded_unfinished.swap(false, Ordering::AcqRel)
+    }
+
+    /// Resolves when a request found its partition led here but not loaded.
+    pub async fn loading_wanted(&self) {
+        self.loaded.wanted().await;
+    }
+
+    /// The epoch the id's partition is loaded at; callers hold `states`, so that it is the
+    /// epoch of the state they prepare a transition from.
+    fn loaded_epoch(&self, index: i32) -> Option<i32> {
+        self.loaded.epoch(index)
+    }
+
+    /// Loads the ids of every `__transaction_state` partition led here (start-up).
+    /// Transactions found in Prepare* are finished by `finish_unfinished` (the caller
+    /// spawns it).
+    pub fn load(&self) -> Result<(), Error> {
+        self.sync_partitions()
+    }
+
+    /// One failover pass (Kafka's `onElection` / `onResignation` for the transaction log):
+    /// partitions no longer led here at their loaded epoch are unloaded, partitions led here at
+    /// a new epoch loaded (their transactions in Prepare* are for the caller to finish:
+    /// `take_loaded`). The first load error, after trying every partition (the failed ones are
+    /// tried again by the next pass).
+    pub fn sync_partitions(&self) -> Result<(), Error> {
+        let _pass = self.loaded.pass();
+        let partitions = self
+            .controller
+            .image()
+            .topic(TRANSACTION_STATE_TOPIC)
+            .map_or(0, |t| t.partitions);
+        let plan = self.loaded.plan(&self.replicas, partitions);
+        for p in plan.unload {
+            // A partition a request is loading now is left to the next pass.
+            let Some(_claim) = self.loaded.claim(p) else { continue };
+            let dropped = self.unload_partition(p, partitions);
+            tracing::info!(
+                partition = p,
+                transactional_ids = dropped,
+                "unloaded the transactions of {TRANSACTION_STATE_TOPIC}-{p}"
+            );
+        }
+        let mut first_error = None;
+        for (p, partition) in plan.load {
+            let Some(_claim) = self.loaded.claim(p) else { continue };
+            if self.loaded.epoch(p) == Some(partition.leader_epoch()) {
+                continue; // a request loaded it meanwhile
+            }
+            if let Err(e) = self.load_partition(p, &partition, partitions) {
+                tracing::warn!(partition = p, error = %e, "loading the transactions of {TRANSACTION_STATE_TOPIC}-{p}");
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Drops the ids of partition `p` (of `partitions`) and marks it unloaded; answers how
+    /// many went. A write in flight for one of them finds its load gone and touches nothing.
+    fn unload_partition(&self, p: i32, partitions: i32) -> usize {
+        let mut states = self.lock();
+        let before = states.txns.len();
+        states.txns.retain(|id, _| partition_for(id, partitions) != p);
+        self.loaded.set(p, None);
+        before - states.txns.len()
+    }
+
+    /// Loads partition `p` (of `partitions`) at its current leader epoch (the caller holds its
+    /// claim): anything left of it goes first, then its records from the log start to the log end are replayed (the last
+    /// one per id wins) and installed in one step. False when the leadership moved on while it
+    /// read (the next pass loads the new epoch).
+    fn load_partition(&self, p: i32, partition: &Partition, partitions: i32) -> Result<bool, Error> {
+        let epoch = partition.leader_epoch();
+        self.unload_partition(p, partitions);
+        let mut replayed = TxnStates::new(Self::limits(&self.config));
+        let mut records = 0usize;
+        let mut next = partition.offsets()?.log_start_offset;
+        for _ in 0..LOAD_ROUNDS_MAX {
+            next = loading::replay(partition, next, |r| {
+                if r.control {
+                    return;
+                }
+                let Some(key) = r.key.as_ref() else { return };
+                let Ok(id) = txn_records::decode_key(key) else {
+                    tracing::warn!(partition = p, offset = r.offset, "skipping an unreadable key");
+                    return;
+                };
+                match r.value.as_ref().map(|v| txn_records::decode_value(v)) {
+                    None => replayed.load_record(&id, None),
+                    Some(Ok(v)) => replayed.load_record(&id, Some(&v)),
+                    Some(Err(e)) => {
+                        tracing::warn!(partition = p, offset = r.offset, error = %e, "skipping an unreadable value");
+                    }
+                }
+                records += 1;
+            })?;
+            let mut states = self.lock();
+            if partition.offsets()?.log_end_offset > next {
+                continue;
+            }
+            if partition.leader_epoch() != epoch {
+                return Ok(false);
+            }
+            // Ids a request in flight since the unload created: the loaded state replaces them.
+            states.txns.retain(|id, _| partition_for(id, partitions) != p);
+            let ids = replayed.txns.len();
+            states.txns.extend(replayed.txns.drain());
+            self.loaded.set(p, Some(epoch));
+            drop(states);
+            self.loaded_unfinished.store(true, Ordering::Release);
+            if records > 0 {
+                tracing::info!(
+                    partition = p,
+                    epoch,
+                    records,
+                    transactional_ids = ids,
+                    "loaded the transactions of {TRANSACTION_STATE_TOPIC}-{p}"
+                );
+            }
+            return Ok(true);
+        }
+        Err(Error::Storage {
+            op: "load transactions from",
+            path: format!("{TRANSACTION_STATE_TOPIC}-{p}").into(),
+            source: std::io::Error::other(format!("the log end kept moving in {LOAD_ROUNDS_MAX} reads")),
+        })
+    }
+
+    /// Appends one record for `transactional_id` and waits until every in-sync replica holds
+    /// it, if the id's partition is still loaded at `epoch` (the one the record was prepared
+    /// under) and led at it; answers that epoch, the coordinator epoch of the transaction's
+    /// markers. Errors are mapped as Kafka's `TransactionStateManager.appendTransactionToLog`
+    /// maps them.
+    async fn persist(&self, transactional_id: &str, value: Option<TxnLogValue>, epoch: i32) -> Result<i32, i16> {
         self.ensure_topic()
             .map_err(|_| code(ResponseError::CoordinatorNotAvailable))?;
-        let index = partition_for(transactional_id, self.partition_count());
+        let index = self.partition_of(transactional_id);
         let partition = self
             .replicas
             .get(TRANSACTION_STATE_TOPIC, index)
-            .ok_or(code(ResponseError::CoordinatorNotAvailable))?;
+            .filter(|p| p.leader_epoch() == epoch && self.loaded.epoch(index) == Some(epoch))
+            .ok_or(code(ResponseError::NotCoordinator))?;
         let key = txn_records::encode_key(transactional_id);
         let value = value.map(|v| txn_records::encode_value(&v, txn_records::VALUE_VERSION));
         let records: Vec<(Option<Bytes>, Option<Bytes>, i64)> = vec![(Some(key), value, now_ms())];
         let written = async {
+            partition.check_enough_replicas()?;
             let encoded = encode_records(&records, Compression::None)?;
             let batches = validate_batches(&encoded, usize::MAX)?;
             let info = partition.append(batches, true).await?;
-            partition.wait_durable(info.last_offset).await
+            partition.wait_acknowledged(info.last_offset).await
         }
         .await;
         match written {
-            Ok(()) => Ok(partition.leader_epoch()),
+            Ok(()) => Ok(epoch),
             Err(e) => {
                 tracing::warn!(transactional_id, error = %e, "writing {TRANSACTION_STATE_TOPIC}");
-                Err(match e {
+                Err(super::replication_error_code(&e).unwrap_or(match e {
                     Error::Storage { .. } | Error::ShuttingDown => code(ResponseError::NotCoordinator),
                     Error::MessageTooLarge { .. } => code(ResponseError::UnknownServerError),
                     _ => code(ResponseError::CoordinatorNotAvailable),
-                })
+                }))
             }
         }
     }
 
-    /// Writes a prepared transit; applies it when durable, drops it otherwise.
-    async fn write(&self, transactional_id: &str, t: &Transit) -> Result<i32, i16> {
-        match self.persist(transactional_id, Some(t.to_record())).await {
-            Ok(coordinator_epoch) => {
-                self.lock().complete(transactional_id, t);
+    /// Writes a transit prepared under the load at `epoch` (None: the id's partition was not
+    /// loaded); applies it when acknowledged, drops it otherwise, but only while that load is
+    /// still the current one: NOT_COORDINATOR when it is gone.
+    async fn write(&self, transactional_id: &str, t: &Transit, epoch: Option<i32>) -> Result<i32, i16> {
+        let written = match epoch {
+            Some(epoch) => self.persist(transactional_id, Some(t.to_record()), epoch).await,
+            None => Err(code(ResponseError::NotCoordinator)),
+        };
+        let index = self.partition_of(transactional_id);
+        let mut states = self.lock();
+        let same_load = epoch.is_some() && self.loaded_epoch(index) == epoch;
+        match written {
+            Ok(coordinator_epoch) if same_load => {
+                states.complete(transactional_id, t);
                 Ok(coordinator_epoch)
             }
+            Ok(_) => Err(code(ResponseError::NotCoordinator)),
             Err(e) => {
-                self.lock().fail(transactional_id);
+                if same_load {
+                    states.fail(transactional_id);
+                }
                 Err(e)
             }
         }
+    }
+
+    /// Runs `prepare` on the states and reads the epoch of the id's load under the same lock.
+    fn prepare<T>(&self, transactional_id: &str, prepare: impl FnOnce(&mut TxnStates) -> T) -> (T, Option<i32>) {
+        let index = self.partition_of(transactional_id);
+        let mut states = self.lock();
+        let prepared = prepare(&mut states);
+        (prepared, self.loaded_epoch(index))
     }
 
     /// InitProducerId. Without a transactional id Kafka always hands out a fresh producer id
@@ -1222,15 +1390,17 @@ impl TransactionCoordinator {
         } else {
             Some(self.allocate().await?)
         };
-        let step = self
+        let (step, epoch) = self
             .with_fresh_id(fresh, |allocate| {
-                self.lock()
-                    .init_producer_id(id, timeout_ms, expected, allocate, now_ms())
+                let (step, epoch) = self.prepare(id, |states| {
+                    states.init_producer_id(id, timeout_ms, expected, allocate, now_ms())
+                });
+                step.map(|step| (step, epoch))
             })
             .await?;
         match step {
             InitStep::Write(t) => {
-                self.write(id, &t).await?;
+                self.write(id, &t, epoch).await?;
                 tracing::info!(
                     transactional_id = id,
                     producer_id = t.producer_id,
@@ -1245,7 +1415,7 @@ impl TransactionCoordinator {
                     producer_id = t.producer_id,
                     "fencing the ongoing transaction"
                 );
-                self.end_prepared(id, t).await?;
+                self.end_prepared(id, t, epoch).await?;
                 Err(code(ResponseError::ConcurrentTransactions))
             }
         }
@@ -1294,12 +1464,12 @@ impl TransactionCoordinator {
         partitions: &[TopicPartition],
         tv2: bool,
     ) -> Result<(), i16> {
-        let step =
-            self.lock()
-                .add_partitions(transactional_id, producer_id, producer_epoch, partitions, tv2, now_ms())?;
-        match step {
+        let (step, epoch) = self.prepare(transactional_id, |states| {
+            states.add_partitions(transactional_id, producer_id, producer_epoch, partitions, tv2, now_ms())
+        });
+        match step? {
             None => Ok(()),
-            Some(t) => self.write(transactional_id, &t).await.map(|_| ()),
+            Some(t) => self.write(transactional_id, &t, epoch).await.map(|_| ()),
         }
     }
 
@@ -1331,17 +1501,20 @@ impl TransactionCoordinator {
         commit: bool,
         tv2: bool,
     ) -> Result<(i64, i16), i16> {
-        let step = self
+        let (step, epoch) = self
             .with_fresh_id(None, |allocate| {
-                self.lock().end_txn(
-                    transactional_id,
-                    producer_id,
-                    producer_epoch,
-                    commit,
-                    tv2,
-                    allocate,
-                    now_ms(),
-                )
+                let (step, epoch) = self.prepare(transactional_id, |states| {
+                    states.end_txn(
+                        transactional_id,
+                        producer_id,
+                        producer_epoch,
+                        commit,
+                        tv2,
+                        allocate,
+                        now_ms(),
+                    )
+                });
+                step.map(|step| (step, epoch))
             })
             .await?;
         match step {
@@ -1355,40 +1528,47 @@ impl TransactionCoordinator {
                 } else {
                     (t.producer_id, t.producer_epoch)
                 };
-                self.end_prepared(transactional_id, t).await?;
+                self.end_prepared(transactional_id, t, epoch).await?;
                 Ok(next)
             }
         }
     }
 
-    /// Writes a prepared PrepareCommit / PrepareAbort, then finishes the transaction.
-    async fn end_prepared(&self, transactional_id: &str, t: Transit) -> Result<(), i16> {
-        let coordinator_epoch = self.write(transactional_id, &t).await?;
-        self.finish(transactional_id, coordinator_epoch).await;
+    /// Writes a PrepareCommit / PrepareAbort prepared under the load at `epoch`, then
+    /// finishes the transaction.
+    async fn end_prepared(&self, transactional_id: &str, t: Transit, epoch: Option<i32>) -> Result<(), i16> {
+        self.write(transactional_id, &t, epoch).await?;
+        self.finish(transactional_id).await;
         Ok(())
     }
 
-    /// Markers then Complete* for a transaction in Prepare*. Failures leave it in Prepare*
-    /// for the timer task to retry.
-    async fn finish(&self, transactional_id: &str, coordinator_epoch: i32) {
-        let Some(t) = self.lock().prepare_complete(transactional_id, now_ms()) else {
-            return;
-        };
-        let (partitions, producer_id, epoch) = {
-            let states = self.lock();
-            let Some(m) = states.txns.get(transactional_id) else {
-                return;
-            };
-            (
+    /// Markers then Complete* for a transaction in Prepare*. The markers carry the epoch the
+    /// id's partition is loaded at (Kafka's coordinator epoch): a partition refuses markers of
+    /// an older coordinator, so one that lost the partition cannot end the transaction there
+    /// after the new one. Failures leave it in Prepare* for the timer task to retry.
+    async fn finish(&self, transactional_id: &str) {
+        let (prepared, epoch) = self.prepare(transactional_id, |states| {
+            let t = states.prepare_complete(transactional_id, now_ms())?;
+            let m = states.txns.get(transactional_id)?;
+            Some((
+                t,
                 m.partitions.iter().cloned().collect::<Vec<_>>(),
                 m.producer_id,
                 m.producer_epoch,
-            )
+            ))
+        });
+        let Some((t, partitions, producer_id, producer_epoch)) = prepared else {
+            return;
+        };
+        let Some(coordinator_epoch) = epoch else {
+            // Not loaded (a stray of an unloaded partition): whoever loads it finishes it.
+            self.lock().fail(transactional_id);
+            return;
         };
         let commit = t.state == TxnState::CompleteCommit;
         let marker = TxnMarker {
             producer_id,
-            producer_epoch: epoch,
+            producer_epoch,
             coordinator_epoch,
             commit,
         };
@@ -1403,33 +1583,48 @@ impl TransactionCoordinator {
                 ?failed,
                 "transaction markers not written; retrying later"
             );
-            self.lock().fail(transactional_id);
+            self.fail_if_loaded(transactional_id, coordinator_epoch);
             return;
         }
-        if self.write(transactional_id, &t).await.is_ok() {
+        if self.write(transactional_id, &t, epoch).await.is_ok() {
             tracing::debug!(transactional_id, commit, "transaction completed");
         }
     }
 
-    /// Finishes transactions left in Prepare* (after a restart, or markers that failed).
+    /// Drops the pending transition of an id, if its partition is still loaded at `epoch`.
+    fn fail_if_loaded(&self, transactional_id: &str, epoch: i32) {
+        let index = self.partition_of(transactional_id);
+        let mut states = self.lock();
+        if self.loaded_epoch(index) == Some(epoch) {
+            states.fail(transactional_id);
+        }
+    }
+
+    /// Finishes transactions left in Prepare* (found at load, or markers that failed).
     pub async fn finish_unfinished(&self) {
         let ids = self.lock().unfinished();
         for id in ids {
-            let index = partition_for(&id, self.partition_count());
-            let coordinator_epoch = self
-                .replicas
-                .get(TRANSACTION_STATE_TOPIC, index)
-                .map_or(0, |p| p.leader_epoch());
-            self.finish(&id, coordinator_epoch).await;
+            self.finish(&id).await;
         }
     }
 
     /// Aborts transactions past their `transaction.timeout.ms`, fencing their producers.
     pub async fn abort_timed_out(&self, now: i64) {
-        let timed_out = self.lock().fence_timed_out(now);
-        for (id, t) in timed_out {
+        let timed_out: Vec<(String, Transit, Option<i32>)> = {
+            let partitions = self.partition_count();
+            let mut states = self.lock();
+            states
+                .fence_timed_out(now)
+                .into_iter()
+                .map(|(id, t)| {
+                    let epoch = self.loaded_epoch(partition_for(&id, partitions));
+                    (id, t, epoch)
+                })
+                .collect()
+        };
+        for (id, t, epoch) in timed_out {
             tracing::info!(transactional_id = %id, producer_id = t.producer_id, epoch = t.producer_epoch, "aborting a timed-out transaction");
-            if let Err(c) = self.end_prepared(&id, t).await {
+            if let Err(c) = self.end_prepared(&id, t, epoch).await {
                 tracing::warn!(transactional_id = %id, code = c, "aborting a timed-out transaction");
             }
         }
@@ -1437,14 +1632,34 @@ impl TransactionCoordinator {
 
     /// Removes transactional ids idle past `transactional.id.expiration.ms` (a tombstone each).
     pub async fn expire_ids(&self, now: i64) {
-        let expired = self.lock().expire_ids(now);
-        for id in expired {
-            match self.persist(&id, None).await {
+        let expired: Vec<(String, Option<i32>)> = {
+            let partitions = self.partition_count();
+            let mut states = self.lock();
+            states
+                .expire_ids(now)
+                .into_iter()
+                .map(|id| {
+                    let epoch = self.loaded_epoch(partition_for(&id, partitions));
+                    (id, epoch)
+                })
+                .collect()
+        };
+        for (id, epoch) in expired {
+            let written = match epoch {
+                Some(epoch) => self.persist(&id, None, epoch).await,
+                None => Err(code(ResponseError::NotCoordinator)),
+            };
+            let index = self.partition_of(&id);
+            let mut states = self.lock();
+            if self.loaded_epoch(index) != epoch {
+                continue; // unloaded meanwhile: the id is the new coordinator's
+            }
+            match written {
                 Ok(_) => {
                     tracing::info!(transactional_id = %id, "transactional id expired");
-                    self.lock().remove(&id);
+                    states.remove(&id);
                 }
-                Err(_) => self.lock().fail(&id),
+                Err(_) => states.fail(&id),
             }
         }
     }
@@ -2055,7 +2270,8 @@ mod tests {
             EndStep::Write(t) => t,
             other => panic!("{other:?}"),
         };
-        c.write("t1", &prepare).await.unwrap();
+        let load = c.loaded.epoch(c.partition_of("t1"));
+        c.write("t1", &prepare, load).await.unwrap();
         let ends_before: Vec<i64> = parts
             .iter()
             .map(|p| {
@@ -2089,6 +2305,107 @@ mod tests {
         }
         // The client's retry of its EndTxn now succeeds.
         assert_eq!(c.end_txn("t1", pid, epoch, true, false).await, Ok((pid, epoch)));
+    }
+
+    /// Moves the leadership of the id's `__transaction_state` partition away and back: epoch
+    /// +1 on another broker, then +2 here. Runs a failover pass after each move.
+    fn fail_over_and_back(c: &TransactionCoordinator, transactional_id: &str) -> (i32, bool) {
+        let index = c.partition_of(transactional_id);
+        let partition = c.replicas.hosted(TRANSACTION_STATE_TOPIC, index).unwrap();
+        let epoch = partition.leader_epoch();
+        partition.become_follower(epoch + 1, 2, 1);
+        c.take_loaded();
+        c.sync_partitions().unwrap();
+        assert!(!c.take_loaded(), "nothing loaded");
+        assert!(!c.ready(transactional_id));
+        assert_eq!(
+            c.describe(transactional_id),
+            Err(code(ResponseError::TransactionalIdNotFound)),
+            "unloaded with its partition"
+        );
+        partition.become_leader(epoch + 2, 1, vec![1], vec![1], 1);
+        c.sync_partitions().unwrap();
+        (epoch + 2, c.take_loaded())
+    }
+
+    #[tokio::test]
+    async fn a_transaction_in_prepare_commit_found_at_load_is_completed() {
+        // Kafka's TransactionStateManager.loadTransactionsForTxnTopicPartition: the ids of a
+        // partition this node leads again are read back from the log, and a transaction in
+        // PrepareCommit gets its markers, at the new coordinator epoch, then CompleteCommit.
+        let dir = tempfile::tempdir().unwrap();
+        let c = service(dir.path());
+        let (pid, epoch) = c.init_producer_id(Some("t1"), 60_000, None).await.unwrap();
+        let parts = [tp("t", 0), tp("t", 1)];
+        c.add_partitions("t1", pid, epoch, &parts, false).await.unwrap();
+        // The old leader wrote PrepareCommit and lost the partition before its markers.
+        let (prepare, load) = c.prepare("t1", |s| s.end_txn("t1", pid, epoch, true, false, &mut ids(), now_ms()));
+        let EndStep::Write(prepare) = prepare.unwrap() else {
+            panic!("not a write")
+        };
+        c.write("t1", &prepare, load).await.unwrap();
+
+        let (new_epoch, loaded) = fail_over_and_back(&c, "t1");
+        assert!(loaded, "the pass loaded the partition: its Prepare* are to be finished");
+        assert!(c.ready("t1"));
+        assert_eq!(c.describe("t1").unwrap().state, TxnState::PrepareCommit);
+        c.finish_unfinished().await;
+        let d = c.describe("t1").unwrap();
+        assert_eq!((d.state, d.producer_id), (TxnState::CompleteCommit, pid));
+        for p in &parts {
+            let producers = c.replicas.get(&p.topic, p.partition).unwrap().producers().unwrap();
+            let (_, entry) = producers.iter().find(|(id, _)| *id == pid).unwrap();
+            assert_eq!(
+                entry.coordinator_epoch, new_epoch,
+                "the marker in {p} is the new coordinator's"
+            );
+            assert_eq!(entry.current_txn_first_offset, None, "{p} ended");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_transition_prepared_before_a_failover_is_refused_after_it() {
+        // Kafka's coordinator-epoch check in appendTransactionToLog's callback: a transition
+        // prepared under the old load is neither written nor applied to the reloaded state.
+        let dir = tempfile::tempdir().unwrap();
+        let c = service(dir.path());
+        let (pid, epoch) = c.init_producer_id(Some("t1"), 60_000, None).await.unwrap();
+        let (step, load) = c.prepare("t1", |s| {
+            s.add_partitions("t1", pid, epoch, &[tp("t", 0)], false, now_ms())
+        });
+        let stale = step.unwrap().unwrap();
+        let partition = c.replicas.get(TRANSACTION_STATE_TOPIC, c.partition_of("t1")).unwrap();
+        fail_over_and_back(&c, "t1");
+        let end = partition.offsets().unwrap().log_end_offset;
+        assert_eq!(
+            c.write("t1", &stale, load).await,
+            Err(code(ResponseError::NotCoordinator))
+        );
+        assert_eq!(partition.offsets().unwrap().log_end_offset, end, "nothing written");
+        let d = c.describe("t1").unwrap();
+        assert_eq!((d.state, d.partitions.len()), (TxnState::Empty, 0));
+        // The reloaded id serves the producer's retry.
+        c.add_partitions("t1", pid, epoch, &[tp("t", 0)], false).await.unwrap();
+        assert_eq!(c.describe("t1").unwrap().state, TxnState::Ongoing);
+    }
+
+    #[tokio::test]
+    async fn internal_topics_on_one_node_get_one_replica_whatever_the_configured_factor() {
+        // Kafka's defaults (offsets.topic.replication.factor and
+        // transaction.state.log.replication.factor 3, transaction.state.log.min.isr 2) would
+        // refuse both topics on one broker; Sluice caps them so `sluice serve` keeps working.
+        let dir = tempfile::tempdir().unwrap();
+        let c = service(dir.path());
+        assert_eq!(c.config.transaction_state_log_replication_factor, 3);
+        c.ensure_topic().unwrap();
+        c.markers.groups.ensure_offsets_topic().unwrap();
+        let image = c.controller.image();
+        let txn = image.topic(TRANSACTION_STATE_TOPIC).unwrap();
+        assert_eq!(txn.replication_factor, 1);
+        assert_eq!(txn.configs.get("min.insync.replicas").map(String::as_str), Some("1"));
+        assert_eq!(image.topic(super::super::OFFSETS_TOPIC).unwrap().replication_factor, 1);
+        // And both serve: writes are acknowledged by the single in-sync replica.
+        assert!(c.init_producer_id(Some("t1"), 60_000, None).await.is_ok());
     }
 
     #[tokio::test]
