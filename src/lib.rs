@@ -201,14 +201,22 @@ async fn broker_lifecycle(quorum: Arc<MetadataQuorum>, config: Arc<BrokerConfig>
             continue;
         }
         last_heartbeat = tokio::time::Instant::now();
-        match quorum.heartbeat(this.id).await {
-            Ok(true) => {}
-            Ok(false) => {
-                if let Err(e) = register(&quorum, &this).await {
-                    tracing::warn!(error = %e, "registering this broker again");
+        // Bounded by the heartbeat interval: a heartbeat to a leader that stopped answering
+        // (a paused process keeps accepting connections) must not hold back this node's own
+        // leader duties, which fence that leader once this node leads the quorum.
+        let beat = async {
+            match quorum.heartbeat(this.id).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    if let Err(e) = register(&quorum, &this).await {
+                        tracing::warn!(error = %e, "registering this broker again");
+                    }
                 }
+                Err(e) => tracing::debug!(error = %e, "broker heartbeat"),
             }
-            Err(e) => tracing::debug!(error = %e, "broker heartbeat"),
+        };
+        if tokio::time::timeout(heartbeat_every.max(tick), beat).await.is_err() {
+            tracing::debug!("broker heartbeat: no answer within the heartbeat interval");
         }
     }
 }

@@ -39,7 +39,9 @@ mod tests {
         assert_eq!(p.end_offset_for_epoch(0).unwrap(), None, "no epoch known yet");
         assert_eq!(p.latest_epoch().unwrap(), -1);
         // Epochs 1 (offsets 0..4), 3 (4..8), 4 (8..12); none for 0 and 2.
-        p.append_as_follower(leader_bytes(&[1, 1, 3, 3, 4, 4])).await.unwrap();
+        p.append_as_follower(leader_bytes(&[1, 1, 3, 3, 4, 4]), 1)
+            .await
+            .unwrap();
         assert_eq!(p.latest_epoch().unwrap(), 4);
         // The latest epoch ends at the log end.
         assert_eq!(p.end_offset_for_epoch(4).unwrap(), Some((4, 12)));
@@ -54,7 +56,7 @@ mod tests {
         assert_eq!(p.end_offset_for_epoch(-1).unwrap(), None);
         assert_eq!(p.end_offset_for_epoch(5).unwrap(), None);
         // Truncation takes the epochs above the new end with it.
-        p.truncate_to(6).await.unwrap();
+        p.truncate_to(6, 1).await.unwrap();
         assert_eq!(p.latest_epoch().unwrap(), 3);
         assert_eq!(p.end_offset_for_epoch(3).unwrap(), Some((3, 6)));
         assert_eq!(p.end_offset_for_epoch(4).unwrap(), None);

@@ -295,7 +295,7 @@ async fn truncate(
         match truncation_offset(&f.partition, mine, answer.leader_epoch, answer.end_offset) {
             Ok(Some(offset)) => {
                 tracing::info!(partition = %tp, offset, leader = leader.id, "follower: truncating to the leader's log");
-                if let Err(e) = f.partition.truncate_to(offset).await {
+                if let Err(e) = f.partition.truncate_to(offset, f.leader_epoch).await {
                     tracing::warn!(partition = %tp, error = %e, "follower: truncation failed");
                     settle(link, &tp, f.leader_epoch, Step::Truncate, retry);
                     continue;
@@ -437,7 +437,11 @@ async fn apply(
         };
         if data.log_start_offset >= 0 && offsets.log_end_offset < data.log_start_offset {
             tracing::info!(partition = %tp, start = data.log_start_offset, "follower: behind the leader's log start, restarting there");
-            return match f.partition.truncate_fully_and_start_at(data.log_start_offset).await {
+            return match f
+                .partition
+                .truncate_fully_and_start_at(data.log_start_offset, f.leader_epoch)
+                .await
+            {
                 Ok(()) => Ok(Step::Fetch),
                 Err(e) => {
                     tracing::warn!(partition = %tp, error = %e, "follower: restarting the log failed");
@@ -452,7 +456,7 @@ async fn apply(
         return Err(());
     }
     if let Some(records) = data.records.filter(|r| !r.is_empty()) {
-        match f.partition.append_as_follower(records).await {
+        match f.partition.append_as_follower(records, f.leader_epoch).await {
             Ok(Some(info)) => {
                 // Counted by the leader only once durable here (see the module doc).
                 if let Err(e) = f.partition.wait_durable(info.last_offset).await {

@@ -25,9 +25,16 @@ impl Partition {
     ///
     /// The flusher is woken as for an acks=all append when acks=all waits for fsync: the
     /// follower's next fetch says its log end is durable here (leader.rs).
-    pub async fn append_as_follower(self: &Arc<Self>, records: Bytes) -> Result<Option<AppendInfo>> {
+    ///
+    /// `leader_epoch` is the epoch the records were fetched at: when this node no longer
+    /// follows at that epoch (it leads now, or follows a newer leader) nothing is written,
+    /// checked under the log's lock, which role changes take too (Kafka's
+    /// `leaderIsrUpdateLock`): a fetch answered by a deposed leader never lands in the log of
+    /// the replica that replaced it.
+    pub async fn append_as_follower(self: &Arc<Self>, records: Bytes, leader_epoch: i32) -> Result<Option<AppendInfo>> {
         self.write(move |p| {
             let info = p.with_log(|log| {
+                p.check_following_at(leader_epoch)?;
                 let info = log.append_as_follower(records, now_ms())?;
                 if info.is_some() {
                     p.appended(log.log_end_offset());
@@ -45,9 +52,9 @@ impl Partition {
     /// Cuts the log so that it ends at `offset` or below, at a batch boundary (no-op when it
     /// already ends there or below; see `Log::truncate_to`). The log end, the high watermark
     /// and the durable offset come down to the new end.
-    pub async fn truncate_to(self: &Arc<Self>, offset: i64) -> Result<()> {
+    pub async fn truncate_to(self: &Arc<Self>, offset: i64, leader_epoch: i32) -> Result<()> {
         self.write(move |p| {
-            p.truncating(|log| log.truncate_to(offset), offset)?;
+            p.truncating(|log| log.truncate_to(offset), offset, leader_epoch)?;
             Ok(())
         })
         .await
@@ -55,15 +62,33 @@ impl Partition {
 
     /// Empties the log and restarts it at `offset` (a follower behind the leader's log start):
     /// log start, log end, high watermark and durable offset are all `offset` afterwards.
-    pub async fn truncate_fully_and_start_at(self: &Arc<Self>, offset: i64) -> Result<()> {
+    pub async fn truncate_fully_and_start_at(self: &Arc<Self>, offset: i64, leader_epoch: i32) -> Result<()> {
         self.write(move |p| {
-            p.truncating(|log| log.truncate_fully_and_start_at(offset), offset)?;
+            p.truncating(|log| log.truncate_fully_and_start_at(offset), offset, leader_epoch)?;
             p.log_end.send_replace(offset);
             p.high_watermark.send_replace(offset);
             p.durable_offset.send_replace(offset);
             Ok(())
         })
         .await
+    }
+
+    /// This node follows the partition at `leader_epoch` (call under the log's lock).
+    fn check_following_at(&self, leader_epoch: i32) -> Result<()> {
+        if self.is_leader() {
+            return Err(crate::error::Error::NotLeader(format!(
+                "{} (a follower's write on the leader)",
+                self.tp
+            )));
+        }
+        let epoch = self.leader_epoch();
+        if epoch != leader_epoch {
+            return Err(crate::error::Error::FencedLeaderEpoch {
+                asked: leader_epoch,
+                current: epoch,
+            });
+        }
+        Ok(())
     }
 
     /// Runs a truncation of the log that ends at or below `bound`, on the writer, and lowers
@@ -75,9 +100,17 @@ impl Partition {
     /// A failure midway leaves the log's memory and files in a state only `Log::open` is
     /// trusted to sort out: the partition stops serving (as after a failed fsync), to be
     /// recovered when it is opened again (Kafka takes the log directory offline).
-    fn truncating(&self, truncate: impl FnOnce(&mut crate::log::Log) -> Result<()>, bound: i64) -> Result<i64> {
+    fn truncating(
+        &self,
+        truncate: impl FnOnce(&mut crate::log::Log) -> Result<()>,
+        bound: i64,
+        leader_epoch: i32,
+    ) -> Result<i64> {
         let mut cut_failed = false;
         let result = self.with_log(|log| {
+            // Only a follower at the epoch it truncates for cuts its log (see
+            // `append_as_follower`).
+            self.check_following_at(leader_epoch)?;
             lower(&self.high_watermark, bound);
             if let Err(e) = truncate(log) {
                 cut_failed = true;
@@ -182,12 +215,42 @@ pub(super) mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn writes_on_the_wrong_side_of_a_role_change_are_refused() {
+        // Kafka's leaderIsrUpdateLock: a fetch answered by a deposed leader must not land in
+        // the log of the replica that replaced it, nor truncate it; and a client's append
+        // queued before this node stopped leading must not land on the follower.
+        let dir = tempfile::TempDir::new().unwrap();
+        let writers = Writers::start(1, 4);
+        let p = follower_partition(dir.path(), &writers);
+        p.append_as_follower(leader_bytes(&[1, 1]), 1).await.unwrap().unwrap();
+        // A newer epoch followed meanwhile: the old epoch's fetch is fenced.
+        p.become_follower(2, 3, 1);
+        assert!(matches!(
+            p.append_as_follower(leader_bytes(&[1]), 1).await,
+            Err(Error::FencedLeaderEpoch { asked: 1, current: 2 })
+        ));
+        // This node leads now: no follower write at all, at any epoch.
+        p.become_leader(3, 1, vec![1, 2, 3], vec![1], 1);
+        assert!(matches!(
+            p.append_as_follower(leader_bytes(&[1]), 3).await,
+            Err(Error::NotLeader(_))
+        ));
+        assert!(matches!(p.truncate_to(0, 3).await, Err(Error::NotLeader(_))));
+        assert_eq!(p.offsets().unwrap().log_end_offset, 4, "nothing cut, nothing added");
+        // And once it follows again, a client's append is refused.
+        p.become_follower(4, 2, 1);
+        let batches = crate::log::validate_batches(&leader_bytes(&[1]), usize::MAX).unwrap();
+        assert!(matches!(p.append(batches, false).await, Err(Error::NotLeader(_))));
+        assert_eq!(p.offsets().unwrap().log_end_offset, 4);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_follower_append_moves_the_log_end_and_is_fsynced_soon() {
         let dir = tempfile::TempDir::new().unwrap();
         let writers = Writers::start(1, 4);
         let p = follower_partition(dir.path(), &writers);
         let bytes = leader_bytes(&[1, 1, 2]);
-        let info = p.append_as_follower(bytes.clone()).await.unwrap().unwrap();
+        let info = p.append_as_follower(bytes.clone(), 1).await.unwrap().unwrap();
         assert_eq!((info.base_offset, info.last_offset), (0, 5));
         assert_eq!(*p.log_end_watch().borrow(), 6);
         // A follower's high watermark is its leader's to give.
@@ -196,11 +259,11 @@ pub(super) mod tests {
         assert!(p.flush_before_ack.load(Ordering::Acquire));
         wait_for(&p.durable_offset, 6).await;
         // A partial batch alone appends nothing and moves nothing.
-        assert_eq!(p.append_as_follower(bytes.slice(..10)).await.unwrap(), None);
+        assert_eq!(p.append_as_follower(bytes.slice(..10), 1).await.unwrap(), None);
         assert_eq!(*p.log_end_watch().borrow(), 6);
         // Refused batches leave the partition serving.
         assert!(matches!(
-            p.append_as_follower(bytes.clone()).await,
+            p.append_as_follower(bytes.clone(), 1).await,
             Err(Error::UnexpectedAppendOffset { expected: 6, .. })
         ));
         p.advance_follower_high_watermark(6);
@@ -212,13 +275,13 @@ pub(super) mod tests {
         let dir = tempfile::TempDir::new().unwrap();
         let writers = Writers::start(1, 4);
         let p = follower_partition(dir.path(), &writers);
-        p.append_as_follower(leader_bytes(&[1, 1, 2, 2, 3])).await.unwrap();
+        p.append_as_follower(leader_bytes(&[1, 1, 2, 2, 3]), 1).await.unwrap();
         wait_for(&p.durable_offset, 10).await;
         p.advance_follower_high_watermark(10);
         let mut hw = p.subscribe();
         hw.borrow_and_update();
         // Inside the batch 6..=7: it goes whole.
-        p.truncate_to(7).await.unwrap();
+        p.truncate_to(7, 1).await.unwrap();
         assert_eq!(*p.log_end_watch().borrow(), 6);
         assert_eq!(p.high_watermark(), 6);
         assert_eq!(*p.durable_offset.borrow(), 6);
@@ -228,10 +291,10 @@ pub(super) mod tests {
         );
         assert_eq!(p.offsets().unwrap().log_end_offset, 6);
         // Above the end: nothing moves.
-        p.truncate_to(50).await.unwrap();
+        p.truncate_to(50, 1).await.unwrap();
         assert_eq!((*p.log_end_watch().borrow(), p.high_watermark()), (6, 6));
         // The leader's batches from there on; the durable offset follows the fsync again.
-        let info = p.append_as_follower(leader_bytes(&[1, 1, 2, 4])).await;
+        let info = p.append_as_follower(leader_bytes(&[1, 1, 2, 4]), 1).await;
         assert!(matches!(
             info,
             Err(Error::UnexpectedAppendOffset { first_offset: 0, .. })
@@ -242,11 +305,11 @@ pub(super) mod tests {
             .map(|b| b.size())
             .sum();
         let tail = rest.slice(kept..);
-        p.append_as_follower(tail).await.unwrap().unwrap();
+        p.append_as_follower(tail, 1).await.unwrap().unwrap();
         wait_for(&p.durable_offset, 10).await;
         assert_eq!(p.latest_epoch().unwrap(), 4);
         // Starting over above the log: everything is at the new start.
-        p.truncate_fully_and_start_at(100).await.unwrap();
+        p.truncate_fully_and_start_at(100, 1).await.unwrap();
         assert_eq!(*p.log_end_watch().borrow(), 100);
         assert_eq!(p.high_watermark(), 100);
         assert_eq!(*p.durable_offset.borrow(), 100);
@@ -278,7 +341,7 @@ pub(super) mod tests {
             bytes[pos..pos + 8].copy_from_slice(&base.to_be_bytes()); // not covered by the CRC
             pos += size;
         }
-        let info = p.append_as_follower(Bytes::from(bytes)).await.unwrap().unwrap();
+        let info = p.append_as_follower(Bytes::from(bytes), 1).await.unwrap().unwrap();
         assert_eq!((info.base_offset, info.last_offset), (4, 21));
         assert_eq!(*p.log_end_watch().borrow(), 22);
         wait_for(&p.durable_offset, 22).await;
@@ -286,7 +349,7 @@ pub(super) mod tests {
         assert_eq!(p.offsets().unwrap().high_watermark, 22);
         // Offsets still only increase.
         assert!(matches!(
-            p.append_as_follower(leader_bytes(&[2])).await,
+            p.append_as_follower(leader_bytes(&[2]), 1).await,
             Err(Error::UnexpectedAppendOffset { expected: 22, .. })
         ));
     }

@@ -167,6 +167,10 @@ impl Partition {
         isr: Vec<i32>,
         min_isr: i32,
     ) {
+        // Role changes hold the log's lock: writes check the role under it (client appends
+        // need a leader, a follower's appends and truncations its epoch), so none lands on the
+        // wrong side of a change.
+        let _log = self.lock();
         self.min_insync_replicas.store(min_isr, Ordering::Release);
         let log_end = *self.log_end.borrow();
         let now = now_ms();
@@ -207,6 +211,7 @@ impl Partition {
     /// The registration names another node leader (or none, -1) at `leader_epoch`: this node
     /// stops serving clients; acks=all produces still waiting fail with NOT_LEADER_OR_FOLLOWER.
     pub fn become_follower(&self, leader_epoch: i32, leader: i32, min_isr: i32) {
+        let _log = self.lock(); // see `become_leader`
         self.min_insync_replicas.store(min_isr, Ordering::Release);
         self.leading.store(false, Ordering::Release);
         self.leader_epoch.store(leader_epoch, Ordering::Release);

@@ -262,6 +262,11 @@ impl Partition {
     /// ask for the fsync (the durable offset moves only once it returns).
     fn append_now(&self, batches: Vec<ValidBatch>, durable: bool, origin: Origin) -> Result<AppendInfo> {
         let info = self.with_log(|log| {
+            // Under the log's lock, which role changes take: nothing is appended once this
+            // node stopped leading, whenever the request found it leading.
+            if !self.is_leader() {
+                return Err(Error::NotLeader(self.tp.to_string()));
+            }
             let info = log.append_from(batches, self.leader_epoch(), now_ms(), origin)?;
             if !info.duplicate {
                 self.appended(log.log_end_offset());
@@ -290,6 +295,9 @@ impl Partition {
         };
         self.write(move |p| {
             let info = p.with_log(|log| {
+                if !p.is_leader() {
+                    return Err(Error::NotLeader(p.tp.to_string()));
+                }
                 let info = log.append_marker(producer_id, producer_epoch, marker, p.leader_epoch(), now_ms())?;
                 p.appended(log.log_end_offset());
                 Ok(info)
