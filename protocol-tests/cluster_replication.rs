@@ -10,7 +10,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::cluster::{Cluster, POLL_REQUEST_TIMEOUT, try_call};
+use common::cluster::{Cluster, POLL_REQUEST_TIMEOUT, PartitionView, try_call};
 use common::*;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
@@ -30,15 +30,6 @@ const UNKNOWN_LEADER_EPOCH: i16 = 75;
 /// Failure detection short enough for a test: a killed node is fenced within 3 s, a follower
 /// that stops fetching leaves the ISR within 3 s.
 const SETTINGS: &[(&str, &str)] = &[("replica.lag.time.max.ms", "3000")];
-
-/// One partition as a node lists it.
-#[derive(Debug, Clone, PartialEq)]
-struct PartitionView {
-    leader: i32,
-    leader_epoch: i32,
-    replicas: Vec<i32>,
-    isr: Vec<i32>,
-}
 
 /// Creates `name` with `partitions` partitions of `replication_factor` replicas and `configs`,
 /// through node `via`, retrying until it is created (or was by an attempt that timed out).
@@ -76,27 +67,6 @@ async fn create(cluster: &Cluster, name: &str, partitions: i32, replication_fact
     }
 }
 
-/// Partition `partition` of `name` as node `id` lists it.
-async fn view(cluster: &Cluster, id: i32, name: &str, partition: i32) -> Result<PartitionView, String> {
-    let resp = cluster.metadata(id, &[name]).await?;
-    let t = resp
-        .topics
-        .iter()
-        .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == name))
-        .ok_or("topic not listed")?;
-    let p = t
-        .partitions
-        .iter()
-        .find(|p| p.partition_index == partition)
-        .ok_or("partition not listed")?;
-    Ok(PartitionView {
-        leader: p.leader_id.0,
-        leader_epoch: p.leader_epoch,
-        replicas: p.replica_nodes.iter().map(|b| b.0).collect(),
-        isr: p.isr_nodes.iter().map(|b| b.0).collect(),
-    })
-}
-
 /// Waits until every running node lists partition `partition` of `name` alike and `ok` holds
 /// of it; returns that view.
 async fn wait_view(
@@ -111,7 +81,7 @@ async fn wait_view(
     loop {
         let mut views = BTreeMap::new();
         for id in cluster.running() {
-            views.insert(id, view(cluster, id, name, partition).await);
+            views.insert(id, cluster.partition_view(id, name, partition).await);
         }
         let first = views.values().next().cloned();
         if let Some(Ok(v)) = &first

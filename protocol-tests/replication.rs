@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::checker::{History, Outcome, Pass, Report};
-use common::cluster::{Cluster, POLL_REQUEST_TIMEOUT, try_call};
+use common::cluster::{Cluster, POLL_REQUEST_TIMEOUT, PartitionView, try_call};
 use common::*;
 use kafka_protocol::messages::CreateTopicsRequest;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
@@ -591,39 +591,6 @@ fn read_everything(bootstrap: &str, topic: &str) -> Result<Vec<(i32, i64, String
 
 // ----- the cluster side -----
 
-/// A partition as Metadata lists it.
-#[derive(Debug, Clone, PartialEq)]
-struct PartitionView {
-    leader: i32,
-    leader_epoch: i32,
-    replicas: Vec<i32>,
-    isr: Vec<i32>,
-}
-
-/// Node `via`'s Metadata of `topic`/`partition`.
-async fn partition_view(cluster: &Cluster, via: i32, topic: &str, partition: i32) -> Result<PartitionView, String> {
-    let resp = cluster.metadata(via, &[topic]).await?;
-    let t = resp
-        .topics
-        .iter()
-        .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))
-        .ok_or("topic not in the answer")?;
-    if t.error_code != 0 {
-        return Err(format!("topic error {}", t.error_code));
-    }
-    let p = t
-        .partitions
-        .iter()
-        .find(|p| p.partition_index == partition)
-        .ok_or_else(|| format!("partition {partition} not listed"))?;
-    Ok(PartitionView {
-        leader: p.leader_id.0,
-        leader_epoch: p.leader_epoch,
-        replicas: p.replica_nodes.iter().map(|r| r.0).collect(),
-        isr: p.isr_nodes.iter().map(|r| r.0).collect(),
-    })
-}
-
 /// Polls the nodes `via` until every one of them lists `topic`/`partition` as `wanted` says
 /// (described by `what`), within `limit`: the first node's view, or what each node last said.
 /// Every node, not any: a node just back (continued, restarted) may still answer from the
@@ -641,7 +608,7 @@ async fn wait_partition(
     loop {
         let mut seen = BTreeMap::new();
         for &id in via {
-            seen.insert(id, partition_view(cluster, id, topic, partition).await);
+            seen.insert(id, cluster.partition_view(id, topic, partition).await);
         }
         if let Some(Ok(first)) = seen.values().next()
             && seen.values().all(|v| v.as_ref().is_ok_and(&wanted))
@@ -842,7 +809,8 @@ impl Fault {
             }
             Fault::RollingRestart => {
                 for id in cluster.ids() {
-                    let now = partition_view(cluster, id, topic, 0)
+                    let now = cluster
+                        .partition_view(id, topic, 0)
                         .await
                         .unwrap_or_else(|_| before.clone());
                     println!("stopping node {id} (SIGTERM); {topic}/0 is {now:?}");

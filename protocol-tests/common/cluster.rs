@@ -237,7 +237,40 @@ pub fn metadata_request(topics: &[&str]) -> MetadataRequest {
         .with_allow_auto_topic_creation(false)
 }
 
+/// A partition as Metadata lists it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartitionView {
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+}
+
 impl Cluster {
+    /// Node `via`'s Metadata of `topic`/`partition`.
+    pub async fn partition_view(&self, via: i32, topic: &str, partition: i32) -> Result<PartitionView, String> {
+        let resp = self.metadata(via, &[topic]).await?;
+        let t = resp
+            .topics
+            .iter()
+            .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))
+            .ok_or("topic not in the answer")?;
+        if t.error_code != 0 {
+            return Err(format!("topic error {}", t.error_code));
+        }
+        let p = t
+            .partitions
+            .iter()
+            .find(|p| p.partition_index == partition)
+            .ok_or_else(|| format!("partition {partition} not listed"))?;
+        Ok(PartitionView {
+            leader: p.leader_id.0,
+            leader_epoch: p.leader_epoch,
+            replicas: p.replica_nodes.iter().map(|r| r.0).collect(),
+            isr: p.isr_nodes.iter().map(|r| r.0).collect(),
+        })
+    }
+
     /// Starts `n` nodes and waits until each lists all `n` brokers at their advertised ports.
     pub async fn start(n: usize) -> Cluster {
         Cluster::start_with(n, &[]).await
