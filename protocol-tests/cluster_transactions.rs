@@ -443,9 +443,19 @@ async fn a_leader_verifies_transactional_produce_with_the_coordinator_on_another
     let init = InitProducerIdRequest::default()
         .with_transactional_id(Some(TransactionalId(s(&id))))
         .with_transaction_timeout_ms(60_000);
-    let resp = try_call(cluster.addr(coordinator), 4, &init, POLL_REQUEST_TIMEOUT)
-        .await
-        .unwrap();
+    // The coordinator serves the id once it has loaded its new `__transaction_state`
+    // partition; until then it answers NOT_COORDINATOR (16) or COORDINATOR_LOAD_IN_PROGRESS
+    // (14), which clients retry, as this does.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let resp = loop {
+        let resp = try_call(cluster.addr(coordinator), 4, &init, POLL_REQUEST_TIMEOUT)
+            .await
+            .unwrap();
+        if !matches!(resp.error_code, 14 | 16) || Instant::now() >= deadline {
+            break resp;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     assert_eq!(resp.error_code, 0, "InitProducerId on the coordinator");
     let (pid, epoch) = (resp.producer_id.0, resp.producer_epoch);
 
