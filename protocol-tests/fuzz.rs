@@ -380,7 +380,8 @@ default_bodies! {
     DescribeTransactions => DescribeTransactionsRequest, ListTransactions => ListTransactionsRequest,
     DescribeProducers => DescribeProducersRequest, ListConfigResources => ListConfigResourcesRequest,
     DescribeQuorum => DescribeQuorumRequest, DescribeTopicPartitions => DescribeTopicPartitionsRequest,
-    WriteTxnMarkers => WriteTxnMarkersRequest,
+    WriteTxnMarkers => WriteTxnMarkersRequest, OffsetForLeaderEpoch => OffsetForLeaderEpochRequest,
+    ElectLeaders => ElectLeadersRequest,
 }
 
 fn name(text: &'static str) -> TopicName {

@@ -619,6 +619,55 @@ async fn every_advertised_version_answers() {
                 // Broker to broker (v1 is its only version): sent by the transaction
                 // coordinator in cluster_transactions.rs.
                 ApiKey::WriteTxnMarkers => {}
+                ApiKey::OffsetForLeaderEpoch => {
+                    // One node leads at epoch 0: a known partition answers without error, an
+                    // unknown topic UNKNOWN_TOPIC_OR_PARTITION (3). Epoch semantics are in
+                    // cluster_replication.rs.
+                    use kafka_protocol::messages::OffsetForLeaderEpochRequest;
+                    use kafka_protocol::messages::offset_for_leader_epoch_request::{
+                        OffsetForLeaderPartition, OffsetForLeaderTopic,
+                    };
+                    let ask = |name: &str| {
+                        OffsetForLeaderEpochRequest::default().with_topics(vec![
+                            OffsetForLeaderTopic::default()
+                                .with_topic(topic(name))
+                                .with_partitions(vec![
+                                    OffsetForLeaderPartition::default()
+                                        .with_partition(0)
+                                        .with_current_leader_epoch(-1)
+                                        .with_leader_epoch(0),
+                                ]),
+                        ])
+                    };
+                    let resp = raw.call(version, &ask("all-versions")).await;
+                    let p = &resp.topics[0].partitions[0];
+                    assert_eq!(p.error_code, 0, "OffsetForLeaderEpoch v{version}: {resp:?}");
+                    assert!(p.leader_epoch <= 0, "OffsetForLeaderEpoch v{version}: {resp:?}");
+                    let resp = raw.call(version, &ask("no-such-topic")).await;
+                    assert_eq!(
+                        resp.topics[0].partitions[0].error_code, 3,
+                        "OffsetForLeaderEpoch v{version}"
+                    );
+                }
+                ApiKey::ElectLeaders => {
+                    // One node: every partition is led by its preferred (only) replica, so a
+                    // preferred election is ELECTION_NOT_NEEDED (84); moves are tested in
+                    // cluster_replication.rs.
+                    use kafka_protocol::messages::ElectLeadersRequest;
+                    use kafka_protocol::messages::elect_leaders_request::TopicPartitions;
+                    let req = ElectLeadersRequest::default()
+                        .with_topic_partitions(Some(vec![
+                            TopicPartitions::default()
+                                .with_topic(topic("all-versions"))
+                                .with_partitions(vec![0]),
+                        ]))
+                        .with_timeout_ms(5_000);
+                    let resp = raw.call(version, &req).await;
+                    assert_eq!(
+                        resp.replica_election_results[0].partition_result[0].error_code, 84,
+                        "ElectLeaders v{version}: {resp:?}"
+                    );
+                }
                 other => panic!("{other:?} is advertised but no test sends every version of it"),
             }
         }
