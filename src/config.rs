@@ -34,18 +34,23 @@ fn invalid(key: &str, reason: impl Into<String>) -> ConfigError {
 pub struct BrokerConfig {
     /// `node.id`: this broker's id in metadata responses.
     pub node_id: i32,
-    /// The address the broker binds for clients: the PLAINTEXT entry of `listeners` (an empty
-    /// host made `0.0.0.0`), or set directly when `listeners` is not given.
+    /// The address the broker binds for clients: its first client listener's (the PLAINTEXT
+    /// entry of `listeners` if there is one, an empty host made `0.0.0.0`), or set directly
+    /// when `listeners` is not given.
     pub listen: String,
-    /// The address clients are told to connect to: the PLAINTEXT entry of
+    /// The address clients of that listener are told to connect to: its entry of
     /// `advertised.listeners` (defaults to `listen`).
     pub advertise: Option<String>,
     /// `listeners` as given (`NAME://HOST:PORT,...`), empty when the key was not set. `listen`
     /// and `controller_listen` are resolved from it and `controller.listener.names` whenever
     /// either is set, so the keys may come in any order; `check` refuses what does not fit.
     pub listeners: Vec<Listener>,
-    /// `advertised.listeners` as given; `advertise` is its PLAINTEXT entry.
+    /// `advertised.listeners` as given; `advertise` is the first client listener's entry.
     pub advertised_listeners: Vec<Listener>,
+    /// `listener.security.protocol.map`: each listener name's security protocol (Kafka's
+    /// default maps PLAINTEXT, SSL, SASL_PLAINTEXT and SASL_SSL to themselves). Only PLAINTEXT
+    /// is served until TLS and SASL come.
+    pub listener_security_protocol_map: BTreeMap<String, String>,
     /// The address the quorum binds (voters connect to it): the entry of `listeners` named in
     /// `controller.listener.names`, an empty host made `0.0.0.0`.
     pub controller_listen: Option<String>,
@@ -91,8 +96,8 @@ pub struct BrokerConfig {
     pub controlled_shutdown_enable: bool,
     /// `broker.rack`: this broker's rack, for rack-aware replica placement; none by default.
     pub broker_rack: Option<String>,
-    /// `inter.broker.listener.name`: the listener brokers use to reach each other; only
-    /// PLAINTEXT until TLS/SASL listeners come with the security work.
+    /// `inter.broker.listener.name`: the listener brokers use to reach each other (its
+    /// advertised endpoint is the one followers and transaction markers dial).
     pub inter_broker_listener_name: String,
     /// `log.dirs`: where partitions and the metadata log live.
     pub data_dir: PathBuf,
@@ -246,9 +251,20 @@ impl std::fmt::Display for ProcessRoles {
     }
 }
 
-/// The name of the one client listener (and of `inter.broker.listener.name`) until TLS/SASL
-/// listeners and `listener.security.protocol.map` come with the security work.
+/// The default client listener's name, the default `inter.broker.listener.name`, and the one
+/// security protocol served until TLS and SASL come.
 const PLAINTEXT: &str = "PLAINTEXT";
+
+/// Kafka's security protocols (`SecurityProtocol`).
+const SECURITY_PROTOCOLS: &[&str] = &["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"];
+
+/// Kafka's default `listener.security.protocol.map`: each protocol's name maps to itself.
+fn default_security_protocol_map() -> BTreeMap<String, String> {
+    SECURITY_PROTOCOLS
+        .iter()
+        .map(|p| (p.to_string(), p.to_string()))
+        .collect()
+}
 
 /// One entry of `listeners` or `advertised.listeners`: Kafka's `NAME://HOST:PORT`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -339,6 +355,7 @@ impl Default for BrokerConfig {
             advertise: None,
             listeners: Vec::new(),
             advertised_listeners: Vec::new(),
+            listener_security_protocol_map: default_security_protocol_map(),
             controller_listen: None,
             process_roles: ProcessRoles {
                 broker: true,
@@ -482,12 +499,6 @@ fn parse_listeners(key: &str, value: &str) -> Result<Vec<Listener>, ConfigError>
             Some((name, address)) => (listener_name(key, name)?, address),
             None => (PLAINTEXT.to_string(), entry),
         };
-        if matches!(name.as_str(), "SSL" | "SASL_PLAINTEXT" | "SASL_SSL") {
-            return Err(invalid(
-                key,
-                format!("listener {name}: TLS and SASL listeners come with the security work; use PLAINTEXT"),
-            ));
-        }
         let (host, port) =
             split_host_port(address).ok_or_else(|| invalid(key, format!("{entry:?} is not NAME://HOST:PORT")))?;
         if listeners.iter().any(|l| l.name == name) {
@@ -593,13 +604,13 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
         "listeners",
         ConfigType::String,
         false,
-        "NAME://HOST:PORT,...: the PLAINTEXT listener for clients, a controller listener for the quorum.",
+        "NAME://HOST:PORT,...: listeners for clients and brokers (each in listener.security.protocol.map), a controller listener for the quorum.",
     ),
     broker_key(
         "advertised.listeners",
         ConfigType::String,
         false,
-        "The address clients are told to connect to.",
+        "NAME://HOST:PORT,...: the address clients of each listener are told to connect to.",
     ),
     broker_key(
         "process.roles",
@@ -701,7 +712,13 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
         "inter.broker.listener.name",
         ConfigType::String,
         false,
-        "The listener brokers use to reach each other; only PLAINTEXT for now.",
+        "The listener brokers use to reach each other (followers, transaction markers): its advertised endpoint.",
+    ),
+    broker_key(
+        "listener.security.protocol.map",
+        ConfigType::String,
+        false,
+        "LISTENER_NAME:SECURITY_PROTOCOL,...: each listener's protocol; only PLAINTEXT is served for now.",
     ),
     broker_key(
         "log.dirs",
@@ -1111,7 +1128,23 @@ impl BrokerConfig {
             "controlled.shutdown.enable" => self.controlled_shutdown_enable.to_string(),
             "broker.rack" => self.broker_rack.clone().unwrap_or_default(),
             "inter.broker.listener.name" => self.inter_broker_listener_name.clone(),
-            "advertised.listeners" => format!("PLAINTEXT://{}", self.advertised()),
+            "advertised.listeners" => {
+                if self.advertised_listeners.is_empty() {
+                    let first = self.first_client_listener().map_or(PLAINTEXT, |l| &l.name);
+                    format!("{first}://{}", self.advertised())
+                } else {
+                    let entries: Vec<String> = self.advertised_listeners.iter().map(Listener::to_string).collect();
+                    entries.join(",")
+                }
+            }
+            "listener.security.protocol.map" => {
+                let entries: Vec<String> = self
+                    .listener_security_protocol_map
+                    .iter()
+                    .map(|(name, p)| format!("{name}:{p}"))
+                    .collect();
+                entries.join(",")
+            }
             "log.dirs" => self.data_dir.display().to_string(),
             "num.partitions" => self.num_partitions.to_string(),
             "default.replication.factor" => self.default_replication_factor.to_string(),
@@ -1246,8 +1279,23 @@ impl BrokerConfig {
                     ));
                 }
                 self.advertised_listeners = advertised;
-                let plaintext = self.advertised_listeners.iter().find(|l| l.name == PLAINTEXT);
-                self.advertise = plaintext.map(|l| format!("{}:{}", l.host, l.port));
+                self.resolve_listeners();
+            }
+            "listener.security.protocol.map" => {
+                let mut map = BTreeMap::new();
+                for entry in csv(value) {
+                    let (name, protocol) = entry
+                        .split_once(':')
+                        .ok_or_else(|| invalid(key, format!("{entry:?} is not LISTENER_NAME:SECURITY_PROTOCOL")))?;
+                    let protocol = protocol.trim().to_ascii_uppercase();
+                    if !SECURITY_PROTOCOLS.contains(&protocol.as_str()) {
+                        return Err(invalid(key, format!("{protocol:?} is not a security protocol")));
+                    }
+                    if map.insert(listener_name(key, name)?, protocol).is_some() {
+                        return Err(invalid(key, format!("listener {name} appears twice")));
+                    }
+                }
+                self.listener_security_protocol_map = map;
             }
             "process.roles" => self.process_roles = parse_process_roles(key, value)?,
             "controller.listener.names" => {
@@ -1294,16 +1342,7 @@ impl BrokerConfig {
                 self.broker_heartbeat_interval_ms = at_least(key, parse_int(key, value)?, 1)?
             }
             "broker.rack" => self.broker_rack = Some(value.trim().to_string()).filter(|rack| !rack.is_empty()),
-            "inter.broker.listener.name" => {
-                let name = listener_name(key, value)?;
-                if name != PLAINTEXT {
-                    return Err(invalid(
-                        key,
-                        format!("{name}: only PLAINTEXT until TLS/SASL listeners come with the security work"),
-                    ));
-                }
-                self.inter_broker_listener_name = name;
-            }
+            "inter.broker.listener.name" => self.inter_broker_listener_name = listener_name(key, value)?,
             "log.dirs" | "log.dir" => {
                 if value.trim().is_empty() || value.contains(',') {
                     return Err(invalid(key, "exactly one data directory is supported"));
@@ -1444,6 +1483,54 @@ impl BrokerConfig {
         !self.controller_quorum_voters.is_empty()
     }
 
+    /// The listener that `listen` and `advertise` describe: the PLAINTEXT entry of `listeners`
+    /// if there is one, else its first listener that is not a controller listener.
+    fn first_client_listener(&self) -> Option<&Listener> {
+        let mut clients = self.listeners.iter().filter(|l| !self.is_controller_listener(&l.name));
+        let first = clients.clone().next();
+        clients.find(|l| l.name == PLAINTEXT).or(first)
+    }
+
+    /// The listeners that serve clients and other brokers, as (name, address to bind), the
+    /// first client listener first (bound at `listen`). Without `listeners`: PLAINTEXT at
+    /// `listen`.
+    pub fn client_listeners(&self) -> Vec<(String, String)> {
+        let Some(first) = self.first_client_listener() else {
+            return vec![(PLAINTEXT.to_string(), self.listen.clone())];
+        };
+        let mut out = vec![(first.name.clone(), self.listen.clone())];
+        for listener in &self.listeners {
+            if listener.name != first.name && !self.is_controller_listener(&listener.name) {
+                out.push((listener.name.clone(), listener.bind_address()));
+            }
+        }
+        out
+    }
+
+    /// Refuses a listener without a security protocol, or with one not served yet. A controller
+    /// listener missing from the map is PLAINTEXT, as Kafka's KRaft mode takes it.
+    fn check_security_protocol(&self, name: &str) -> Result<(), ConfigError> {
+        let protocol = match self.listener_security_protocol_map.get(name) {
+            Some(protocol) => protocol.as_str(),
+            None if self.is_controller_listener(name) => PLAINTEXT,
+            None => {
+                return Err(invalid(
+                    "listener.security.protocol.map",
+                    format!("listener {name} has no security protocol (add {name}:PLAINTEXT)"),
+                ));
+            }
+        };
+        if protocol != PLAINTEXT {
+            return Err(invalid(
+                "listener.security.protocol.map",
+                format!(
+                    "listener {name}: {protocol} is not served yet (TLS and SASL come with the security work); use PLAINTEXT"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     fn is_controller_listener(&self, name: &str) -> bool {
         self.controller_listener_names.iter().any(|n| n == name)
     }
@@ -1451,9 +1538,15 @@ impl BrokerConfig {
     /// Derives `listen` and `controller_listen` from `listeners` and `controller.listener.names`,
     /// called when either is set: their order in a file or on the command line does not matter.
     fn resolve_listeners(&mut self) {
-        if let Some(plaintext) = self.listeners.iter().find(|l| l.name == PLAINTEXT) {
-            self.listen = plaintext.bind_address();
+        if let Some(first) = self.first_client_listener() {
+            self.listen = first.bind_address();
         }
+        let first_name = self.first_client_listener().map_or(PLAINTEXT, |l| &l.name).to_string();
+        self.advertise = self
+            .advertised_listeners
+            .iter()
+            .find(|l| l.name == first_name)
+            .map(|l| format!("{}:{}", l.host, l.port));
         self.controller_listen = self
             .listeners
             .iter()
@@ -1461,23 +1554,24 @@ impl BrokerConfig {
             .map(Listener::bind_address);
     }
 
-    /// `listeners` as DescribeConfigs shows it: every listener as given, the PLAINTEXT one as
-    /// `listen` holds it (which `--listen` may have set without `listeners`).
+    /// `listeners` as DescribeConfigs shows it: every listener as given, the first client
+    /// listener as `listen` holds it (which `--listen` may have set without `listeners`).
     fn listeners_text(&self) -> String {
+        let first = self.first_client_listener().map_or(PLAINTEXT, |l| &l.name);
         let mut text: Vec<String> = Vec::new();
-        let mut plaintext_shown = false;
+        let mut first_shown = false;
         for listener in &self.listeners {
-            if listener.name == PLAINTEXT {
-                plaintext_shown = true;
+            if listener.name == first {
+                first_shown = true;
                 if listener.bind_address() != self.listen {
-                    text.push(format!("{PLAINTEXT}://{}", self.listen));
+                    text.push(format!("{first}://{}", self.listen));
                     continue;
                 }
             }
             text.push(listener.to_string());
         }
-        if !plaintext_shown {
-            text.insert(0, format!("{PLAINTEXT}://{}", self.listen));
+        if !first_shown {
+            text.insert(0, format!("{first}://{}", self.listen));
         }
         text.join(",")
     }
@@ -1520,29 +1614,29 @@ impl BrokerConfig {
         for listener in &self.listeners {
             if self.is_controller_listener(&listener.name) {
                 controller_listeners += 1;
-            } else if listener.name != PLAINTEXT {
-                return Err(invalid(
-                    "listeners",
-                    format!(
-                        "listener {} is neither PLAINTEXT nor named in controller.listener.names \
-                         (listener.security.protocol.map, TLS and SASL come with the security work)",
-                        listener.name
-                    ),
-                ));
             }
+            self.check_security_protocol(&listener.name)?;
         }
         if controller_listeners > 1 {
             return Err(invalid("listeners", "only one controller listener is supported"));
         }
-        let has_plaintext = self.listeners.iter().any(|l| l.name == PLAINTEXT);
-        if roles.broker && !self.listeners.is_empty() && !has_plaintext {
-            return Err(invalid("listeners", "must include a PLAINTEXT listener for clients"));
+        let client_listener = self.listeners.iter().find(|l| !self.is_controller_listener(&l.name));
+        if roles.broker && !self.listeners.is_empty() && client_listener.is_none() {
+            return Err(invalid(
+                "listeners",
+                "must include a listener for clients (one not named in controller.listener.names)",
+            ));
         }
-        if !roles.broker && has_plaintext {
+        if !roles.broker
+            && let Some(listener) = client_listener
+        {
             // Kafka's KafkaConfig: a controller-only node listens for the quorum only.
             return Err(invalid(
                 "listeners",
-                "process.roles=controller: must contain only the controller listener (no PLAINTEXT listener)",
+                format!(
+                    "process.roles=controller: must contain only the controller listener, not {}",
+                    listener.name
+                ),
             ));
         }
         if !roles.broker && !self.advertised_listeners.is_empty() {
@@ -1560,15 +1654,34 @@ impl BrokerConfig {
                     format!("must not contain the controller listener ({})", listener.name),
                 ));
             }
-            if listener.name != PLAINTEXT {
+            // Kafka's KafkaConfig: the advertised listener names are among the listeners'.
+            if !self.client_listeners().iter().any(|(name, _)| *name == listener.name) {
                 return Err(invalid(
                     "advertised.listeners",
-                    format!(
-                        "listener {} is not PLAINTEXT, the one listener for clients",
-                        listener.name
-                    ),
+                    format!("listener {} is not one of the listeners", listener.name),
                 ));
             }
+        }
+        if roles.broker
+            && !self
+                .client_listeners()
+                .iter()
+                .any(|(name, _)| *name == self.inter_broker_listener_name)
+        {
+            // Kafka's KafkaConfig: other brokers dial this one at that listener's advertised
+            // endpoint, so it must be one.
+            return Err(invalid(
+                "inter.broker.listener.name",
+                format!(
+                    "{} is not one of the listeners for clients and brokers ({})",
+                    self.inter_broker_listener_name,
+                    self.client_listeners()
+                        .iter()
+                        .map(|(name, _)| name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
         }
         if !self.cluster_mode() {
             // A single node is its own controller; a controller listener is allowed and unused.
@@ -2156,7 +2269,9 @@ mod tests {
         assert_eq!(c.set("num.partitions", "zero").unwrap_err().key, "num.partitions");
         assert_eq!(c.set("num.partitions", "0").unwrap_err().key, "num.partitions");
         assert!(c.set("auto.create.topics.enable", "yes").is_err());
-        assert!(c.set("listeners", "SSL://h:1").is_err());
+        // TLS comes with the security work: the listener parses, the check refuses it.
+        c.set("listeners", "SSL://h:1").unwrap();
+        assert_eq!(c.check().unwrap_err().key, "listener.security.protocol.map");
         c.set("listeners", "PLAINTEXT://0.0.0.0:19092").unwrap();
         assert_eq!(c.listen, "0.0.0.0:19092");
     }
@@ -2189,6 +2304,8 @@ mod tests {
                 "log.cleanup.policy" => "compact,delete",
                 "compression.type" => "zstd",
                 "log.cleaner.min.cleanable.ratio" => "0.75",
+                "listener.security.protocol.map" => "INTERNAL:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+                "inter.broker.listener.name" => "INTERNAL",
                 _ => "2048",
             });
             let mut c = BrokerConfig::default();
@@ -2286,13 +2403,71 @@ mod tests {
             assert_eq!(c.listen, "0.0.0.0:9092", "an empty host binds every interface");
             assert_eq!(c.controller_listener_names, vec!["CTRL".to_string()]);
         }
-        // Before controller.listener.names arrives, CTRL is just an unknown listener.
+        // Before controller.listener.names arrives, CTRL is just a listener with no protocol.
         let mut c = BrokerConfig::default();
         c.set(listeners.0, listeners.1).unwrap();
         assert_eq!(c.controller_listen, None);
-        assert_eq!(c.check().unwrap_err().key, "listeners");
+        assert_eq!(c.check().unwrap_err().key, "listener.security.protocol.map");
         c.set(names.0, names.1).unwrap();
         assert!(c.check().is_ok());
+    }
+
+    #[test]
+    fn brokers_reach_each_other_on_their_own_listener() {
+        // The docker-compose shape: clients outside on PLAINTEXT (advertised at the host's
+        // published port), brokers inside on INTERNAL (advertised at the container's name).
+        let c = from_flags(&[
+            ("node.id", "1"),
+            ("listeners", "PLAINTEXT://:9092,CONTROLLER://:9093,INTERNAL://:9094"),
+            (
+                "listener.security.protocol.map",
+                "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT",
+            ),
+            (
+                "advertised.listeners",
+                "PLAINTEXT://localhost:19092,INTERNAL://node1:9094",
+            ),
+            ("inter.broker.listener.name", "INTERNAL"),
+            ("controller.listener.names", "CONTROLLER"),
+            ("controller.quorum.voters", "1@node1:9093,2@node2:9093,3@node3:9093"),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.client_listeners(),
+            vec![
+                ("PLAINTEXT".to_string(), "0.0.0.0:9092".to_string()),
+                ("INTERNAL".to_string(), "0.0.0.0:9094".to_string()),
+            ]
+        );
+        assert_eq!(c.advertised(), "localhost:19092");
+        assert_eq!(
+            c.get("advertised.listeners").as_deref(),
+            Some("PLAINTEXT://localhost:19092,INTERNAL://node1:9094")
+        );
+        assert_eq!(c.controller_listen.as_deref(), Some("0.0.0.0:9093"));
+        // Listeners need not be called PLAINTEXT: the first client listener is the primary.
+        let c = from_flags(&[
+            ("listeners", "EXTERNAL://127.0.0.1:9192,INTERNAL://127.0.0.1:9194"),
+            (
+                "listener.security.protocol.map",
+                "EXTERNAL:PLAINTEXT,INTERNAL:PLAINTEXT",
+            ),
+            ("inter.broker.listener.name", "internal"),
+        ])
+        .unwrap();
+        assert_eq!(c.listen, "127.0.0.1:9192");
+        assert_eq!(
+            c.client_listeners()[1],
+            ("INTERNAL".to_string(), "127.0.0.1:9194".to_string())
+        );
+        // Without inter.broker.listener.name, PLAINTEXT is the inter-broker listener: there
+        // is none here, which Kafka refuses at start.
+        let err = from_flags(&[
+            ("listeners", "EXTERNAL://127.0.0.1:9192"),
+            ("listener.security.protocol.map", "EXTERNAL:PLAINTEXT"),
+        ])
+        .unwrap_err();
+        assert_eq!(err.key, "inter.broker.listener.name", "{err}");
     }
 
     #[test]
@@ -2435,7 +2610,12 @@ mod tests {
                 "controller.quorum.voters",
                 "node.id 1 must not be one of the voters",
             ),
-            ("process.roles", "controller", "listeners", "no PLAINTEXT listener"),
+            (
+                "process.roles",
+                "controller",
+                "listeners",
+                "only the controller listener, not PLAINTEXT",
+            ),
             (
                 "node.id",
                 "4",
@@ -2481,14 +2661,32 @@ mod tests {
             (
                 "listeners",
                 "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093,INTERNAL://127.0.0.1:9094",
+                "listener.security.protocol.map",
+                "INTERNAL has no security protocol",
+            ),
+            (
                 "listeners",
-                "INTERNAL is neither PLAINTEXT nor named",
+                "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093,SASL_SSL://127.0.0.1:9094",
+                "listener.security.protocol.map",
+                "SASL_SSL is not served yet",
             ),
             (
                 "listeners",
                 "CONTROLLER://127.0.0.1:9093",
                 "listeners",
-                "PLAINTEXT listener",
+                "must include a listener for clients",
+            ),
+            (
+                "inter.broker.listener.name",
+                "INTERNAL",
+                "inter.broker.listener.name",
+                "INTERNAL is not one of the listeners",
+            ),
+            (
+                "advertised.listeners",
+                "OUTSIDE://broker.example:9092",
+                "advertised.listeners",
+                "OUTSIDE is not one of the listeners",
             ),
             (
                 "listeners",
@@ -2527,8 +2725,6 @@ mod tests {
             ("controller.quorum.bootstrap.servers", "h"),
             ("listeners", "PLAINTEXT://h:1,PLAINTEXT://h:2"),
             ("listeners", "PLAINTEXT://h:1,plaintext://h:2"),
-            ("listeners", "SSL://h:1"),
-            ("listeners", "SASL_PLAINTEXT://h:1"),
             ("listeners", "PLAINTEXT://::1:9092"),
             ("listeners", "PLAINTEXT://h"),
             ("listeners", "PLAINTEXT://h:99999"),
@@ -2541,8 +2737,10 @@ mod tests {
             ("controller.quorum.election.timeout.ms", "9"),
             ("broker.session.timeout.ms", "0"),
             ("broker.heartbeat.interval.ms", "-1"),
-            ("inter.broker.listener.name", "SSL"),
-            ("inter.broker.listener.name", "CONTROLLER"),
+            ("inter.broker.listener.name", "A B"),
+            ("listener.security.protocol.map", "PLAINTEXT"),
+            ("listener.security.protocol.map", "INTERNAL:TLS"),
+            ("listener.security.protocol.map", "A:PLAINTEXT,a:SSL"),
         ];
         for (key, value) in cases {
             let err = BrokerConfig::default().set(key, value).unwrap_err();

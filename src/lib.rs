@@ -24,8 +24,8 @@ use tokio_util::task::TaskTracker;
 
 use crate::api::Ctx;
 use crate::cluster::raft::{MetadataQuorum, QuorumConfig};
-use crate::cluster::{BrokerInfo, Controller, MetadataRecord};
-use crate::config::BrokerConfig;
+use crate::cluster::{BrokerInfo, Controller, Endpoint};
+use crate::config::{BrokerConfig, Listener};
 use crate::coordinator::GroupCoordinator;
 use crate::coordinator::transactions::TransactionCoordinator;
 use crate::replica::ReplicaManager;
@@ -45,13 +45,26 @@ pub enum StartError {
     Meta(#[from] meta_properties::MetaError),
 }
 
-/// This broker as the metadata names it to clients: its advertised endpoint and rack.
+/// This broker as the metadata names it to clients and brokers: its advertised endpoints
+/// (resolved by `Broker::start`) and rack.
 fn this_broker(config: &BrokerConfig) -> BrokerInfo {
-    let (host, port) = api::metadata::split_host_port(config.advertised());
+    let mut endpoints: Vec<Endpoint> = config
+        .advertised_listeners
+        .iter()
+        .map(|l| Endpoint {
+            name: l.name.clone(),
+            host: l.host.clone(),
+            port: i32::from(l.port),
+        })
+        .collect();
+    if endpoints.is_empty() {
+        let (host, port) = api::metadata::split_host_port(config.advertised());
+        let name = config.client_listeners().swap_remove(0).0;
+        endpoints.push(Endpoint { name, host, port });
+    }
     BrokerInfo {
         id: config.node_id,
-        host,
-        port,
+        endpoints,
         rack: config.broker_rack.clone(),
         fenced: false,
     }
@@ -158,14 +171,7 @@ const QUORUM_PROPOSE_TIMEOUT_MS: u64 = 10_000;
 
 /// Registers (or registers again) this broker and waits until this node has applied it.
 async fn register(quorum: &MetadataQuorum, this: &BrokerInfo) -> Result<(), error::Error> {
-    let offset = quorum
-        .submit(MetadataRecord::RegisterBroker {
-            id: this.id,
-            host: this.host.clone(),
-            port: this.port,
-            rack: this.rack.clone(),
-        })
-        .await?;
+    let offset = quorum.submit(this.registration()).await?;
     quorum.wait_applied(offset).await.map(drop)
 }
 
@@ -322,22 +328,42 @@ impl Broker {
         // once every partition is open and the coordinators are loaded, as Kafka starts its
         // acceptors last: a client connecting during recovery is refused and retries, instead
         // of waiting unanswered behind thousands of partitions being opened.
-        let listen_error = |source| StartError::Listen {
-            addr: config.listen.clone(),
-            source,
-        };
-        let socket = bind(&config.listen).await.map_err(listen_error)?;
-        let addr = socket.local_addr().map_err(listen_error)?;
-        if config.advertise.is_none() {
-            // Clients cannot connect to 0.0.0.0: like Kafka, advertise this host's name instead
-            // (and with an ephemeral port, the real one).
-            let host = if addr.ip().is_unspecified() {
-                local_hostname()
-            } else {
-                addr.ip().to_string()
+        let mut sockets = Vec::new();
+        for (name, listen) in config.client_listeners() {
+            let listen_error = |source| StartError::Listen {
+                addr: listen.clone(),
+                source,
             };
-            config.advertise = Some(format!("{host}:{}", addr.port()));
+            let socket = bind(&listen).await.map_err(listen_error)?;
+            let addr = socket.local_addr().map_err(listen_error)?;
+            sockets.push((name, listen, socket, addr));
         }
+        // Each listener is advertised at its `advertised.listeners` entry, else at its own
+        // address. Clients cannot connect to 0.0.0.0: like Kafka, that advertises this host's
+        // name instead (and with an ephemeral port, the real one).
+        let advertised: Vec<Listener> = sockets
+            .iter()
+            .map(
+                |(name, _, _, addr)| match config.advertised_listeners.iter().find(|l| l.name == *name) {
+                    Some(entry) => entry.clone(),
+                    None => Listener {
+                        name: name.clone(),
+                        host: if addr.ip().is_unspecified() {
+                            local_hostname()
+                        } else {
+                            addr.ip().to_string()
+                        },
+                        port: addr.port(),
+                    },
+                },
+            )
+            .collect();
+        config.advertise = advertised.first().map(|l| format!("{}:{}", l.host, l.port));
+        config.advertised_listeners = advertised;
+        let addr = sockets.first().map(|s| s.3).ok_or_else(|| StartError::Listen {
+            addr: config.listen.clone(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "no listener for clients"),
+        })?;
         let config = Arc::new(config);
         let this = this_broker(&config);
         let controller = Arc::new(if config.cluster_mode() {
@@ -377,6 +403,7 @@ impl Broker {
         ));
         transactions.load()?;
         let ctx = Arc::new(Ctx {
+            listener: Arc::from(sockets[0].0.as_str()),
             config: config.clone(),
             controller,
             replicas: replicas.clone(),
@@ -561,15 +588,22 @@ impl Broker {
                 }
             }
         });
-        let listener = socket.listen(LISTEN_BACKLOG).map_err(|source| StartError::Listen {
-            addr: config.listen.clone(),
-            source,
-        })?;
+        let mut listeners = Vec::with_capacity(sockets.len());
+        for (name, listen, socket, _) in sockets {
+            let listener = socket
+                .listen(LISTEN_BACKLOG)
+                .map_err(|source| StartError::Listen { addr: listen, source })?;
+            let ctx = Arc::new(Ctx {
+                listener: Arc::from(name.as_str()),
+                ..(*ctx).clone()
+            });
+            listeners.push((listener, ctx));
+        }
         let stopped = tokio::spawn({
             let shutdown = shutdown.clone();
             let quorum = ctx.controller.quorum().cloned();
             async move {
-                server::serve(listener, ctx, shutdown, tracker.clone()).await;
+                server::serve(listeners, shutdown, tracker.clone()).await;
                 tracker.close();
                 let grace = Duration::from_millis(config.shutdown_timeout_ms);
                 if tokio::time::timeout(grace, tracker.wait()).await.is_err() {

@@ -39,13 +39,17 @@ pub async fn describe_cluster(ctx: &Ctx, req: DescribeClusterRequest, version: i
         .brokers
         .values()
         .filter(|b| include_fenced || !b.fenced)
-        .map(|b| {
-            DescribeClusterBroker::default()
-                .with_broker_id(BrokerId(b.id))
-                .with_host(StrBytes::from_string(b.host.clone()))
-                .with_port(b.port)
-                .with_rack(b.rack.clone().map(StrBytes::from_string))
-                .with_is_fenced(b.fenced)
+        .filter_map(|b| {
+            // At its endpoint on this request's listener; one without it is left out.
+            let endpoint = b.endpoint(&ctx.listener)?;
+            Some(
+                DescribeClusterBroker::default()
+                    .with_broker_id(BrokerId(b.id))
+                    .with_host(StrBytes::from_string(endpoint.host.clone()))
+                    .with_port(endpoint.port)
+                    .with_rack(b.rack.clone().map(StrBytes::from_string))
+                    .with_is_fenced(b.fenced),
+            )
         })
         .collect();
     if req.include_cluster_authorized_operations {

@@ -116,11 +116,8 @@ mod tests {
 
     fn broker(id: i32, fenced: bool) -> Arc<BrokerInfo> {
         Arc::new(BrokerInfo {
-            id,
-            host: format!("node{id}"),
-            port: 9092 + id,
-            rack: None,
             fenced,
+            ..BrokerInfo::new(id, &format!("node{id}"), 9092 + id)
         })
     }
 

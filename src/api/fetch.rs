@@ -149,14 +149,14 @@ fn respond(
     }
     let mut response = FetchResponse::default().with_responses(topics);
     if version >= 12 {
-        point_to_leaders(&ctx.controller.image(), &mut response, version);
+        point_to_leaders(&ctx.controller.image(), &ctx.listener, &mut response, version);
     }
     response
 }
 
 /// KIP-951: each partition answered NOT_LEADER_OR_FOLLOWER gets its current leader and epoch
 /// (v12+), and from v16 the response lists those leaders' endpoints.
-fn point_to_leaders(image: &crate::cluster::MetadataImage, response: &mut FetchResponse, version: i16) {
+fn point_to_leaders(image: &crate::cluster::MetadataImage, listener: &str, response: &mut FetchResponse, version: i16) {
     let not_leader = ResponseError::NotLeaderOrFollower.code();
     let mut hints = LeaderHints::new(image);
     for topic in &mut response.responses {
@@ -173,12 +173,12 @@ fn point_to_leaders(image: &crate::cluster::MetadataImage, response: &mut FetchR
     }
     if version >= 16 {
         response.node_endpoints = hints
-            .endpoints()
-            .map(|b| {
+            .endpoints(listener)
+            .map(|(b, endpoint)| {
                 NodeEndpoint::default()
                     .with_node_id(BrokerId(b.id))
-                    .with_host(StrBytes::from_string(b.host.clone()))
-                    .with_port(b.port)
+                    .with_host(StrBytes::from_string(endpoint.host.clone()))
+                    .with_port(endpoint.port)
                     .with_rack(b.rack.clone().map(StrBytes::from_string))
             })
             .collect();

@@ -76,13 +76,27 @@ fn coordinator_of(ctx: &Ctx, image: &MetadataImage, kind: Option<KeyKind>, error
         return Err((error, "the coordinator is not available"));
     }
     match routing::locate(image, kind, key) {
-        routing::Coordinator::Broker(b) => Ok((b.id, b.host.clone(), b.port)),
+        routing::Coordinator::Broker(b) => match b.endpoint(&ctx.listener) {
+            Some(endpoint) => Ok((b.id, endpoint.host.clone(), endpoint.port)),
+            // Kafka answers so when the coordinator has no endpoint on this listener.
+            None => Err((
+                ResponseError::CoordinatorNotAvailable.code(),
+                "the coordinator has no endpoint on this listener",
+            )),
+        },
         // `ensure_*` just created the topic, so this image lags it: this node serves the key,
         // as before the topic existed.
-        routing::Coordinator::NotCreated => {
-            let (host, port) = split_host_port(ctx.config.advertised());
-            Ok((ctx.config.node_id, host, port))
-        }
+        routing::Coordinator::NotCreated => match image
+            .brokers
+            .get(&ctx.config.node_id)
+            .and_then(|b| b.endpoint(&ctx.listener))
+        {
+            Some(endpoint) => Ok((ctx.config.node_id, endpoint.host.clone(), endpoint.port)),
+            None => {
+                let (host, port) = split_host_port(ctx.config.advertised());
+                Ok((ctx.config.node_id, host, port))
+            }
+        },
         routing::Coordinator::Unavailable => Err((
             ResponseError::CoordinatorNotAvailable.code(),
             "the coordinator's partition has no live leader",

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::cluster::{BrokerInfo, MetadataImage, TopicInfo};
+use crate::cluster::{BrokerInfo, Endpoint, MetadataImage, TopicInfo};
 
 pub(crate) struct LeaderHints<'a> {
     image: &'a MetadataImage,
@@ -41,11 +41,13 @@ impl<'a> LeaderHints<'a> {
         Some((leader, topic.partition_leader_epoch(partition)))
     }
 
-    /// The brokers `leader_of` named, by id.
-    pub fn endpoints(self) -> impl Iterator<Item = &'a BrokerInfo> {
+    /// The brokers `leader_of` named, by id, with their endpoints on `listener` (one without
+    /// it is left out).
+    pub fn endpoints(self, listener: &str) -> impl Iterator<Item = (&'a BrokerInfo, &'a Endpoint)> {
         let brokers = &self.image.brokers;
-        self.leaders
-            .into_iter()
-            .filter_map(move |id| brokers.get(&id).map(|b| &**b))
+        self.leaders.into_iter().filter_map(move |id| {
+            let broker = brokers.get(&id)?;
+            Some((&**broker, broker.endpoint(listener)?))
+        })
     }
 }

@@ -45,12 +45,12 @@ pub async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> MetadataRe
         None => image
             .topics
             .values()
-            .map(|t| describe(ctx, &image, t, operations))
+            .map(|t| describe(ctx, &image, t, operations, version))
             .collect(),
         Some(ref list) if list.is_empty() && version == 0 => image
             .topics
             .values()
-            .map(|t| describe(ctx, &image, t, operations))
+            .map(|t| describe(ctx, &image, t, operations, version))
             .collect(),
         Some(list) => {
             let mut out = Vec::with_capacity(list.len());
@@ -68,7 +68,7 @@ pub async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> MetadataRe
                             }
                         }
                         match image.topic(&name) {
-                            Some(t) => out.push(describe(ctx, &image, t, operations)),
+                            Some(t) => out.push(describe(ctx, &image, t, operations, version)),
                             None => out.push(error_topic(
                                 Some(&name),
                                 Uuid::nil(),
@@ -78,7 +78,7 @@ pub async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> MetadataRe
                         }
                     }
                     None => match image.topic_by_id(&wanted.topic_id) {
-                        Some(t) => out.push(describe(ctx, &image, t, operations)),
+                        Some(t) => out.push(describe(ctx, &image, t, operations, version)),
                         None => out.push(error_topic(
                             None,
                             wanted.topic_id,
@@ -91,15 +91,19 @@ pub async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> MetadataRe
             out
         }
     };
-    // The brokers clients may use: registered and not fenced (a single node: itself).
+    // The brokers clients may use: registered and not fenced (a single node: itself), each
+    // at its endpoint on the listener this request came in on; one without it is left out.
     let brokers = image
         .live_brokers()
-        .map(|b| {
-            MetadataResponseBroker::default()
-                .with_node_id(BrokerId(b.id))
-                .with_host(StrBytes::from_string(b.host.clone()))
-                .with_port(b.port)
-                .with_rack(b.rack.clone().map(StrBytes::from_string))
+        .filter_map(|b| {
+            let endpoint = b.endpoint(&ctx.listener)?;
+            Some(
+                MetadataResponseBroker::default()
+                    .with_node_id(BrokerId(b.id))
+                    .with_host(StrBytes::from_string(endpoint.host.clone()))
+                    .with_port(endpoint.port)
+                    .with_rack(b.rack.clone().map(StrBytes::from_string)),
+            )
         })
         .collect();
     // Clients send admin requests to this id, so it must be a broker they know: a
@@ -146,7 +150,21 @@ fn auto_create(ctx: &Ctx, name: &str) -> Result<(), i16> {
     }
 }
 
-fn describe(ctx: &Ctx, image: &MetadataImage, topic: &TopicInfo, operations: i32) -> MetadataResponseTopic {
+/// Whether broker `id` has an endpoint on the listener of `ctx`.
+fn has_listener(ctx: &Ctx, image: &MetadataImage, id: i32) -> bool {
+    image
+        .brokers
+        .get(&id)
+        .is_some_and(|b| b.endpoint(&ctx.listener).is_some())
+}
+
+fn describe(
+    ctx: &Ctx,
+    image: &MetadataImage,
+    topic: &TopicInfo,
+    operations: i32,
+    version: i16,
+) -> MetadataResponseTopic {
     let partitions = (0..topic.partitions)
         .map(|index| {
             let state = PartitionState::of(ctx, image, topic, index);
@@ -161,6 +179,15 @@ fn describe(ctx: &Ctx, image: &MetadataImage, topic: &TopicInfo, operations: i32
                 // Kafka's Metadata reports a partition without a live leader this way;
                 // DescribeTopicPartitions lists it with no error.
                 partition.with_error_code(ResponseError::LeaderNotAvailable.code())
+            } else if !has_listener(ctx, image, state.leader) {
+                // A leader this listener's clients cannot reach (Kafka's KRaftMetadataCache:
+                // LISTENER_NOT_FOUND from v6, LEADER_NOT_AVAILABLE before).
+                let code = if version >= 6 {
+                    ResponseError::ListenerNotFound
+                } else {
+                    ResponseError::LeaderNotAvailable
+                };
+                partition.with_error_code(code.code()).with_leader_id(BrokerId(-1))
             } else {
                 partition
             }

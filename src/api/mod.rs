@@ -46,8 +46,12 @@ use crate::coordinator::GroupCoordinator;
 use crate::coordinator::transactions::TransactionCoordinator;
 use crate::replica::ReplicaManager;
 
-/// What handlers may use.
+/// What handlers may use: one per listener, the same but for `listener`.
+#[derive(Clone)]
 pub struct Ctx {
+    /// The listener the connection came in on: brokers are named to its clients at their
+    /// endpoints on this listener (Kafka answers Metadata per listener).
+    pub listener: Arc<str>,
     pub config: Arc<BrokerConfig>,
     pub controller: Arc<Controller>,
     pub replicas: Arc<ReplicaManager>,

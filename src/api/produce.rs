@@ -79,7 +79,7 @@ struct TopicSlots {
 /// KIP-951: each partition answered NOT_LEADER_OR_FOLLOWER gets its current leader and epoch,
 /// and the response lists those leaders' endpoints, so the client goes there without a
 /// Metadata round trip.
-fn point_to_leaders(image: &MetadataImage, response: &mut ProduceResponse, version: i16) {
+fn point_to_leaders(image: &MetadataImage, listener: &str, response: &mut ProduceResponse, version: i16) {
     let not_leader = ResponseError::NotLeaderOrFollower.code();
     let mut hints = LeaderHints::new(image);
     for topic in &mut response.responses {
@@ -99,12 +99,12 @@ fn point_to_leaders(image: &MetadataImage, response: &mut ProduceResponse, versi
         }
     }
     response.node_endpoints = hints
-        .endpoints()
-        .map(|b| {
+        .endpoints(listener)
+        .map(|(b, endpoint)| {
             NodeEndpoint::default()
                 .with_node_id(BrokerId(b.id))
-                .with_host(StrBytes::from_string(b.host.clone()))
-                .with_port(b.port)
+                .with_host(StrBytes::from_string(endpoint.host.clone()))
+                .with_port(endpoint.port)
                 .with_rack(b.rack.clone().map(StrBytes::from_string))
         })
         .collect();
@@ -212,7 +212,7 @@ pub async fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcom
     }
     let mut response = ProduceResponse::default().with_responses(responses);
     if version >= 10 {
-        point_to_leaders(&image, &mut response, version);
+        point_to_leaders(&image, &ctx.listener, &mut response, version);
     }
     if acks == 0 {
         return Outcome::NoResponse;

@@ -2,7 +2,7 @@
 //! WriteTxnMarkers to the leaders of a transaction's partitions (Kafka's
 //! `TransactionMarkerChannelManager`) and a partition leader's AddPartitionsToTxn `verify_only`
 //! to a transactional id's coordinator (Kafka's `AddPartitionsToTxnManager`), sent to the
-//! endpoint each broker registered (`MetadataImage::brokers`, its advertised listener).
+//! endpoint each broker registered on `inter.broker.listener.name` (`MetadataImage::brokers`).
 //!
 //! One request per connection at a time, answered before the connection is used again: the
 //! callers already batch (one WriteTxnMarkers per broker and transaction end, one
@@ -28,6 +28,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use crate::cluster::Endpoint;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::error::ResponseError;
@@ -85,6 +87,8 @@ impl Default for ClientLimits {
 pub enum CallError {
     #[error("broker {broker} has no usable endpoint {host}:{port}")]
     BadEndpoint { broker: i32, host: String, port: i32 },
+    #[error("broker {broker} registered no listener {listener} (inter.broker.listener.name)")]
+    NoListener { broker: i32, listener: String },
     #[error("connecting to broker {broker} at {addr}: {source}")]
     Connect {
         broker: i32,
@@ -121,6 +125,7 @@ impl CallError {
             CallError::TimedOut { .. } => ResponseError::RequestTimedOut,
             CallError::Encode(_) => ResponseError::UnknownServerError,
             CallError::BadEndpoint { .. }
+            | CallError::NoListener { .. }
             | CallError::Connect { .. }
             | CallError::Io { .. }
             | CallError::FrameTooLarge { .. }
@@ -172,6 +177,8 @@ fn still_open(stream: &TcpStream) -> bool {
 pub struct BrokerClient {
     /// "sluice-broker-<node.id>": the request header's client id, so the peer's logs say who asked.
     client_id: StrBytes,
+    /// `inter.broker.listener.name`: the registered endpoint dialled.
+    listener: String,
     limits: ClientLimits,
     /// One entry per broker id ever called (the brokers of the cluster); an entry is replaced
     /// when that broker registers again at another endpoint.
@@ -180,30 +187,32 @@ pub struct BrokerClient {
 }
 
 impl BrokerClient {
-    /// The client of broker `node_id`, with the default limits.
-    pub fn new(node_id: i32) -> BrokerClient {
-        BrokerClient::with_limits(node_id, ClientLimits::default())
+    /// The client of broker `node_id`, dialling the others' endpoints on `listener`, with the
+    /// default limits.
+    pub fn new(node_id: i32, listener: &str) -> BrokerClient {
+        BrokerClient::with_limits(node_id, listener, ClientLimits::default())
     }
 
-    pub fn with_limits(node_id: i32, limits: ClientLimits) -> BrokerClient {
+    pub fn with_limits(node_id: i32, listener: &str, limits: ClientLimits) -> BrokerClient {
         debug_assert!(limits.connections_per_broker_max > 0, "a pool needs a connection");
         BrokerClient {
             client_id: StrBytes::from_string(format!("sluice-broker-{node_id}")),
+            listener: listener.to_string(),
             limits,
             pools: Mutex::new(HashMap::new()),
             correlation_id: AtomicI32::new(0),
         }
     }
 
-    /// The pool of `broker`, created or replaced (its endpoint changed) as needed.
-    fn pool(&self, broker: &BrokerInfo) -> Arc<Pool> {
+    /// The pool of `broker` at `endpoint`, created or replaced (its endpoint changed) as needed.
+    fn pool(&self, broker: &BrokerInfo, endpoint: &Endpoint) -> Arc<Pool> {
         let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
         match pools.get(&broker.id) {
-            Some(pool) if pool.host == broker.host && pool.port == broker.port => pool.clone(),
+            Some(pool) if pool.host == endpoint.host && pool.port == endpoint.port => pool.clone(),
             _ => {
                 let pool = Arc::new(Pool {
-                    host: broker.host.clone(),
-                    port: broker.port,
+                    host: endpoint.host.clone(),
+                    port: endpoint.port,
                     permits: Semaphore::new(self.limits.connections_per_broker_max),
                     idle: Mutex::new(Vec::new()),
                 });
@@ -223,19 +232,23 @@ impl BrokerClient {
     ) -> Result<R::Response, CallError> {
         let correlation_id = self.correlation_id.fetch_add(1, Ordering::Relaxed);
         let frame = self.encode(version, correlation_id, request)?;
-        let pool = self.pool(broker);
-        let addr = format!("{}:{}", broker.host, broker.port);
+        let endpoint = broker.endpoint(&self.listener).ok_or_else(|| CallError::NoListener {
+            broker: broker.id,
+            listener: self.listener.clone(),
+        })?;
+        let pool = self.pool(broker, endpoint);
+        let addr = format!("{}:{}", endpoint.host, endpoint.port);
         let deadline = Instant::now() + self.limits.request_timeout;
         let exchange = async {
             // The pool's semaphore is never closed; a closed one would mean no connection.
             let _permit = pool.permits.acquire().await.map_err(|_| CallError::BadEndpoint {
                 broker: broker.id,
-                host: broker.host.clone(),
-                port: broker.port,
+                host: endpoint.host.clone(),
+                port: endpoint.port,
             })?;
             let mut stream = match pool.take_idle(self.limits.idle_reuse_max) {
                 Some(stream) => stream,
-                None => self.connect(broker, &addr).await?,
+                None => self.connect(broker.id, endpoint, &addr).await?,
             };
             let body = self.exchange(&mut stream, &frame, broker.id, &addr).await?;
             // Only a connection whose exchange ended cleanly goes back: after any failure its
@@ -276,20 +289,20 @@ impl BrokerClient {
         Ok(buf.freeze())
     }
 
-    async fn connect(&self, broker: &BrokerInfo, addr: &str) -> Result<TcpStream, CallError> {
-        let port = u16::try_from(broker.port).map_err(|_| CallError::BadEndpoint {
-            broker: broker.id,
-            host: broker.host.clone(),
-            port: broker.port,
+    async fn connect(&self, broker: i32, endpoint: &Endpoint, addr: &str) -> Result<TcpStream, CallError> {
+        let port = u16::try_from(endpoint.port).map_err(|_| CallError::BadEndpoint {
+            broker,
+            host: endpoint.host.clone(),
+            port: endpoint.port,
         })?;
         let connect_error = |source| CallError::Connect {
-            broker: broker.id,
+            broker,
             addr: addr.to_string(),
             source,
         };
         let stream = tokio::time::timeout(
             self.limits.connect_timeout,
-            TcpStream::connect((broker.host.as_str(), port)),
+            TcpStream::connect((endpoint.host.as_str(), port)),
         )
         .await
         .map_err(|_| connect_error(std::io::Error::from(std::io::ErrorKind::TimedOut)))?
@@ -465,7 +478,7 @@ mod tests {
                 }
             }
         });
-        let client = BrokerClient::with_limits(1, short_limits());
+        let client = BrokerClient::with_limits(1, "PLAINTEXT", short_limits());
         for _ in 0..3 {
             let resp = client.call(&broker, 1, &markers_request()).await.unwrap();
             assert_eq!(resp, markers_response(7, &[0, 4]));
@@ -490,7 +503,7 @@ mod tests {
             let (header, _) = read_request(&mut stream).await.unwrap();
             answer(&mut stream, header.correlation_id, &markers_response(7, &[4])).await;
         });
-        let client = BrokerClient::with_limits(1, short_limits());
+        let client = BrokerClient::with_limits(1, "PLAINTEXT", short_limits());
         client.call(&broker, 1, &markers_request()).await.unwrap();
         closed_rx.await.unwrap();
         let resp = client.call(&broker, 1, &markers_request()).await.unwrap();
@@ -534,7 +547,7 @@ mod tests {
             }
         })
         .await;
-        let client = BrokerClient::with_limits(1, short_limits());
+        let client = BrokerClient::with_limits(1, "PLAINTEXT", short_limits());
         for _ in 0..300 {
             match client.call(&broker, 1, &markers_request()).await {
                 Ok(_) | Err(CallError::Malformed { .. }) => {}
@@ -567,7 +580,7 @@ mod tests {
             body
         })
         .await;
-        let client = BrokerClient::with_limits(1, short_limits());
+        let client = BrokerClient::with_limits(1, "PLAINTEXT", short_limits());
         for broker in [wrong_cid, trailing] {
             let err = client.call(&broker, 1, &markers_request()).await.unwrap_err();
             assert!(matches!(err, CallError::Malformed { .. }), "{err}");
@@ -586,7 +599,7 @@ mod tests {
                 // Keep the connection open: the client must not wait for the claimed bytes.
                 let _ = read_request(&mut stream).await;
             });
-            let client = BrokerClient::with_limits(1, short_limits());
+            let client = BrokerClient::with_limits(1, "PLAINTEXT", short_limits());
             let err = client.call(&broker, 1, &markers_request()).await.unwrap_err();
             assert!(matches!(err, CallError::FrameTooLarge { .. }), "{claimed}: {err}");
         }
@@ -601,7 +614,7 @@ mod tests {
             let _ = read_request(&mut stream).await;
             let _ = read_request(&mut stream).await;
         });
-        let client = BrokerClient::with_limits(1, short_limits());
+        let client = BrokerClient::with_limits(1, "PLAINTEXT", short_limits());
         let started = std::time::Instant::now();
         let err = client.call(&broker, 1, &markers_request()).await.unwrap_err();
         assert!(matches!(err, CallError::TimedOut { .. }), "{err}");
@@ -618,12 +631,27 @@ mod tests {
 
     #[tokio::test]
     async fn a_broker_registered_again_elsewhere_gets_a_new_pool() {
-        let client = BrokerClient::with_limits(1, short_limits());
-        let first = client.pool(&BrokerInfo::new(2, "127.0.0.1", 9000));
-        let same = client.pool(&BrokerInfo::new(2, "127.0.0.1", 9000));
-        let moved = client.pool(&BrokerInfo::new(2, "127.0.0.1", 9001));
+        let client = BrokerClient::with_limits(1, "PLAINTEXT", short_limits());
+        let pool = |port| {
+            let broker = BrokerInfo::new(2, "127.0.0.1", port);
+            client.pool(&broker, &broker.endpoints[0])
+        };
+        let first = pool(9000);
+        let same = pool(9000);
+        let moved = pool(9001);
         assert!(Arc::ptr_eq(&first, &same));
         assert!(!Arc::ptr_eq(&first, &moved));
         assert_eq!(client.pools.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_broker_without_the_inter_broker_listener_is_not_dialled() {
+        let client = BrokerClient::with_limits(1, "INTERNAL", short_limits());
+        let err = client
+            .call(&BrokerInfo::new(2, "127.0.0.1", 9000), 1, &markers_request())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, CallError::NoListener { broker: 2, .. }), "{err}");
+        assert_eq!(err.code(), ResponseError::NetworkException.code());
     }
 }

@@ -78,13 +78,18 @@ pub enum MetadataRecord {
         node: Option<i32>,
         configs: BTreeMap<String, String>,
     },
-    /// A broker joined, or came back (Kafka's RegisterBrokerRecord): its client endpoint and
-    /// rack. A registered broker is unfenced.
+    /// A broker joined, or came back (Kafka's RegisterBrokerRecord): its advertised endpoints
+    /// and rack. A registered broker is unfenced.
     RegisterBroker {
         id: i32,
+        /// The first of `listeners` (a record written before listeners were recorded has only
+        /// these: its PLAINTEXT endpoint).
         host: String,
         port: i32,
         rack: Option<String>,
+        /// Every advertised listener (Kafka's BrokerEndpoint list).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        listeners: Vec<Endpoint>,
     },
     /// A broker missed its session timeout (fenced: Kafka's FenceBrokerRecord) or heartbeats
     /// again (unfenced). A fenced broker is not listed to clients and gets no new partitions.
@@ -129,25 +134,55 @@ pub struct PartitionRegistration {
     pub partition_epoch: i32,
 }
 
+/// One advertised listener of a broker: clients that came in on listener `name` are told
+/// this address (Kafka's `BrokerEndpoint`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Endpoint {
+    pub name: String,
+    pub host: String,
+    pub port: i32,
+}
+
 /// A broker as the metadata image holds it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BrokerInfo {
     pub id: i32,
-    pub host: String,
-    pub port: i32,
+    /// Its advertised listeners, at least one.
+    pub endpoints: Vec<Endpoint>,
     pub rack: Option<String>,
     pub fenced: bool,
 }
 
 impl BrokerInfo {
-    /// An unfenced broker with no rack.
+    /// An unfenced broker with no rack and one PLAINTEXT listener.
     pub fn new(id: i32, host: &str, port: i32) -> BrokerInfo {
         BrokerInfo {
             id,
-            host: host.to_string(),
-            port,
+            endpoints: vec![Endpoint {
+                name: "PLAINTEXT".into(),
+                host: host.to_string(),
+                port,
+            }],
             rack: None,
             fenced: false,
+        }
+    }
+
+    /// Its endpoint on `listener`, None when it has no such listener (Kafka leaves such a
+    /// broker out of the answers given on that listener).
+    pub fn endpoint(&self, listener: &str) -> Option<&Endpoint> {
+        self.endpoints.iter().find(|e| e.name == listener)
+    }
+
+    /// The record that registers it.
+    pub fn registration(&self) -> MetadataRecord {
+        let first = self.endpoints.first();
+        MetadataRecord::RegisterBroker {
+            id: self.id,
+            host: first.map(|e| e.host.clone()).unwrap_or_default(),
+            port: first.map_or(0, |e| e.port),
+            rack: self.rack.clone(),
+            listeners: self.endpoints.clone(),
         }
     }
 }
@@ -292,12 +327,7 @@ impl MetadataImage {
             records.push(MetadataRecord::SetClusterId { id: cluster_id.clone() });
         }
         for broker in brokers.values() {
-            records.push(MetadataRecord::RegisterBroker {
-                id: broker.id,
-                host: broker.host.clone(),
-                port: broker.port,
-                rack: broker.rack.clone(),
-            });
+            records.push(broker.registration());
             if broker.fenced {
                 records.push(MetadataRecord::SetBrokerFenced {
                     id: broker.id,
@@ -735,13 +765,27 @@ impl MetadataImage {
                     topic.assignments.extend(added);
                 }
             }
-            MetadataRecord::RegisterBroker { id, host, port, rack } => {
+            MetadataRecord::RegisterBroker {
+                id,
+                host,
+                port,
+                rack,
+                listeners,
+            } => {
+                let endpoints = if listeners.is_empty() {
+                    vec![Endpoint {
+                        name: "PLAINTEXT".into(),
+                        host: host.clone(),
+                        port: *port,
+                    }]
+                } else {
+                    listeners.clone()
+                };
                 self.brokers.insert(
                     *id,
                     Arc::new(BrokerInfo {
                         id: *id,
-                        host: host.clone(),
-                        port: *port,
+                        endpoints,
                         rack: rack.clone(),
                         fenced: false,
                     }),

@@ -115,7 +115,11 @@ impl Fetchers {
         Fetchers {
             node_id: config.node_id,
             settings,
-            client: Arc::new(BrokerClient::with_limits(config.node_id, limits)),
+            client: Arc::new(BrokerClient::with_limits(
+                config.node_id,
+                &config.inter_broker_listener_name,
+                limits,
+            )),
             links: Mutex::new(HashMap::new()),
         }
     }

@@ -84,13 +84,42 @@ impl Drop for ConnectionSlot {
     }
 }
 
-/// Accepts connections until `shutdown`, then waits for them to finish.
-pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, shutdown: CancellationToken, tracker: TaskTracker) {
+/// Accepts connections on every listener (each with the `Ctx` of its listener) until
+/// `shutdown`. `max.connections` and `queued.max.request.bytes` count all listeners together,
+/// as in Kafka.
+pub async fn serve(listeners: Vec<(TcpListener, Arc<Ctx>)>, shutdown: CancellationToken, tracker: TaskTracker) {
     let open = Arc::new(AtomicUsize::new(0));
+    let Some((_, first)) = listeners.first() else {
+        return;
+    };
     // `queued.max.request.bytes`: one pool of request bytes for every connection.
-    let request_memory = usize::try_from(ctx.config.queued_max_request_bytes)
+    let request_memory = usize::try_from(first.config.queued_max_request_bytes)
         .ok()
         .map(|bytes| Arc::new(Semaphore::new(bytes.min(Semaphore::MAX_PERMITS))));
+    let accepting = TaskTracker::new();
+    for (listener, ctx) in listeners {
+        accepting.spawn(accept(
+            listener,
+            ctx,
+            open.clone(),
+            request_memory.clone(),
+            shutdown.clone(),
+            tracker.clone(),
+        ));
+    }
+    accepting.close();
+    accepting.wait().await;
+}
+
+/// One listener's accept loop.
+async fn accept(
+    listener: TcpListener,
+    ctx: Arc<Ctx>,
+    open: Arc<AtomicUsize>,
+    request_memory: Option<Arc<Semaphore>>,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+) {
     loop {
         let accepted = tokio::select! {
             _ = shutdown.cancelled() => break,
