@@ -88,6 +88,9 @@ pub struct Node {
     /// The PLAINTEXT listener, also the advertised address.
     pub addr: SocketAddr,
     pub controller_port: u16,
+    /// The INTERNAL listener brokers dial each other on (`inter.broker.listener.name`), on
+    /// 127.0.0.2, when the cluster was started by `start_split`.
+    pub internal: Option<SocketAddr>,
     pub dir: tempfile::TempDir,
     log: PathBuf,
     child: Option<Child>,
@@ -249,28 +252,35 @@ pub struct PartitionView {
 impl Cluster {
     /// Node `via`'s Metadata of `topic`/`partition`.
     pub async fn partition_view(&self, via: i32, topic: &str, partition: i32) -> Result<PartitionView, String> {
-        let resp = self.metadata(via, &[topic]).await?;
-        let t = resp
-            .topics
-            .iter()
-            .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))
-            .ok_or("topic not in the answer")?;
-        if t.error_code != 0 {
-            return Err(format!("topic error {}", t.error_code));
-        }
-        let p = t
-            .partitions
-            .iter()
-            .find(|p| p.partition_index == partition)
-            .ok_or_else(|| format!("partition {partition} not listed"))?;
-        Ok(PartitionView {
-            leader: p.leader_id.0,
-            leader_epoch: p.leader_epoch,
-            replicas: p.replica_nodes.iter().map(|r| r.0).collect(),
-            isr: p.isr_nodes.iter().map(|r| r.0).collect(),
-        })
+        partition_view_at(self.addr(via), topic, partition).await
     }
+}
 
+/// The Metadata of `topic`/`partition` that the broker at `addr` answers.
+pub async fn partition_view_at(addr: SocketAddr, topic: &str, partition: i32) -> Result<PartitionView, String> {
+    let resp: MetadataResponse = try_call(addr, 12, &metadata_request(&[topic]), POLL_REQUEST_TIMEOUT).await?;
+    let t = resp
+        .topics
+        .iter()
+        .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))
+        .ok_or("topic not in the answer")?;
+    if t.error_code != 0 {
+        return Err(format!("topic error {}", t.error_code));
+    }
+    let p = t
+        .partitions
+        .iter()
+        .find(|p| p.partition_index == partition)
+        .ok_or_else(|| format!("partition {partition} not listed"))?;
+    Ok(PartitionView {
+        leader: p.leader_id.0,
+        leader_epoch: p.leader_epoch,
+        replicas: p.replica_nodes.iter().map(|r| r.0).collect(),
+        isr: p.isr_nodes.iter().map(|r| r.0).collect(),
+    })
+}
+
+impl Cluster {
     /// Starts `n` nodes and waits until each lists all `n` brokers at their advertised ports.
     pub async fn start(n: usize) -> Cluster {
         Cluster::start_with(n, &[]).await
@@ -284,9 +294,19 @@ impl Cluster {
     /// Starts one node per entry of `roles` (ids 1, 2, ... in that order), the voters being
     /// the nodes with the controller role, and waits until every broker lists every broker.
     pub async fn start_roles(roles: &[Role], extra: &[(&str, &str)]) -> Cluster {
+        Cluster::start_nodes(roles, extra, false).await
+    }
+
+    /// `start_with`, each node also listening on INTERNAL at 127.0.0.2 (advertised there), the
+    /// listener brokers dial each other on; clients get PLAINTEXT at 127.0.0.1.
+    pub async fn start_split(n: usize, extra: &[(&str, &str)]) -> Cluster {
+        Cluster::start_nodes(&vec![Role::Combined; n], extra, true).await
+    }
+
+    async fn start_nodes(roles: &[Role], extra: &[(&str, &str)], split: bool) -> Cluster {
         let n = roles.len();
         assert!(roles.iter().any(|r| r.is_voter()), "a cluster needs a voter");
-        let ports = free_ports(2 * n);
+        let ports = free_ports(3 * n);
         let logs = tempfile::tempdir().expect("log dir");
         let nodes = (0..n)
             .map(|i| {
@@ -294,8 +314,9 @@ impl Cluster {
                 Node {
                     id,
                     role: roles[i],
-                    addr: SocketAddr::from(([127, 0, 0, 1], ports[2 * i])),
-                    controller_port: ports[2 * i + 1],
+                    addr: SocketAddr::from(([127, 0, 0, 1], ports[3 * i])),
+                    controller_port: ports[3 * i + 1],
+                    internal: split.then(|| SocketAddr::from(([127, 0, 0, 2], ports[3 * i + 2]))),
                     dir: tempfile::tempdir().expect("data dir"),
                     log: logs.path().join(format!("node{id}.log")),
                     child: None,
@@ -387,11 +408,19 @@ impl Cluster {
         let stderr = log.try_clone().expect("node log file");
         mark(&log, &format!("node {id} started by the test"));
         let (port, controller_port) = (node.addr.port(), node.controller_port);
-        let listeners = match node.role {
+        let mut listeners = match node.role {
             Role::Combined => format!("PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}"),
             Role::Broker => format!("PLAINTEXT://127.0.0.1:{port}"),
             Role::Controller => format!("CONTROLLER://127.0.0.1:{controller_port}"),
         };
+        let mut advertised = format!("PLAINTEXT://127.0.0.1:{port}");
+        let mut split = Vec::new();
+        if let Some(internal) = node.internal {
+            listeners.push_str(&format!(",INTERNAL://{internal}"));
+            advertised.push_str(&format!(",INTERNAL://{internal}"));
+            split.push("listener.security.protocol.map=PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT".to_string());
+            split.push("inter.broker.listener.name=INTERNAL".to_string());
+        }
         let mut cmd = Command::new(sluice_bin());
         cmd.arg("serve")
             .arg("--node-id")
@@ -403,8 +432,10 @@ impl Cluster {
             .arg("--set")
             .arg(format!("listeners={listeners}"));
         if node.role.is_broker() {
-            cmd.arg("--set")
-                .arg(format!("advertised.listeners=PLAINTEXT://127.0.0.1:{port}"));
+            cmd.arg("--set").arg(format!("advertised.listeners={advertised}"));
+        }
+        for setting in split {
+            cmd.arg("--set").arg(setting);
         }
         cmd.arg("--set")
             .arg("controller.listener.names=CONTROLLER")
