@@ -24,7 +24,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::checker::{History, Outcome, Pass, Report};
-use common::cluster::{Cluster, POLL_REQUEST_TIMEOUT, PartitionView, try_call};
+use common::cluster::{Cluster, POLL_REQUEST_TIMEOUT, PartitionView, partition_view_at, try_call};
+use common::docker::DockerCluster;
 use common::*;
 use kafka_protocol::messages::CreateTopicsRequest;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
@@ -591,12 +592,30 @@ fn read_everything(bootstrap: &str, topic: &str) -> Result<Vec<(i32, i64, String
 
 // ----- the cluster side -----
 
+/// The nodes of a trial: processes on loopback (`Cluster`) or containers (`DockerCluster`).
+trait Nodes {
+    /// Node `id`'s client address.
+    fn addr(&self, id: i32) -> std::net::SocketAddr;
+}
+
+impl Nodes for Cluster {
+    fn addr(&self, id: i32) -> std::net::SocketAddr {
+        Cluster::addr(self, id)
+    }
+}
+
+impl Nodes for DockerCluster {
+    fn addr(&self, id: i32) -> std::net::SocketAddr {
+        DockerCluster::addr(self, id)
+    }
+}
+
 /// Polls the nodes `via` until every one of them lists `topic`/`partition` as `wanted` says
 /// (described by `what`), within `limit`: the first node's view, or what each node last said.
 /// Every node, not any: a node just back (continued, restarted) may still answer from the
 /// metadata it had before.
 async fn wait_partition(
-    cluster: &Cluster,
+    cluster: &impl Nodes,
     via: &[i32],
     topic: &str,
     partition: i32,
@@ -608,7 +627,7 @@ async fn wait_partition(
     loop {
         let mut seen = BTreeMap::new();
         for &id in via {
-            seen.insert(id, cluster.partition_view(id, topic, partition).await);
+            seen.insert(id, partition_view_at(cluster.addr(id), topic, partition).await);
         }
         if let Some(Ok(first)) = seen.values().next()
             && seen.values().all(|v| v.as_ref().is_ok_and(&wanted))
@@ -649,8 +668,8 @@ fn cluster_settings() -> Vec<(&'static str, &'static str)> {
 }
 
 /// Creates `topic` (3 partitions, replication factor 3, min.insync.replicas=2) and waits
-/// until some node lists each partition with a leader and a full ISR: partition 0's view.
-async fn create_replicated_topic(cluster: &Cluster, topic: &str) -> PartitionView {
+/// until the nodes `ids` list each partition with a leader and a full ISR: partition 0's view.
+async fn create_replicated_topic(cluster: &impl Nodes, ids: &[i32], topic: &str) -> PartitionView {
     let request = CreateTopicsRequest::default()
         .with_topics(vec![
             CreatableTopic::default()
@@ -682,7 +701,7 @@ async fn create_replicated_topic(cluster: &Cluster, topic: &str) -> PartitionVie
     for partition in 0..PARTITIONS {
         let view = wait_partition(
             cluster,
-            &cluster.running(),
+            ids,
             topic,
             partition,
             "a leader and all 3 replicas in sync",
@@ -700,12 +719,16 @@ async fn create_replicated_topic(cluster: &Cluster, topic: &str) -> PartitionVie
 /// Waits until every answering node lists node `id` in the ISR of every partition of `topic`,
 /// within `ISR_REJOIN_WAIT`.
 async fn wait_back_in_isr(cluster: &Cluster, topic: &str, id: i32, violations: &mut Vec<String>) {
+    wait_back_in_isr_of(cluster, &answering(cluster), topic, id, violations).await;
+}
+
+/// `wait_back_in_isr`, asking the nodes `via`.
+async fn wait_back_in_isr_of(cluster: &impl Nodes, via: &[i32], topic: &str, id: i32, violations: &mut Vec<String>) {
     let started = Instant::now();
     let what = format!("node {id} back in the ISR");
     for partition in 0..PARTITIONS {
         let limit = ISR_REJOIN_WAIT.saturating_sub(started.elapsed());
-        let via = answering(cluster);
-        let rejoined = wait_partition(cluster, &via, topic, partition, &what, limit, |v| v.isr.contains(&id));
+        let rejoined = wait_partition(cluster, via, topic, partition, &what, limit, |v| v.isr.contains(&id));
         if let Err(e) = rejoined.await {
             violations.push(e);
             return;
@@ -922,15 +945,46 @@ async fn trial(fault: Fault, number: usize, of: usize) -> TrialResult {
     let started = Instant::now();
     let mut cluster = Cluster::start_with(3, &cluster_settings()).await;
     let topic = unique(fault.name());
-    let before = create_replicated_topic(&cluster, &topic).await;
+    let before = create_replicated_topic(&cluster, &cluster.running(), &topic).await;
     let mut violations = Vec::new();
 
-    let mut workload = Workload::start(&cluster.bootstrap(), &topic);
+    let workload = Workload::start(&cluster.bootstrap(), &topic);
     tokio::time::sleep(WARM_UP).await;
     workload.enter(Phase::Fault);
     let fault_at = Instant::now();
     let probe = fault.inject(&mut cluster, &topic, &before, &mut violations).await;
     let fault_lasted = fault_at.elapsed();
+    let (line, violations) = judge(
+        fault.name(),
+        (number, of),
+        (started, fault_lasted),
+        workload,
+        probe,
+        &cluster.bootstrap(),
+        &topic,
+        violations,
+    )
+    .await;
+    if !violations.is_empty() {
+        eprintln!("{}", cluster.logs_tail(40));
+    }
+    TrialResult { line, violations }
+}
+
+/// The end of a trial, once its fault is over: the workload runs on for `TAIL` and stops, the
+/// topic is read back twice through `bootstrap`, and the history is checked. The trial's line
+/// and every violation (`violations` holds those found before).
+#[allow(clippy::too_many_arguments)]
+async fn judge(
+    fault: &str,
+    (number, of): (usize, usize),
+    (started, fault_lasted): (Instant, Duration),
+    mut workload: Workload,
+    probe: Option<Sent>,
+    bootstrap: &str,
+    topic: &str,
+    mut violations: Vec<String>,
+) -> (String, Vec<String>) {
     workload.enter(Phase::Healed);
     tokio::time::sleep(TAIL).await;
     let mut sent = workload.stop_producers().await;
@@ -954,7 +1008,7 @@ async fn trial(fault: Fault, number: usize, of: usize) -> TrialResult {
         history.read(Pass::During, r.partition, r.offset, r.value.clone());
     }
     for pass in 1..=2 {
-        let (bootstrap, topic) = (cluster.bootstrap(), topic.clone());
+        let (bootstrap, topic) = (bootstrap.to_string(), topic.to_string());
         match tokio::task::spawn_blocking(move || read_everything(&bootstrap, &topic))
             .await
             .unwrap()
@@ -975,7 +1029,7 @@ async fn trial(fault: Fault, number: usize, of: usize) -> TrialResult {
     let line = format!(
         "TRIAL fault={} trial={number}/{of} {} group_reads={} group_missing={group_missing} group_rewinds={} \
          group_rebalances={rebalances} fault_s={:.1} seconds={:.1} violations={}",
-        fault.name(),
+        fault,
         report.summary(),
         group.reads.len(),
         group.rewinds.len(),
@@ -1001,10 +1055,7 @@ async fn trial(fault: Fault, number: usize, of: usize) -> TrialResult {
             &group.rewinds[..group.rewinds.len().min(EXAMPLES)]
         );
     }
-    if !violations.is_empty() {
-        eprintln!("{}", cluster.logs_tail(40));
-    }
-    TrialResult { line, violations }
+    (line, violations)
 }
 
 /// The workload's own expectations: every producer got acknowledgements before the fault and
@@ -1085,25 +1136,28 @@ fn trials() -> usize {
 /// Runs `SLUICE_FAULT_TRIALS` trials of `fault`, each on its own cluster, and fails if any
 /// broke a guarantee.
 async fn run_trials(fault: Fault) {
+    run_trials_of(fault.name(), async |number, of| Some(trial(fault, number, of).await)).await;
+}
+
+/// Runs `SLUICE_FAULT_TRIALS` trials with `one` and fails if any broke a guarantee; a trial
+/// that returns None could not run here (says why it skipped).
+async fn run_trials_of(name: &str, one: impl AsyncFn(usize, usize) -> Option<TrialResult>) {
     let of = trials();
     let mut failed = Vec::new();
     for number in 1..=of {
-        let result = trial(fault, number, of).await;
+        let Some(result) = one(number, of).await else {
+            return;
+        };
         println!("{}", result.line);
         if !result.violations.is_empty() {
-            eprintln!(
-                "trial {number}/{of} of {}:\n  {}",
-                fault.name(),
-                result.violations.join("\n  ")
-            );
+            eprintln!("trial {number}/{of} of {name}:\n  {}", result.violations.join("\n  "));
             failed.push((number, result.violations));
         }
     }
     assert!(
         failed.is_empty(),
-        "{} of {of} trial(s) of {} broke a guarantee: {failed:#?}",
-        failed.len(),
-        fault.name()
+        "{} of {of} trial(s) of {name} broke a guarantee: {failed:#?}",
+        failed.len()
     );
 }
 
@@ -1138,4 +1192,130 @@ async fn killing_every_node_at_once_loses_no_acknowledged_write() {
     // it is acknowledged (followers fetch again only once what they appended is durable), so
     // a power cut of the whole cluster loses nothing acknowledged.
     run_trials(Fault::KillAll).await;
+}
+
+// ----- a network partition, on the docker cluster -----
+
+/// How long the cut-off leader stays cut off once the majority has elected another: long
+/// enough for its clients to keep trying it.
+const CUT_OFF_FOR: Duration = Duration::from_secs(3);
+
+/// One trial of the partition fault on `DockerCluster` (None when no image is given): partition
+/// 0's leader loses the other brokers and the quorum (`docker network disconnect` of the
+/// internal network) while the workload's clients, on the host, still reach it.
+async fn partition_trial(number: usize, of: usize) -> Option<TrialResult> {
+    let started = Instant::now();
+    let cluster = DockerCluster::up().await?;
+    let ids = cluster.ids();
+    let topic = unique("cut_leader");
+    let before = create_replicated_topic(&cluster, &ids, &topic).await;
+    let leader = before.leader;
+    let majority: Vec<i32> = ids.iter().copied().filter(|&id| id != leader).collect();
+    let mut violations = Vec::new();
+
+    let workload = Workload::start(&cluster.bootstrap(), &topic);
+    tokio::time::sleep(WARM_UP).await;
+    workload.enter(Phase::Fault);
+    let fault_at = Instant::now();
+    println!("cutting node {leader}, partition 0's leader, off from the cluster; {topic}/0 was {before:?}");
+    cluster.cut(leader);
+    // A write its clients still send it: with its followers gone and the controller out of
+    // reach it can neither advance its high watermark nor commit a smaller ISR, so acks=all
+    // must not be acknowledged; the record stays in its log alone until it rejoins.
+    let probe = tokio::spawn(zombie_probe(cluster.addr(leader), topic.clone()));
+    let what = format!(
+        "a leader other than node {leader}, without it in the ISR, at a leader epoch above {}",
+        before.leader_epoch
+    );
+    match wait_partition(&cluster, &majority, &topic, 0, &what, FAULT_WAIT, |v| {
+        v.leader > 0 && v.leader != leader && !v.isr.contains(&leader) && v.leader_epoch > before.leader_epoch
+    })
+    .await
+    {
+        Ok(view) => println!(
+            "the majority {majority:?} elected, {:?} after the cut: {view:?}",
+            fault_at.elapsed()
+        ),
+        Err(e) => violations.push(e),
+    }
+    tokio::time::sleep(CUT_OFF_FOR).await;
+    let sent = probe.await.expect("the probe");
+    println!(
+        "the cut-off leader answered its acks=all probe with {:?} ({:?})",
+        sent.outcome, sent.error
+    );
+    if matches!(sent.outcome, Outcome::Acked { .. }) {
+        violations.push(format!(
+            "node {leader}, cut off from its followers and the controller, acknowledged an acks=all write"
+        ));
+    }
+    cluster.heal(leader);
+    println!("node {leader} connected again");
+    wait_back_in_isr_of(&cluster, &ids, &topic, leader, &mut violations).await;
+    // Back in the ISR it truncated what it wrote alone (KIP-101); make it lead again, so the
+    // reads after the run come from its log and would show the probe's record had it not.
+    if before.replicas.first() == Some(&leader) {
+        elect_preferred(&cluster, &topic, leader, &mut violations).await;
+    } else {
+        println!("node {leader} is not the preferred replica of {topic}/0: no election back");
+    }
+    let fault_lasted = fault_at.elapsed();
+    let (line, violations) = judge(
+        "cut_leader",
+        (number, of),
+        (started, fault_lasted),
+        workload,
+        Some(sent),
+        &cluster.bootstrap(),
+        &topic,
+        violations,
+    )
+    .await;
+    if !violations.is_empty() {
+        eprintln!("{}", cluster.logs_tail(40));
+    }
+    Some(TrialResult { line, violations })
+}
+
+/// A preferred-leader election (ElectLeaders) of `topic`/0, waiting until node `preferred`
+/// leads it everywhere.
+async fn elect_preferred(cluster: &DockerCluster, topic: &str, preferred: i32, violations: &mut Vec<String>) {
+    use kafka_protocol::messages::ElectLeadersRequest;
+    use kafka_protocol::messages::elect_leaders_request::TopicPartitions;
+    let request = ElectLeadersRequest::default()
+        .with_election_type(0)
+        .with_topic_partitions(Some(vec![
+            TopicPartitions::default()
+                .with_topic(common::topic(topic))
+                .with_partitions(vec![0]),
+        ]))
+        .with_timeout_ms(10_000);
+    let answer = try_call(cluster.addr(preferred), 2, &request, Duration::from_secs(15)).await;
+    println!("ElectLeaders (preferred) of {topic}/0: {answer:?}");
+    let what = format!("node {preferred} leading again");
+    match wait_partition(cluster, &cluster.ids(), topic, 0, &what, FAULT_WAIT, |v| {
+        v.leader == preferred
+    })
+    .await
+    {
+        Ok(view) => println!("{topic}/0 after the election: {view:?}"),
+        Err(e) => violations.push(e),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_from_the_cluster_acknowledges_nothing_and_truncates_when_healed() {
+    // Kafka's fencing by the controller: the cut-off leader's session expires, the majority's
+    // controller elects another ISR member at a higher leader epoch, and the old leader, unable
+    // to reach the controller, can commit no ISR without its followers, so its high watermark
+    // stands still and acks=all waits (then times out). Healed, it learns the new epoch,
+    // truncates its divergent tail and catches up (KIP-101).
+    run_trials_of("cut_leader", async |number, of| {
+        let result = partition_trial(number, of).await;
+        if result.is_none() {
+            println!("SKIP: SLUICE_DOCKER_IMAGE is not set (protocol-tests/docker/cluster.sh runs this test)");
+        }
+        result
+    })
+    .await;
 }

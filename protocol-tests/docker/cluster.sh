@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Docker cluster test: builds the image (docker/build.sh), starts docker/cluster.yml (three nodes,
 # each broker and controller) under a project name of its own on free host ports, waits until
-# every node lists all three brokers, creates a 3-partition topic through one node, produces 100
-# keyed records from the host with kcat and reads them back through each node's address, restarts
-# one container and checks the records again (and that the cluster takes new ones), then removes
-# everything it created (`down -v`). Prints SKIP and exits 0 when no Docker engine or Compose tool
-# answers.
+# every node lists all three brokers, creates a 3-partition topic of 3 replicas through one node
+# and waits for every replica to be in sync (the followers copy their leaders over the internal
+# network's INTERNAL listener), produces 100 keyed records from the host with kcat and reads them
+# back through each node's address, restarts one container and checks the records again (and that
+# the cluster takes new ones), then removes everything it created (`down -v`). Last, the network
+# partition fault of protocol-tests/replication.rs on a cluster of its own: a leader cut off from
+# the internal network (`docker network disconnect`) while its clients still reach it. Prints SKIP
+# and exits 0 when no Docker engine or Compose tool answers.
 #
 # Environment: SLUICE_PORT1/2/3 (host ports; default free ones), SLUICE_IMAGE (default
 # sluice:latest), SLUICE_TEST_SKIP_BUILD=1 (use the existing image instead of running
@@ -78,8 +81,8 @@ wait_cluster() {
     done
 }
 
-# create_topic NAME PARTITIONS NODE: a CreateTopics v2 frame (replication factor 1) to that node
-# alone; prints the topic's error code. kcat has no admin commands, and a topic created by
+# create_topic NAME PARTITIONS NODE: a CreateTopics v2 frame (replication factor 3,
+# min.insync.replicas=2) to that node alone; prints the topic's error code. kcat has no admin commands, and a topic created by
 # producing to it would get the broker's default partition count.
 create_topic() {
     python3 - "$1" "$2" "${port[$3]}" <<'EOF'
@@ -93,8 +96,9 @@ def string(text):
 
 # Header v1: api key 19 (CreateTopics), version 2, correlation id 1, client id.
 body = struct.pack(">hhi", 19, 2, 1) + string("cluster.sh")
-# One topic: name, partitions, replication factor, no assignments, no configs.
-body += struct.pack(">i", 1) + string(name) + struct.pack(">ihii", partitions, 1, 0, 0)
+# One topic: name, partitions, replication factor, no assignments, one config.
+body += struct.pack(">i", 1) + string(name) + struct.pack(">ihi", partitions, 3, 0)
+body += struct.pack(">i", 1) + string("min.insync.replicas") + string("2")
 body += struct.pack(">i?", 10000, False)  # timeout_ms, validate_only
 sock = socket.create_connection(("127.0.0.1", port), timeout=20)
 sock.sendall(struct.pack(">i", len(body)) + body)
@@ -148,7 +152,7 @@ wait_cluster
 echo "   every node lists the three brokers"
 
 topic=cluster-test
-step "create $topic (3 partitions) through node2"
+step "create $topic (3 partitions, 3 replicas) through node2"
 created=0
 tries=0
 for _ in $(seq 1 30); do
@@ -173,6 +177,19 @@ done
 [[ $(grep -c ':[123]$' <<<"$leaders") == 3 ]] ||
     fail "$topic does not have 3 partitions each led by a node: $(tr '\n' ' ' <<<"$leaders")"
 echo "   partition:leader $(tr '\n' ' ' <<<"$leaders")"
+
+# Every partition's three replicas in sync: the followers fetch from their leaders over INTERNAL.
+in_sync=0
+for _ in $(seq 1 30); do
+    in_sync=$(kcat -b "$all_brokers" -L -t "$topic" -m 5 2>/dev/null | grep -cE 'replicas: [123],[123],[123], isrs: [123],[123],[123]$' || true)
+    [[ $in_sync == 3 ]] && break
+    sleep 1
+done
+[[ $in_sync == 3 ]] || {
+    kcat -b "$all_brokers" -L -t "$topic" -m 5 >&2 || true
+    fail "$topic: $in_sync of 3 partitions have all 3 replicas in sync within 30s"
+}
+echo "   every partition has 3 replicas, all in sync"
 
 n=100
 for i in $(seq 1 $n); do echo "k$i:value-$i"; done >"$work/produced"
@@ -200,5 +217,10 @@ for i in $(seq 1 10); do echo "after$i:after-restart-$i"; done >"$work/after"
 kcat -b "$all_brokers" -P -t "$topic" -K: -X acks=all -m 30 <"$work/after" || fail "produce after restart failed"
 sort "$work/produced" "$work/after" >"$work/expected2"
 check_all "$topic" "$work/expected2"
+
+step "a leader cut off from the cluster (network partition), on a cluster of its own"
+compose down -v --remove-orphans >/dev/null 2>&1 || true
+SLUICE_DOCKER_IMAGE="$image" timeout 600 cargo test -q --test replication -- a_leader_cut_off --nocapture ||
+    fail "the network partition trial failed"
 
 status=0
