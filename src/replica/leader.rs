@@ -41,6 +41,7 @@ impl Role {
             epoch_start_offset: log_end,
             followers: HashMap::new(),
             isr_change_pending: false,
+            isr_joining: None,
         })
     }
 }
@@ -58,6 +59,11 @@ pub(crate) struct LeaderState {
     followers: HashMap<i32, FollowerProgress>,
     /// An ISR change was sent to the controller and is not yet back in the metadata.
     isr_change_pending: bool,
+    /// The follower whose joining the ISR was sent to the controller: the high watermark
+    /// counts it from then on (Kafka's maximal ISR, `PendingExpandIsr`). The controller may
+    /// commit the ISR with it, and even complete a reassignment that makes it leader, before
+    /// this leader hears back; what this leader acknowledges meanwhile must be on it too.
+    isr_joining: Option<i32>,
 }
 
 /// What the leader knows of one follower (Kafka's `ReplicaState`).
@@ -140,7 +146,8 @@ impl Partition {
     /// it has fetched at this epoch; the high watermark only moves up.
     fn advance_high_watermark(&self, state: &LeaderState, log_end: i64) {
         let mut hw = log_end;
-        for replica in state.isr.iter().filter(|r| **r != self.node_id) {
+        let maximal_isr = state.isr.iter().chain(&state.isr_joining);
+        for replica in maximal_isr.filter(|r| **r != self.node_id) {
             match state.followers.get(replica) {
                 Some(f) if f.log_end >= 0 => hw = hw.min(f.log_end),
                 _ => return,
@@ -191,6 +198,7 @@ impl Partition {
             partition_epoch,
             epoch_start_offset,
             isr_change_pending: false,
+            isr_joining: None,
         };
         for replica in state.replicas.iter().filter(|r| **r != self.node_id) {
             state
@@ -263,6 +271,7 @@ impl Partition {
             && fetch_offset >= state.epoch_start_offset)
             .then(|| {
                 state.isr_change_pending = true;
+                state.isr_joining = Some(replica);
                 let mut isr = state.isr.clone();
                 isr.push(replica);
                 isr
@@ -305,10 +314,17 @@ impl Partition {
         Some(state.isr.iter().copied().filter(|r| !out.contains(r)).collect())
     }
 
-    /// The ISR change sent is answered (committed, refused or failed): another may be tried.
-    pub fn isr_change_done(&self) {
-        if let Role::Leader(state) = &mut *self.role() {
+    /// The ISR change sent is answered: `committed` names the partition epoch of the
+    /// registration the controller answered with (None: refused or failed). Once this state
+    /// holds that registration (or nothing was committed) another change may be tried; a
+    /// registration still to be applied keeps the change pending, and its follower counted
+    /// for the high watermark, until `become_leader` applies it.
+    pub fn isr_change_done(&self, committed: Option<i32>) {
+        if let Role::Leader(state) = &mut *self.role()
+            && committed.is_none_or(|epoch| state.partition_epoch >= epoch)
+        {
             state.isr_change_pending = false;
+            state.isr_joining = None;
         }
     }
 

@@ -883,6 +883,20 @@ impl ReplicaManager {
                         }
                         continue;
                     }
+                    // Reassignments (KIP-455): a partition whose replicas now include this node
+                    // opens here (and follows its leader below); one whose replicas no longer
+                    // do stops, and its log goes.
+                    let me = self.config.node_id;
+                    for partition in 0..old.partitions.min(new.partitions) {
+                        if old.replicas(partition) == new.replicas(partition) {
+                            continue;
+                        }
+                        match (old.hosts(partition, me), new.hosts(partition, me)) {
+                            (false, true) => self.open_partition(new, partition).unwrap_or_else(&mut note),
+                            (true, false) => self.remove_moved_partition(new, partition),
+                            _ => {}
+                        }
+                    }
                     if old.configs != new.configs {
                         // Config changes (AlterConfigs) take effect live.
                         let config = self.config.topic_log_config(&new.configs);
@@ -982,11 +996,11 @@ impl ReplicaManager {
     /// task: the answer comes back as a new metadata image, applied by `apply_roles`).
     pub fn propose_isr(&self, partition: Arc<Partition>, isr: Vec<i32>) {
         let Some(controller) = self.controller.get().and_then(std::sync::Weak::upgrade) else {
-            partition.isr_change_done();
+            partition.isr_change_done(None);
             return;
         };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            partition.isr_change_done();
+            partition.isr_change_done(None);
             return;
         };
         runtime.spawn(async move {
@@ -995,10 +1009,13 @@ impl ReplicaManager {
             let result = controller
                 .alter_partition(partition.topic_id, partition.tp.partition, epoch, isr)
                 .await;
-            if let Err(e) = result {
-                tracing::warn!(partition = %partition.tp, error = %e, "ISR change not committed");
+            match result {
+                Ok(registration) => partition.isr_change_done(Some(registration.partition_epoch)),
+                Err(e) => {
+                    tracing::warn!(partition = %partition.tp, error = %e, "ISR change not committed");
+                    partition.isr_change_done(None);
+                }
             }
-            partition.isr_change_done();
         });
     }
 
@@ -1034,32 +1051,53 @@ impl ReplicaManager {
     /// Closes partitions `from..` of `topic` and deletes their files.
     fn remove_partitions(&self, topic: &crate::cluster::TopicInfo, from: i32) {
         for partition in from..topic.partitions {
-            let tp = TopicPartition {
-                topic: topic.name.clone(),
-                partition,
-            };
-            self.offline.write().unwrap_or_else(|p| p.into_inner()).remove(&tp);
-            let removed = self.partitions.write().unwrap_or_else(|p| p.into_inner()).remove(&tp);
-            match removed {
-                Some(p) if p.topic_id == topic.id => {
-                    if let Err(e) = p.close() {
-                        tracing::warn!(partition = %p.tp, error = %e, "closing a deleted partition");
-                    }
-                    remove_partition_dir(&p.dir);
+            self.remove_partition(topic, partition);
+        }
+    }
+
+    /// Closes one partition of `topic` and deletes its files.
+    fn remove_partition(&self, topic: &crate::cluster::TopicInfo, partition: i32) {
+        let tp = TopicPartition {
+            topic: topic.name.clone(),
+            partition,
+        };
+        self.offline.write().unwrap_or_else(|p| p.into_inner()).remove(&tp);
+        let removed = self.partitions.write().unwrap_or_else(|p| p.into_inner()).remove(&tp);
+        match removed {
+            Some(p) if p.topic_id == topic.id => {
+                if let Err(e) = p.close() {
+                    tracing::warn!(partition = %p.tp, error = %e, "closing a deleted partition");
                 }
-                // Opened for a newer incarnation of the name: not ours to delete.
-                Some(p) => {
-                    self.partitions.write().unwrap_or_else(|p| p.into_inner()).insert(tp, p);
-                }
-                // Never opened (offline): its files, if any, go too.
-                None => {
-                    let dir = self.partition_dir(&tp);
-                    if dir.exists() {
-                        remove_partition_dir(&dir);
-                    }
+                remove_partition_dir(&p.dir);
+            }
+            // Opened for a newer incarnation of the name: not ours to delete.
+            Some(p) => {
+                self.partitions.write().unwrap_or_else(|p| p.into_inner()).insert(tp, p);
+            }
+            // Never opened (offline): its files, if any, go too.
+            None => {
+                let dir = self.partition_dir(&tp);
+                if dir.exists() {
+                    remove_partition_dir(&dir);
                 }
             }
         }
+    }
+
+    /// A partition a completed (or cancelled) reassignment took off this node (Kafka's
+    /// `StopReplica` with deletion): it stops leading first, at the registration's epoch, so
+    /// acks=all produces still waiting answer NOT_LEADER_OR_FOLLOWER (the close's fsync
+    /// would otherwise release them as acknowledged, though the new replicas may lack
+    /// them); then its fetching stops, its log closes and its directory is deleted.
+    fn remove_moved_partition(&self, topic: &crate::cluster::TopicInfo, partition: i32) {
+        if let Some(p) = self.hosted(&topic.name, partition).filter(|p| p.topic_id == topic.id) {
+            let registration = topic.registration(partition);
+            let min_isr = p.min_insync_replicas.load(Ordering::Acquire);
+            p.become_follower(registration.leader_epoch, registration.leader, min_isr);
+            self.unfollow(&p.tp);
+            tracing::info!(partition = %p.tp, "reassigned away: stopping and deleting the replica");
+        }
+        self.remove_partition(topic, partition);
     }
 
     /// Opens (or creates) one partition's log; on failure the partition is marked offline.
