@@ -197,15 +197,22 @@ fn assert_all_readable(cluster: &Cluster, name: &str, acked: &[(i64, String)]) {
     );
 }
 
+/// A three-node cluster and a new topic named after `prefix`, of one partition on one
+/// replica, once it is led: the cluster, the topic and its partition as listed.
+async fn cluster_with_topic(prefix: &str) -> (Cluster, String, PartitionView) {
+    let cluster = Cluster::start_with(3, SETTINGS).await;
+    let name = unique(prefix);
+    create(&cluster, &name, 1, 1, &[]).await;
+    let view = wait_view(&cluster, &name, 0, "led", |v| v.leader > 0).await;
+    (cluster, name, view)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn raising_the_replication_factor_under_acks_all_loses_nothing() {
     // KIP-455: a target of three replicas where there was one adds two followers outside the
     // ISR; once both are in sync the controller completes the reassignment, and every record
     // acknowledged meanwhile is on the new replicas, so the old leader can go.
-    let mut cluster = Cluster::start_with(3, SETTINGS).await;
-    let name = unique("grow");
-    create(&cluster, &name, 1, 1, &[]).await;
-    let before = wait_view(&cluster, &name, 0, "led", |v| v.leader > 0).await;
+    let (mut cluster, name, before) = cluster_with_topic("grow").await;
     let leader = before.leader;
     let load = Load::start(&cluster, &name);
     load.wait_acknowledged(300).await;
@@ -244,10 +251,7 @@ async fn moving_a_partition_to_another_broker_under_acks_all_loses_nothing() {
     // KIP-455: [A] to [C]. C fetches outside the ISR meanwhile (replicas [C, A], adding [C],
     // removing [A]); C joining the ISR completes the move: C leads at a new epoch and A stops
     // and deletes its copy.
-    let cluster = Cluster::start_with(3, SETTINGS).await;
-    let name = unique("move");
-    create(&cluster, &name, 1, 1, &[]).await;
-    let before = wait_view(&cluster, &name, 0, "led", |v| v.leader > 0).await;
+    let (cluster, name, before) = cluster_with_topic("move").await;
     let from = before.leader;
     let to = *cluster.ids().iter().find(|id| **id != from).unwrap();
     let load = Load::start(&cluster, &name);
@@ -290,10 +294,7 @@ async fn a_reassignment_is_listed_refused_as_kafka_does_and_cancelled() {
     // A target naming a registered broker that is down stays in progress (its replica never
     // catches up): ListPartitionReassignments shows it, a cancel reverts it (Kafka's
     // `PartitionReassignmentRevert`). The refusals are Kafka's codes for each case.
-    let mut cluster = Cluster::start_with(3, SETTINGS).await;
-    let name = unique("cancel");
-    create(&cluster, &name, 1, 1, &[]).await;
-    let before = wait_view(&cluster, &name, 0, "led", |v| v.leader > 0).await;
+    let (mut cluster, name, before) = cluster_with_topic("cancel").await;
     let leader = before.leader;
     let down = *cluster.ids().iter().find(|id| **id != leader).unwrap();
     let other = *cluster.ids().iter().find(|id| **id != leader && **id != down).unwrap();
