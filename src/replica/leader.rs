@@ -96,7 +96,17 @@ pub struct FollowerFetch {
     pub high_watermark: i64,
     /// An ISR with the follower added, when it caught up and is not in the ISR yet: the
     /// caller asks the controller (`Controller::alter_partition`).
-    pub expand_isr: Option<Vec<i32>>,
+    pub expand_isr: Option<IsrProposal>,
+}
+
+/// An ISR change a leader asks the controller for, with the leader state that asks: its
+/// answer concerns that state only (a state rebuilt meanwhile has its own pending change).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IsrProposal {
+    pub isr: Vec<i32>,
+    pub leader_epoch: i32,
+    /// The partition epoch of the registration the asking state was built from.
+    pub partition_epoch: i32,
 }
 
 impl Partition {
@@ -274,7 +284,11 @@ impl Partition {
                 state.isr_joining = Some(replica);
                 let mut isr = state.isr.clone();
                 isr.push(replica);
-                isr
+                IsrProposal {
+                    isr,
+                    leader_epoch: self.leader_epoch(),
+                    partition_epoch: state.partition_epoch,
+                }
             });
         Ok(FollowerFetch {
             high_watermark: hw,
@@ -285,7 +299,7 @@ impl Partition {
     /// On the leader: the ISR without the followers that have not caught up for `lag_ms`
     /// (Kafka's `getOutOfSyncReplicas`), when there are any and no change is pending; the
     /// caller asks the controller. Marks the change pending.
-    pub fn shrink_isr(&self, lag_ms: i64) -> Option<Vec<i32>> {
+    pub fn shrink_isr(&self, lag_ms: i64) -> Option<IsrProposal> {
         let now = now_ms();
         let log_end = *self.log_end.borrow();
         let mut role = self.role();
@@ -311,17 +325,23 @@ impl Partition {
             return None;
         }
         state.isr_change_pending = true;
-        Some(state.isr.iter().copied().filter(|r| !out.contains(r)).collect())
+        Some(IsrProposal {
+            isr: state.isr.iter().copied().filter(|r| !out.contains(r)).collect(),
+            leader_epoch: self.leader_epoch(),
+            partition_epoch: state.partition_epoch,
+        })
     }
 
-    /// The ISR change sent is answered: `committed` names the partition epoch of the
-    /// registration the controller answered with (None: refused or failed). Once this state
-    /// holds that registration (or nothing was committed) another change may be tried; a
+    /// The ISR change `proposal` is answered: `committed` names the partition epoch of the
+    /// registration the controller answered with (None: refused or failed). When nothing
+    /// newer than the asking state was committed, that state may try another change; a
     /// registration still to be applied keeps the change pending, and its follower counted
-    /// for the high watermark, until `become_leader` applies it.
-    pub fn isr_change_done(&self, committed: Option<i32>) {
+    /// for the high watermark, until `become_leader` applies it. A state rebuilt meanwhile
+    /// is not the one that asked: the answer leaves it alone.
+    pub fn isr_change_done(&self, proposal: &IsrProposal, committed: Option<i32>) {
         if let Role::Leader(state) = &mut *self.role()
-            && committed.is_none_or(|epoch| state.partition_epoch >= epoch)
+            && state.partition_epoch == proposal.partition_epoch
+            && committed.is_none_or(|epoch| epoch <= proposal.partition_epoch)
         {
             state.isr_change_pending = false;
             state.isr_joining = None;

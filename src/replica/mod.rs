@@ -992,28 +992,29 @@ impl ReplicaManager {
         self.fetchers.unfollow(tp);
     }
 
-    /// Asks the controller to make `isr` the ISR of `partition`, which this node leads (a
-    /// task: the answer comes back as a new metadata image, applied by `apply_roles`).
-    pub fn propose_isr(&self, partition: Arc<Partition>, isr: Vec<i32>) {
+    /// Asks the controller for the ISR change `proposal` of `partition`, which this node
+    /// leads (a task: the answer comes back as a new metadata image, applied by
+    /// `apply_roles`).
+    pub fn propose_isr(&self, partition: Arc<Partition>, proposal: leader::IsrProposal) {
         let Some(controller) = self.controller.get().and_then(std::sync::Weak::upgrade) else {
-            partition.isr_change_done(None);
+            partition.isr_change_done(&proposal, None);
             return;
         };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            partition.isr_change_done(None);
+            partition.isr_change_done(&proposal, None);
             return;
         };
         runtime.spawn(async move {
-            let epoch = partition.leader_epoch();
+            let isr = proposal.isr.clone();
             tracing::info!(partition = %partition.tp, ?isr, "asking the controller for an ISR change");
             let result = controller
-                .alter_partition(partition.topic_id, partition.tp.partition, epoch, isr)
+                .alter_partition(partition.topic_id, partition.tp.partition, proposal.leader_epoch, isr)
                 .await;
             match result {
-                Ok(registration) => partition.isr_change_done(Some(registration.partition_epoch)),
+                Ok(registration) => partition.isr_change_done(&proposal, Some(registration.partition_epoch)),
                 Err(e) => {
                     tracing::warn!(partition = %partition.tp, error = %e, "ISR change not committed");
-                    partition.isr_change_done(None);
+                    partition.isr_change_done(&proposal, None);
                 }
             }
         });
@@ -1023,8 +1024,8 @@ impl ReplicaManager {
     /// that have not caught up for `lag_ms` (through the controller).
     pub fn shrink_lagging_isrs(&self, lag_ms: i64) {
         for p in self.all() {
-            if let Some(isr) = p.shrink_isr(lag_ms) {
-                self.propose_isr(p, isr);
+            if let Some(proposal) = p.shrink_isr(lag_ms) {
+                self.propose_isr(p, proposal);
             }
         }
     }
