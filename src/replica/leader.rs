@@ -461,3 +461,52 @@ impl Partition {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::super::follower_log::tests::{follower_partition, leader_bytes};
+    use super::super::writer::Writers;
+    use crate::log::validate_batches;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_follower_asked_into_the_isr_holds_the_high_watermark_back_at_once() {
+        // Kafka's maximal ISR (PendingExpandIsr): the controller may commit the expansion,
+        // and complete a reassignment that makes the follower leader, before this leader
+        // hears back; what it acknowledges meanwhile must be on that follower.
+        let dir = tempfile::TempDir::new().unwrap();
+        let writers = Writers::start(1, 4);
+        let p = follower_partition(dir.path(), &writers);
+        let append = |records: usize| {
+            let p = p.clone();
+            async move {
+                let epochs = vec![2; records / 2];
+                let batches = validate_batches(&leader_bytes(&epochs), usize::MAX).unwrap();
+                p.append(batches, false).await.unwrap();
+            }
+        };
+        // Node 1 leads alone in the ISR; 3 is a replica being added.
+        p.become_leader(2, 1, vec![1, 3], vec![1], 1);
+        append(2).await;
+        assert_eq!(p.high_watermark(), 2, "the ISR is the leader alone");
+        let proposal = p.follower_fetched(3, 2).unwrap().expand_isr.unwrap();
+        assert_eq!((proposal.isr.clone(), proposal.partition_epoch), (vec![1, 3], 1));
+        append(2).await;
+        assert_eq!(p.high_watermark(), 2, "3 holds only 2 records");
+        p.follower_fetched(3, 3).unwrap();
+        assert_eq!(p.high_watermark(), 3);
+        // The answer for a state rebuilt since changes nothing; a refusal for this one stops
+        // counting 3.
+        let older = super::IsrProposal {
+            partition_epoch: 0,
+            ..proposal.clone()
+        };
+        p.isr_change_done(&older, None);
+        append(2).await;
+        assert_eq!(p.high_watermark(), 3, "still waiting on 3");
+        p.isr_change_done(&proposal, None);
+        append(2).await;
+        assert_eq!(p.high_watermark(), 8, "the ISR is the leader alone again");
+    }
+}
