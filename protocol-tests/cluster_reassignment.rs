@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::cluster::{Cluster, PartitionView, consume_all, create, try_call, wait_view};
+use common::cluster::{Cluster, PartitionView, consume_all, create, produce_all, try_call, wait_view};
 use common::*;
 use kafka_protocol::messages::alter_partition_reassignments_request::{ReassignablePartition, ReassignableTopic};
 use kafka_protocol::messages::list_partition_reassignments_request::ListPartitionReassignmentsTopics;
@@ -271,7 +271,13 @@ async fn moving_a_partition_to_another_broker_under_acks_all_loses_nothing() {
     assert_all_readable(&cluster, &name, &acked);
 
     // The broker it left deletes its copy (renamed aside, then removed).
-    let dir = cluster.node(from).dir.path().to_path_buf();
+    wait_deleted(&cluster, from, &name).await;
+    assert!(list(&cluster, to, None).await.is_empty());
+}
+
+/// Waits until node `id`'s data directory holds nothing of `name`-0.
+async fn wait_deleted(cluster: &Cluster, id: i32, name: &str) {
+    let dir = cluster.node(id).dir.path().to_path_buf();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let left: Vec<String> = std::fs::read_dir(&dir)
@@ -281,12 +287,42 @@ async fn moving_a_partition_to_another_broker_under_acks_all_loses_nothing() {
             .filter(|n| n.starts_with(&format!("{name}-0")))
             .collect();
         if left.is_empty() {
-            break;
+            return;
         }
-        assert!(Instant::now() < deadline, "node {from} still has {left:?}");
+        assert!(Instant::now() < deadline, "node {id} still has {left:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(list(&cluster, to, None).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_down_while_its_replica_moved_away_deletes_it_when_it_returns() {
+    // The returning broker's copy goes, whether it learns of the move while catching up on
+    // the metadata (the usual case here), or finds it already in its own metadata log at
+    // start-up, having crashed before deleting (Kafka's stray logs, KIP-858).
+    let mut cluster = Cluster::start_with(3, SETTINGS).await;
+    let name = unique("stray");
+    create(&cluster, &name, 1, 2, &[]).await;
+    let v = wait_view(&cluster, &name, 0, "both in sync", |v| v.leader > 0 && v.isr.len() == 2).await;
+    let follower = *v.replicas.iter().find(|r| **r != v.leader).unwrap();
+    let other = *cluster.ids().iter().find(|id| !v.replicas.contains(id)).unwrap();
+    produce_all(&cluster, &name, 0, 20).await;
+    cluster.kill(follower);
+    let target = vec![v.leader, other];
+    let resp = send_alter(&cluster, 0, &alter(&name, &[(0, Some(target.clone()))])).await;
+    assert_eq!(codes(&resp), vec![0], "{resp:?}");
+    wait_view(&cluster, &name, 0, "moved off the stopped broker", |w| {
+        w.replicas == target && w.isr.len() == 2
+    })
+    .await;
+    assert!(
+        std::fs::read_dir(cluster.node(follower).dir.path())
+            .unwrap()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with(&format!("{name}-0"))),
+        "the stopped broker still has its copy"
+    );
+    cluster.restart(follower).await;
+    wait_deleted(&cluster, follower, &name).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -929,6 +929,9 @@ impl ReplicaManager {
             }
         }
         applied.topics = image.topics.clone();
+        if first {
+            self.remove_unhosted_dirs(image);
+        }
         if broker_configs_changed && !first {
             self.reconfigure_all(image);
         }
@@ -1180,6 +1183,33 @@ impl ReplicaManager {
         };
         for entry in entries.flatten() {
             if entry.file_name().to_string_lossy().ends_with("-delete") {
+                remove_partition_dir(&entry.path());
+            }
+        }
+    }
+
+    /// At start-up, once the image is applied: deletes the logs of partitions the metadata
+    /// places on other brokers only (Kafka's stray logs, KIP-858), left by a reassignment
+    /// that took them away while this node was down. A directory whose topic the image does
+    /// not know is left alone (it is not a partition's, or the metadata cannot tell).
+    fn remove_unhosted_dirs(&self, image: &MetadataImage) {
+        let Ok(entries) = std::fs::read_dir(&self.config.data_dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some((topic, partition)) = name.rsplit_once('-') else {
+                continue;
+            };
+            let (Ok(partition), Some(info)) = (partition.parse::<i32>(), image.topic(topic)) else {
+                continue;
+            };
+            if (0..info.partitions).contains(&partition)
+                && !info.hosts(partition, self.config.node_id)
+                && self.hosted(topic, partition).is_none()
+                && entry.path().is_dir()
+            {
+                tracing::info!(dir = %entry.path().display(), "deleting the log of a partition reassigned away while this node was down");
                 remove_partition_dir(&entry.path());
             }
         }
