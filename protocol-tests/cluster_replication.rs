@@ -10,15 +10,14 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::cluster::{Cluster, POLL_REQUEST_TIMEOUT, PartitionView, try_call};
+use common::cluster::{
+    Cluster, POLL_REQUEST_TIMEOUT, consume_all, create, expected_values, produce_all, try_call, wait_view,
+};
 use common::*;
-use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::offset_for_leader_epoch_request::{OffsetForLeaderPartition, OffsetForLeaderTopic};
-use kafka_protocol::messages::{BrokerId, CreateTopicsRequest, FetchRequest, OffsetForLeaderEpochRequest};
-use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::messages::{BrokerId, FetchRequest, OffsetForLeaderEpochRequest};
 use kafka_protocol::records::Compression;
-use rdkafka::consumer::Consumer;
 use rdkafka::producer::FutureRecord;
 use rdkafka::{Message, Offset};
 
@@ -30,128 +29,6 @@ const UNKNOWN_LEADER_EPOCH: i16 = 75;
 /// Failure detection short enough for a test: a killed node is fenced within 3 s, a follower
 /// that stops fetching leaves the ISR within 3 s.
 const SETTINGS: &[(&str, &str)] = &[("replica.lag.time.max.ms", "3000")];
-
-/// Creates `name` with `partitions` partitions of `replication_factor` replicas and `configs`,
-/// through node `via`, retrying until it is created (or was by an attempt that timed out).
-async fn create(cluster: &Cluster, name: &str, partitions: i32, replication_factor: i16, configs: &[(&str, &str)]) {
-    let request = CreateTopicsRequest::default()
-        .with_topics(vec![
-            CreatableTopic::default()
-                .with_name(topic(name))
-                .with_num_partitions(partitions)
-                .with_replication_factor(replication_factor)
-                .with_configs(
-                    configs
-                        .iter()
-                        .map(|(k, v)| {
-                            CreatableTopicConfig::default()
-                                .with_name(StrBytes::from_string(k.to_string()))
-                                .with_value(Some(StrBytes::from_string(v.to_string())))
-                        })
-                        .collect(),
-                ),
-        ])
-        .with_timeout_ms(10_000);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut failures = Vec::new();
-    loop {
-        let via = cluster.running()[0];
-        match try_call(cluster.addr(via), 7, &request, Duration::from_secs(15)).await {
-            Ok(resp) if resp.topics[0].error_code == 0 => return,
-            Ok(resp) if resp.topics[0].error_code == 36 && !failures.is_empty() => return,
-            Ok(resp) => failures.push(format!("{:?}", resp.topics[0])),
-            Err(e) => failures.push(e),
-        }
-        assert!(Instant::now() < deadline, "CreateTopics {name}: {failures:?}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-/// Waits until every running node lists partition `partition` of `name` alike and `ok` holds
-/// of it; returns that view.
-async fn wait_view(
-    cluster: &Cluster,
-    name: &str,
-    partition: i32,
-    what: &str,
-    ok: impl Fn(&PartitionView) -> bool,
-) -> PartitionView {
-    let limit = Duration::from_secs(30);
-    let deadline = Instant::now() + limit;
-    loop {
-        let mut views = BTreeMap::new();
-        for id in cluster.running() {
-            views.insert(id, cluster.partition_view(id, name, partition).await);
-        }
-        let first = views.values().next().cloned();
-        if let Some(Ok(v)) = &first
-            && views.values().all(|w| w.as_ref() == Ok(v))
-            && ok(v)
-        {
-            return v.clone();
-        }
-        cluster.assert_still_running();
-        assert!(
-            Instant::now() < deadline,
-            "{name}-{partition}: not {what} within {limit:?}: {views:?} (node logs follow)"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// Produces `count` records "v{from}".."v{from+count-1}" with acks=all, each awaited, and
-/// returns their offsets.
-async fn produce_all(cluster: &Cluster, name: &str, from: usize, count: usize) -> Vec<i64> {
-    let producer = producer(
-        &cluster.bootstrap(),
-        &[
-            ("acks", "all"),
-            ("enable.idempotence", "true"),
-            ("message.timeout.ms", "30000"),
-        ],
-    );
-    let mut offsets = Vec::with_capacity(count);
-    for i in from..from + count {
-        let value = format!("v{i}");
-        let delivered = producer
-            .send(
-                FutureRecord::<(), _>::to(name).partition(0).payload(&value),
-                Duration::from_secs(30),
-            )
-            .await;
-        match delivered {
-            Ok(delivery) => offsets.push(delivery.offset),
-            Err((e, _)) => panic!("acks=all produce of {value} failed: {e} (node logs follow)"),
-        }
-    }
-    offsets
-}
-
-/// Every value of partition 0 of `name`, in offset order, read through librdkafka from the
-/// start to the high watermark, which must reach `expected` values.
-fn consume_all(cluster: &Cluster, name: &str, expected: usize) -> Vec<(i64, String)> {
-    let consumer = consumer(&cluster.bootstrap(), &[]);
-    assign(&consumer, name, &[0], Offset::Beginning);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut seen = Vec::new();
-    while seen.len() < expected && Instant::now() < deadline {
-        match consumer.poll(Duration::from_millis(200)) {
-            Some(Ok(m)) => seen.push((
-                m.offset(),
-                String::from_utf8_lossy(m.payload().unwrap_or_default()).to_string(),
-            )),
-            Some(Err(e)) => eprintln!("consumer: {e}"),
-            None => {}
-        }
-    }
-    consumer.unassign().ok();
-    seen
-}
-
-/// The values `v0..v{n-1}`, each at the offset it was acknowledged at.
-fn expected_values(offsets: &[i64]) -> Vec<(i64, String)> {
-    offsets.iter().enumerate().map(|(i, o)| (*o, format!("v{i}"))).collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_records_survive_the_loss_of_each_leader_in_turn() {

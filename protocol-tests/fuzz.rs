@@ -381,7 +381,8 @@ default_bodies! {
     DescribeProducers => DescribeProducersRequest, ListConfigResources => ListConfigResourcesRequest,
     DescribeQuorum => DescribeQuorumRequest, DescribeTopicPartitions => DescribeTopicPartitionsRequest,
     WriteTxnMarkers => WriteTxnMarkersRequest, OffsetForLeaderEpoch => OffsetForLeaderEpochRequest,
-    ElectLeaders => ElectLeadersRequest,
+    ElectLeaders => ElectLeadersRequest, AlterPartitionReassignments => AlterPartitionReassignmentsRequest,
+    ListPartitionReassignments => ListPartitionReassignmentsRequest,
 }
 
 fn name(text: &'static str) -> TopicName {
@@ -493,6 +494,24 @@ fn rich_bodies(key: ApiKey, version: i16) -> Vec<Vec<u8>> {
                 ]),
             version,
         )],
+        ApiKey::AlterPartitionReassignments => {
+            use kafka_protocol::messages::alter_partition_reassignments_request::{
+                ReassignablePartition, ReassignableTopic,
+            };
+            vec![encode(
+                &AlterPartitionReassignmentsRequest::default()
+                    .with_timeout_ms(1_000)
+                    .with_topics(vec![ReassignableTopic::default().with_name(name("t")).with_partitions(
+                        vec![
+                        ReassignablePartition::default()
+                            .with_partition_index(0)
+                            .with_replicas(Some(vec![BrokerId(1), BrokerId(2)])),
+                        ReassignablePartition::default().with_partition_index(1),
+                    ],
+                    )]),
+                version,
+            )]
+        }
         _ => Vec::new(),
     };
     bodies.into_iter().flatten().collect()

@@ -668,6 +668,48 @@ async fn every_advertised_version_answers() {
                         "ElectLeaders v{version}: {resp:?}"
                     );
                 }
+                ApiKey::AlterPartitionReassignments => {
+                    // One node: cancelling nothing is NO_REASSIGNMENT_IN_PROGRESS (85), a broker
+                    // never registered INVALID_REPLICA_ASSIGNMENT (39); moves are tested in
+                    // cluster_reassignment.rs.
+                    use kafka_protocol::messages::AlterPartitionReassignmentsRequest;
+                    use kafka_protocol::messages::alter_partition_reassignments_request::{
+                        ReassignablePartition, ReassignableTopic,
+                    };
+                    let req = AlterPartitionReassignmentsRequest::default()
+                        .with_timeout_ms(5_000)
+                        .with_topics(vec![
+                            ReassignableTopic::default()
+                                .with_name(topic("all-versions"))
+                                .with_partitions(vec![
+                                    ReassignablePartition::default().with_partition_index(0),
+                                    ReassignablePartition::default()
+                                        .with_partition_index(0)
+                                        .with_replicas(Some(vec![BrokerId(99)])),
+                                ]),
+                        ]);
+                    let resp = raw.call(version, &req).await;
+                    let codes: Vec<i16> = resp.responses[0].partitions.iter().map(|p| p.error_code).collect();
+                    assert_eq!(
+                        (resp.error_code, codes),
+                        (0, vec![85, 39]),
+                        "AlterPartitionReassignments v{version}: {resp:?}"
+                    );
+                }
+                ApiKey::ListPartitionReassignments => {
+                    use kafka_protocol::messages::ListPartitionReassignmentsRequest;
+                    let resp = raw
+                        .call(
+                            version,
+                            &ListPartitionReassignmentsRequest::default().with_timeout_ms(5_000),
+                        )
+                        .await;
+                    assert_eq!(
+                        (resp.error_code, resp.topics.len()),
+                        (0, 0),
+                        "ListPartitionReassignments v{version}: {resp:?}"
+                    );
+                }
                 other => panic!("{other:?} is advertised but no test sends every version of it"),
             }
         }

@@ -64,6 +64,12 @@ pub enum Error {
     Controller { code: i16, message: String },
     #[error("invalid replica assignment: {0}")]
     InvalidReplicaAssignment(String),
+    /// A reassignment would change a partition's replica count, and the request forbids it
+    /// (KIP-860).
+    #[error("the replication factor would change from {from} to {to}")]
+    ReplicationFactorChanged { from: usize, to: usize },
+    #[error("no partition reassignment is in progress for {0}")]
+    NoReassignmentInProgress(String),
     #[error("invalid config {key}: {reason}")]
     InvalidConfig { key: String, reason: String },
     #[error("invalid request: {0}")]
@@ -136,6 +142,8 @@ impl Error {
             Error::Stale(_) => ResponseError::NotController,
             Error::Controller { code, .. } => return *code,
             Error::InvalidReplicaAssignment(_) => ResponseError::InvalidReplicaAssignment,
+            Error::ReplicationFactorChanged { .. } => ResponseError::InvalidReplicationFactor,
+            Error::NoReassignmentInProgress(_) => ResponseError::NoReassignmentInProgress,
             Error::InvalidConfig { .. } => ResponseError::InvalidConfig,
             Error::InvalidRequest(_) => ResponseError::InvalidRequest,
             Error::UnknownLeaderEpoch { .. } => ResponseError::UnknownLeaderEpoch,
@@ -196,6 +204,9 @@ mod tests {
         );
         assert_eq!(Error::InvalidPartitions(0).code(), 37);
         assert_eq!(Error::InvalidReplicationFactor { asked: 3, nodes: 1 }.code(), 38);
+        assert_eq!(Error::ReplicationFactorChanged { from: 1, to: 3 }.code(), 38);
+        assert_eq!(Error::InvalidReplicaAssignment("r".into()).code(), 39);
+        assert_eq!(Error::NoReassignmentInProgress("t-0".into()).code(), 85);
         assert_eq!(Error::TopicAlreadyExists("t".into()).code(), 36);
         assert_eq!(
             Error::InvalidConfig {

@@ -16,13 +16,19 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::{DescribeClusterRequest, MetadataRequest, MetadataResponse, ResponseHeader};
-use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request};
+use kafka_protocol::messages::{
+    CreateTopicsRequest, DescribeClusterRequest, MetadataRequest, MetadataResponse, ResponseHeader,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
+use rdkafka::consumer::Consumer;
+use rdkafka::producer::FutureRecord;
+use rdkafka::{Message, Offset};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::{Raw, topic};
+use super::{Raw, assign, consumer, producer, topic};
 
 /// How long `start`, `restart` and `start_all` wait for every running node to list every
 /// running broker.
@@ -724,6 +730,128 @@ impl Cluster {
     pub fn log_dir(&self) -> PathBuf {
         self.logs.path().to_path_buf()
     }
+}
+
+/// Creates `name` with `partitions` partitions of `replication_factor` replicas and `configs`,
+/// through node `via`, retrying until it is created (or was by an attempt that timed out).
+pub async fn create(cluster: &Cluster, name: &str, partitions: i32, replication_factor: i16, configs: &[(&str, &str)]) {
+    let request = CreateTopicsRequest::default()
+        .with_topics(vec![
+            CreatableTopic::default()
+                .with_name(topic(name))
+                .with_num_partitions(partitions)
+                .with_replication_factor(replication_factor)
+                .with_configs(
+                    configs
+                        .iter()
+                        .map(|(k, v)| {
+                            CreatableTopicConfig::default()
+                                .with_name(StrBytes::from_string(k.to_string()))
+                                .with_value(Some(StrBytes::from_string(v.to_string())))
+                        })
+                        .collect(),
+                ),
+        ])
+        .with_timeout_ms(10_000);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut failures = Vec::new();
+    loop {
+        let via = cluster.running()[0];
+        match try_call(cluster.addr(via), 7, &request, Duration::from_secs(15)).await {
+            Ok(resp) if resp.topics[0].error_code == 0 => return,
+            Ok(resp) if resp.topics[0].error_code == 36 && !failures.is_empty() => return,
+            Ok(resp) => failures.push(format!("{:?}", resp.topics[0])),
+            Err(e) => failures.push(e),
+        }
+        assert!(Instant::now() < deadline, "CreateTopics {name}: {failures:?}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Waits until every running node lists partition `partition` of `name` alike and `ok` holds
+/// of it; returns that view.
+pub async fn wait_view(
+    cluster: &Cluster,
+    name: &str,
+    partition: i32,
+    what: &str,
+    ok: impl Fn(&PartitionView) -> bool,
+) -> PartitionView {
+    let limit = Duration::from_secs(30);
+    let deadline = Instant::now() + limit;
+    loop {
+        let mut views = BTreeMap::new();
+        for id in cluster.running() {
+            views.insert(id, cluster.partition_view(id, name, partition).await);
+        }
+        let first = views.values().next().cloned();
+        if let Some(Ok(v)) = &first
+            && views.values().all(|w| w.as_ref() == Ok(v))
+            && ok(v)
+        {
+            return v.clone();
+        }
+        cluster.assert_still_running();
+        assert!(
+            Instant::now() < deadline,
+            "{name}-{partition}: not {what} within {limit:?}: {views:?} (node logs follow)"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Produces `count` records "v{from}".."v{from+count-1}" with acks=all, each awaited, and
+/// returns their offsets.
+pub async fn produce_all(cluster: &Cluster, name: &str, from: usize, count: usize) -> Vec<i64> {
+    let producer = producer(
+        &cluster.bootstrap(),
+        &[
+            ("acks", "all"),
+            ("enable.idempotence", "true"),
+            ("message.timeout.ms", "30000"),
+        ],
+    );
+    let mut offsets = Vec::with_capacity(count);
+    for i in from..from + count {
+        let value = format!("v{i}");
+        let delivered = producer
+            .send(
+                FutureRecord::<(), _>::to(name).partition(0).payload(&value),
+                Duration::from_secs(30),
+            )
+            .await;
+        match delivered {
+            Ok(delivery) => offsets.push(delivery.offset),
+            Err((e, _)) => panic!("acks=all produce of {value} failed: {e} (node logs follow)"),
+        }
+    }
+    offsets
+}
+
+/// Every value of partition 0 of `name`, in offset order, read through librdkafka from the
+/// start to the high watermark, which must reach `expected` values.
+pub fn consume_all(cluster: &Cluster, name: &str, expected: usize) -> Vec<(i64, String)> {
+    let consumer = consumer(&cluster.bootstrap(), &[]);
+    assign(&consumer, name, &[0], Offset::Beginning);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seen = Vec::new();
+    while seen.len() < expected && Instant::now() < deadline {
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => seen.push((
+                m.offset(),
+                String::from_utf8_lossy(m.payload().unwrap_or_default()).to_string(),
+            )),
+            Some(Err(e)) => eprintln!("consumer: {e}"),
+            None => {}
+        }
+    }
+    consumer.unassign().ok();
+    seen
+}
+
+/// The values `v0..v{n-1}`, each at the offset it was acknowledged at.
+pub fn expected_values(offsets: &[i64]) -> Vec<(i64, String)> {
+    offsets.iter().enumerate().map(|(i, o)| (*o, format!("v{i}"))).collect()
 }
 
 /// Appends `what` to a node log as a line of its own.

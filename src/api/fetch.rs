@@ -202,8 +202,8 @@ fn follower_fetched(ctx: &Ctx, wanted: &mut [Wanted], replica: i32, version: i16
         }
         match p.follower_fetched(replica, w.request.fetch_offset) {
             Ok(fetched) => {
-                if let Some(isr) = fetched.expand_isr {
-                    ctx.replicas.propose_isr(p.clone(), isr);
+                if let Some(proposal) = fetched.expand_isr {
+                    ctx.replicas.propose_isr(p.clone(), proposal);
                 }
             }
             Err(e) => {

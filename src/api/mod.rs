@@ -28,6 +28,7 @@ pub mod metadata;
 pub mod offset_for_leader_epoch;
 pub mod offsets;
 pub mod produce;
+pub mod reassignments;
 pub mod topics;
 pub mod transactions;
 pub mod write_txn_markers;
@@ -113,6 +114,8 @@ pub const SUPPORTED: &[Versions] = &[
     describe_producers::VERSIONS,
     offset_for_leader_epoch::VERSIONS,
     elect_leaders::VERSIONS,
+    reassignments::ALTER_VERSIONS,
+    reassignments::LIST_VERSIONS,
     write_txn_markers::VERSIONS,
     describe_quorum::VERSIONS,
     describe_topic_partitions::VERSIONS,
@@ -227,6 +230,8 @@ pub fn decode_only(key: ApiKey, version: i16, body: &mut Bytes) -> Result<(), Re
         ApiKey::DescribeProducers => as_!(DescribeProducersRequest),
         ApiKey::OffsetForLeaderEpoch => as_!(OffsetForLeaderEpochRequest),
         ApiKey::ElectLeaders => as_!(ElectLeadersRequest),
+        ApiKey::AlterPartitionReassignments => as_!(AlterPartitionReassignmentsRequest),
+        ApiKey::ListPartitionReassignments => as_!(ListPartitionReassignmentsRequest),
         ApiKey::WriteTxnMarkers => as_!(WriteTxnMarkersRequest),
         ApiKey::DescribeQuorum => as_!(DescribeQuorumRequest),
         ApiKey::DescribeTopicPartitions => as_!(DescribeTopicPartitionsRequest),
@@ -325,6 +330,8 @@ pub async fn dispatch(
         ApiKey::DescribeProducers => now!(describe_producers),
         ApiKey::OffsetForLeaderEpoch => now!(offset_for_leader_epoch),
         ApiKey::ElectLeaders => now!(elect_leaders),
+        ApiKey::AlterPartitionReassignments => now!(reassignments::alter_partition_reassignments),
+        ApiKey::ListPartitionReassignments => now!(reassignments::list_partition_reassignments),
         ApiKey::WriteTxnMarkers => now!(write_txn_markers),
         ApiKey::DescribeQuorum => now!(describe_quorum),
         ApiKey::DescribeTopicPartitions => now!(describe_topic_partitions),
@@ -427,6 +434,8 @@ mod tests {
             ApiKey::DescribeProducers => DescribeProducersRequest::VERSIONS,
             ApiKey::OffsetForLeaderEpoch => OffsetForLeaderEpochRequest::VERSIONS,
             ApiKey::ElectLeaders => ElectLeadersRequest::VERSIONS,
+            ApiKey::AlterPartitionReassignments => AlterPartitionReassignmentsRequest::VERSIONS,
+            ApiKey::ListPartitionReassignments => ListPartitionReassignmentsRequest::VERSIONS,
             ApiKey::WriteTxnMarkers => WriteTxnMarkersRequest::VERSIONS,
             ApiKey::DescribeQuorum => DescribeQuorumRequest::VERSIONS,
             ApiKey::DescribeTopicPartitions => DescribeTopicPartitionsRequest::VERSIONS,

@@ -116,6 +116,11 @@ pub enum MetadataRecord {
 pub struct PartitionChange {
     pub topic: Uuid,
     pub partition: i32,
+    /// The partition's new replicas (Kafka's PartitionChangeRecord `replicas`: a reassignment
+    /// starting, completing or cancelled); None leaves them as they are. Records written
+    /// before reassignments existed have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<Vec<i32>>,
     #[serde(flatten)]
     pub registration: PartitionRegistration,
 }
@@ -132,6 +137,31 @@ pub struct PartitionRegistration {
     pub isr: Vec<i32>,
     /// Moves at every change of this registration.
     pub partition_epoch: i32,
+    /// During a reassignment (KIP-455): the replicas of the target that were not replicas
+    /// before it; they fetch from the leader and join the ISR like any follower.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub adding_replicas: Vec<i32>,
+    /// During a reassignment: the replicas that leave once every target replica is in sync.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removing_replicas: Vec<i32>,
+}
+
+impl PartitionRegistration {
+    /// Whether a reassignment of the partition is under way (Kafka's
+    /// `isReassignmentInProgress`).
+    pub fn is_reassigning(&self) -> bool {
+        !self.adding_replicas.is_empty() || !self.removing_replicas.is_empty()
+    }
+}
+
+/// A partition being reassigned, as ListPartitionReassignments reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OngoingReassignment {
+    pub partition: i32,
+    /// The union of the target and the replicas before it.
+    pub replicas: Vec<i32>,
+    pub adding_replicas: Vec<i32>,
+    pub removing_replicas: Vec<i32>,
 }
 
 /// One advertised listener of a broker: clients that came in on listener `name` are told
@@ -241,6 +271,8 @@ impl TopicInfo {
                 leader_epoch: self.leader_epoch,
                 isr: self.replicas(partition).to_vec(),
                 partition_epoch: 0,
+                adding_replicas: Vec::new(),
+                removing_replicas: Vec::new(),
             },
         }
     }
@@ -354,6 +386,7 @@ impl MetadataImage {
                     .map(|(partition, registration)| PartitionChange {
                         topic: topic.id,
                         partition: *partition,
+                        replicas: None,
                         registration: (**registration).clone(),
                     })
             })
@@ -463,21 +496,40 @@ impl MetadataImage {
     }
 
     /// A partition change fits: the partition exists, the change follows its current
-    /// registration (partition epoch + 1, leader epoch not going back), the ISR is made of
-    /// replicas, and the leader is in it (or there is none).
+    /// registration (partition epoch + 1, leader epoch not going back), new replicas are
+    /// registered brokers named once, the ISR and the adding and removing replicas are made
+    /// of replicas, and the leader is in the ISR (or there is none).
     fn check_change(&self, change: &PartitionChange) -> Result<()> {
         let topic = self
             .topic_by_id(&change.topic)
             .ok_or(Error::UnknownTopicId(change.topic))?;
-        let replicas = topic.replicas(change.partition);
-        if replicas.is_empty() {
+        if topic.replicas(change.partition).is_empty() {
             return Err(Error::UnknownTopicOrPartition(format!(
                 "{}-{}",
                 topic.name, change.partition
             )));
         }
-        let current = topic.registration(change.partition);
+        let replicas = match &change.replicas {
+            Some(replicas) => {
+                self.check_replicas(replicas)?;
+                replicas.as_slice()
+            }
+            None => topic.replicas(change.partition),
+        };
         let next = &change.registration;
+        if next
+            .adding_replicas
+            .iter()
+            .chain(&next.removing_replicas)
+            .any(|r| !replicas.contains(r))
+            || next.adding_replicas.iter().any(|r| next.removing_replicas.contains(r))
+        {
+            return Err(Error::InvalidReplicaAssignment(format!(
+                "adding {:?} and removing {:?} are not disjoint subsets of replicas {replicas:?}",
+                next.adding_replicas, next.removing_replicas
+            )));
+        }
+        let current = topic.registration(change.partition);
         if next.partition_epoch != current.partition_epoch + 1 || next.leader_epoch < current.leader_epoch {
             return Err(Error::Stale(format!(
                 "partition {}-{} is at partition epoch {}, leader epoch {}",
@@ -509,23 +561,187 @@ impl MetadataImage {
     pub fn elections(&self, unclean_default: bool) -> Vec<PartitionChange> {
         let mut changes = Vec::new();
         for topic in self.topics.values() {
-            let unclean = topic
-                .configs
-                .get("unclean.leader.election.enable")
-                .or_else(|| self.broker_default_configs.get("unclean.leader.election.enable"))
-                .map_or(unclean_default, |v| v == "true");
+            let unclean = self.unclean_election_enabled(topic, unclean_default);
             for partition in 0..topic.partitions {
                 let current = topic.registration(partition);
                 if let Some(next) = self.elect(topic.replicas(partition), &current, unclean) {
                     changes.push(PartitionChange {
                         topic: topic.id,
                         partition,
+                        replicas: None,
                         registration: next,
                     });
                 }
             }
         }
         changes
+    }
+
+    /// `unclean.leader.election.enable` for `topic`: its override, else the dynamic cluster
+    /// default, else `default` (the broker's static config).
+    fn unclean_election_enabled(&self, topic: &TopicInfo, default: bool) -> bool {
+        topic
+            .configs
+            .get("unclean.leader.election.enable")
+            .or_else(|| self.broker_default_configs.get("unclean.leader.election.enable"))
+            .map_or(default, |v| v == "true")
+    }
+
+    /// A reassignment an admin asked for (AlterPartitionReassignments, key 45; Kafka's
+    /// `ReplicationControlManager.changePartitionReassignment`, KIP-455): `target` becomes the
+    /// partition's replicas. Until every target replica is in sync the partition has the
+    /// union of both (the target first, then the replicas leaving: Kafka's
+    /// `PartitionReassignmentReplicas`), with the adding and removing ones recorded; the
+    /// replicas joining fetch as followers outside the ISR, and the ISR change that brings
+    /// the last one in completes it (`partition_change`). A target already in sync completes
+    /// at once. `target` None cancels the reassignment under way (Kafka's
+    /// `PartitionReassignmentRevert`): the adding replicas leave, the removing ones stay.
+    /// Refused: UNKNOWN_TOPIC_OR_PARTITION, INVALID_REPLICA_ASSIGNMENT (no replica, a broker
+    /// twice or not registered; a cancel that would need an unclean election),
+    /// INVALID_REPLICATION_FACTOR (the count changes and `allow_replication_factor_change` is
+    /// off, KIP-860), NO_REASSIGNMENT_IN_PROGRESS (a cancel of nothing). Ok(None): nothing
+    /// changes.
+    pub fn reassignment(
+        &self,
+        topic: &TopicInfo,
+        partition: i32,
+        target: Option<&[i32]>,
+        allow_replication_factor_change: bool,
+    ) -> Result<Option<PartitionChange>> {
+        let name = format!("{}-{partition}", topic.name);
+        let current_replicas = topic.replicas(partition);
+        if current_replicas.is_empty() {
+            return Err(Error::UnknownTopicOrPartition(name));
+        }
+        let current = topic.registration(partition);
+        let mut next = current.clone();
+        next.partition_epoch += 1;
+        let without =
+            |list: &[i32], gone: &[i32]| -> Vec<i32> { list.iter().copied().filter(|r| !gone.contains(r)).collect() };
+        let replicas = match target {
+            None => {
+                if !current.is_reassigning() {
+                    return Err(Error::NoReassignmentInProgress(name));
+                }
+                let replicas = without(current_replicas, &current.adding_replicas);
+                next.isr = without(&current.isr, &current.adding_replicas);
+                if next.isr.is_empty() {
+                    // Every in-sync replica was one being added: going back means a replica
+                    // outside the ISR leads.
+                    if !self.unclean_election_enabled(topic, false) {
+                        return Err(Error::InvalidReplicaAssignment(format!(
+                            "cancelling the reassignment of {name} would need an unclean leader election"
+                        )));
+                    }
+                    next.isr = replicas.iter().copied().filter(|r| self.is_live(*r)).take(1).collect();
+                    if next.isr.is_empty() {
+                        return Err(Error::EligibleLeadersNotAvailable(name));
+                    }
+                }
+                next.adding_replicas.clear();
+                next.removing_replicas.clear();
+                replicas
+            }
+            Some(target) => {
+                self.check_replicas(target)?;
+                // The factor the partition is heading for: its target when a reassignment
+                // is under way (the replicas not removing), else its replicas.
+                let factor = current_replicas.len() - current.removing_replicas.len();
+                if !allow_replication_factor_change && target.len() != factor {
+                    return Err(Error::ReplicationFactorChanged {
+                        from: factor,
+                        to: target.len(),
+                    });
+                }
+                // Adding: the target's replicas that were not replicas before any
+                // reassignment under way (those it was adding still are).
+                let original = without(current_replicas, &current.adding_replicas);
+                let mut removing = without(current_replicas, target);
+                let mut adding = without(target, &original);
+                removing.sort_unstable();
+                adding.sort_unstable();
+                let mut replicas = target.to_vec();
+                replicas.extend(&removing);
+                next.adding_replicas = adding;
+                next.removing_replicas = removing;
+                replicas
+            }
+        };
+        let change = self.partition_change(topic, partition, replicas, next);
+        // Kafka's `changeRecordIsNoOp`: the same replicas and registration need no record.
+        let unchanged = PartitionRegistration {
+            partition_epoch: current.partition_epoch,
+            ..change.registration.clone()
+        };
+        if change.replicas.is_none() && unchanged == current {
+            return Ok(None);
+        }
+        Ok(Some(change))
+    }
+
+    /// The change that gives `partition` of `topic` the registration `next` over `replicas`
+    /// (Kafka's `PartitionChangeBuilder.build`). A reassignment completes once every replica
+    /// staying (all but the removing ones) is in `next`'s ISR (`completeReassignmentIfNeeded`):
+    /// the replicas become those, the removing ones leave the ISR, the adding and removing
+    /// lists empty. A leader no longer in the ISR hands over to the first replica in sync
+    /// and live (none: -1). The leader epoch moves when the leader does or replicas leave
+    /// (`triggerLeaderEpochBumpForReplicaReassignmentIfNeeded`), so the removed replicas'
+    /// fetches are fenced.
+    fn partition_change(
+        &self,
+        topic: &TopicInfo,
+        partition: i32,
+        mut replicas: Vec<i32>,
+        mut next: PartitionRegistration,
+    ) -> PartitionChange {
+        if next.is_reassigning() {
+            let removing = &next.removing_replicas;
+            let staying: Vec<i32> = replicas.iter().copied().filter(|r| !removing.contains(r)).collect();
+            let isr: Vec<i32> = next.isr.iter().copied().filter(|r| !removing.contains(r)).collect();
+            if !staying.is_empty() && staying.iter().all(|r| isr.contains(r)) {
+                replicas = staying;
+                next.isr = isr;
+                next.adding_replicas.clear();
+                next.removing_replicas.clear();
+            }
+        }
+        let before = topic.registration(partition);
+        if next.leader != -1 && !next.isr.contains(&next.leader) {
+            next.leader = replicas
+                .iter()
+                .copied()
+                .find(|r| next.isr.contains(r) && self.is_live(*r))
+                .unwrap_or(-1);
+        }
+        let current = topic.replicas(partition);
+        let replicas_left = current.iter().any(|r| !replicas.contains(r));
+        if next.leader_epoch == before.leader_epoch && (next.leader != before.leader || replicas_left) {
+            next.leader_epoch += 1;
+        }
+        PartitionChange {
+            topic: topic.id,
+            partition,
+            replicas: (replicas != current).then_some(replicas),
+            registration: next,
+        }
+    }
+
+    /// The partitions of `topic` being reassigned (ListPartitionReassignments, key 46), among
+    /// `partitions` (None: all).
+    pub fn reassignments(&self, topic: &TopicInfo, partitions: Option<&[i32]>) -> Vec<OngoingReassignment> {
+        let ongoing = |partition: i32| {
+            let registration = topic.registrations.get(&partition)?;
+            registration.is_reassigning().then(|| OngoingReassignment {
+                partition,
+                replicas: topic.replicas(partition).to_vec(),
+                adding_replicas: registration.adding_replicas.clone(),
+                removing_replicas: registration.removing_replicas.clone(),
+            })
+        };
+        match partitions {
+            Some(partitions) => partitions.iter().filter_map(|p| ongoing(*p)).collect(),
+            None => topic.registrations.keys().filter_map(|p| ongoing(*p)).collect(),
+        }
     }
 
     /// An election an admin asked for (ElectLeaders, key 43; Kafka's
@@ -594,6 +810,7 @@ impl MetadataImage {
                     changes.push(PartitionChange {
                         topic: topic.id,
                         partition,
+                        replicas: None,
                         registration,
                     });
                 }
@@ -645,17 +862,23 @@ impl MetadataImage {
             )));
         }
         for replicas in assignments {
-            let mut seen = replicas.clone();
-            seen.sort_unstable();
-            seen.dedup();
-            if replicas.is_empty() || seen.len() != replicas.len() {
-                return Err(Error::InvalidReplicaAssignment(format!("replicas {replicas:?}")));
-            }
-            if let Some(unknown) = replicas.iter().find(|r| !self.brokers.contains_key(*r)) {
-                return Err(Error::InvalidReplicaAssignment(format!(
-                    "broker {unknown} is not registered"
-                )));
-            }
+            self.check_replicas(replicas)?;
+        }
+        Ok(())
+    }
+
+    /// One partition's replicas name registered brokers, at least one, none twice.
+    fn check_replicas(&self, replicas: &[i32]) -> Result<()> {
+        let mut seen = replicas.to_vec();
+        seen.sort_unstable();
+        seen.dedup();
+        if replicas.is_empty() || seen.len() != replicas.len() {
+            return Err(Error::InvalidReplicaAssignment(format!("replicas {replicas:?}")));
+        }
+        if let Some(unknown) = replicas.iter().find(|r| !self.brokers.contains_key(*r)) {
+            return Err(Error::InvalidReplicaAssignment(format!(
+                "broker {unknown} is not registered"
+            )));
         }
         Ok(())
     }
@@ -807,7 +1030,15 @@ impl MetadataImage {
                         continue;
                     };
                     if let Some(topic) = self.topics.get_mut(&name) {
-                        Arc::make_mut(topic)
+                        let topic = Arc::make_mut(topic);
+                        if let Some(replicas) = &change.replicas
+                            && let Some(assigned) = usize::try_from(change.partition)
+                                .ok()
+                                .and_then(|p| topic.assignments.get_mut(p))
+                        {
+                            *assigned = replicas.clone();
+                        }
+                        topic
                             .registrations
                             .insert(change.partition, Arc::new(change.registration.clone()));
                     }
@@ -1285,6 +1516,7 @@ impl Controller {
                             changes.push(PartitionChange {
                                 topic: topic.id,
                                 partition,
+                                replicas: None,
                                 registration,
                             });
                         }),
@@ -1328,11 +1560,99 @@ impl Controller {
         outcomes
     }
 
+    /// AlterPartitionReassignments (key 45): each `(topic, partition, target)` asked for
+    /// (`MetadataImage::reassignment`; a target of None cancels), every change committed in
+    /// one record, as Kafka commits them atomically; each partition's outcome in request
+    /// order. Err: the commit failed (no quorum leader: NOT_CONTROLLER), and nothing changed
+    /// or the outcome is unknown.
+    pub async fn alter_partition_reassignments(
+        &self,
+        wanted: &[(String, i32, Option<Vec<i32>>)],
+        allow_replication_factor_change: bool,
+    ) -> Result<Vec<Result<()>>> {
+        let plan = |image: &MetadataImage| {
+            let mut outcomes = Vec::with_capacity(wanted.len());
+            let mut changes: Vec<PartitionChange> = Vec::new();
+            for (name, partition, target) in wanted {
+                let outcome = match image.topic(name) {
+                    None => Err(Error::UnknownTopicOrPartition(format!("{name}-{partition}"))),
+                    Some(topic) => image
+                        .reassignment(topic, *partition, target.as_deref(), allow_replication_factor_change)
+                        .map(|change| {
+                            // A partition named twice: the later target wins.
+                            if let Some(change) = change {
+                                changes.retain(|c| (c.topic, c.partition) != (change.topic, change.partition));
+                                changes.push(change);
+                            }
+                        }),
+                };
+                outcomes.push(outcome);
+            }
+            (outcomes, changes)
+        };
+        let (outcomes, changes) = plan(&self.image());
+        if changes.is_empty() {
+            return Ok(outcomes);
+        }
+        // The outcomes of the plan that was committed (made again when the image changed).
+        let planned = Mutex::new((outcomes, false));
+        let committed = self
+            .commit_async(|image| {
+                let (outcomes, changes) = plan(image);
+                *planned.lock().unwrap_or_else(|p| p.into_inner()) = (outcomes, changes.is_empty());
+                if changes.is_empty() {
+                    return Err(Error::Stale("the reassignments were made meanwhile".into()));
+                }
+                for change in &changes {
+                    tracing::info!(partition = %format!("{}-{}", image.topic_ids.get(&change.topic).map_or("?", |n| n.as_str()), change.partition), replicas = ?change.replicas, adding = ?change.registration.adding_replicas, removing = ?change.registration.removing_replicas, "reassigning");
+                }
+                Ok(MetadataRecord::ChangePartitions { changes })
+            })
+            .await;
+        let (outcomes, nothing_to_change) = planned.into_inner().unwrap_or_else(|p| p.into_inner());
+        match committed {
+            Ok(_) => Ok(outcomes),
+            Err(_) if nothing_to_change => Ok(outcomes),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// ListPartitionReassignments (key 46): the reassignments under way, of every topic
+    /// (`topics` None) or of the partitions named (unknown ones are left out, as Kafka does),
+    /// by topic, leaving out topics with none.
+    pub fn list_partition_reassignments(
+        &self,
+        topics: Option<&[(String, Vec<i32>)]>,
+    ) -> Vec<(String, Vec<OngoingReassignment>)> {
+        let image = self.image();
+        let found: Vec<(String, Vec<OngoingReassignment>)> = match topics {
+            None => image
+                .topics
+                .values()
+                .map(|topic| (topic.name.clone(), image.reassignments(topic, None)))
+                .collect(),
+            Some(topics) => topics
+                .iter()
+                .filter_map(|(name, partitions)| {
+                    let topic = image.topic(name)?;
+                    Some((name.clone(), image.reassignments(topic, Some(partitions))))
+                })
+                .collect(),
+        };
+        found
+            .into_iter()
+            .filter(|(_, partitions)| !partitions.is_empty())
+            .collect()
+    }
+
     /// A leader's ISR change (Kafka's AlterPartition): `isr` becomes the partition's ISR if
     /// this node still leads it at `leader_epoch`; committed before it takes effect, so a
     /// leader cut off from the quorum cannot shrink the ISR and go on acknowledging alone.
-    /// Returns the registration committed (or the current one when it already has `isr`);
-    /// FENCED_LEADER_EPOCH when the leadership moved meanwhile.
+    /// An ISR that holds every target replica of a reassignment completes it in the same
+    /// change (`MetadataImage::partition_change`): reassignments finish when their last
+    /// replica catches up, as in Kafka, not when someone asks. Returns the registration
+    /// committed (or the current one when it already has `isr`); FENCED_LEADER_EPOCH when the
+    /// leadership moved meanwhile.
     pub async fn alter_partition(
         &self,
         topic_id: Uuid,
@@ -1363,17 +1683,20 @@ impl Controller {
                 }
                 next.isr = isr.clone();
                 next.partition_epoch += 1;
-                Ok(MetadataRecord::ChangePartitions {
-                    changes: vec![PartitionChange {
-                        topic: topic_id,
-                        partition,
-                        registration: next,
-                    }],
-                })
+                let topic = image.topic_by_id(&topic_id).ok_or(Error::UnknownTopicId(topic_id))?;
+                let change = image.partition_change(topic, partition, topic.replicas(partition).to_vec(), next);
+                if change.replicas.is_some() {
+                    tracing::info!(topic = %topic.name, partition, replicas = ?change.replicas, leader = change.registration.leader, "reassignment complete");
+                }
+                Ok(MetadataRecord::ChangePartitions { changes: vec![change] })
             })
             .await;
         match image {
-            Ok(image) => current(&image),
+            // Committed: a completed reassignment may have moved the leadership or its epoch.
+            Ok(image) => image
+                .topic_by_id(&topic_id)
+                .map(|topic| topic.registration(partition))
+                .ok_or(Error::UnknownTopicId(topic_id)),
             Err(Error::Stale(_)) => current(&self.image()),
             Err(e) => Err(e),
         }
@@ -1486,6 +1809,7 @@ impl Controller {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kafka_protocol::error::ResponseError;
 
     #[test]
     fn placement_never_puts_two_replicas_of_a_partition_on_one_broker() {
@@ -1515,6 +1839,174 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Brokers 1..=3 and topic "t" with one partition on `replicas`.
+    fn image_with(replicas: Vec<i32>) -> MetadataImage {
+        let mut image = MetadataImage::default();
+        for id in 1..=3 {
+            image
+                .brokers
+                .insert(id, Arc::new(BrokerInfo::new(id, "localhost", 9092)));
+        }
+        image.apply(&MetadataRecord::CreateTopic {
+            name: "t".into(),
+            id: Uuid::new_v4(),
+            partitions: 1,
+            replication_factor: i16::try_from(replicas.len()).unwrap(),
+            configs: BTreeMap::new(),
+            leader: replicas[0],
+            leader_epoch: 0,
+            assignments: vec![replicas],
+        });
+        image
+    }
+
+    /// Checks `change` as the quorum's leader does, then applies it.
+    fn commit(image: &mut MetadataImage, change: PartitionChange) {
+        let record = MetadataRecord::ChangePartitions { changes: vec![change] };
+        image.check(&record).unwrap();
+        image.apply(&record);
+    }
+
+    /// The leader's ISR change (AlterPartition) as `Controller::alter_partition` computes it.
+    fn isr_becomes(image: &MetadataImage, isr: Vec<i32>) -> PartitionChange {
+        let topic = image.topic("t").unwrap();
+        let mut next = topic.registration(0);
+        next.isr = isr;
+        next.partition_epoch += 1;
+        image.partition_change(topic, 0, topic.replicas(0).to_vec(), next)
+    }
+
+    fn reassign(image: &MetadataImage, target: Option<&[i32]>) -> Result<Option<PartitionChange>> {
+        image.reassignment(image.topic("t").unwrap(), 0, target, true)
+    }
+
+    #[test]
+    fn a_move_keeps_both_replica_sets_until_the_target_is_in_sync() {
+        // Kafka's PartitionReassignmentReplicas: [1] to [3] is replicas [3, 1] (the target,
+        // then the replicas leaving), adding [3], removing [1], the leader and ISR unchanged.
+        let mut image = image_with(vec![1]);
+        let change = reassign(&image, Some(&[3])).unwrap().unwrap();
+        assert_eq!(change.replicas, Some(vec![3, 1]));
+        let r = &change.registration;
+        assert_eq!((r.leader, r.leader_epoch, r.isr.clone()), (1, 0, vec![1]));
+        assert_eq!(
+            (r.adding_replicas.clone(), r.removing_replicas.clone()),
+            (vec![3], vec![1])
+        );
+        commit(&mut image, change);
+        assert_eq!(image.topic("t").unwrap().replicas(0), [3, 1]);
+        assert_eq!(image.reassignments(image.topic("t").unwrap(), None).len(), 1);
+        // Asked again for the same target: nothing to change.
+        assert_eq!(reassign(&image, Some(&[3])).unwrap(), None);
+        // Another target meanwhile: 3, still being added, stays an adding replica.
+        let both = reassign(&image, Some(&[3, 1])).unwrap().unwrap();
+        assert_eq!(both.replicas, None);
+        let r = &both.registration;
+        assert_eq!(
+            (r.adding_replicas.clone(), r.removing_replicas.clone()),
+            (vec![3], vec![])
+        );
+
+        // The ISR change that brings 3 in completes it: 3 alone, leading at a new epoch.
+        let done = isr_becomes(&image, vec![1, 3]);
+        assert_eq!(done.replicas, Some(vec![3]));
+        let r = &done.registration;
+        assert_eq!((r.leader, r.leader_epoch, r.isr.clone()), (3, 1, vec![3]));
+        assert!(!r.is_reassigning());
+        commit(&mut image, done);
+        assert!(image.reassignments(image.topic("t").unwrap(), None).is_empty());
+    }
+
+    #[test]
+    fn a_growing_partition_completes_when_its_last_new_replica_is_in_sync() {
+        let mut image = image_with(vec![1]);
+        let change = reassign(&image, Some(&[1, 2, 3])).unwrap().unwrap();
+        assert_eq!(change.replicas, Some(vec![1, 2, 3]));
+        assert_eq!(change.registration.adding_replicas, vec![2, 3]);
+        commit(&mut image, change);
+        let half = isr_becomes(&image, vec![1, 2]);
+        assert!(half.registration.is_reassigning(), "3 is not in sync yet: {half:?}");
+        commit(&mut image, half);
+        let done = isr_becomes(&image, vec![1, 2, 3]);
+        // Nobody leaves: the same replicas, leader and leader epoch.
+        assert_eq!(done.replicas, None);
+        let r = &done.registration;
+        assert_eq!((r.leader, r.leader_epoch, r.is_reassigning()), (1, 0, false));
+        commit(&mut image, done);
+    }
+
+    #[test]
+    fn a_target_already_in_sync_completes_at_once() {
+        // Dropping a replica needs nobody to catch up: one change, replicas leaving fenced
+        // by a new leader epoch.
+        let image = image_with(vec![1, 2, 3]);
+        let change = reassign(&image, Some(&[2, 3])).unwrap().unwrap();
+        assert_eq!(change.replicas, Some(vec![2, 3]));
+        let r = &change.registration;
+        assert_eq!((r.leader, r.leader_epoch, r.isr.clone()), (2, 1, vec![2, 3]));
+        assert!(!r.is_reassigning());
+    }
+
+    #[test]
+    fn a_cancel_drops_the_adding_replicas_and_keeps_the_removing_ones() {
+        let mut image = image_with(vec![1, 2]);
+        assert_eq!(
+            reassign(&image, None).unwrap_err().code(),
+            ResponseError::NoReassignmentInProgress.code()
+        );
+        let start = reassign(&image, Some(&[2, 3])).unwrap().unwrap();
+        commit(&mut image, start);
+        assert_eq!(image.topic("t").unwrap().replicas(0), [2, 3, 1]);
+        let cancel = reassign(&image, None).unwrap().unwrap();
+        // Kafka's revert keeps the union's order: [2, 1].
+        assert_eq!(cancel.replicas, Some(vec![2, 1]));
+        let r = &cancel.registration;
+        assert_eq!((r.leader, r.isr.clone(), r.is_reassigning()), (1, vec![1, 2], false));
+        assert_eq!(r.leader_epoch, 1, "replica 3 left: the epoch moves");
+        commit(&mut image, cancel);
+    }
+
+    #[test]
+    fn invalid_targets_get_kafkas_codes() {
+        let image = image_with(vec![1]);
+        let code = |target: &[i32], allow: bool| {
+            image
+                .reassignment(image.topic("t").unwrap(), 0, Some(target), allow)
+                .unwrap_err()
+                .code()
+        };
+        for bad in [&[][..], &[1, 1], &[1, 9]] {
+            assert_eq!(
+                code(bad, true),
+                ResponseError::InvalidReplicaAssignment.code(),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(code(&[1, 2], false), ResponseError::InvalidReplicationFactor.code());
+        assert_eq!(
+            image
+                .reassignment(image.topic("t").unwrap(), 1, Some(&[1]), true)
+                .unwrap_err()
+                .code(),
+            ResponseError::UnknownTopicOrPartition.code()
+        );
+    }
+
+    #[test]
+    fn partition_changes_written_before_reassignments_still_decode() {
+        let old = r#"{"type":"ChangePartitions","changes":[{"topic":"00000000-0000-0000-0000-000000000001","partition":0,"leader":2,"leader_epoch":3,"isr":[2,3],"partition_epoch":4}]}"#;
+        let MetadataRecord::ChangePartitions { changes } = serde_json::from_str(old).unwrap() else {
+            panic!("not a partition change");
+        };
+        assert_eq!(changes[0].replicas, None);
+        assert!(!changes[0].registration.is_reassigning());
+        let image = image_with(vec![1]);
+        let change = reassign(&image, Some(&[3])).unwrap().unwrap();
+        let record = MetadataRecord::ChangePartitions { changes: vec![change] };
+        let text = serde_json::to_string(&record).unwrap();
+        assert_eq!(serde_json::from_str::<MetadataRecord>(&text).unwrap(), record);
     }
 
     #[test]

@@ -41,6 +41,7 @@ impl Role {
             epoch_start_offset: log_end,
             followers: HashMap::new(),
             isr_change_pending: false,
+            isr_joining: None,
         })
     }
 }
@@ -58,6 +59,11 @@ pub(crate) struct LeaderState {
     followers: HashMap<i32, FollowerProgress>,
     /// An ISR change was sent to the controller and is not yet back in the metadata.
     isr_change_pending: bool,
+    /// The follower whose joining the ISR was sent to the controller: the high watermark
+    /// counts it from then on (Kafka's maximal ISR, `PendingExpandIsr`). The controller may
+    /// commit the ISR with it, and even complete a reassignment that makes it leader, before
+    /// this leader hears back; what this leader acknowledges meanwhile must be on it too.
+    isr_joining: Option<i32>,
 }
 
 /// What the leader knows of one follower (Kafka's `ReplicaState`).
@@ -90,7 +96,17 @@ pub struct FollowerFetch {
     pub high_watermark: i64,
     /// An ISR with the follower added, when it caught up and is not in the ISR yet: the
     /// caller asks the controller (`Controller::alter_partition`).
-    pub expand_isr: Option<Vec<i32>>,
+    pub expand_isr: Option<IsrProposal>,
+}
+
+/// An ISR change a leader asks the controller for, with the leader state that asks: its
+/// answer concerns that state only (a state rebuilt meanwhile has its own pending change).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IsrProposal {
+    pub isr: Vec<i32>,
+    pub leader_epoch: i32,
+    /// The partition epoch of the registration the asking state was built from.
+    pub partition_epoch: i32,
 }
 
 impl Partition {
@@ -140,7 +156,8 @@ impl Partition {
     /// it has fetched at this epoch; the high watermark only moves up.
     fn advance_high_watermark(&self, state: &LeaderState, log_end: i64) {
         let mut hw = log_end;
-        for replica in state.isr.iter().filter(|r| **r != self.node_id) {
+        let maximal_isr = state.isr.iter().chain(&state.isr_joining);
+        for replica in maximal_isr.filter(|r| **r != self.node_id) {
             match state.followers.get(replica) {
                 Some(f) if f.log_end >= 0 => hw = hw.min(f.log_end),
                 _ => return,
@@ -191,6 +208,7 @@ impl Partition {
             partition_epoch,
             epoch_start_offset,
             isr_change_pending: false,
+            isr_joining: None,
         };
         for replica in state.replicas.iter().filter(|r| **r != self.node_id) {
             state
@@ -263,9 +281,14 @@ impl Partition {
             && fetch_offset >= state.epoch_start_offset)
             .then(|| {
                 state.isr_change_pending = true;
+                state.isr_joining = Some(replica);
                 let mut isr = state.isr.clone();
                 isr.push(replica);
-                isr
+                IsrProposal {
+                    isr,
+                    leader_epoch: self.leader_epoch(),
+                    partition_epoch: state.partition_epoch,
+                }
             });
         Ok(FollowerFetch {
             high_watermark: hw,
@@ -276,7 +299,7 @@ impl Partition {
     /// On the leader: the ISR without the followers that have not caught up for `lag_ms`
     /// (Kafka's `getOutOfSyncReplicas`), when there are any and no change is pending; the
     /// caller asks the controller. Marks the change pending.
-    pub fn shrink_isr(&self, lag_ms: i64) -> Option<Vec<i32>> {
+    pub fn shrink_isr(&self, lag_ms: i64) -> Option<IsrProposal> {
         let now = now_ms();
         let log_end = *self.log_end.borrow();
         let mut role = self.role();
@@ -302,13 +325,26 @@ impl Partition {
             return None;
         }
         state.isr_change_pending = true;
-        Some(state.isr.iter().copied().filter(|r| !out.contains(r)).collect())
+        Some(IsrProposal {
+            isr: state.isr.iter().copied().filter(|r| !out.contains(r)).collect(),
+            leader_epoch: self.leader_epoch(),
+            partition_epoch: state.partition_epoch,
+        })
     }
 
-    /// The ISR change sent is answered (committed, refused or failed): another may be tried.
-    pub fn isr_change_done(&self) {
-        if let Role::Leader(state) = &mut *self.role() {
+    /// The ISR change `proposal` is answered: `committed` names the partition epoch of the
+    /// registration the controller answered with (None: refused or failed). When nothing
+    /// newer than the asking state was committed, that state may try another change; a
+    /// registration still to be applied keeps the change pending, and its follower counted
+    /// for the high watermark, until `become_leader` applies it. A state rebuilt meanwhile
+    /// is not the one that asked: the answer leaves it alone.
+    pub fn isr_change_done(&self, proposal: &IsrProposal, committed: Option<i32>) {
+        if let Role::Leader(state) = &mut *self.role()
+            && state.partition_epoch == proposal.partition_epoch
+            && committed.is_none_or(|epoch| epoch <= proposal.partition_epoch)
+        {
             state.isr_change_pending = false;
+            state.isr_joining = None;
         }
     }
 
@@ -423,5 +459,54 @@ impl Partition {
             last_stable_offset: super::last_stable_offset(&log, hw),
             aborted: None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::super::follower_log::tests::{follower_partition, leader_bytes};
+    use super::super::writer::Writers;
+    use crate::log::validate_batches;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_follower_asked_into_the_isr_holds_the_high_watermark_back_at_once() {
+        // Kafka's maximal ISR (PendingExpandIsr): the controller may commit the expansion,
+        // and complete a reassignment that makes the follower leader, before this leader
+        // hears back; what it acknowledges meanwhile must be on that follower.
+        let dir = tempfile::TempDir::new().unwrap();
+        let writers = Writers::start(1, 4);
+        let p = follower_partition(dir.path(), &writers);
+        let append = |records: usize| {
+            let p = p.clone();
+            async move {
+                let epochs = vec![2; records / 2];
+                let batches = validate_batches(&leader_bytes(&epochs), usize::MAX).unwrap();
+                p.append(batches, false).await.unwrap();
+            }
+        };
+        // Node 1 leads alone in the ISR; 3 is a replica being added.
+        p.become_leader(2, 1, vec![1, 3], vec![1], 1);
+        append(2).await;
+        assert_eq!(p.high_watermark(), 2, "the ISR is the leader alone");
+        let proposal = p.follower_fetched(3, 2).unwrap().expand_isr.unwrap();
+        assert_eq!((proposal.isr.clone(), proposal.partition_epoch), (vec![1, 3], 1));
+        append(2).await;
+        assert_eq!(p.high_watermark(), 2, "3 holds only 2 records");
+        p.follower_fetched(3, 3).unwrap();
+        assert_eq!(p.high_watermark(), 3);
+        // The answer for a state rebuilt since changes nothing; a refusal for this one stops
+        // counting 3.
+        let older = super::IsrProposal {
+            partition_epoch: 0,
+            ..proposal.clone()
+        };
+        p.isr_change_done(&older, None);
+        append(2).await;
+        assert_eq!(p.high_watermark(), 3, "still waiting on 3");
+        p.isr_change_done(&proposal, None);
+        append(2).await;
+        assert_eq!(p.high_watermark(), 8, "the ISR is the leader alone again");
     }
 }

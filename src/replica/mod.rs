@@ -883,6 +883,20 @@ impl ReplicaManager {
                         }
                         continue;
                     }
+                    // Reassignments (KIP-455): a partition whose replicas now include this node
+                    // opens here (and follows its leader below); one whose replicas no longer
+                    // do stops, and its log goes.
+                    let me = self.config.node_id;
+                    for partition in 0..old.partitions.min(new.partitions) {
+                        if old.replicas(partition) == new.replicas(partition) {
+                            continue;
+                        }
+                        match (old.hosts(partition, me), new.hosts(partition, me)) {
+                            (false, true) => self.open_partition(new, partition).unwrap_or_else(&mut note),
+                            (true, false) => self.remove_moved_partition(new, partition),
+                            _ => {}
+                        }
+                    }
                     if old.configs != new.configs {
                         // Config changes (AlterConfigs) take effect live.
                         let config = self.config.topic_log_config(&new.configs);
@@ -915,6 +929,9 @@ impl ReplicaManager {
             }
         }
         applied.topics = image.topics.clone();
+        if first {
+            self.remove_unhosted_dirs(image);
+        }
         if broker_configs_changed && !first {
             self.reconfigure_all(image);
         }
@@ -978,27 +995,31 @@ impl ReplicaManager {
         self.fetchers.unfollow(tp);
     }
 
-    /// Asks the controller to make `isr` the ISR of `partition`, which this node leads (a
-    /// task: the answer comes back as a new metadata image, applied by `apply_roles`).
-    pub fn propose_isr(&self, partition: Arc<Partition>, isr: Vec<i32>) {
+    /// Asks the controller for the ISR change `proposal` of `partition`, which this node
+    /// leads (a task: the answer comes back as a new metadata image, applied by
+    /// `apply_roles`).
+    pub fn propose_isr(&self, partition: Arc<Partition>, proposal: leader::IsrProposal) {
         let Some(controller) = self.controller.get().and_then(std::sync::Weak::upgrade) else {
-            partition.isr_change_done();
+            partition.isr_change_done(&proposal, None);
             return;
         };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            partition.isr_change_done();
+            partition.isr_change_done(&proposal, None);
             return;
         };
         runtime.spawn(async move {
-            let epoch = partition.leader_epoch();
+            let isr = proposal.isr.clone();
             tracing::info!(partition = %partition.tp, ?isr, "asking the controller for an ISR change");
             let result = controller
-                .alter_partition(partition.topic_id, partition.tp.partition, epoch, isr)
+                .alter_partition(partition.topic_id, partition.tp.partition, proposal.leader_epoch, isr)
                 .await;
-            if let Err(e) = result {
-                tracing::warn!(partition = %partition.tp, error = %e, "ISR change not committed");
+            match result {
+                Ok(registration) => partition.isr_change_done(&proposal, Some(registration.partition_epoch)),
+                Err(e) => {
+                    tracing::warn!(partition = %partition.tp, error = %e, "ISR change not committed");
+                    partition.isr_change_done(&proposal, None);
+                }
             }
-            partition.isr_change_done();
         });
     }
 
@@ -1006,8 +1027,8 @@ impl ReplicaManager {
     /// that have not caught up for `lag_ms` (through the controller).
     pub fn shrink_lagging_isrs(&self, lag_ms: i64) {
         for p in self.all() {
-            if let Some(isr) = p.shrink_isr(lag_ms) {
-                self.propose_isr(p, isr);
+            if let Some(proposal) = p.shrink_isr(lag_ms) {
+                self.propose_isr(p, proposal);
             }
         }
     }
@@ -1034,32 +1055,53 @@ impl ReplicaManager {
     /// Closes partitions `from..` of `topic` and deletes their files.
     fn remove_partitions(&self, topic: &crate::cluster::TopicInfo, from: i32) {
         for partition in from..topic.partitions {
-            let tp = TopicPartition {
-                topic: topic.name.clone(),
-                partition,
-            };
-            self.offline.write().unwrap_or_else(|p| p.into_inner()).remove(&tp);
-            let removed = self.partitions.write().unwrap_or_else(|p| p.into_inner()).remove(&tp);
-            match removed {
-                Some(p) if p.topic_id == topic.id => {
-                    if let Err(e) = p.close() {
-                        tracing::warn!(partition = %p.tp, error = %e, "closing a deleted partition");
-                    }
-                    remove_partition_dir(&p.dir);
+            self.remove_partition(topic, partition);
+        }
+    }
+
+    /// Closes one partition of `topic` and deletes its files.
+    fn remove_partition(&self, topic: &crate::cluster::TopicInfo, partition: i32) {
+        let tp = TopicPartition {
+            topic: topic.name.clone(),
+            partition,
+        };
+        self.offline.write().unwrap_or_else(|p| p.into_inner()).remove(&tp);
+        let removed = self.partitions.write().unwrap_or_else(|p| p.into_inner()).remove(&tp);
+        match removed {
+            Some(p) if p.topic_id == topic.id => {
+                if let Err(e) = p.close() {
+                    tracing::warn!(partition = %p.tp, error = %e, "closing a deleted partition");
                 }
-                // Opened for a newer incarnation of the name: not ours to delete.
-                Some(p) => {
-                    self.partitions.write().unwrap_or_else(|p| p.into_inner()).insert(tp, p);
-                }
-                // Never opened (offline): its files, if any, go too.
-                None => {
-                    let dir = self.partition_dir(&tp);
-                    if dir.exists() {
-                        remove_partition_dir(&dir);
-                    }
+                remove_partition_dir(&p.dir);
+            }
+            // Opened for a newer incarnation of the name: not ours to delete.
+            Some(p) => {
+                self.partitions.write().unwrap_or_else(|p| p.into_inner()).insert(tp, p);
+            }
+            // Never opened (offline): its files, if any, go too.
+            None => {
+                let dir = self.partition_dir(&tp);
+                if dir.exists() {
+                    remove_partition_dir(&dir);
                 }
             }
         }
+    }
+
+    /// A partition a completed (or cancelled) reassignment took off this node (Kafka's
+    /// `StopReplica` with deletion): it stops leading first, at the registration's epoch, so
+    /// acks=all produces still waiting answer NOT_LEADER_OR_FOLLOWER (the close's fsync
+    /// would otherwise release them as acknowledged, though the new replicas may lack
+    /// them); then its fetching stops, its log closes and its directory is deleted.
+    fn remove_moved_partition(&self, topic: &crate::cluster::TopicInfo, partition: i32) {
+        if let Some(p) = self.hosted(&topic.name, partition).filter(|p| p.topic_id == topic.id) {
+            let registration = topic.registration(partition);
+            let min_isr = p.min_insync_replicas.load(Ordering::Acquire);
+            p.become_follower(registration.leader_epoch, registration.leader, min_isr);
+            self.unfollow(&p.tp);
+            tracing::info!(partition = %p.tp, "reassigned away: stopping and deleting the replica");
+        }
+        self.remove_partition(topic, partition);
     }
 
     /// Opens (or creates) one partition's log; on failure the partition is marked offline.
@@ -1141,6 +1183,33 @@ impl ReplicaManager {
         };
         for entry in entries.flatten() {
             if entry.file_name().to_string_lossy().ends_with("-delete") {
+                remove_partition_dir(&entry.path());
+            }
+        }
+    }
+
+    /// At start-up, once the image is applied: deletes the logs of partitions the metadata
+    /// places on other brokers only (Kafka's stray logs, KIP-858), left by a reassignment
+    /// that took them away while this node was down. A directory whose topic the image does
+    /// not know is left alone (it is not a partition's, or the metadata cannot tell).
+    fn remove_unhosted_dirs(&self, image: &MetadataImage) {
+        let Ok(entries) = std::fs::read_dir(&self.config.data_dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some((topic, partition)) = name.rsplit_once('-') else {
+                continue;
+            };
+            let (Ok(partition), Some(info)) = (partition.parse::<i32>(), image.topic(topic)) else {
+                continue;
+            };
+            if (0..info.partitions).contains(&partition)
+                && !info.hosts(partition, self.config.node_id)
+                && self.hosted(topic, partition).is_none()
+                && entry.path().is_dir()
+            {
+                tracing::info!(dir = %entry.path().display(), "deleting the log of a partition reassigned away while this node was down");
                 remove_partition_dir(&entry.path());
             }
         }
