@@ -954,37 +954,32 @@ async fn trial(fault: Fault, number: usize, of: usize) -> TrialResult {
     let fault_at = Instant::now();
     let probe = fault.inject(&mut cluster, &topic, &before, &mut violations).await;
     let fault_lasted = fault_at.elapsed();
-    let (line, violations) = judge(
+    let ended = (workload, probe, violations);
+    judge(
         fault.name(),
         (number, of),
         (started, fault_lasted),
-        workload,
-        probe,
+        ended,
         &cluster.bootstrap(),
         &topic,
-        violations,
+        &|| cluster.logs_tail(40),
     )
-    .await;
-    if !violations.is_empty() {
-        eprintln!("{}", cluster.logs_tail(40));
-    }
-    TrialResult { line, violations }
+    .await
 }
 
 /// The end of a trial, once its fault is over: the workload runs on for `TAIL` and stops, the
 /// topic is read back twice through `bootstrap`, and the history is checked. The trial's line
-/// and every violation (`violations` holds those found before).
-#[allow(clippy::too_many_arguments)]
+/// and every violation (`violations` holds those found before); the nodes' `logs` are printed
+/// when there is one.
 async fn judge(
     fault: &str,
     (number, of): (usize, usize),
     (started, fault_lasted): (Instant, Duration),
-    mut workload: Workload,
-    probe: Option<Sent>,
+    (mut workload, probe, mut violations): (Workload, Option<Sent>, Vec<String>),
     bootstrap: &str,
     topic: &str,
-    mut violations: Vec<String>,
-) -> (String, Vec<String>) {
+    logs: &dyn Fn() -> String,
+) -> TrialResult {
     workload.enter(Phase::Healed);
     tokio::time::sleep(TAIL).await;
     let mut sent = workload.stop_producers().await;
@@ -1055,7 +1050,10 @@ async fn judge(
             &group.rewinds[..group.rewinds.len().min(EXAMPLES)]
         );
     }
-    (line, violations)
+    if !violations.is_empty() {
+        eprintln!("{}", logs());
+    }
+    TrialResult { line, violations }
 }
 
 /// The workload's own expectations: every producer got acknowledgements before the fault and
@@ -1260,21 +1258,20 @@ async fn partition_trial(number: usize, of: usize) -> Option<TrialResult> {
         println!("node {leader} is not the preferred replica of {topic}/0: no election back");
     }
     let fault_lasted = fault_at.elapsed();
-    let (line, violations) = judge(
-        "cut_leader",
-        (number, of),
-        (started, fault_lasted),
-        workload,
-        Some(sent),
-        &cluster.bootstrap(),
-        &topic,
-        violations,
+    let ended = (workload, Some(sent), violations);
+    let logs = || cluster.logs_tail(40);
+    Some(
+        judge(
+            "cut_leader",
+            (number, of),
+            (started, fault_lasted),
+            ended,
+            &cluster.bootstrap(),
+            &topic,
+            &logs,
+        )
+        .await,
     )
-    .await;
-    if !violations.is_empty() {
-        eprintln!("{}", cluster.logs_tail(40));
-    }
-    Some(TrialResult { line, violations })
 }
 
 /// A preferred-leader election (ElectLeaders) of `topic`/0, waiting until node `preferred`
