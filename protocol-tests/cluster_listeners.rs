@@ -10,10 +10,9 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::cluster::{Cluster, POLL_REQUEST_TIMEOUT, metadata_request, try_call};
+use common::cluster::{Cluster, POLL_REQUEST_TIMEOUT, create, metadata_request, try_call};
 use common::*;
-use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
-use kafka_protocol::messages::{CreateTopicsRequest, DescribeClusterRequest, FindCoordinatorRequest, MetadataResponse};
+use kafka_protocol::messages::{DescribeClusterRequest, FindCoordinatorRequest, MetadataResponse};
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::producer::FutureRecord;
 use rdkafka::{Message, Offset};
@@ -57,26 +56,6 @@ fn established_at(addr: SocketAddr) -> usize {
         .count()
 }
 
-async fn create(cluster: &Cluster, name: &str) {
-    let request = CreateTopicsRequest::default()
-        .with_topics(vec![
-            CreatableTopic::default()
-                .with_name(topic(name))
-                .with_num_partitions(1)
-                .with_replication_factor(3)
-                .with_configs(vec![
-                    CreatableTopicConfig::default()
-                        .with_name(StrBytes::from_static_str("min.insync.replicas"))
-                        .with_value(Some(StrBytes::from_static_str("2"))),
-                ]),
-        ])
-        .with_timeout_ms(10_000);
-    let resp = try_call(cluster.addr(1), 7, &request, Duration::from_secs(15))
-        .await
-        .unwrap_or_else(|e| panic!("CreateTopics: {e}"));
-    assert_eq!(resp.topics[0].error_code, 0, "{:?}", resp.topics[0]);
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_get_their_listener_and_brokers_replicate_on_theirs() {
     let mut cluster = Cluster::start_split(3, &[("replica.lag.time.max.ms", "3000")]).await;
@@ -106,7 +85,7 @@ async fn clients_get_their_listener_and_brokers_replicate_on_theirs() {
 
     // A topic of three replicas, written with acks=all through PLAINTEXT.
     let name = unique("split");
-    create(&cluster, &name).await;
+    create(&cluster, &name, 1, 3, &[("min.insync.replicas", "2")]).await;
     let producer = producer(
         &cluster.bootstrap(),
         &[("acks", "all"), ("message.timeout.ms", "30000")],
