@@ -226,6 +226,7 @@ async fn raising_the_replication_factor_under_acks_all_loses_nothing() {
     })
     .await;
     assert_eq!(grown.leader, leader, "the leader stays: it is in the target");
+    grow_partitions(&cluster, &name).await;
     assert_eq!(
         list(&cluster, leader, None)
             .await
@@ -244,6 +245,34 @@ async fn raising_the_replication_factor_under_acks_all_loses_nothing() {
     })
     .await;
     assert_all_readable(&cluster, &name, &acked);
+}
+
+/// A second partition for `name`, whose partition 0 a reassignment took from one replica to
+/// three: it gets three replicas too (Kafka's createPartitions reads the factor from the
+/// last partition, not from the topic's creation); a manual assignment of one replica no
+/// longer fits (INVALID_REPLICA_ASSIGNMENT).
+async fn grow_partitions(cluster: &Cluster, name: &str) {
+    use kafka_protocol::messages::CreatePartitionsRequest;
+    use kafka_protocol::messages::create_partitions_request::{CreatePartitionsAssignment, CreatePartitionsTopic};
+    let grow = |assignments| {
+        CreatePartitionsRequest::default()
+            .with_topics(vec![
+                CreatePartitionsTopic::default()
+                    .with_name(topic(name))
+                    .with_count(2)
+                    .with_assignments(assignments),
+            ])
+            .with_timeout_ms(10_000)
+    };
+    let one = Some(vec![
+        CreatePartitionsAssignment::default().with_broker_ids(vec![BrokerId(1)]),
+    ]);
+    let resp = try_call(cluster.addr(1), 3, &grow(one), CALL).await.unwrap();
+    assert_eq!(resp.results[0].error_code, INVALID_REPLICA_ASSIGNMENT, "{resp:?}");
+    let resp = try_call(cluster.addr(1), 3, &grow(None), CALL).await.unwrap();
+    assert_eq!(resp.results[0].error_code, 0, "{resp:?}");
+    let added = wait_view(cluster, name, 1, "created", |v| v.leader > 0).await;
+    assert_eq!(added.replicas.len(), 3, "{added:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -86,6 +86,10 @@ pub enum Error {
     PreferredLeaderNotAvailable(String),
     #[error("{0}: no replica is live")]
     EligibleLeadersNotAvailable(String),
+    /// An ISR change would add a broker that is fenced (KIP-841): Kafka's controller refuses
+    /// it, and the leader asks again once the broker is back.
+    #[error("{0}")]
+    IneligibleReplica(String),
     /// acks=all with fewer in-sync replicas than `min.insync.replicas`: nothing was written.
     #[error("{partition}: {isr} in-sync replica(s), min.insync.replicas is {min}")]
     NotEnoughReplicas { partition: String, isr: usize, min: i32 },
@@ -154,6 +158,7 @@ impl Error {
             Error::ElectionNotNeeded(_) => ResponseError::ElectionNotNeeded,
             Error::PreferredLeaderNotAvailable(_) => ResponseError::PreferredLeaderNotAvailable,
             Error::EligibleLeadersNotAvailable(_) => ResponseError::EligibleLeadersNotAvailable,
+            Error::IneligibleReplica(_) => ResponseError::IneligibleReplica,
             Error::NotEnoughReplicasAfterAppend { .. } => ResponseError::NotEnoughReplicasAfterAppend,
             Error::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
             Error::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
@@ -192,6 +197,7 @@ mod tests {
         );
         assert_eq!(Error::CorruptBatch("x".into()).code(), 2);
         assert_eq!(Error::UnknownTopicOrPartition("t".into()).code(), 3);
+        assert_eq!(Error::IneligibleReplica("t".into()).code(), 107);
         assert_eq!(Error::MessageTooLarge { size: 2, max: 1 }.code(), 10);
         assert_eq!(Error::RecordsTooLarge { max: 1 }.code(), 10);
         assert_eq!(

@@ -192,6 +192,7 @@ fn point_to_leaders(image: &crate::cluster::MetadataImage, listener: &str, respo
 /// answers OFFSET_OUT_OF_RANGE); a replica id that is not a replica of the partition gets
 /// NOT_LEADER_OR_FOLLOWER and no records (Kafka's `updateFollowerFetchState`).
 fn follower_fetched(ctx: &Ctx, wanted: &mut [Wanted], replica: i32, version: i16) {
+    let eligible = ctx.controller.image().is_live(replica);
     for w in wanted {
         let Ok(p) = &w.partition else { continue };
         if check_leader_epoch(p, &w.request, version).is_err() {
@@ -200,7 +201,7 @@ fn follower_fetched(ctx: &Ctx, wanted: &mut [Wanted], replica: i32, version: i16
         if p.offsets().is_ok_and(|o| w.request.fetch_offset > o.log_end_offset) {
             continue;
         }
-        match p.follower_fetched(replica, w.request.fetch_offset) {
+        match p.follower_fetched(replica, w.request.fetch_offset, eligible) {
             Ok(fetched) => {
                 if let Some(proposal) = fetched.expand_isr {
                     ctx.replicas.propose_isr(p.clone(), proposal);

@@ -277,6 +277,21 @@ impl TopicInfo {
         }
     }
 
+    /// The factor new partitions get: that of the last partition, less the replicas a
+    /// reassignment is removing (Kafka's createPartitions reads the last partition's
+    /// replicas, so a factor changed by reassignments carries on); the factor the topic was
+    /// created with when no replica is recorded (a single node).
+    pub fn current_replication_factor(&self) -> i16 {
+        let last = self.partitions - 1;
+        let replicas = self.replicas(last);
+        if replicas.is_empty() {
+            return self.replication_factor;
+        }
+        let removing = self.registration(last).removing_replicas;
+        let factor = replicas.iter().filter(|r| !removing.contains(r)).count();
+        i16::try_from(factor).unwrap_or(i16::MAX)
+    }
+
     /// Whether `node` holds a replica of `partition`.
     pub fn hosts(&self, partition: i32, node: i32) -> bool {
         self.replicas(partition).contains(&node)
@@ -310,6 +325,13 @@ pub struct MetadataImage {
 }
 
 impl MetadataImage {
+    /// A broker that `isr` adds to `current` although it is fenced (Kafka's
+    /// ReplicationControlManager refuses such an AlterPartition with INELIGIBLE_REPLICA,
+    /// KIP-841); a fenced member already in `current` may stay.
+    pub fn ineligible_isr_member(&self, current: &[i32], isr: &[i32]) -> Option<i32> {
+        isr.iter().copied().find(|r| !current.contains(r) && !self.is_live(*r))
+    }
+
     pub fn topic(&self, name: &str) -> Option<&Arc<TopicInfo>> {
         self.topics.get(name)
     }
@@ -1652,7 +1674,7 @@ impl Controller {
     /// change (`MetadataImage::partition_change`): reassignments finish when their last
     /// replica catches up, as in Kafka, not when someone asks. Returns the registration
     /// committed (or the current one when it already has `isr`); FENCED_LEADER_EPOCH when the
-    /// leadership moved meanwhile.
+    /// leadership moved meanwhile; INELIGIBLE_REPLICA when `isr` adds a fenced broker.
     pub async fn alter_partition(
         &self,
         topic_id: Uuid,
@@ -1680,6 +1702,12 @@ impl Controller {
                 let mut next = current(image)?;
                 if next.isr == isr {
                     return Err(Error::Stale("the ISR is already as asked".into()));
+                }
+                if let Some(fenced) = image.ineligible_isr_member(&next.isr, &isr) {
+                    return Err(Error::IneligibleReplica(format!(
+                        "broker {fenced} is fenced and cannot join the ISR of partition {partition} of {}",
+                        image.topic_by_id(&topic_id).map_or("?", |t| t.name.as_str())
+                    )));
                 }
                 next.isr = isr.clone();
                 next.partition_epoch += 1;
@@ -1776,6 +1804,15 @@ impl Controller {
             }
             if let Some(manual) = manual {
                 self.check_manual(image, manual)?;
+                let factor = usize::try_from(topic.current_replication_factor()).unwrap_or(0);
+                if matches!(self.backend, Backend::Quorum(_))
+                    && let Some(odd) = manual.iter().find(|replicas| replicas.len() != factor)
+                {
+                    return Err(Error::InvalidReplicaAssignment(format!(
+                        "a new partition has {} replica(s), the topic's partitions have {factor}",
+                        odd.len()
+                    )));
+                }
             }
             Ok(topic.clone())
         };
@@ -1789,7 +1826,7 @@ impl Controller {
                 None => self.place(
                     image,
                     partitions - topic.partitions,
-                    topic.replication_factor,
+                    topic.current_replication_factor(),
                     topic.partitions,
                 )?,
             };
@@ -2106,6 +2143,28 @@ mod tests {
             c.allocate_producer_id().await.unwrap();
         }
         assert_eq!(c.allocate_producer_id().await.unwrap(), 2 * PRODUCER_ID_BLOCK_SIZE + 1);
+    }
+
+    #[test]
+    fn a_fenced_broker_cannot_join_an_isr() {
+        let mut image = MetadataImage::default();
+        for id in 1..=3 {
+            image
+                .brokers
+                .insert(id, Arc::new(BrokerInfo::new(id, "localhost", 9092)));
+        }
+        let mut fenced = BrokerInfo::new(2, "localhost", 9092);
+        fenced.fenced = true;
+        image.brokers.insert(2, Arc::new(fenced));
+        assert_eq!(image.ineligible_isr_member(&[1], &[1, 2]), Some(2));
+        assert_eq!(image.ineligible_isr_member(&[1], &[1, 3, 2]), Some(2));
+        assert_eq!(image.ineligible_isr_member(&[1], &[1, 3]), None);
+        assert_eq!(image.ineligible_isr_member(&[1, 2], &[1, 2, 3]), None, "2 may stay");
+        assert_eq!(
+            image.ineligible_isr_member(&[1], &[1, 4]),
+            Some(4),
+            "4 is not registered"
+        );
     }
 
     #[test]

@@ -249,8 +249,10 @@ impl Partition {
     /// The leader's side of a fetch by follower `replica` at `fetch_offset` (its log end):
     /// records its progress and moves the high watermark (Kafka's
     /// `Partition.updateFollowerFetchState`). Errs NOT_LEADER_OR_FOLLOWER when this node does
-    /// not lead or `replica` is not a replica of the partition.
-    pub fn follower_fetched(&self, replica: i32, fetch_offset: i64) -> Result<FollowerFetch> {
+    /// not lead or `replica` is not a replica of the partition. A follower is proposed for the
+    /// ISR only when `eligible` (Kafka's `isReplicaIsrEligible`: the metadata does not show its
+    /// broker fenced), since the controller would refuse it.
+    pub fn follower_fetched(&self, replica: i32, fetch_offset: i64, eligible: bool) -> Result<FollowerFetch> {
         let now = now_ms();
         let log_end = *self.log_end.borrow();
         let mut role = self.role();
@@ -275,7 +277,8 @@ impl Partition {
         let hw = self.high_watermark();
         // Kafka's `isFollowerInSync` for expansion: caught up with the high watermark and
         // holding the leader's current epoch.
-        let expand_isr = (!state.isr_change_pending
+        let expand_isr = (eligible
+            && !state.isr_change_pending
             && !state.isr.contains(&replica)
             && fetch_offset >= hw
             && fetch_offset >= state.epoch_start_offset)
@@ -490,11 +493,13 @@ mod tests {
         p.become_leader(2, 1, vec![1, 3], vec![1], 1);
         append(2).await;
         assert_eq!(p.high_watermark(), 2, "the ISR is the leader alone");
-        let proposal = p.follower_fetched(3, 2).unwrap().expand_isr.unwrap();
+        let fenced = p.follower_fetched(3, 2, false).unwrap();
+        assert!(fenced.expand_isr.is_none(), "a fenced follower is not proposed");
+        let proposal = p.follower_fetched(3, 2, true).unwrap().expand_isr.unwrap();
         assert_eq!((proposal.isr.clone(), proposal.partition_epoch), (vec![1, 3], 1));
         append(2).await;
         assert_eq!(p.high_watermark(), 2, "3 holds only 2 records");
-        p.follower_fetched(3, 3).unwrap();
+        p.follower_fetched(3, 3, true).unwrap();
         assert_eq!(p.high_watermark(), 3);
         // The answer for a state rebuilt since changes nothing; a refusal for this one stops
         // counting 3.
