@@ -196,6 +196,18 @@ pub async fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcom
                     }
                     partitions.push(p);
                 }
+                Err(e @ crate::error::Error::OutOfOrderSequence { .. }) => {
+                    // Fatal to an idempotent producer (librdkafka stops; Java bumps its epoch):
+                    // worth an operator's eye, with what the leader held.
+                    tracing::warn!(
+                        partition = %format!("{}-{index}", topic.name),
+                        leader_epoch = partition.leader_epoch(),
+                        log_end_offset = partition.offsets().map(|o| o.log_end_offset).unwrap_or(-1),
+                        error = %e,
+                        "produce refused: out of order sequence"
+                    );
+                    partitions.push(error_response(index, e.code(), Some(e.to_string()), version));
+                }
                 Err(e) => {
                     tracing::debug!(partition = %format!("{}-{index}", topic.name), error = %e, "produce refused");
                     partitions.push(error_response(index, e.code(), Some(e.to_string()), version));

@@ -31,12 +31,21 @@ pub const NO_SEQUENCE: i32 = -1;
 /// `ProducerStateEntry.NUM_BATCHES_TO_RETAIN`, and the clients' max in-flight requests).
 pub const BATCHES_KEPT: usize = 5;
 
-const SNAPSHOT_VERSION: i16 = 1;
+/// Version 2 keeps every batch duplicate detection remembers; version 1 (Kafka's layout, still
+/// read) kept only the last one, so after a restart a leader could not recognise a retry of
+/// any earlier in-flight batch and answered it OUT_OF_ORDER_SEQUENCE_NUMBER, which is fatal
+/// to librdkafka's idempotent producer (seen in rolling restarts: the node that wrote the
+/// batches stopped before acknowledging them, and led again after the producer's retries).
+const SNAPSHOT_VERSION: i16 = 2;
+const SNAPSHOT_VERSION_LAST_BATCH_ONLY: i16 = 1;
 /// version i16, crc u32, entry count i32.
 const SNAPSHOT_HEADER_LEN: usize = 10;
 /// producer id, epoch, last sequence, last offset, offset delta, timestamp, coordinator epoch,
-/// current transaction first offset.
+/// current transaction first offset; version 2 follows it with a count (u8) and the batches
+/// before the last one (`SNAPSHOT_BATCH_LEN` each, oldest first).
 const SNAPSHOT_ENTRY_LEN: usize = 8 + 2 + 4 + 8 + 4 + 8 + 4 + 8;
+/// first sequence, last sequence, first offset, last offset, timestamp.
+const SNAPSHOT_BATCH_LEN: usize = 4 + 4 + 8 + 8 + 8;
 const TXN_INDEX_ENTRY_LEN: usize = 34;
 
 /// One batch a producer wrote.
@@ -348,6 +357,15 @@ impl ProducerState {
             body.put_i64(e.last_timestamp);
             body.put_i32(e.coordinator_epoch);
             body.put_i64(e.current_txn_first_offset.unwrap_or(-1));
+            let earlier = e.batches.len().saturating_sub(1).min(BATCHES_KEPT - 1);
+            body.put_u8(earlier as u8);
+            for b in e.batches.iter().take(earlier) {
+                body.put_i32(b.first_seq);
+                body.put_i32(b.last_seq);
+                body.put_i64(b.first_offset);
+                body.put_i64(b.last_offset);
+                body.put_i64(b.timestamp);
+            }
         }
         let mut out = BytesMut::with_capacity(6 + body.len());
         out.put_i16(SNAPSHOT_VERSION);
@@ -364,7 +382,7 @@ impl ProducerState {
             return Err(corrupt("shorter than its header"));
         }
         let version = i16::from_be_bytes([bytes[0], bytes[1]]);
-        if version != SNAPSHOT_VERSION {
+        if version != SNAPSHOT_VERSION && version != SNAPSHOT_VERSION_LAST_BATCH_ONLY {
             return Err(corrupt(&format!("version {version}")));
         }
         let crc = u32::from_be_bytes([bytes[2], bytes[3], bytes[4], bytes[5]]);
@@ -373,12 +391,41 @@ impl ProducerState {
         }
         let count = i32::from_be_bytes([bytes[6], bytes[7], bytes[8], bytes[9]]);
         let count = usize::try_from(count).map_err(|_| corrupt("negative entry count"))?;
-        let entries = &bytes[SNAPSHOT_HEADER_LEN..];
-        if entries.len() != count.saturating_mul(SNAPSHOT_ENTRY_LEN) {
+        let mut rest = &bytes[SNAPSHOT_HEADER_LEN..];
+        if version == SNAPSHOT_VERSION_LAST_BATCH_ONLY && rest.len() != count.saturating_mul(SNAPSHOT_ENTRY_LEN) {
             return Err(corrupt("length does not match the entry count"));
         }
         let mut state = ProducerState::default();
-        for e in entries.chunks_exact(SNAPSHOT_ENTRY_LEN) {
+        for _ in 0..count {
+            let Some((e, after)) = rest.split_at_checked(SNAPSHOT_ENTRY_LEN) else {
+                return Err(corrupt("an entry runs past the end"));
+            };
+            rest = after;
+            // Version 2: the batches before the last one.
+            let mut earlier = Vec::new();
+            if version == SNAPSHOT_VERSION {
+                let Some((&n, after)) = rest.split_first() else {
+                    return Err(corrupt("an entry's batch count runs past the end"));
+                };
+                if usize::from(n) >= BATCHES_KEPT {
+                    return Err(corrupt(&format!("{n} earlier batches, more than are kept")));
+                }
+                let Some((batches, after)) = after.split_at_checked(usize::from(n) * SNAPSHOT_BATCH_LEN) else {
+                    return Err(corrupt("an entry's batches run past the end"));
+                };
+                rest = after;
+                for b in batches.chunks_exact(SNAPSHOT_BATCH_LEN) {
+                    let i64_at = |at: usize| i64::from_be_bytes(b[at..at + 8].try_into().unwrap_or_default());
+                    let i32_at = |at: usize| i32::from_be_bytes(b[at..at + 4].try_into().unwrap_or_default());
+                    earlier.push(BatchMeta {
+                        first_seq: i32_at(0),
+                        last_seq: i32_at(4),
+                        first_offset: i64_at(8),
+                        last_offset: i64_at(16),
+                        timestamp: i64_at(24),
+                    });
+                }
+            }
             let i64_at = |at: usize| i64::from_be_bytes(e[at..at + 8].try_into().unwrap_or_default());
             let i32_at = |at: usize| i32::from_be_bytes(e[at..at + 4].try_into().unwrap_or_default());
             let producer_id = i64_at(0);
@@ -393,6 +440,7 @@ impl ProducerState {
             entry.epoch = epoch;
             entry.coordinator_epoch = coordinator_epoch;
             entry.last_timestamp = timestamp;
+            entry.batches.extend(earlier);
             if last_offset >= 0 {
                 entry.batches.push_back(BatchMeta {
                     first_seq: last_seq.wrapping_sub(offset_delta).max(0),
@@ -407,6 +455,9 @@ impl ProducerState {
                 state.ongoing.insert(txn_first, producer_id);
             }
             state.producers.insert(producer_id, entry);
+        }
+        if !rest.is_empty() {
+            return Err(corrupt("bytes after the last entry"));
         }
         Ok(state)
     }
@@ -935,6 +986,62 @@ mod tests {
         let last = broken.len() - 1;
         broken[last] ^= 1;
         assert!(ProducerState::decode_snapshot(&broken, Path::new("x")).is_err());
+    }
+
+    #[test]
+    fn a_reloaded_snapshot_still_finds_every_kept_batch_as_a_duplicate() {
+        // Six batches of three records: the last five are kept, and after a reload a retry of
+        // any of them is a duplicate (version 1 snapshots knew only the last one, so a retry
+        // of an earlier in-flight batch was OUT_OF_ORDER_SEQUENCE_NUMBER).
+        let mut s = ProducerState::default();
+        for i in 0..6 {
+            appended(&mut s, data(1, 0, 3 * i, i64::from(3 * i), 3));
+        }
+        let back = ProducerState::decode_snapshot(&s.encode_snapshot(), Path::new("x")).unwrap();
+        assert_eq!(back.producer(1), s.producer(1));
+        for i in 1..6 {
+            assert_eq!(
+                back.check(&[data(1, 0, 3 * i, 99, 3)], Origin::Client).unwrap(),
+                Verdict::Duplicate {
+                    first_offset: i64::from(3 * i),
+                    last_offset: i64::from(3 * i + 2)
+                },
+                "batch {i}"
+            );
+        }
+        assert!(matches!(
+            back.check(&[data(1, 0, 0, 99, 3)], Origin::Client),
+            Err(Error::OutOfOrderSequence { .. })
+        ));
+        assert_eq!(
+            back.check(&[data(1, 0, 18, 18, 3)], Origin::Client).unwrap(),
+            Verdict::Append
+        );
+
+        // A version 1 snapshot (one entry: the last batch only) still reads.
+        let mut entry = BytesMut::new();
+        entry.put_i32(1);
+        entry.put_i64(7); // producer id
+        entry.put_i16(0); // epoch
+        entry.put_i32(17); // last sequence
+        entry.put_i64(17); // last offset
+        entry.put_i32(2); // offset delta
+        entry.put_i64(1000); // timestamp
+        entry.put_i32(-1); // coordinator epoch
+        entry.put_i64(-1); // no open transaction
+        let mut v1 = BytesMut::new();
+        v1.put_i16(1);
+        v1.put_u32(crc32c::crc32c(&entry));
+        v1.put_slice(&entry);
+        let old = ProducerState::decode_snapshot(&v1, Path::new("x")).unwrap();
+        assert_eq!(old.producer(7).unwrap().batches.len(), 1);
+        assert_eq!(old.producer(7).unwrap().last_seq(), 17);
+        // Trailing bytes, or a batch count past what is kept, are corruption.
+        let mut long = s.encode_snapshot().to_vec();
+        long.push(0);
+        let crc = crc32c::crc32c(&long[6..]);
+        long[2..6].copy_from_slice(&crc.to_be_bytes());
+        assert!(ProducerState::decode_snapshot(&long, Path::new("x")).is_err());
     }
 
     #[test]
