@@ -383,6 +383,7 @@ default_bodies! {
     WriteTxnMarkers => WriteTxnMarkersRequest, OffsetForLeaderEpoch => OffsetForLeaderEpochRequest,
     ElectLeaders => ElectLeadersRequest, AlterPartitionReassignments => AlterPartitionReassignmentsRequest,
     ListPartitionReassignments => ListPartitionReassignmentsRequest,
+    AddRaftVoter => AddRaftVoterRequest, RemoveRaftVoter => RemoveRaftVoterRequest,
 }
 
 fn name(text: &'static str) -> TopicName {

@@ -710,6 +710,28 @@ async fn every_advertised_version_answers() {
                         "ListPartitionReassignments v{version}: {resp:?}"
                     );
                 }
+                ApiKey::AddRaftVoter | ApiKey::RemoveRaftVoter => {
+                    // A single node's voters are static: UNSUPPORTED_VERSION (35), as Kafka
+                    // answers at kraft.version 0; a dynamic quorum is in cluster_voters.rs.
+                    use kafka_protocol::messages::add_raft_voter_request::Listener;
+                    use kafka_protocol::messages::{AddRaftVoterRequest, RemoveRaftVoterRequest};
+                    let code = match v.key {
+                        ApiKey::AddRaftVoter => {
+                            let req = AddRaftVoterRequest::default().with_voter_id(2).with_listeners(vec![
+                                Listener::default()
+                                    .with_name(StrBytes::from_static_str("CONTROLLER"))
+                                    .with_host(StrBytes::from_static_str("127.0.0.1"))
+                                    .with_port(9093),
+                            ]);
+                            raw.call(version, &req).await.error_code
+                        }
+                        _ => {
+                            let req = RemoveRaftVoterRequest::default().with_voter_id(1);
+                            raw.call(version, &req).await.error_code
+                        }
+                    };
+                    assert_eq!(code, 35, "{:?} v{version}", v.key);
+                }
                 other => panic!("{other:?} is advertised but no test sends every version of it"),
             }
         }

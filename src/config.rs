@@ -63,8 +63,9 @@ pub struct BrokerConfig {
     /// `controller.quorum.voters`: node id to `HOST:PORT` of its controller listener. Empty: a
     /// single node, its own controller with a local metadata log.
     pub controller_quorum_voters: BTreeMap<i32, String>,
-    /// `controller.quorum.bootstrap.servers`: accepted so the key is known, refused by `check`
-    /// (dynamic quorums, KIP-853, are not supported yet).
+    /// `controller.quorum.bootstrap.servers`: the controllers a node finds a dynamic quorum
+    /// through (KIP-853), whose voters live in the metadata log (formed by `sluice format
+    /// --standalone` or `--initial-controllers`, changed by AddRaftVoter and RemoveRaftVoter).
     pub controller_quorum_bootstrap_servers: Vec<String>,
     /// `controller.quorum.election.timeout.ms`: how long a voter waits without hearing from a
     /// leader before it starts an election.
@@ -539,7 +540,7 @@ fn routable(host: &str) -> bool {
 }
 
 /// `controller.quorum.voters`: Kafka's `ID@HOST:PORT,...` (`QuorumConfig.parseVoterConnections`).
-fn parse_voters(key: &str, value: &str) -> Result<BTreeMap<i32, String>, ConfigError> {
+pub fn parse_voters(key: &str, value: &str) -> Result<BTreeMap<i32, String>, ConfigError> {
     let mut voters = BTreeMap::new();
     for entry in csv(value) {
         let malformed = || invalid(key, format!("{entry:?} is not ID@HOST:PORT"));
@@ -634,7 +635,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
         "controller.quorum.bootstrap.servers",
         ConfigType::List,
         false,
-        "Dynamic quorums (KIP-853): not supported yet, must be empty.",
+        "HOST:PORT of controllers to find a dynamic quorum through (KIP-853); its voters live in the metadata log (sluice format --standalone, AddRaftVoter, RemoveRaftVoter).",
     ),
     broker_key(
         "controller.quorum.election.timeout.ms",
@@ -1480,7 +1481,18 @@ impl BrokerConfig {
     /// Whether this node is one of several voters of a metadata quorum
     /// (`controller.quorum.voters` set), rather than a single node that is its own controller.
     pub fn cluster_mode(&self) -> bool {
-        !self.controller_quorum_voters.is_empty()
+        !self.controller_quorum_voters.is_empty() || self.dynamic_quorum()
+    }
+
+    /// A dynamic quorum (KIP-853): `controller.quorum.bootstrap.servers` is set.
+    pub fn dynamic_quorum(&self) -> bool {
+        !self.controller_quorum_bootstrap_servers.is_empty()
+    }
+
+    /// Where the other controllers dial this one in a dynamic quorum: its controller listener,
+    /// whose host `check` makes routable there.
+    pub fn controller_address(&self) -> Option<String> {
+        self.controller_listen.clone()
     }
 
     /// The listener that `listen` and `advertise` describe: the PLAINTEXT entry of `listeners`
@@ -1580,10 +1592,11 @@ impl BrokerConfig {
     /// validation), for the one shape served so far: every node broker and controller, one
     /// PLAINTEXT listener for clients and brokers, one controller listener for the quorum.
     fn check_quorum(&self) -> Result<(), ConfigError> {
-        if !self.controller_quorum_bootstrap_servers.is_empty() {
+        if !self.controller_quorum_bootstrap_servers.is_empty() && !self.controller_quorum_voters.is_empty() {
             return Err(invalid(
                 "controller.quorum.bootstrap.servers",
-                "dynamic quorums (KIP-853) are not supported yet; list the voters in controller.quorum.voters",
+                "set either controller.quorum.voters (static voters) or controller.quorum.bootstrap.servers \
+                 (a dynamic quorum, KIP-853), not both",
             ));
         }
         let roles = self.process_roles;
@@ -1707,6 +1720,26 @@ impl BrokerConfig {
                         "process.roles=broker: must not contain a controller listener ({}); \
                          a broker-only node dials the controllers",
                         listener.name
+                    ),
+                ));
+            }
+            return Ok(());
+        }
+        if self.dynamic_quorum() {
+            // KIP-853: the voters are in the log; the others dial this node at its controller
+            // listener, so that needs a host they can reach.
+            let Some(controller_listen) = &self.controller_listen else {
+                return Err(invalid(
+                    "listeners",
+                    "listeners must include a listener named in controller.listener.names (CONTROLLER://host:port)",
+                ));
+            };
+            if split_host_port(controller_listen).is_none_or(|(host, _)| !routable(host)) {
+                return Err(invalid(
+                    "listeners",
+                    format!(
+                        "the controller listener {controller_listen} needs a host the other controllers can dial \
+                         (controller.quorum.bootstrap.servers: they reach it there)"
                     ),
                 ));
             }
@@ -2708,6 +2741,53 @@ mod tests {
         }
         // The same node without voters is a single node: everything above it allows.
         assert!(from_flags(&[("node.id", "4"), ("listeners", "PLAINTEXT://127.0.0.1:9092")]).is_ok());
+    }
+
+    #[test]
+    fn a_dynamic_quorum_needs_a_dialable_controller_listener_and_no_static_voters() {
+        let dynamic = |listeners: &str, extra: &[(&str, &str)]| {
+            let mut pairs = vec![
+                ("process.roles", "broker,controller"),
+                ("listeners", listeners),
+                ("controller.listener.names", "CONTROLLER"),
+                ("controller.quorum.bootstrap.servers", "127.0.0.1:9093,127.0.0.1:9193"),
+            ];
+            pairs.extend_from_slice(extra);
+            from_flags(&pairs)
+        };
+        let c = dynamic("PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093", &[]).unwrap();
+        assert!(c.cluster_mode() && c.dynamic_quorum());
+        assert_eq!(c.controller_address().as_deref(), Some("127.0.0.1:9093"));
+        // Any node id: the voters are in the log, not in the configuration.
+        assert!(
+            dynamic(
+                "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+                &[("node.id", "7")]
+            )
+            .is_ok()
+        );
+        let err = dynamic("PLAINTEXT://127.0.0.1:9092,CONTROLLER://0.0.0.0:9093", &[]).unwrap_err();
+        assert!(
+            err.to_string().contains("needs a host the other controllers can dial"),
+            "{err}"
+        );
+        let err = dynamic("PLAINTEXT://127.0.0.1:9092", &[]).unwrap_err();
+        assert!(err.to_string().contains("controller.listener.names"), "{err}");
+        let err = dynamic(
+            "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+            &[("controller.quorum.voters", "1@127.0.0.1:9093")],
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("not both"), "{err}");
+        // A broker-only node finds the quorum through the same servers.
+        let broker = from_flags(&[
+            ("process.roles", "broker"),
+            ("listeners", "PLAINTEXT://127.0.0.1:9092"),
+            ("controller.listener.names", "CONTROLLER"),
+            ("controller.quorum.bootstrap.servers", "127.0.0.1:9093"),
+        ])
+        .unwrap();
+        assert!(broker.cluster_mode() && broker.controller_address().is_none());
     }
 
     #[test]

@@ -115,17 +115,28 @@ async fn open_quorum(
         }
         _ => None,
     };
-    let voters = config
-        .controller_quorum_voters
-        .iter()
-        .map(|(id, address)| (*id as u64, address.clone()))
-        .collect();
+    // A dynamic quorum (KIP-853) starts from the voters `sluice format` recorded, if any;
+    // afterwards its voters are in the log.
+    let voters = match config.dynamic_quorum() {
+        false => config
+            .controller_quorum_voters
+            .iter()
+            .map(|(id, address)| (*id as u64, address.clone()))
+            .collect(),
+        true => cluster::raft::formatted_voters(&config.data_dir)?,
+    };
     let election = config.controller_quorum_election_timeout_ms;
     let quorum_config = QuorumConfig {
         election_timeout_min_ms: election,
         election_timeout_max_ms: 2 * election,
         heartbeat_interval_ms: (election / 5).max(10),
         propose_timeout_ms: QUORUM_PROPOSE_TIMEOUT_MS,
+        bootstrap_servers: config.controller_quorum_bootstrap_servers.clone(),
+        controller_address: config
+            .process_roles
+            .controller
+            .then(|| config.controller_address())
+            .flatten(),
         ..Default::default()
     };
     let bound = listener.as_ref().and_then(|l| l.local_addr().ok());

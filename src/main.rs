@@ -17,28 +17,53 @@ struct Cli {
     command: Command,
 }
 
+/// The node's configuration, as `serve` and `format` take it.
+#[derive(clap::Args)]
+struct NodeArgs {
+    /// A YAML file of Kafka-named keys (see config.yaml).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Address to listen on, HOST:PORT (`listeners`).
+    #[arg(long)]
+    listen: Option<String>,
+    /// Address clients are told to connect to, HOST:PORT (`advertised.listeners`).
+    #[arg(long)]
+    advertise: Option<String>,
+    /// Data directory (`log.dirs`).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// This broker's id (`node.id`).
+    #[arg(long)]
+    node_id: Option<i32>,
+    /// Override any key: --set num.partitions=3 (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run a broker (embedded defaults unless --config is given).
     Serve {
-        /// A YAML file of Kafka-named keys (see config.yaml).
+        #[command(flatten)]
+        node: NodeArgs,
+    },
+    /// Prepare a controller's data directory for a dynamic quorum
+    /// (controller.quorum.bootstrap.servers, KIP-853), as Kafka's `kafka-storage format`:
+    /// the voters its metadata log starts with. Only the first start reads them.
+    Format {
+        #[command(flatten)]
+        node: NodeArgs,
+        /// This node alone is the first voter (a new quorum of one; add the others with
+        /// AddRaftVoter).
+        #[arg(long, conflicts_with_all = ["initial_controllers", "no_initial_controllers"])]
+        standalone: bool,
+        /// The first voters, ID@HOST:PORT,... (each one's controller listener; a Kafka-style
+        /// `:DIRECTORY_ID` suffix is accepted and ignored).
+        #[arg(long, conflicts_with = "no_initial_controllers")]
+        initial_controllers: Option<String>,
+        /// This node joins a quorum that exists (as an observer, until AddRaftVoter).
         #[arg(long)]
-        config: Option<PathBuf>,
-        /// Address to listen on, HOST:PORT (`listeners`).
-        #[arg(long)]
-        listen: Option<String>,
-        /// Address clients are told to connect to, HOST:PORT (`advertised.listeners`).
-        #[arg(long)]
-        advertise: Option<String>,
-        /// Data directory (`log.dirs`).
-        #[arg(long)]
-        data_dir: Option<PathBuf>,
-        /// This broker's id (`node.id`).
-        #[arg(long)]
-        node_id: Option<i32>,
-        /// Override any key: --set num.partitions=3 (repeatable).
-        #[arg(long = "set", value_name = "KEY=VALUE")]
-        set: Vec<String>,
+        no_initial_controllers: bool,
     },
     /// Exit 0 when a broker at ADDRESS answers ApiVersions (for container health checks, where
     /// the image has no shell or client tools).
@@ -73,18 +98,79 @@ fn healthcheck(address: &str) -> Result<(), String> {
     }
 }
 
-fn build_config(command: &Command) -> Result<BrokerConfig, String> {
-    let Command::Serve {
+/// `sluice format`: writes the voters a dynamic quorum's log starts with.
+fn format(
+    node: &NodeArgs,
+    standalone: bool,
+    initial_controllers: Option<&str>,
+    no_initial_controllers: bool,
+) -> Result<String, String> {
+    let config = build_config(node)?;
+    if !config.dynamic_quorum() {
+        return Err("format prepares a dynamic quorum: set controller.quorum.bootstrap.servers".into());
+    }
+    if !config.process_roles.controller {
+        return Err(
+            "format is for controllers (process.roles includes controller); a broker-only node needs none".into(),
+        );
+    }
+    let voters: std::collections::BTreeMap<u64, String> =
+        match (standalone, initial_controllers, no_initial_controllers) {
+            (true, _, _) => {
+                let own = config
+                    .controller_address()
+                    .ok_or("--standalone: the node has no controller listener")?;
+                [(config.node_id as u64, own)].into()
+            }
+            (_, Some(list), _) => {
+                // Kafka's ID@HOST:PORT:DIRECTORY_ID entries: the directory id is dropped.
+                let entries: Vec<String> = list
+                    .split(',')
+                    .map(
+                        |entry| match entry.trim().splitn(3, ':').collect::<Vec<_>>().as_slice() {
+                            [head, port, _directory] => format!("{head}:{port}"),
+                            _ => entry.trim().to_string(),
+                        },
+                    )
+                    .collect();
+                let parsed = sluice::config::parse_voters("--initial-controllers", &entries.join(","))
+                    .map_err(|e| e.to_string())?;
+                if !parsed.contains_key(&config.node_id) {
+                    return Err(format!(
+                        "--initial-controllers does not list this node ({})",
+                        config.node_id
+                    ));
+                }
+                parsed.into_iter().map(|(id, address)| (id as u64, address)).collect()
+            }
+            (false, None, true) => Default::default(),
+            (false, None, false) => {
+                return Err("say --standalone, --initial-controllers or --no-initial-controllers".into());
+            }
+        };
+    sluice::cluster::raft::format_voters(&config.data_dir, &voters).map_err(|e| e.to_string())?;
+    Ok(match voters.is_empty() {
+        true => format!(
+            "formatted {}: joins the quorum at its bootstrap servers",
+            config.data_dir.display()
+        ),
+        false => format!(
+            "formatted {}: the quorum starts with voters {:?}",
+            config.data_dir.display(),
+            voters.keys().collect::<Vec<_>>()
+        ),
+    })
+}
+
+fn build_config(node: &NodeArgs) -> Result<BrokerConfig, String> {
+    let NodeArgs {
         config,
         listen,
         advertise,
         data_dir,
         node_id,
         set,
-    } = command
-    else {
-        return Err("not a serve command".into());
-    };
+    } = node;
     let mut c = match config {
         Some(path) => BrokerConfig::load(path).map_err(|e| e.to_string())?,
         None => BrokerConfig::default(),
@@ -175,16 +261,41 @@ fn main() -> std::process::ExitCode {
         std::io::stdout,
     );
     let cli = Cli::parse();
-    if let Command::Healthcheck { address } = &cli.command {
-        return match healthcheck(address) {
-            Ok(()) => std::process::ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("sluice healthcheck: {e}");
-                std::process::ExitCode::FAILURE
-            }
-        };
-    }
-    let config = match build_config(&cli.command) {
+    let node = match &cli.command {
+        Command::Serve { node } => node,
+        Command::Format {
+            node,
+            standalone,
+            initial_controllers,
+            no_initial_controllers,
+        } => {
+            return match format(
+                node,
+                *standalone,
+                initial_controllers.as_deref(),
+                *no_initial_controllers,
+            ) {
+                Ok(done) => {
+                    println!("{done}");
+                    std::process::ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("sluice format: {e}");
+                    std::process::ExitCode::from(2)
+                }
+            };
+        }
+        Command::Healthcheck { address } => {
+            return match healthcheck(address) {
+                Ok(()) => std::process::ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("sluice healthcheck: {e}");
+                    std::process::ExitCode::FAILURE
+                }
+            };
+        }
+    };
+    let config = match build_config(node) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("sluice: {e}");

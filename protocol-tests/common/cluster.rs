@@ -126,6 +126,9 @@ pub struct Cluster {
     pub nodes: Vec<Node>,
     settings: Vec<(String, String)>,
     logs: tempfile::TempDir,
+    /// A dynamic quorum (KIP-853): every node finds it through the controllers'
+    /// `controller.quorum.bootstrap.servers`; node 1 was formatted `--standalone`.
+    dynamic: bool,
 }
 
 /// The broker binary: SLUICE_BIN, else the one cargo built for this test.
@@ -309,7 +312,19 @@ impl Cluster {
         Cluster::start_nodes(&vec![Role::Combined; n], extra, true).await
     }
 
+    /// `n` combined nodes of a dynamic quorum (KIP-853): node 1 formatted `--standalone`, the
+    /// voter the quorum starts with; the others started unformatted with the bootstrap servers,
+    /// so they follow the log as observers until AddRaftVoter makes them voters. Waits until
+    /// every node lists every broker.
+    pub async fn start_dynamic(n: usize, extra: &[(&str, &str)]) -> Cluster {
+        Cluster::start_nodes_of(&vec![Role::Combined; n], extra, false, true).await
+    }
+
     async fn start_nodes(roles: &[Role], extra: &[(&str, &str)], split: bool) -> Cluster {
+        Cluster::start_nodes_of(roles, extra, split, false).await
+    }
+
+    async fn start_nodes_of(roles: &[Role], extra: &[(&str, &str)], split: bool, dynamic: bool) -> Cluster {
         let n = roles.len();
         assert!(roles.iter().any(|r| r.is_voter()), "a cluster needs a voter");
         let ports = free_ports(3 * n);
@@ -336,7 +351,15 @@ impl Cluster {
             .chain(extra)
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        let mut cluster = Cluster { nodes, settings, logs };
+        let mut cluster = Cluster {
+            nodes,
+            settings,
+            logs,
+            dynamic,
+        };
+        if dynamic {
+            cluster.format(1, &["--standalone"]);
+        }
         for id in cluster.ids() {
             cluster.spawn(id);
         }
@@ -401,18 +424,39 @@ impl Cluster {
             .join(",")
     }
 
-    fn spawn(&mut self, id: i32) {
-        let voters = self.voters();
-        let settings = self.settings.clone();
-        let node = self.node_mut(id);
-        assert!(node.child.is_none(), "node {id} is already running");
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&node.log)
-            .expect("node log file");
-        let stderr = log.try_clone().expect("node log file");
-        mark(&log, &format!("node {id} started by the test"));
+    /// `127.0.0.1:C1,127.0.0.1:C2,...`: every voter's controller listener.
+    fn bootstrap_controllers(&self) -> String {
+        self.nodes
+            .iter()
+            .filter(|n| n.role.is_voter())
+            .map(|n| format!("127.0.0.1:{}", n.controller_port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Runs `sluice format` for node `id` with `how` (`--standalone`, ...), on the settings it
+    /// is served with.
+    pub fn format(&self, id: i32, how: &[&str]) {
+        let (ok, said) = self.try_format(id, how);
+        assert!(ok, "sluice format {how:?} of node {id}: {said}");
+    }
+
+    /// `format`, returning whether it succeeded and what it printed.
+    pub fn try_format(&self, id: i32, how: &[&str]) -> (bool, String) {
+        let mut cmd = Command::new(sluice_bin());
+        cmd.arg("format").args(self.node_args(id)).args(how);
+        let out = cmd.output().expect("run sluice format");
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), said)
+    }
+
+    /// The arguments node `id` is served with (after `serve`).
+    fn node_args(&self, id: i32) -> Vec<String> {
+        let node = self.node(id);
         let (port, controller_port) = (node.addr.port(), node.controller_port);
         let mut listeners = match node.role {
             Role::Combined => format!("PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}"),
@@ -427,29 +471,51 @@ impl Cluster {
             split.push("listener.security.protocol.map=PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT".to_string());
             split.push("inter.broker.listener.name=INTERNAL".to_string());
         }
-        let mut cmd = Command::new(sluice_bin());
-        cmd.arg("serve")
-            .arg("--node-id")
-            .arg(id.to_string())
-            .arg("--data-dir")
-            .arg(node.dir.path())
-            .arg("--set")
-            .arg(format!("process.roles={}", node.role.process_roles()))
-            .arg("--set")
-            .arg(format!("listeners={listeners}"));
+        let mut args: Vec<String> = vec![
+            "--node-id".into(),
+            id.to_string(),
+            "--data-dir".into(),
+            node.dir.path().display().to_string(),
+        ];
+        let mut set = |setting: String| {
+            args.push("--set".into());
+            args.push(setting);
+        };
+        set(format!("process.roles={}", node.role.process_roles()));
+        set(format!("listeners={listeners}"));
         if node.role.is_broker() {
-            cmd.arg("--set").arg(format!("advertised.listeners={advertised}"));
+            set(format!("advertised.listeners={advertised}"));
         }
         for setting in split {
-            cmd.arg("--set").arg(setting);
+            set(setting);
         }
-        cmd.arg("--set")
-            .arg("controller.listener.names=CONTROLLER")
-            .arg("--set")
-            .arg(format!("controller.quorum.voters={voters}"));
-        for (k, v) in &settings {
-            cmd.arg("--set").arg(format!("{k}={v}"));
+        set("controller.listener.names=CONTROLLER".into());
+        match self.dynamic {
+            false => set(format!("controller.quorum.voters={}", self.voters())),
+            true => set(format!(
+                "controller.quorum.bootstrap.servers={}",
+                self.bootstrap_controllers()
+            )),
         }
+        for (k, v) in &self.settings {
+            set(format!("{k}={v}"));
+        }
+        args
+    }
+
+    fn spawn(&mut self, id: i32) {
+        let args = self.node_args(id);
+        let node = self.node_mut(id);
+        assert!(node.child.is_none(), "node {id} is already running");
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&node.log)
+            .expect("node log file");
+        let stderr = log.try_clone().expect("node log file");
+        mark(&log, &format!("node {id} started by the test"));
+        let mut cmd = Command::new(sluice_bin());
+        cmd.arg("serve").args(args);
         cmd.stdin(Stdio::null())
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(stderr))

@@ -28,6 +28,7 @@ pub mod metadata;
 pub mod offset_for_leader_epoch;
 pub mod offsets;
 pub mod produce;
+pub mod raft_voters;
 pub mod reassignments;
 pub mod topics;
 pub mod transactions;
@@ -118,6 +119,8 @@ pub const SUPPORTED: &[Versions] = &[
     reassignments::LIST_VERSIONS,
     write_txn_markers::VERSIONS,
     describe_quorum::VERSIONS,
+    raft_voters::ADD_VERSIONS,
+    raft_voters::REMOVE_VERSIONS,
     describe_topic_partitions::VERSIONS,
 ];
 
@@ -234,6 +237,8 @@ pub fn decode_only(key: ApiKey, version: i16, body: &mut Bytes) -> Result<(), Re
         ApiKey::ListPartitionReassignments => as_!(ListPartitionReassignmentsRequest),
         ApiKey::WriteTxnMarkers => as_!(WriteTxnMarkersRequest),
         ApiKey::DescribeQuorum => as_!(DescribeQuorumRequest),
+        ApiKey::AddRaftVoter => as_!(AddRaftVoterRequest),
+        ApiKey::RemoveRaftVoter => as_!(RemoveRaftVoterRequest),
         ApiKey::DescribeTopicPartitions => as_!(DescribeTopicPartitionsRequest),
         _ => Err(Reject::UnsupportedVersion { key, version }),
     }
@@ -334,6 +339,8 @@ pub async fn dispatch(
         ApiKey::ListPartitionReassignments => now!(reassignments::list_partition_reassignments),
         ApiKey::WriteTxnMarkers => now!(write_txn_markers),
         ApiKey::DescribeQuorum => now!(describe_quorum),
+        ApiKey::AddRaftVoter => now!(raft_voters::add_raft_voter),
+        ApiKey::RemoveRaftVoter => now!(raft_voters::remove_raft_voter),
         ApiKey::DescribeTopicPartitions => now!(describe_topic_partitions),
         ApiKey::SyncGroup => now!(groups::sync_group),
         ApiKey::Heartbeat => now!(groups::heartbeat),
@@ -438,6 +445,8 @@ mod tests {
             ApiKey::ListPartitionReassignments => ListPartitionReassignmentsRequest::VERSIONS,
             ApiKey::WriteTxnMarkers => WriteTxnMarkersRequest::VERSIONS,
             ApiKey::DescribeQuorum => DescribeQuorumRequest::VERSIONS,
+            ApiKey::AddRaftVoter => AddRaftVoterRequest::VERSIONS,
+            ApiKey::RemoveRaftVoter => RemoveRaftVoterRequest::VERSIONS,
             ApiKey::DescribeTopicPartitions => DescribeTopicPartitionsRequest::VERSIONS,
             other => panic!("no codec range listed for {other:?}"),
         };

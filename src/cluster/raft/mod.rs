@@ -105,6 +105,13 @@ pub struct QuorumConfig {
     pub idle_timeout_ms: u64,
     /// The largest frame between controllers.
     pub frame_bytes_max: usize,
+    /// A dynamic quorum (KIP-853, `controller.quorum.bootstrap.servers`): the controller
+    /// addresses a node asks to join through. Empty: the voters are static (those `start`
+    /// is given).
+    pub bootstrap_servers: Vec<String>,
+    /// In a dynamic quorum, where the other controllers dial this one (its controller
+    /// listener); None for a broker-only node.
+    pub controller_address: Option<String>,
 }
 
 impl Default for QuorumConfig {
@@ -120,6 +127,8 @@ impl Default for QuorumConfig {
             io_timeout_ms: 5_000,
             idle_timeout_ms: 60_000,
             frame_bytes_max: 16 << 20,
+            bootstrap_servers: Vec::new(),
+            controller_address: None,
         }
     }
 }
@@ -148,6 +157,57 @@ pub enum QuorumError {
     Stopped(String),
 }
 
+/// The voters a dynamic quorum's log starts with (KIP-853), as `sluice format` records them
+/// under the raft directory: `{"voters": {"1": "host:port", ...}}`.
+pub const BOOTSTRAP_VOTERS_FILE: &str = "bootstrap-voters.json";
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct BootstrapVoters {
+    voters: BTreeMap<u64, String>,
+}
+
+/// `sluice format` for a dynamic quorum (Kafka's `kafka-storage format --standalone`,
+/// `--initial-controllers`, `--no-initial-controllers`): records the voters the quorum forms
+/// with on first start (empty: this node joins a quorum that exists). Refused for a data
+/// directory whose metadata log holds anything: its voters are in the log already.
+pub fn format_voters(data_dir: &Path, voters: &BTreeMap<u64, String>) -> Result<(), QuorumError> {
+    let dir = data_dir.join(RAFT_DIR);
+    let io = |op: &'static str, path: &Path| {
+        let path = path.to_path_buf();
+        move |e| QuorumError::Storage(crate::error::Error::storage(op, path, e))
+    };
+    std::fs::create_dir_all(&dir).map_err(io("create directory", &dir))?;
+    let held: Vec<String> = std::fs::read_dir(&dir)
+        .map_err(io("list", &dir))?
+        .filter_map(|entry| entry.ok())
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| name != BOOTSTRAP_VOTERS_FILE)
+        .collect();
+    if !held.is_empty() {
+        return Err(QuorumError::Config(format!(
+            "{} already holds a metadata log ({}); its voters are in it",
+            dir.display(),
+            held.join(", ")
+        )));
+    }
+    let body = serde_json::to_vec(&BootstrapVoters { voters: voters.clone() })
+        .map_err(|e| QuorumError::Config(e.to_string()))?;
+    disk::replace_file(&dir.join(BOOTSTRAP_VOTERS_FILE), &body, true)?;
+    Ok(())
+}
+
+/// The voters `format_voters` recorded under `data_dir` (empty when it recorded none or was
+/// not run: the node joins a quorum that exists).
+pub fn formatted_voters(data_dir: &Path) -> Result<BTreeMap<u64, String>, QuorumError> {
+    let path = data_dir.join(RAFT_DIR).join(BOOTSTRAP_VOTERS_FILE);
+    match disk::read_if_exists(&path)? {
+        None => Ok(BTreeMap::new()),
+        Some(bytes) => serde_json::from_slice::<BootstrapVoters>(&bytes)
+            .map(|b| b.voters)
+            .map_err(|e| QuorumError::Storage(disk::corrupt(&path, e.to_string()))),
+    }
+}
+
 fn leader_text(leader: Option<u64>, address: Option<&str>) -> String {
     match (leader, address) {
         (Some(id), Some(address)) => format!("the leader is node {id} at {address}"),
@@ -174,6 +234,8 @@ impl QuorumError {
 /// One controller of the metadata quorum.
 pub struct MetadataQuorum {
     node_id: u64,
+    /// A dynamic quorum (KIP-853).
+    dynamic: bool,
     voters: BTreeMap<u64, BasicNode>,
     raft: Raft<TypeConfig>,
     images: Arc<watch::Sender<Arc<MetadataImage>>>,
@@ -280,6 +342,144 @@ impl Core {
                 Err(e) => tracing::warn!(learner = node, error = %e, "metadata quorum: adding a learner failed"),
             }
         });
+    }
+
+    /// On the leader: controller `node` of a dynamic quorum (KIP-853) asks to follow the log
+    /// at its controller listener `address`; a node not in the membership is added as a
+    /// learner there (AddRaftVoter can then make it a voter). A member already is left alone.
+    pub(super) fn accept_controller_learner(&self, node: u64, address: String) {
+        let known = self
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .get_node(&node)
+            .cloned();
+        match known {
+            Some(known) if known.addr == address => return,
+            Some(known) => {
+                tracing::warn!(node, recorded = %known.addr, asked = %address, "metadata quorum: a member asked to join at another address; keeping the recorded one");
+                return;
+            }
+            None => {}
+        }
+        let raft = self.raft.clone();
+        tokio::spawn(async move {
+            match raft.add_learner(node, BasicNode { addr: address.clone() }, false).await {
+                Ok(_) => tracing::info!(learner = node, %address, "metadata quorum: added a controller as an observer"),
+                Err(e) => {
+                    tracing::warn!(learner = node, error = %e, "metadata quorum: adding a controller as an observer failed")
+                }
+            }
+        });
+    }
+
+    /// On the leader: AddRaftVoter (`add`) or RemoveRaftVoter of `node` (KIP-853), committed
+    /// as openraft membership changes (a joint configuration, then the new one). A node to add
+    /// must follow the log as a learner at a controller address, and have caught up with what
+    /// the leader has committed (within the propose timeout); a removed voter stays a learner,
+    /// as a removed Kafka voter that keeps running goes on fetching as an observer.
+    pub(super) async fn change_voters(&self, node: u64, add: bool) -> Result<(), Refusal> {
+        let refuse = |code: ResponseError, message: String| Refusal::Final {
+            code: code.code(),
+            message,
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(self.propose_timeout_ms);
+        let _turn = self.propose_lock.lock().await;
+        loop {
+            let metrics = self.raft.metrics().borrow().clone();
+            if metrics.current_leader != Some(self.node_id) {
+                return Err(Refusal::NotLeader);
+            }
+            let membership = metrics.membership_config.membership();
+            let voters: BTreeSet<u64> = membership.voter_ids().collect();
+            if add {
+                if voters.contains(&node) {
+                    return Err(refuse(
+                        ResponseError::DuplicateVoter,
+                        format!("node {node} is a voter already"),
+                    ));
+                }
+                match membership.get_node(&node) {
+                    None => {
+                        return Err(refuse(
+                            ResponseError::RequestTimedOut,
+                            format!(
+                                "node {node} does not follow the metadata log: start it as a controller with \
+                                 controller.quorum.bootstrap.servers, then ask again"
+                            ),
+                        ));
+                    }
+                    Some(learner) if learner.addr == LEARNER_ADDRESS => {
+                        return Err(refuse(
+                            ResponseError::InvalidRequest,
+                            format!("node {node} is a broker-only node: it has no controller listener"),
+                        ));
+                    }
+                    Some(_) => {}
+                }
+                let committed = self
+                    .raft
+                    .with_raft_state(|state| state.committed.as_ref().map(|id| id.index))
+                    .await
+                    .ok()
+                    .flatten();
+                let matched = metrics
+                    .replication
+                    .as_ref()
+                    .and_then(|r| r.get(&node).copied().flatten())
+                    .map(|id| id.index);
+                if matched < committed {
+                    if tokio::time::Instant::now() >= deadline {
+                        return Err(refuse(
+                            ResponseError::RequestTimedOut,
+                            format!(
+                                "node {node} has not caught up with the metadata log (at {matched:?} of {committed:?})"
+                            ),
+                        ));
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            } else {
+                if !voters.contains(&node) {
+                    return Err(refuse(
+                        ResponseError::VoterNotFound,
+                        format!("node {node} is not a voter"),
+                    ));
+                }
+                if voters.len() == 1 {
+                    return Err(refuse(
+                        ResponseError::InvalidRequest,
+                        format!("node {node} is the only voter; the quorum cannot lose its last one"),
+                    ));
+                }
+            }
+            let change = match add {
+                true => openraft::ChangeMembers::AddVoterIds(BTreeSet::from([node])),
+                false => openraft::ChangeMembers::RemoveVoters(BTreeSet::from([node])),
+            };
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            return match tokio::time::timeout(left, self.raft.change_membership(change, true)).await {
+                Ok(Ok(_)) => {
+                    tracing::info!(node, add, "metadata quorum: voters changed");
+                    Ok(())
+                }
+                Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_)))) => Err(Refusal::NotLeader),
+                Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e)))) => {
+                    Err(refuse(ResponseError::RequestTimedOut, e.to_string()))
+                }
+                Ok(Err(RaftError::Fatal(e))) => Err(Refusal::from_quorum(QuorumError::Stopped(e.to_string()))),
+                Err(_) => Err(refuse(
+                    ResponseError::RequestTimedOut,
+                    format!(
+                        "the change of voters was not committed within {} ms; it may still commit",
+                        self.propose_timeout_ms
+                    ),
+                )),
+            };
+        }
     }
 
     /// On the leader: its metrics and committed index (DescribeQuorum); None elsewhere.
@@ -456,6 +656,11 @@ impl MetadataQuorum {
     ///
     /// `listener` None: a broker-only node, a learner that is not among the voters and dials
     /// the leader instead of being dialed (see `network`).
+    ///
+    /// A dynamic quorum (`config.bootstrap_servers`, KIP-853): `voters` are those the node was
+    /// formatted with (`sluice format`; empty for a node that joins later), the membership
+    /// afterwards lives in the log only, and a controller missing from it asks the leader,
+    /// found through the bootstrap servers, to take it as a learner.
     pub async fn start(
         node_id: u64,
         data_dir: &Path,
@@ -463,7 +668,8 @@ impl MetadataQuorum {
         listener: Option<TcpListener>,
         config: QuorumConfig,
     ) -> Result<MetadataQuorum, QuorumError> {
-        if listener.is_some() != voters.contains_key(&node_id) {
+        let dynamic = !config.bootstrap_servers.is_empty();
+        if !dynamic && listener.is_some() != voters.contains_key(&node_id) {
             return Err(QuorumError::Config(format!(
                 "node {node_id} is {} the voters {:?}, and has {} controller listener",
                 if voters.contains_key(&node_id) {
@@ -546,17 +752,36 @@ impl MetadataQuorum {
             links,
             linked_leader: std::sync::Mutex::new(None),
         });
+        // Where a learner finds the leader: the static voters, or the bootstrap servers.
+        let targets: Vec<(u64, String)> = match dynamic {
+            false => voters.iter().map(|(id, addr)| (*id, addr.clone())).collect(),
+            true => config
+                .bootstrap_servers
+                .iter()
+                .map(|addr| (network::ANY_NODE, addr.clone()))
+                .collect(),
+        };
         let server = match listener {
-            Some(listener) => RaftServer::start(listener, node_id, raft.clone(), core.clone(), limits),
+            Some(listener) => {
+                let server = RaftServer::start(listener, node_id, raft.clone(), core.clone(), limits);
+                if dynamic {
+                    let own = config.controller_address.clone().ok_or_else(|| {
+                        QuorumError::Config("a controller of a dynamic quorum needs its controller address".into())
+                    })?;
+                    server.join_as_controller(targets, node_id, own, raft.clone(), limits);
+                }
+                server
+            }
             None => {
                 // The leader heartbeats its learners every heartbeat interval: a link silent
                 // for a few election timeouts leads nowhere any more.
                 let idle = Duration::from_millis(3 * config.election_timeout_max_ms);
-                RaftServer::start_learner(voters.clone(), node_id, raft.clone(), core.clone(), limits, idle)
+                RaftServer::start_learner(targets, node_id, raft.clone(), core.clone(), limits, idle)
             }
         };
         Ok(MetadataQuorum {
             node_id,
+            dynamic,
             voters: voters.into_iter().map(|(id, addr)| (id, BasicNode { addr })).collect(),
             raft,
             images,
@@ -596,29 +821,62 @@ impl MetadataQuorum {
     /// (`MetadataImage::check`) and proposes it. Waits for a leader (an election) up to the
     /// propose timeout. Returns the image offset that holds the record.
     pub async fn submit(&self, record: MetadataRecord) -> Result<i64, crate::error::Error> {
+        self.at_leader(
+            || self.core.propose_checked(record.clone()),
+            || network::Rpc::Propose(record.clone()),
+            |reply| match reply {
+                network::Reply::Proposed(outcome) => Some(outcome),
+                _ => None,
+            },
+            "accepted the change",
+        )
+        .await
+    }
+
+    /// AddRaftVoter (`add`) or RemoveRaftVoter of `node` (KIP-853), done by the leader
+    /// wherever it is (`Core::change_voters`), waiting for a leader up to the propose timeout.
+    pub async fn change_voters(&self, node: u64, add: bool) -> Result<(), crate::error::Error> {
+        self.at_leader(
+            || self.core.change_voters(node, add),
+            || match add {
+                true => network::Rpc::AddVoter { node },
+                false => network::Rpc::RemoveVoter { node },
+            },
+            |reply| match reply {
+                network::Reply::VotersChanged(outcome) => Some(outcome),
+                _ => None,
+            },
+            "changed the voters",
+        )
+        .await
+    }
+
+    /// Has the leader do something: `local` when this node leads, else `rpc` sent to the
+    /// leader, whose reply `answer` reads (None: not the expected reply). A node that does not
+    /// lead, or cannot be reached, is asked again (the leader may be moving) until the propose
+    /// timeout; `done` says what no leader did, for the timeout's message.
+    async fn at_leader<T, F: Future<Output = Result<T, Refusal>>>(
+        &self,
+        local: impl Fn() -> F,
+        rpc: impl Fn() -> network::Rpc,
+        answer: impl Fn(network::Reply) -> Option<Result<T, Refusal>>,
+        done: &str,
+    ) -> Result<T, crate::error::Error> {
         let deadline = tokio::time::Instant::now() + Duration::from_millis(self.propose_timeout_ms);
         loop {
             let outcome = match self.leader_address() {
-                Some((leader, _)) if leader == self.node_id => self.core.propose_checked(record.clone()).await,
-                Some((leader, address)) => network::forward(
-                    &address,
-                    leader,
-                    network::Rpc::Propose(record.clone()),
-                    self.limits,
-                )
-                .await
-                .map_err(|e| {
-                    tracing::debug!(leader, %address, error = %e, "metadata quorum: forwarding a proposal failed");
-                    Refusal::NotLeader
-                })
-                .and_then(|reply| match reply {
-                    network::Reply::Proposed(outcome) => outcome,
-                    _ => Err(Refusal::NotLeader),
-                }),
+                Some((leader, _)) if leader == self.node_id => local().await,
+                Some((leader, address)) => match network::forward(&address, leader, rpc(), self.limits).await {
+                    Ok(reply) => answer(reply).unwrap_or(Err(Refusal::NotLeader)),
+                    Err(e) => {
+                        tracing::debug!(leader, %address, error = %e, "metadata quorum: asking the leader failed");
+                        Err(Refusal::NotLeader)
+                    }
+                },
                 None => Err(Refusal::NotLeader),
             };
             match outcome {
-                Ok(offset) => return Ok(offset),
+                Ok(value) => return Ok(value),
                 Err(Refusal::NotLeader) if tokio::time::Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
@@ -626,7 +884,7 @@ impl MetadataQuorum {
                     return Err(crate::error::Error::Controller {
                         code: ResponseError::RequestTimedOut.code(),
                         message: format!(
-                            "no metadata quorum leader accepted the change within {} ms: is a majority of controller.quorum.voters up?",
+                            "no metadata quorum leader {done} within {} ms: is a majority of the voters up?",
                             self.propose_timeout_ms
                         ),
                     });
@@ -635,6 +893,12 @@ impl MetadataQuorum {
                 Err(Refusal::Final { code, message }) => return Err(crate::error::Error::Controller { code, message }),
             }
         }
+    }
+
+    /// Whether the voters come from the log alone (KIP-853): AddRaftVoter and RemoveRaftVoter
+    /// are served.
+    pub fn is_dynamic(&self) -> bool {
+        self.dynamic
     }
 
     /// Runs `work` (a wait for the quorum) to completion from synchronous code on a

@@ -16,13 +16,19 @@
 //! silence means the leader changed or died), asking the voters in turn and following the
 //! leader they name.
 //!
+//! In a dynamic quorum (KIP-853, `controller.quorum.bootstrap.servers`) the nodes dialed first
+//! are the bootstrap servers, whose ids are unknown: a request to one is addressed to
+//! `ANY_NODE`. A controller that is not a voter yet joins the same way but names its own
+//! controller listener: the leader records it as a learner at that address and dials it like a
+//! voter, and AddRaftVoter can then make it one.
+//!
 //! The client side (`PeerClient`, one per target and replication stream, made by openraft
 //! through `NetworkFactory`) keeps one connection and reconnects at the next RPC after any
 //! error. A connection is taken out of the client for the time of a call, so a call that
 //! openraft abandons midway (its own timeout) drops the connection with it rather than leaving
 //! an unread reply for the next call.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -65,6 +71,10 @@ pub(super) struct NetworkLimits {
     pub(super) idle_timeout: Duration,
 }
 
+/// The `to` of a request to a bootstrap server, whose id the sender does not know: whichever
+/// node answers takes it.
+pub(super) const ANY_NODE: u64 = u64::MAX;
+
 /// A request: the node it is meant for and the RPC.
 #[derive(Debug, Serialize, Deserialize)]
 struct RequestFrame {
@@ -83,6 +93,18 @@ pub(super) enum Rpc {
     /// A broker-only node asks to follow the metadata log (a raft learner) and offers this
     /// connection for the leader's replication RPCs to it.
     JoinAsLearner {
+        node: u64,
+        /// A controller that is not a voter (KIP-853): its controller listener, where the
+        /// leader dials it; the connection is not kept.
+        #[serde(default)]
+        address: Option<String>,
+    },
+    /// AddRaftVoter (KIP-853) forwarded to the leader: learner `node` becomes a voter.
+    AddVoter {
+        node: u64,
+    },
+    /// RemoveRaftVoter forwarded to the leader: voter `node` becomes a learner.
+    RemoveVoter {
         node: u64,
     },
     /// A broker forwards a metadata change to the leader (Kafka forwards admin requests to
@@ -112,6 +134,18 @@ pub(super) enum Reply {
     /// `JoinAsLearner` accepted (the connection now carries the leader's RPCs), or refused by
     /// a node that does not lead, naming the leader it knows.
     Joined(Result<(), Option<u64>>),
+    /// `JoinAsLearner` refused by a node that does not lead: the leader it knows, with its
+    /// controller address when it knows one (a node dialed as a bootstrap server).
+    JoinRefused {
+        leader: Option<u64>,
+        address: Option<String>,
+    },
+    /// `JoinAsLearner` to `ANY_NODE` accepted by the leader, which is node `leader`.
+    JoinedBy {
+        leader: u64,
+    },
+    /// The answer to `AddVoter` or `RemoveVoter`.
+    VotersChanged(Result<(), Refusal>),
     /// The request named another node: this address is node `node`.
     WrongNode {
         node: u64,
@@ -248,10 +282,11 @@ impl RaftServer {
         RaftServer { cancel, tasks }
     }
 
-    /// Serves openraft's RPCs to `raft` (a learner) over connections this node dials to the
-    /// leader among `voters` (id → controller address), until `shutdown`.
+    /// Serves openraft's RPCs to `raft` (a broker-only learner) over connections this node
+    /// dials to the leader, found through `targets` (id → controller address: the voters, or
+    /// the bootstrap servers under `ANY_NODE`), until `shutdown`.
     pub(super) fn start_learner(
-        voters: BTreeMap<u64, String>,
+        targets: Vec<(u64, String)>,
         node_id: u64,
         raft: Raft<TypeConfig>,
         core: Arc<Core>,
@@ -262,53 +297,28 @@ impl RaftServer {
         let tasks = TaskTracker::new();
         let task_cancel = cancel.clone();
         tasks.spawn(async move {
-            let ids: Vec<u64> = voters.keys().copied().collect();
-            let mut next = 0usize;
-            let mut hint: Option<u64> = None;
-            // The voter last tried in vain or whose link just ended: this node's raft may still
-            // call it leader (nothing told it otherwise), so it is not dialed again at once.
-            let mut avoid: Option<u64> = None;
+            let mut dialer = Dialer::new(targets);
             // The link's reads wait `idle` for the next RPC instead of the server's idle bound.
             let link_limits = NetworkLimits {
                 idle_timeout: idle,
                 ..limits
             };
             while !task_cancel.is_cancelled() {
-                // The leader named last, else the one this node knows, else the next voter.
-                let known = raft.metrics().borrow().current_leader;
-                let target = match hint
-                    .take()
-                    .or(known.filter(|&id| Some(id) != avoid))
-                    .filter(|id| voters.contains_key(id))
-                {
-                    Some(id) => id,
-                    None => {
-                        next = (next + 1) % ids.len().max(1);
-                        ids.get(next).copied().unwrap_or_default()
-                    }
-                };
-                let Some(address) = voters.get(&target) else { break };
-                match join(address, target, node_id, limits).await {
-                    Ok(Ok(stream)) => {
-                        tracing::info!(node_id, leader = target, %address, "metadata quorum: following the leader as a learner");
-                        core.set_linked_leader(Some(target));
+                let Some((target, address)) = dialer.pick(&raft) else { break };
+                match join(&address, target, node_id, None, limits).await {
+                    Ok(Joined::Accepted(stream, leader)) => {
+                        tracing::info!(node_id, leader, %address, "metadata quorum: following the leader as a learner");
+                        core.set_linked_leader(Some(leader));
                         let outcome = serve_connection(stream, node_id, &raft, &core, link_limits, &task_cancel).await;
                         core.set_linked_leader(None);
-                        avoid = Some(target);
-                        tracing::debug!(node_id, leader = target, ?outcome, "metadata quorum: the link to the leader ended");
+                        dialer.avoid = Some(leader);
+                        tracing::debug!(node_id, leader, ?outcome, "metadata quorum: the link to the leader ended");
                         continue;
                     }
-                    Ok(Err(leader)) => {
-                        avoid = Some(target);
-                        hint = leader.filter(|&l| l != target);
-                        if hint.is_none() {
-                            next = (next + 1) % ids.len().max(1);
-                        }
-                    }
+                    Ok(Joined::Refused(leader, leader_address)) => dialer.refused(target, leader, leader_address),
                     Err(e) => {
                         tracing::debug!(node_id, voter = target, %address, error = %e, "metadata quorum: cannot reach a voter");
-                        avoid = Some(target);
-                        next = (next + 1) % ids.len().max(1);
+                        dialer.avoid = Some(target);
                     }
                 }
                 tokio::select! {
@@ -319,6 +329,58 @@ impl RaftServer {
         });
         tasks.close();
         RaftServer { cancel, tasks }
+    }
+
+    /// A controller of a dynamic quorum (KIP-853) that is not in the membership yet asks the
+    /// leader, found through `targets`, to take it as a learner at `own_address` (its
+    /// controller listener), until the membership holds it (as a learner or a voter); asks
+    /// again whenever it is missing from the membership this node knows.
+    pub(super) fn join_as_controller(
+        &self,
+        targets: Vec<(u64, String)>,
+        node_id: u64,
+        own_address: String,
+        raft: Raft<TypeConfig>,
+        limits: NetworkLimits,
+    ) {
+        let cancel = self.cancel.clone();
+        self.tasks.spawn(async move {
+            let mut dialer = Dialer::new(targets);
+            while !cancel.is_cancelled() {
+                let member = raft
+                    .metrics()
+                    .borrow()
+                    .membership_config
+                    .membership()
+                    .get_node(&node_id)
+                    .is_some();
+                let wait = if member {
+                    CONTROLLER_JOIN_CHECK
+                } else if let Some((target, address)) = dialer.pick(&raft) {
+                    match join(&address, target, node_id, Some(own_address.clone()), limits).await {
+                        Ok(Joined::Accepted(_, leader)) => {
+                            tracing::info!(node_id, leader, "metadata quorum: asked the leader to take this controller as an observer");
+                            CONTROLLER_JOIN_CHECK
+                        }
+                        Ok(Joined::Refused(leader, leader_address)) => {
+                            dialer.refused(target, leader, leader_address);
+                            LEARNER_RETRY
+                        }
+                        Err(e) => {
+                            tracing::debug!(node_id, %address, error = %e, "metadata quorum: cannot reach a controller");
+                            dialer.avoid = Some(target);
+                            LEARNER_RETRY
+                        }
+                    }
+                } else {
+                    break;
+                };
+                tokio::select! {
+                    _ = cancel.cancelled() => break,
+                    _ = tokio::time::sleep(wait) => {}
+                }
+            }
+        });
     }
 
     /// Stops accepting, closes every connection and waits for their tasks.
@@ -345,7 +407,7 @@ async fn serve_connection(
         let Some(request) = read? else {
             return Ok(());
         };
-        if request.to != node_id {
+        if request.to != node_id && request.to != ANY_NODE {
             let frame = encode_frame(&Reply::WrongNode { node: node_id }, limits.frame_bytes_max)?;
             write_frame(&mut stream, &frame, limits.io_timeout).await?;
             tracing::warn!(
@@ -355,17 +417,41 @@ async fn serve_connection(
             );
             return Ok(());
         }
-        if let Rpc::JoinAsLearner { node } = request.rpc {
-            let leader = raft.metrics().borrow().current_leader;
+        if let Rpc::JoinAsLearner { node, address } = request.rpc {
+            let (leader, leader_address) = {
+                let metrics = raft.metrics();
+                let metrics = metrics.borrow();
+                let leader = metrics.current_leader;
+                let address = leader
+                    .and_then(|id| metrics.membership_config.membership().get_node(&id).cloned())
+                    .map(|n| n.addr)
+                    .filter(|addr| addr != LEARNER_ADDRESS);
+                (leader, address)
+            };
             if leader != Some(node_id) {
-                let frame = encode_frame(&Reply::Joined(Err(leader)), limits.frame_bytes_max)?;
+                let reply = match request.to {
+                    ANY_NODE => Reply::JoinRefused {
+                        leader,
+                        address: leader_address,
+                    },
+                    _ => Reply::Joined(Err(leader)),
+                };
+                let frame = encode_frame(&reply, limits.frame_bytes_max)?;
                 write_frame(&mut stream, &frame, limits.io_timeout).await?;
                 return Ok(());
             }
-            let frame = encode_frame(&Reply::Joined(Ok(())), limits.frame_bytes_max)?;
+            let reply = match request.to {
+                ANY_NODE => Reply::JoinedBy { leader: node_id },
+                _ => Reply::Joined(Ok(())),
+            };
+            let frame = encode_frame(&reply, limits.frame_bytes_max)?;
             write_frame(&mut stream, &frame, limits.io_timeout).await?;
-            // From here the leader is the client of this connection.
-            core.accept_learner(node, stream);
+            match address {
+                // A controller: the leader dials its listener.
+                Some(address) => core.accept_controller_learner(node, address),
+                // From here the leader is the client of this connection.
+                None => core.accept_learner(node, stream),
+            }
             return Ok(());
         }
         let handled = async {
@@ -377,6 +463,8 @@ async fn serve_connection(
                 Rpc::LeaderMetrics => Reply::LeaderMetrics(core.leader_metrics().await.map(Box::new)),
                 // Answered above; a learner never receives it.
                 Rpc::JoinAsLearner { .. } => Reply::Joined(Err(None)),
+                Rpc::AddVoter { node } => Reply::VotersChanged(core.change_voters(node, true).await),
+                Rpc::RemoveVoter { node } => Reply::VotersChanged(core.change_voters(node, false).await),
                 Rpc::BrokerHeartbeat {
                     broker,
                     applied,
@@ -401,19 +489,92 @@ pub(super) type LeaderMetrics = (openraft::RaftMetrics<u64, BasicNode>, Option<u
 
 /// How long a learner waits before dialing the next voter after a refusal or failure.
 const LEARNER_RETRY: Duration = Duration::from_millis(200);
+/// How often a controller of a dynamic quorum checks that the membership holds it.
+const CONTROLLER_JOIN_CHECK: Duration = Duration::from_secs(1);
 
-/// Asks voter `to` at `address` to take this node (`node`) as a learner: the connection to
-/// serve the leader's RPCs on, or the refusal naming the leader `to` knows.
+/// Which node a learner dials next to find the leader: the leader named last, else the one
+/// its raft knows (unless that one just failed), else the next of `targets` in turn.
+struct Dialer {
+    targets: Vec<(u64, String)>,
+    next: usize,
+    hint: Option<(u64, Option<String>)>,
+    /// The node last tried in vain or whose link just ended: this node's raft may still call
+    /// it leader (nothing told it otherwise), so it is not dialed again at once.
+    avoid: Option<u64>,
+}
+
+impl Dialer {
+    fn new(targets: Vec<(u64, String)>) -> Dialer {
+        Dialer {
+            targets,
+            next: 0,
+            hint: None,
+            avoid: None,
+        }
+    }
+
+    fn pick(&mut self, raft: &Raft<TypeConfig>) -> Option<(u64, String)> {
+        let known = raft.metrics().borrow().current_leader;
+        let candidate = self
+            .hint
+            .take()
+            .or_else(|| known.filter(|id| Some(*id) != self.avoid).map(|id| (id, None)));
+        if let Some((id, address)) = candidate {
+            let address = address
+                .or_else(|| self.targets.iter().find(|(t, _)| *t == id).map(|(_, a)| a.clone()))
+                .or_else(|| {
+                    raft.metrics()
+                        .borrow()
+                        .membership_config
+                        .membership()
+                        .get_node(&id)
+                        .map(|node| node.addr.clone())
+                        .filter(|addr| addr != LEARNER_ADDRESS)
+                });
+            if let Some(address) = address {
+                return Some((id, address));
+            }
+        }
+        if self.targets.is_empty() {
+            return None;
+        }
+        self.next = (self.next + 1) % self.targets.len();
+        self.targets.get(self.next).cloned()
+    }
+
+    /// `to` refused, naming `leader` (at `address`, when it said).
+    fn refused(&mut self, to: u64, leader: Option<u64>, address: Option<String>) {
+        self.avoid = Some(to);
+        self.hint = leader.filter(|l| *l != to).map(|l| (l, address));
+    }
+}
+
+/// What a node asked to take this one as a learner answered.
+enum Joined {
+    /// Accepted by the leader (its id): the connection to serve its RPCs on (a broker-only
+    /// node's link; a controller is dialed at its own listener instead).
+    Accepted(TcpStream, u64),
+    /// Refused by a node that does not lead: the leader it knows, and that leader's address
+    /// when it said it.
+    Refused(Option<u64>, Option<String>),
+}
+
+/// Asks node `to` (`ANY_NODE`: a bootstrap server) at `address` to take this node (`node`) as
+/// a learner, at `own_address` for a controller.
 async fn join(
     address: &str,
     to: u64,
     node: u64,
+    own_address: Option<String>,
     limits: NetworkLimits,
-) -> Result<Result<TcpStream, Option<u64>>, FrameError> {
+) -> Result<Joined, FrameError> {
     let frame = encode_frame(
         &RequestFrame {
             to,
-            rpc: Rpc::JoinAsLearner { node },
+            rpc: Rpc::JoinAsLearner {
+                node,
+                address: own_address,
+            },
         },
         limits.frame_bytes_max,
     )?;
@@ -429,9 +590,11 @@ async fn join(
     .await?
     .ok_or(FrameError::Closed)?;
     Ok(match reply {
-        Reply::Joined(Ok(())) => Ok(stream),
-        Reply::Joined(Err(leader)) => Err(leader),
-        _ => Err(None),
+        Reply::Joined(Ok(())) => Joined::Accepted(stream, to),
+        Reply::JoinedBy { leader } => Joined::Accepted(stream, leader),
+        Reply::Joined(Err(leader)) => Joined::Refused(leader, None),
+        Reply::JoinRefused { leader, address } => Joined::Refused(leader, address),
+        _ => Joined::Refused(None, None),
     })
 }
 
@@ -526,6 +689,8 @@ impl PeerClient {
             Rpc::InstallSnapshot(_) => "InstallSnapshot",
             Rpc::Propose(_) => "Propose",
             Rpc::JoinAsLearner { .. } => "JoinAsLearner",
+            Rpc::AddVoter { .. } => "AddVoter",
+            Rpc::RemoveVoter { .. } => "RemoveVoter",
             Rpc::LeaderMetrics => "LeaderMetrics",
             Rpc::BrokerHeartbeat { .. } => "BrokerHeartbeat",
         };

@@ -33,6 +33,8 @@ fn test_config() -> QuorumConfig {
         io_timeout_ms: 1000,
         idle_timeout_ms: 10_000,
         frame_bytes_max: 16 << 20,
+        bootstrap_servers: Vec::new(),
+        controller_address: None,
     }
 }
 
