@@ -67,6 +67,10 @@ pub struct BrokerConfig {
     /// through (KIP-853), whose voters live in the metadata log (formed by `sluice format
     /// --standalone` or `--initial-controllers`, changed by AddRaftVoter and RemoveRaftVoter).
     pub controller_quorum_bootstrap_servers: Vec<String>,
+    /// The TLS keys (`SSL_KEYS`) as set, and their per-listener overrides
+    /// (`listener.name.<listener, lower case>.<key>`, Kafka's form): the SSL listeners'
+    /// certificates, keys, truststores and client authentication (`crate::tls`).
+    pub ssl: BTreeMap<String, String>,
     /// `controller.quorum.election.timeout.ms`: how long a voter waits without hearing from a
     /// leader before it starts an election.
     pub controller_quorum_election_timeout_ms: u64,
@@ -255,6 +259,8 @@ impl std::fmt::Display for ProcessRoles {
 /// The default client listener's name, the default `inter.broker.listener.name`, and the one
 /// security protocol served until TLS and SASL come.
 const PLAINTEXT: &str = "PLAINTEXT";
+/// Kafka's SecurityProtocol.SSL: TLS without SASL.
+const SSL: &str = "SSL";
 
 /// Kafka's security protocols (`SecurityProtocol`).
 const SECURITY_PROTOCOLS: &[&str] = &["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"];
@@ -365,6 +371,7 @@ impl Default for BrokerConfig {
             controller_listener_names: vec!["CONTROLLER".into()],
             controller_quorum_voters: BTreeMap::new(),
             controller_quorum_bootstrap_servers: Vec::new(),
+            ssl: BTreeMap::new(),
             controller_quorum_election_timeout_ms: 1000,
             broker_session_timeout_ms: 9000,
             replica_lag_time_max_ms: 30_000,
@@ -537,6 +544,64 @@ fn parse_process_roles(key: &str, value: &str) -> Result<ProcessRoles, ConfigErr
 /// routable voter addresses).
 fn routable(host: &str) -> bool {
     !matches!(host, "" | "0.0.0.0" | "[::]")
+}
+
+/// The TLS keys an SSL listener reads (Kafka's `SslConfigs` names), each also accepted as
+/// `listener.name.<listener>.<key>` for one listener. Only PEM keystores and truststores.
+pub const SSL_KEYS: &[&str] = &[
+    "ssl.keystore.type",
+    "ssl.keystore.location",
+    "ssl.keystore.certificate.chain",
+    "ssl.keystore.key",
+    "ssl.key.password",
+    "ssl.keystore.password",
+    "ssl.truststore.type",
+    "ssl.truststore.location",
+    "ssl.truststore.certificates",
+    "ssl.truststore.password",
+    "ssl.client.auth",
+    "ssl.enabled.protocols",
+    "ssl.protocol",
+    "ssl.endpoint.identification.algorithm",
+];
+
+/// The `SSL_KEYS` name of `key`: itself, or what follows a `listener.name.<listener>.` prefix.
+fn ssl_key_name(key: &str) -> Option<&'static str> {
+    let name = match key.strip_prefix("listener.name.") {
+        Some(rest) => rest.split_once('.').map(|(_, name)| name)?,
+        None => key,
+    };
+    SSL_KEYS.iter().copied().find(|k| *k == name)
+}
+
+/// What a TLS key may hold: only the PEM store type, no passwords (an encrypted key or a
+/// password-protected store is refused at start-up rather than half understood).
+fn check_ssl_value(key: &str, name: &str, value: &str) -> Result<(), ConfigError> {
+    let value = value.trim();
+    match name {
+        "ssl.keystore.type" | "ssl.truststore.type" if !value.eq_ignore_ascii_case("PEM") && !value.is_empty() => {
+            Err(invalid(
+                key,
+                format!("{value}: only PEM stores are served (ssl.keystore.type=PEM)"),
+            ))
+        }
+        "ssl.key.password" | "ssl.keystore.password" | "ssl.truststore.password" if !value.is_empty() => Err(invalid(
+            key,
+            "encrypted keys and password-protected stores are not served: give an unencrypted PEM key",
+        )),
+        "ssl.client.auth" if !matches!(value, "required" | "requested" | "none" | "") => {
+            Err(invalid(key, format!("{value:?} is not required, requested or none")))
+        }
+        "ssl.enabled.protocols" | "ssl.protocol" => {
+            for protocol in csv(value) {
+                if !matches!(protocol, "TLSv1.2" | "TLSv1.3" | "TLS") {
+                    return Err(invalid(key, format!("{protocol}: only TLSv1.2 and TLSv1.3 are served")));
+                }
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
 }
 
 /// `controller.quorum.voters`: Kafka's `ID@HOST:PORT,...` (`QuorumConfig.parseVoterConnections`).
@@ -719,7 +784,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
         "listener.security.protocol.map",
         ConfigType::String,
         false,
-        "LISTENER_NAME:SECURITY_PROTOCOL,...: each listener's protocol; only PLAINTEXT is served for now.",
+        "LISTENER_NAME:SECURITY_PROTOCOL,...: each listener's protocol; PLAINTEXT and SSL are served.",
     ),
     broker_key(
         "log.dirs",
@@ -1449,9 +1514,36 @@ impl BrokerConfig {
                 self.transaction_remove_expired_transaction_cleanup_interval_ms =
                     at_least(key, parse_int(key, value)?, 1)?
             }
+            _ if ssl_key_name(key).is_some() => {
+                let name = ssl_key_name(key).unwrap_or_default();
+                check_ssl_value(key, name, value)?;
+                self.ssl.insert(key.to_string(), value.to_string());
+            }
             _ => return Err(invalid(key, "unknown key")),
         }
         Ok(())
+    }
+
+    /// TLS key `name` (one of `SSL_KEYS`) for listener `listener`: its
+    /// `listener.name.<listener>.` override, else the broker-wide value (Kafka's
+    /// `ListenerName.configPrefix`), None when neither is set.
+    pub fn ssl_setting(&self, listener: &str, name: &str) -> Option<&str> {
+        let prefixed = format!("listener.name.{}.{name}", listener.to_ascii_lowercase());
+        self.ssl
+            .get(&prefixed)
+            .or_else(|| self.ssl.get(name))
+            .map(String::as_str)
+            .filter(|v| !v.trim().is_empty())
+    }
+
+    /// The security protocol of listener `name` (`listener.security.protocol.map`; a
+    /// controller listener without an entry is PLAINTEXT).
+    pub fn security_protocol(&self, name: &str) -> Option<&str> {
+        match self.listener_security_protocol_map.get(name) {
+            Some(protocol) => Some(protocol.as_str()),
+            None if self.is_controller_listener(name) => Some(PLAINTEXT),
+            None => None,
+        }
     }
 
     /// Reads a YAML file holding a flat map of keys to scalar values.
@@ -1522,25 +1614,56 @@ impl BrokerConfig {
     /// Refuses a listener without a security protocol, or with one not served yet. A controller
     /// listener missing from the map is PLAINTEXT, as Kafka's KRaft mode takes it.
     fn check_security_protocol(&self, name: &str) -> Result<(), ConfigError> {
-        let protocol = match self.listener_security_protocol_map.get(name) {
-            Some(protocol) => protocol.as_str(),
-            None if self.is_controller_listener(name) => PLAINTEXT,
-            None => {
-                return Err(invalid(
-                    "listener.security.protocol.map",
-                    format!("listener {name} has no security protocol (add {name}:PLAINTEXT)"),
-                ));
-            }
-        };
-        if protocol != PLAINTEXT {
+        let Some(protocol) = self.security_protocol(name) else {
             return Err(invalid(
                 "listener.security.protocol.map",
-                format!(
-                    "listener {name}: {protocol} is not served yet (TLS and SASL come with the security work); use PLAINTEXT"
-                ),
+                format!("listener {name} has no security protocol (add {name}:PLAINTEXT)"),
             ));
+        };
+        match protocol {
+            PLAINTEXT => Ok(()),
+            SSL if self.is_controller_listener(name) => Err(invalid(
+                "listener.security.protocol.map",
+                format!("listener {name}: the controller listener is served in PLAINTEXT only for now"),
+            )),
+            SSL if self.cluster_mode() && name == self.inter_broker_listener_name => Err(invalid(
+                "inter.broker.listener.name",
+                format!("{name} is an SSL listener: brokers do not dial each other over TLS yet; name a PLAINTEXT one"),
+            )),
+            SSL => {
+                let has_keystore = self.ssl_setting(name, "ssl.keystore.location").is_some()
+                    || self.ssl_setting(name, "ssl.keystore.certificate.chain").is_some();
+                if !has_keystore {
+                    return Err(invalid(
+                        "ssl.keystore.location",
+                        format!(
+                            "listener {name} is SSL: set ssl.keystore.location (a PEM file with the key and its \
+                             certificate chain) or ssl.keystore.certificate.chain and ssl.keystore.key \
+                             (or their listener.name.{}. overrides)",
+                            name.to_ascii_lowercase()
+                        ),
+                    ));
+                }
+                if self.ssl_setting(name, "ssl.client.auth").is_some_and(|a| a != "none")
+                    && self.ssl_setting(name, "ssl.truststore.location").is_none()
+                    && self.ssl_setting(name, "ssl.truststore.certificates").is_none()
+                {
+                    return Err(invalid(
+                        "ssl.client.auth",
+                        format!(
+                            "listener {name} authenticates clients: set ssl.truststore.location or ssl.truststore.certificates"
+                        ),
+                    ));
+                }
+                Ok(())
+            }
+            other => Err(invalid(
+                "listener.security.protocol.map",
+                format!(
+                    "listener {name}: {other} is not served yet (SASL comes with the security work); use PLAINTEXT or SSL"
+                ),
+            )),
         }
-        Ok(())
     }
 
     fn is_controller_listener(&self, name: &str) -> bool {
@@ -2302,9 +2425,14 @@ mod tests {
         assert_eq!(c.set("num.partitions", "zero").unwrap_err().key, "num.partitions");
         assert_eq!(c.set("num.partitions", "0").unwrap_err().key, "num.partitions");
         assert!(c.set("auto.create.topics.enable", "yes").is_err());
-        // TLS comes with the security work: the listener parses, the check refuses it.
+        // An SSL listener needs its keystore; SASL comes with the security work.
         c.set("listeners", "SSL://h:1").unwrap();
+        c.set("inter.broker.listener.name", "SSL").unwrap();
+        assert_eq!(c.check().unwrap_err().key, "ssl.keystore.location");
+        c.set("listeners", "SASL_SSL://h:1").unwrap();
+        c.set("inter.broker.listener.name", "SASL_SSL").unwrap();
         assert_eq!(c.check().unwrap_err().key, "listener.security.protocol.map");
+        c.set("inter.broker.listener.name", "PLAINTEXT").unwrap();
         c.set("listeners", "PLAINTEXT://0.0.0.0:19092").unwrap();
         assert_eq!(c.listen, "0.0.0.0:19092");
     }
@@ -2788,6 +2916,54 @@ mod tests {
         ])
         .unwrap();
         assert!(broker.cluster_mode() && broker.controller_address().is_none());
+    }
+
+    #[test]
+    fn ssl_keys_are_kept_per_listener_and_what_is_not_served_is_refused() {
+        let c = from_flags(&[
+            ("listeners", "PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093"),
+            ("ssl.keystore.location", "/etc/broker.pem"),
+            ("listener.name.ssl.ssl.client.auth", "required"),
+            ("listener.name.ssl.ssl.truststore.location", "/etc/ca.pem"),
+        ])
+        .unwrap();
+        assert_eq!(c.security_protocol("SSL"), Some("SSL"));
+        assert_eq!(c.ssl_setting("SSL", "ssl.keystore.location"), Some("/etc/broker.pem"));
+        assert_eq!(c.ssl_setting("SSL", "ssl.client.auth"), Some("required"));
+        assert_eq!(
+            c.ssl_setting("PLAINTEXT", "ssl.client.auth"),
+            None,
+            "an override is for its listener"
+        );
+        let refused = |pairs: &[(&str, &str)], says: &str| {
+            let mut all = vec![("listeners", "PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093")];
+            all.extend_from_slice(pairs);
+            let err = from_flags(&all).unwrap_err().to_string();
+            assert!(err.contains(says), "{pairs:?}: {err}");
+        };
+        refused(&[], "ssl.keystore.location");
+        refused(
+            &[("ssl.keystore.location", "k"), ("ssl.key.password", "x")],
+            "encrypted keys",
+        );
+        refused(&[("ssl.keystore.type", "PKCS12")], "only PEM");
+        refused(
+            &[("ssl.keystore.location", "k"), ("ssl.client.auth", "sometimes")],
+            "required, requested or none",
+        );
+        refused(
+            &[("ssl.keystore.location", "k"), ("ssl.enabled.protocols", "TLSv1.1")],
+            "TLSv1.2 and TLSv1.3",
+        );
+        refused(
+            &[("ssl.keystore.location", "k"), ("ssl.client.auth", "required")],
+            "truststore",
+        );
+        refused(
+            &[("listener.name.ssl.ssl.keystore.password", "x")],
+            "password-protected",
+        );
+        refused(&[("listener.name.ssl.no.such.key", "x")], "unknown key");
     }
 
     #[test]

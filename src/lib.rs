@@ -12,6 +12,7 @@ pub mod log;
 pub mod meta_properties;
 pub mod replica;
 pub mod server;
+pub mod tls;
 pub mod verbosity;
 
 use std::net::SocketAddr;
@@ -43,6 +44,8 @@ pub enum StartError {
     Quorum(#[from] cluster::raft::QuorumError),
     #[error(transparent)]
     Meta(#[from] meta_properties::MetaError),
+    #[error("TLS: {0}")]
+    Tls(#[from] tls::TlsError),
 }
 
 /// This broker as the metadata names it to clients and brokers: its advertised endpoints
@@ -332,6 +335,14 @@ impl Broker {
         if !config.process_roles.broker {
             return start_controller_only(config).await;
         }
+        // Certificates and keys are read first: a bad one stops start-up before anything else.
+        let mut tls_acceptors = std::collections::BTreeMap::new();
+        for (name, _) in config.client_listeners() {
+            if config.security_protocol(&name) == Some("SSL") {
+                let acceptor = tls::acceptor(&config, &name)?;
+                tls_acceptors.insert(name, acceptor);
+            }
+        }
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| error::Error::storage("create directory", &config.data_dir, e))?;
         meta_properties::check_node(&config.data_dir, config.node_id)?;
@@ -604,11 +615,12 @@ impl Broker {
             let listener = socket
                 .listen(LISTEN_BACKLOG)
                 .map_err(|source| StartError::Listen { addr: listen, source })?;
+            let tls = tls_acceptors.remove(&name);
             let ctx = Arc::new(Ctx {
                 listener: Arc::from(name.as_str()),
                 ..(*ctx).clone()
             });
-            listeners.push((listener, ctx));
+            listeners.push(server::Listening { listener, ctx, tls });
         }
         let stopped = tokio::spawn({
             let shutdown = shutdown.clone();

@@ -4,7 +4,7 @@
 #
 #   protocol-tests/clients/run.sh [TEST...]     TEST: confluent kafka_python aiokafka kcat
 #                                               idempotence transactions txn_checker
-#                                               quixstreams (default: all)
+#                                               quixstreams ssl (default: all)
 # Environment:
 #   SLUICE_BIN=target/release/sluice   the broker binary (build it first:
 #                                      cargo build --release)
@@ -23,7 +23,7 @@ cd "$ROOT"
 BIN=${SLUICE_BIN:-target/release/sluice}
 VENV=${SLUICE_VENV:-.venv}
 TESTS=("$@")
-((${#TESTS[@]})) || TESTS=(confluent kafka_python aiokafka kcat idempotence transactions txn_checker quixstreams)
+((${#TESTS[@]})) || TESTS=(confluent kafka_python aiokafka kcat idempotence transactions txn_checker quixstreams ssl)
 
 # Exact versions, so a client release cannot change the result behind our
 # back; bump deliberately. (confluent-kafka bundles its own librdkafka.)
@@ -92,6 +92,7 @@ BROKER_PID=$!
 export SLUICE_BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
 export SLUICE_SERVE_ARGS="${SERVE_ARGS[*]}"
 export SLUICE_QUIX_PYTHON=$QUIX_VENV/bin/python
+export SLUICE_PYTHON=$VENV/bin/python
 
 # Ready = accepts TCP connections (the log line alone would not prove the
 # socket is bound to the address we chose).
@@ -115,6 +116,8 @@ run_one() { # name -> exit status of the test
             timeout 180 "$VENV/bin/python" "$HERE/test_$1.py" "$ADDR" ;;
         kcat)
             timeout 180 bash "$HERE/test_kcat.sh" "$ADDR" ;;
+        ssl) # its own broker, with TLS listeners
+            timeout 180 bash "$HERE/test_ssl.sh" ;;
         *)
             echo "unknown test $1" >&2; return 2 ;;
     esac

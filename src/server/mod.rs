@@ -8,6 +8,10 @@
 //! connection silent for `connections.max.idle.ms` with no request in flight is closed, also
 //! in the middle of a frame. Each connection holds a `max.connections` slot until its task
 //! ends, however it ends.
+//!
+//! A listener mapped to SSL (`crate::tls`) runs the TLS handshake first, in the connection's
+//! task and within `tls::HANDSHAKE_TIMEOUT`: a client that fails it (a plaintext client, a
+//! bad or missing certificate) is closed alone, with a debug line.
 
 // Input from the network or disk becomes an `Error`, never a panic.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
@@ -19,7 +23,7 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -87,9 +91,9 @@ impl Drop for ConnectionSlot {
 /// Accepts connections on every listener (each with the `Ctx` of its listener) until
 /// `shutdown`. `max.connections` and `queued.max.request.bytes` count all listeners together,
 /// as in Kafka.
-pub async fn serve(listeners: Vec<(TcpListener, Arc<Ctx>)>, shutdown: CancellationToken, tracker: TaskTracker) {
+pub async fn serve(listeners: Vec<Listening>, shutdown: CancellationToken, tracker: TaskTracker) {
     let open = Arc::new(AtomicUsize::new(0));
-    let Some((_, first)) = listeners.first() else {
+    let Some(Listening { ctx: first, .. }) = listeners.first() else {
         return;
     };
     // `queued.max.request.bytes`: one pool of request bytes for every connection.
@@ -97,10 +101,11 @@ pub async fn serve(listeners: Vec<(TcpListener, Arc<Ctx>)>, shutdown: Cancellati
         .ok()
         .map(|bytes| Arc::new(Semaphore::new(bytes.min(Semaphore::MAX_PERMITS))));
     let accepting = TaskTracker::new();
-    for (listener, ctx) in listeners {
+    for Listening { listener, ctx, tls } in listeners {
         accepting.spawn(accept(
             listener,
             ctx,
+            tls,
             open.clone(),
             request_memory.clone(),
             shutdown.clone(),
@@ -111,10 +116,19 @@ pub async fn serve(listeners: Vec<(TcpListener, Arc<Ctx>)>, shutdown: Cancellati
     accepting.wait().await;
 }
 
+/// One bound listener: its socket, the `Ctx` of its name, and its TLS acceptor when it is an
+/// SSL listener.
+pub struct Listening {
+    pub listener: TcpListener,
+    pub ctx: Arc<Ctx>,
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
+}
+
 /// One listener's accept loop.
 async fn accept(
     listener: TcpListener,
     ctx: Arc<Ctx>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     open: Arc<AtomicUsize>,
     request_memory: Option<Arc<Semaphore>>,
     shutdown: CancellationToken,
@@ -145,10 +159,37 @@ async fn accept(
         let ctx = ctx.clone();
         let shutdown = shutdown.clone();
         let request_memory = request_memory.clone();
+        let tls = tls.clone();
         tracker.spawn(async move {
             // Moved into the task: released when the task ends, even by a panic or an abort.
             let _slot = slot;
-            match connection(stream, peer, ctx, request_memory, shutdown).await {
+            let served = match tls {
+                None => {
+                    let (read_half, write_half) = stream.into_split();
+                    connection(read_half, write_half, peer, ctx, request_memory, shutdown).await
+                }
+                Some(acceptor) => {
+                    let handshake = tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        done = tokio::time::timeout(crate::tls::HANDSHAKE_TIMEOUT, acceptor.accept(stream)) => done,
+                    };
+                    match handshake {
+                        Ok(Ok(stream)) => {
+                            let (read_half, write_half) = tokio::io::split(stream);
+                            connection(read_half, write_half, peer, ctx, request_memory, shutdown).await
+                        }
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, error = %e, "TLS handshake failed; closing connection");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!(%peer, "no TLS handshake within its time; closing connection");
+                            return;
+                        }
+                    }
+                }
+            };
+            match served {
                 Ok(()) => {}
                 Err(Close::Io(e)) if is_disconnect(&e) => {}
                 // Routine (Kafka's Selector logs it at debug): clients keep idle connections.
@@ -232,14 +273,18 @@ impl Activity {
     }
 }
 
-async fn connection(
-    stream: TcpStream,
+async fn connection<R, W>(
+    read_half: R,
+    write_half: W,
     peer: SocketAddr,
     ctx: Arc<Ctx>,
     request_memory: Option<Arc<Semaphore>>,
     shutdown: CancellationToken,
-) -> Result<(), Close> {
-    let (read_half, write_half) = stream.into_split();
+) -> Result<(), Close>
+where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     // Kafka's -1 (any negative value): never closed for idleness.
     let idle_max = u64::try_from(ctx.config.connections_max_idle_ms)
         .ok()

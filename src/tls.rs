@@ -1,0 +1,304 @@
+//! TLS for listeners mapped to SSL (issue 13), with rustls: Kafka's PEM keystores and
+//! truststores (`ssl.keystore.type=PEM`), each key overridable per listener
+//! (`listener.name.<listener>.ssl.*`).
+//!
+//! - The server's key and certificate chain: `ssl.keystore.location` (one PEM file holding the
+//!   private key and the chain, leaf first, as Kafka's PEM keystore file), or the PEM text
+//!   itself in `ssl.keystore.certificate.chain` and `ssl.keystore.key`.
+//! - Client certificates (`ssl.client.auth`: `required`, `requested`, `none`, Kafka's default)
+//!   are checked against `ssl.truststore.location` (a PEM file of CA certificates) or
+//!   `ssl.truststore.certificates` (the PEM text).
+//! - `ssl.enabled.protocols`: TLSv1.2 and TLSv1.3 (rustls serves nothing older).
+//!
+//! Everything is read and checked when the broker starts: a missing or unreadable file, a file
+//! without a key or a certificate, a key that does not match its certificate, a certificate
+//! outside its validity period, a truststore without a CA: start-up stops with a message naming
+//! the key and the file. A client whose handshake fails is closed by itself (`server`), within
+//! `HANDSHAKE_TIMEOUT`.
+//!
+//! Not yet: the principal from the client certificate's subject (`ssl.principal.mapping.rules`:
+//! it matters once ACLs are), encrypted keys, JKS/PKCS12 stores, reloading certificates.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::rustls::server::WebPkiClientVerifier;
+use tokio_rustls::rustls::{self, RootCertStore, ServerConfig};
+
+use crate::config::BrokerConfig;
+
+/// A TLS handshake that takes longer is abandoned (Kafka bounds it by the connection's idle
+/// time; a client that connects and sends nothing must not hold a slot for ten minutes).
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why an SSL listener cannot be served, naming the key (and file) at fault.
+#[derive(Debug, thiserror::Error)]
+#[error("listener {listener}: {key}: {problem}")]
+pub struct TlsError {
+    pub listener: String,
+    pub key: &'static str,
+    pub problem: String,
+}
+
+/// The acceptor of SSL listener `listener`, from its TLS keys.
+pub fn acceptor(config: &BrokerConfig, listener: &str) -> Result<TlsAcceptor, TlsError> {
+    server_config(config, listener, UnixTime::now()).map(|c| TlsAcceptor::from(Arc::new(c)))
+}
+
+fn server_config(config: &BrokerConfig, listener: &str, now: UnixTime) -> Result<ServerConfig, TlsError> {
+    let fail = |key: &'static str, problem: String| TlsError {
+        listener: listener.to_string(),
+        key,
+        problem,
+    };
+    let setting = |key| config.ssl_setting(listener, key);
+    let (chain, key, from) = match setting("ssl.keystore.location") {
+        Some(path) => {
+            let path = Path::new(path.trim());
+            let named = |what: String| fail("ssl.keystore.location", format!("{}: {what}", path.display()));
+            let bytes = std::fs::read(path).map_err(|e| named(format!("cannot read it: {e}")))?;
+            let chain = certificates(&bytes).map_err(named)?;
+            let key = private_key(&bytes).map_err(named)?;
+            (chain, key, ("ssl.keystore.location", path.display().to_string()))
+        }
+        None => {
+            let chain_text = setting("ssl.keystore.certificate.chain").unwrap_or_default();
+            let chain = certificates(chain_text.as_bytes()).map_err(|e| fail("ssl.keystore.certificate.chain", e))?;
+            let key_text = setting("ssl.keystore.key").ok_or_else(|| {
+                fail(
+                    "ssl.keystore.key",
+                    "ssl.keystore.certificate.chain is set: its private key is needed too".into(),
+                )
+            })?;
+            let key = private_key(key_text.as_bytes()).map_err(|e| fail("ssl.keystore.key", e))?;
+            (
+                chain,
+                key,
+                ("ssl.keystore.certificate.chain", "the PEM text".to_string()),
+            )
+        }
+    };
+    // rustls checks dates only against a peer's chain: a server whose own certificate expired
+    // would start and fail every handshake, so it is checked here.
+    if let Some(leaf) = chain.first() {
+        check_validity(leaf, now).map_err(|e| fail(from.0, format!("{}: {e}", from.1)))?;
+    }
+    let listed: Vec<&str> = setting("ssl.enabled.protocols")
+        .or(setting("ssl.protocol"))
+        .map(|list| list.split(',').map(str::trim).collect())
+        .unwrap_or_default();
+    let wants = |version: &str| listed.is_empty() || listed.iter().any(|p| *p == version || *p == "TLS");
+    let mut versions: Vec<&'static rustls::SupportedProtocolVersion> = Vec::new();
+    if wants("TLSv1.3") {
+        versions.push(&rustls::version::TLS13);
+    }
+    if wants("TLSv1.2") {
+        versions.push(&rustls::version::TLS12);
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&versions)
+        .map_err(|e| fail("ssl.enabled.protocols", e.to_string()))?;
+    let client_auth = setting("ssl.client.auth").unwrap_or("none");
+    let builder = match client_auth {
+        "required" | "requested" => {
+            let roots = truststore(config, listener)?;
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+            let verifier = match client_auth {
+                "requested" => verifier.allow_unauthenticated(),
+                _ => verifier,
+            };
+            let verifier = verifier
+                .build()
+                .map_err(|e| fail("ssl.truststore.location", e.to_string()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        _ => builder.with_no_client_auth(),
+    };
+    let mut server = builder.with_single_cert(chain, key).map_err(|e| {
+        fail(
+            from.0,
+            format!("{}: the key and the certificate do not go together: {e}", from.1),
+        )
+    })?;
+    server.alpn_protocols.clear();
+    Ok(server)
+}
+
+/// The CA certificates client certificates must chain to.
+fn truststore(config: &BrokerConfig, listener: &str) -> Result<RootCertStore, TlsError> {
+    let fail = |key: &'static str, problem: String| TlsError {
+        listener: listener.to_string(),
+        key,
+        problem,
+    };
+    let (bytes, key, from) = match config.ssl_setting(listener, "ssl.truststore.location") {
+        Some(path) => {
+            let path = Path::new(path.trim());
+            let bytes = std::fs::read(path).map_err(|e| {
+                fail(
+                    "ssl.truststore.location",
+                    format!("{}: cannot read it: {e}", path.display()),
+                )
+            })?;
+            (bytes, "ssl.truststore.location", path.display().to_string())
+        }
+        None => {
+            let text = config
+                .ssl_setting(listener, "ssl.truststore.certificates")
+                .unwrap_or_default();
+            (
+                text.as_bytes().to_vec(),
+                "ssl.truststore.certificates",
+                "the PEM text".to_string(),
+            )
+        }
+    };
+    let mut roots = RootCertStore::empty();
+    for cert in certificates(&bytes).map_err(|e| fail(key, format!("{from}: {e}")))? {
+        roots
+            .add(cert)
+            .map_err(|e| fail(key, format!("{from}: not a CA certificate rustls accepts: {e}")))?;
+    }
+    Ok(roots)
+}
+
+/// Every certificate of a PEM text, at least one.
+fn certificates(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("not PEM certificates: {e}"))?;
+    if certs.is_empty() {
+        return Err("holds no certificate (-----BEGIN CERTIFICATE-----)".into());
+    }
+    Ok(certs)
+}
+
+/// The one private key of a PEM text (PKCS#8, PKCS#1 or SEC1; unencrypted).
+fn private_key(pem: &[u8]) -> Result<PrivateKeyDer<'static>, String> {
+    if pem.windows(9).any(|w| w == b"ENCRYPTED") {
+        return Err("the private key is encrypted: give it unencrypted (ssl.key.password is not served)".into());
+    }
+    PrivateKeyDer::from_pem_slice(pem).map_err(|e| format!("no usable private key: {e}"))
+}
+
+/// Whether `now` lies in the certificate's validity period (read from its DER: notBefore and
+/// notAfter of the TBSCertificate's Validity).
+fn check_validity(cert: &CertificateDer<'_>, now: UnixTime) -> Result<(), String> {
+    let (not_before, not_after) = validity(cert.as_ref()).ok_or("its certificate cannot be parsed")?;
+    let now = now.as_secs();
+    if now < not_before {
+        return Err(format!(
+            "its certificate is not valid yet (from {not_before} s after the epoch)"
+        ));
+    }
+    if now > not_after {
+        return Err(format!("its certificate expired ({not_after} s after the epoch)"));
+    }
+    Ok(())
+}
+
+/// One DER element at the start of `der`: its tag, its contents and what follows it.
+fn element(der: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, rest) = der.split_first()?;
+    let (&first, rest) = rest.split_first()?;
+    let (len, rest) = if first < 0x80 {
+        (usize::from(first), rest)
+    } else {
+        let count = usize::from(first & 0x7f);
+        if count == 0 || count > 4 || rest.len() < count {
+            return None;
+        }
+        let len = rest[..count].iter().fold(0usize, |acc, b| (acc << 8) | usize::from(*b));
+        (len, &rest[count..])
+    };
+    if rest.len() < len {
+        return None;
+    }
+    Some((tag, &rest[..len], &rest[len..]))
+}
+
+/// The validity period of an X.509 certificate, in seconds since the epoch.
+fn validity(der: &[u8]) -> Option<(u64, u64)> {
+    let (_, certificate, _) = element(der)?;
+    let (_, tbs, _) = element(certificate)?;
+    let mut rest = tbs;
+    // [0] version (optional), serialNumber, signature, issuer, then validity.
+    let (tag, _, after) = element(rest)?;
+    if tag == 0xa0 {
+        rest = after;
+    }
+    for _ in 0..3 {
+        rest = element(rest)?.2;
+    }
+    let (_, validity, _) = element(rest)?;
+    let (tag_before, before, after) = element(validity)?;
+    let (tag_after, not_after, _) = element(after)?;
+    Some((asn1_time(tag_before, before)?, asn1_time(tag_after, not_after)?))
+}
+
+/// UTCTime (tag 23, YYMMDDHHMMSSZ) or GeneralizedTime (tag 24, YYYYMMDDHHMMSSZ) as seconds.
+fn asn1_time(tag: u8, text: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(text).ok()?.strip_suffix('Z')?;
+    let (year, rest) = match tag {
+        23 => {
+            let yy: u64 = text.get(..2)?.parse().ok()?;
+            (if yy >= 50 { 1900 + yy } else { 2000 + yy }, text.get(2..)?)
+        }
+        24 => (text.get(..4)?.parse().ok()?, text.get(4..)?),
+        _ => return None,
+    };
+    let field = |at: usize| -> Option<u64> { rest.get(at..at + 2)?.parse().ok() };
+    let (month, day, hour, minute, second) = (field(0)?, field(2)?, field(4)?, field(6)?, field(8)?);
+    if !(1..=12).contains(&month) || day == 0 || day > 31 {
+        return None;
+    }
+    // Days from the civil date (Howard Hinnant's algorithm), year >= 1970.
+    let (y, m) = if month <= 2 {
+        (year - 1, month + 9)
+    } else {
+        (year, month - 3)
+    };
+    let era = y / 400;
+    let yoe = y - era * 400;
+    let doy = (153 * m + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = (era * 146_097 + doe).checked_sub(719_468)?;
+    Some(days * 86_400 + hour * 3600 + minute * 60 + second)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn asn1_times_are_read_as_seconds_since_the_epoch() {
+        assert_eq!(asn1_time(23, b"700101000000Z"), Some(0));
+        assert_eq!(asn1_time(23, b"260101000000Z"), Some(1_767_225_600));
+        assert_eq!(asn1_time(24, b"20260101000000Z"), Some(1_767_225_600));
+        assert_eq!(asn1_time(24, b"99991231235959Z"), Some(253_402_300_799));
+        assert_eq!(asn1_time(23, b"2601010000Z"), None);
+        assert_eq!(asn1_time(23, b"261301000000Z"), None);
+        assert_eq!(asn1_time(4, b"260101000000Z"), None);
+    }
+
+    #[test]
+    fn a_certificate_outside_its_validity_is_refused() {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(vec!["localhost".into()]).unwrap();
+        params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        let cert = params.self_signed(&key).unwrap();
+        let der = CertificateDer::from(cert.der().to_vec());
+        assert_eq!(validity(&der), Some((1_577_836_800, 1_609_459_200)));
+        let inside = UnixTime::since_unix_epoch(Duration::from_secs(1_600_000_000));
+        let after = UnixTime::since_unix_epoch(Duration::from_secs(1_700_000_000));
+        assert!(check_validity(&der, inside).is_ok());
+        assert!(check_validity(&der, after).unwrap_err().contains("expired"));
+        assert!(validity(b"\x30\x03\x02\x01").is_none(), "garbage is no certificate");
+    }
+}
