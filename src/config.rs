@@ -48,8 +48,8 @@ pub struct BrokerConfig {
     /// `advertised.listeners` as given; `advertise` is the first client listener's entry.
     pub advertised_listeners: Vec<Listener>,
     /// `listener.security.protocol.map`: each listener name's security protocol (Kafka's
-    /// default maps PLAINTEXT, SSL, SASL_PLAINTEXT and SASL_SSL to themselves). Only PLAINTEXT
-    /// is served until TLS and SASL come.
+    /// default maps PLAINTEXT, SSL, SASL_PLAINTEXT and SASL_SSL to themselves). PLAINTEXT and
+    /// SSL (`crate::tls`) are served; SASL is not yet.
     pub listener_security_protocol_map: BTreeMap<String, String>,
     /// The address the quorum binds (voters connect to it): the entry of `listeners` named in
     /// `controller.listener.names`, an empty host made `0.0.0.0`.
@@ -256,8 +256,8 @@ impl std::fmt::Display for ProcessRoles {
     }
 }
 
-/// The default client listener's name, the default `inter.broker.listener.name`, and the one
-/// security protocol served until TLS and SASL come.
+/// The default client listener's name, the default `inter.broker.listener.name`, and the
+/// security protocol without TLS or SASL.
 const PLAINTEXT: &str = "PLAINTEXT";
 /// Kafka's SecurityProtocol.SSL: TLS without SASL.
 const SSL: &str = "SSL";

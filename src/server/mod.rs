@@ -168,24 +168,11 @@ async fn accept(
                     let (read_half, write_half) = stream.into_split();
                     connection(read_half, write_half, peer, ctx, request_memory, shutdown).await
                 }
+                // Boxed: the TLS stream's state stays out of every plaintext connection's task.
                 Some(acceptor) => {
-                    let handshake = tokio::select! {
-                        _ = shutdown.cancelled() => return,
-                        done = tokio::time::timeout(crate::tls::HANDSHAKE_TIMEOUT, acceptor.accept(stream)) => done,
-                    };
-                    match handshake {
-                        Ok(Ok(stream)) => {
-                            let (read_half, write_half) = tokio::io::split(stream);
-                            connection(read_half, write_half, peer, ctx, request_memory, shutdown).await
-                        }
-                        Ok(Err(e)) => {
-                            tracing::debug!(%peer, error = %e, "TLS handshake failed; closing connection");
-                            return;
-                        }
-                        Err(_) => {
-                            tracing::debug!(%peer, "no TLS handshake within its time; closing connection");
-                            return;
-                        }
+                    match Box::pin(tls_connection(acceptor, stream, peer, ctx, request_memory, shutdown)).await {
+                        Some(served) => served,
+                        None => return,
                     }
                 }
             };
@@ -270,6 +257,37 @@ impl Activity {
         }
         let last = Duration::from_millis(self.last_ms.load(Ordering::Acquire));
         self.start.checked_add(last)?.checked_add(max)
+    }
+}
+
+/// A connection of an SSL listener: the TLS handshake (bounded by `tls::HANDSHAKE_TIMEOUT`),
+/// then `connection` over the TLS stream; None when the handshake failed or shutdown came
+/// first (logged here).
+async fn tls_connection(
+    acceptor: tokio_rustls::TlsAcceptor,
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    ctx: Arc<Ctx>,
+    request_memory: Option<Arc<Semaphore>>,
+    shutdown: CancellationToken,
+) -> Option<Result<(), Close>> {
+    let handshake = tokio::select! {
+        _ = shutdown.cancelled() => return None,
+        done = tokio::time::timeout(crate::tls::HANDSHAKE_TIMEOUT, acceptor.accept(stream)) => done,
+    };
+    match handshake {
+        Ok(Ok(stream)) => {
+            let (read_half, write_half) = tokio::io::split(stream);
+            Some(connection(read_half, write_half, peer, ctx, request_memory, shutdown).await)
+        }
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "TLS handshake failed; closing connection");
+            None
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "no TLS handshake within its time; closing connection");
+            None
+        }
     }
 }
 
