@@ -92,7 +92,7 @@ BROKER_PID=$!
 export SLUICE_BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
 export SLUICE_SERVE_ARGS="${SERVE_ARGS[*]}"
 export SLUICE_QUIX_PYTHON=$QUIX_VENV/bin/python
-export SLUICE_PYTHON=$VENV/bin/python
+export SLUICE_PYTHON=$(cd "$VENV/bin" && pwd)/python
 
 # Ready = accepts TCP connections (the log line alone would not prove the
 # socket is bound to the address we chose).

@@ -14,6 +14,8 @@ set -euo pipefail
 
 BIN=${SLUICE_BIN:?run.sh sets SLUICE_BIN}
 PY=${SLUICE_PYTHON:-python3}
+# The script works in its own directory: a relative path would no longer name the same file.
+[[ $PY == */* ]] && PY=$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")
 TMP=$(mktemp -d /tmp/sluice-ssl.XXXXXX)
 PID=
 cleanup() {
