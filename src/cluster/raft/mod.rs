@@ -310,6 +310,16 @@ pub(super) struct Core {
     last_rebalance: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
+/// Node `node` of the membership `raft` knows (voter or learner), with its address.
+pub(super) fn membership_node(raft: &Raft<TypeConfig>, node: u64) -> Option<BasicNode> {
+    raft.metrics()
+        .borrow()
+        .membership_config
+        .membership()
+        .get_node(&node)
+        .cloned()
+}
+
 impl Core {
     /// On the leader: learner `node` dialed in and offers `stream` for its replication. A node
     /// not yet in the membership is added as a learner (openraft's `add_learner`, a membership
@@ -319,15 +329,7 @@ impl Core {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(node, stream);
-        let known = self
-            .raft
-            .metrics()
-            .borrow()
-            .membership_config
-            .membership()
-            .get_node(&node)
-            .is_some();
-        if known {
+        if membership_node(&self.raft, node).is_some() {
             return;
         }
         let raft = self.raft.clone();
@@ -348,15 +350,7 @@ impl Core {
     /// at its controller listener `address`; a node not in the membership is added as a
     /// learner there (AddRaftVoter can then make it a voter). A member already is left alone.
     pub(super) fn accept_controller_learner(&self, node: u64, address: String) {
-        let known = self
-            .raft
-            .metrics()
-            .borrow()
-            .membership_config
-            .membership()
-            .get_node(&node)
-            .cloned();
-        match known {
+        match membership_node(&self.raft, node) {
             Some(known) if known.addr == address => return,
             Some(known) => {
                 tracing::warn!(node, recorded = %known.addr, asked = %address, "metadata quorum: a member asked to join at another address; keeping the recorded one");

@@ -347,14 +347,7 @@ impl RaftServer {
         self.tasks.spawn(async move {
             let mut dialer = Dialer::new(targets);
             while !cancel.is_cancelled() {
-                let member = raft
-                    .metrics()
-                    .borrow()
-                    .membership_config
-                    .membership()
-                    .get_node(&node_id)
-                    .is_some();
-                let wait = if member {
+                let wait = if super::membership_node(&raft, node_id).is_some() {
                     CONTROLLER_JOIN_CHECK
                 } else if let Some((target, address)) = dialer.pick(&raft) {
                     match join(&address, target, node_id, Some(own_address.clone()), limits).await {
@@ -523,12 +516,8 @@ impl Dialer {
             let address = address
                 .or_else(|| self.targets.iter().find(|(t, _)| *t == id).map(|(_, a)| a.clone()))
                 .or_else(|| {
-                    raft.metrics()
-                        .borrow()
-                        .membership_config
-                        .membership()
-                        .get_node(&id)
-                        .map(|node| node.addr.clone())
+                    super::membership_node(raft, id)
+                        .map(|node| node.addr)
                         .filter(|addr| addr != LEARNER_ADDRESS)
                 });
             if let Some(address) = address {
