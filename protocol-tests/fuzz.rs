@@ -384,6 +384,9 @@ default_bodies! {
     ElectLeaders => ElectLeadersRequest, AlterPartitionReassignments => AlterPartitionReassignmentsRequest,
     ListPartitionReassignments => ListPartitionReassignmentsRequest,
     AddRaftVoter => AddRaftVoterRequest, RemoveRaftVoter => RemoveRaftVoterRequest,
+    SaslHandshake => SaslHandshakeRequest, SaslAuthenticate => SaslAuthenticateRequest,
+    DescribeUserScramCredentials => DescribeUserScramCredentialsRequest,
+    AlterUserScramCredentials => AlterUserScramCredentialsRequest,
 }
 
 fn name(text: &'static str) -> TopicName {

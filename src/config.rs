@@ -71,6 +71,18 @@ pub struct BrokerConfig {
     /// (`listener.name.<listener, lower case>.<key>`, Kafka's form): the SSL listeners'
     /// certificates, keys, truststores and client authentication (`crate::tls`).
     pub ssl: BTreeMap<String, String>,
+    /// The SASL keys as set (`sasl.enabled.mechanisms`, and the per-listener forms
+    /// `listener.name.<listener>.sasl.enabled.mechanisms` and
+    /// `listener.name.<listener>.<mechanism>.sasl.jaas.config`): SASL listeners' mechanisms
+    /// and JAAS lines (`crate::sasl`).
+    pub sasl: BTreeMap<String, String>,
+    /// `connections.max.reauth.ms` (KIP-368): a SASL session's longest life; 0: no limit.
+    pub connections_max_reauth_ms: u64,
+    /// `connection.failed.authentication.delay.ms`: how long a failed authentication waits
+    /// before its answer and the close.
+    pub connection_failed_authentication_delay_ms: u64,
+    /// `sasl.server.max.receive.size`: the largest frame before SASL authentication completes.
+    pub sasl_server_max_receive_size: usize,
     /// `controller.quorum.election.timeout.ms`: how long a voter waits without hearing from a
     /// leader before it starts an election.
     pub controller_quorum_election_timeout_ms: u64,
@@ -261,6 +273,11 @@ impl std::fmt::Display for ProcessRoles {
 const PLAINTEXT: &str = "PLAINTEXT";
 /// Kafka's SecurityProtocol.SSL: TLS without SASL.
 const SSL: &str = "SSL";
+pub const SSL_PROTOCOL: &str = SSL;
+/// Kafka's SecurityProtocol.SASL_PLAINTEXT and SASL_SSL: SASL authentication, without and
+/// with TLS.
+pub const SASL_PLAINTEXT: &str = "SASL_PLAINTEXT";
+pub const SASL_SSL: &str = "SASL_SSL";
 
 /// Kafka's security protocols (`SecurityProtocol`).
 const SECURITY_PROTOCOLS: &[&str] = &["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"];
@@ -372,6 +389,10 @@ impl Default for BrokerConfig {
             controller_quorum_voters: BTreeMap::new(),
             controller_quorum_bootstrap_servers: Vec::new(),
             ssl: BTreeMap::new(),
+            sasl: BTreeMap::new(),
+            connections_max_reauth_ms: 0,
+            connection_failed_authentication_delay_ms: 100,
+            sasl_server_max_receive_size: 524_288,
             controller_quorum_election_timeout_ms: 1000,
             broker_session_timeout_ms: 9000,
             replica_lag_time_max_ms: 30_000,
@@ -564,6 +585,38 @@ pub const SSL_KEYS: &[&str] = &[
     "ssl.protocol",
     "ssl.endpoint.identification.algorithm",
 ];
+
+/// Whether `key` is a SASL key kept in `BrokerConfig::sasl`: `sasl.enabled.mechanisms`,
+/// `listener.name.<listener>.sasl.enabled.mechanisms` or
+/// `listener.name.<listener>.<mechanism>.sasl.jaas.config`.
+fn is_sasl_key(key: &str) -> bool {
+    if key == "sasl.enabled.mechanisms" {
+        return true;
+    }
+    let Some(rest) = key.strip_prefix("listener.name.") else {
+        return false;
+    };
+    match rest.split_once('.') {
+        Some((_, "sasl.enabled.mechanisms")) => true,
+        Some((_, rest)) => rest
+            .strip_suffix(".sasl.jaas.config")
+            .is_some_and(|m| crate::sasl::Mechanism::from_name(&m.to_ascii_uppercase()).is_some()),
+        None => false,
+    }
+}
+
+/// `listener.name.<listener>.[<mechanism>.]<name>`, lower-cased as Kafka's
+/// `ListenerName.saslMechanismConfigPrefix`.
+fn sasl_key(listener: &str, mechanism: Option<&str>, name: &str) -> String {
+    match mechanism {
+        Some(m) => format!(
+            "listener.name.{}.{}.{name}",
+            listener.to_ascii_lowercase(),
+            m.to_ascii_lowercase()
+        ),
+        None => format!("listener.name.{}.{name}", listener.to_ascii_lowercase()),
+    }
+}
 
 /// The `SSL_KEYS` name of `key`: itself, or what follows a `listener.name.<listener>.` prefix.
 fn ssl_key_name(key: &str) -> Option<&'static str> {
@@ -839,6 +892,30 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
         ConfigType::Long,
         false,
         "A connection silent this long is closed; -1 for never.",
+    ),
+    broker_key(
+        "sasl.enabled.mechanisms",
+        ConfigType::List,
+        false,
+        "The SASL mechanisms of SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER.",
+    ),
+    broker_key(
+        "connections.max.reauth.ms",
+        ConfigType::Long,
+        false,
+        "A SASL session's longest life before the client must re-authenticate (KIP-368); 0: no limit.",
+    ),
+    broker_key(
+        "connection.failed.authentication.delay.ms",
+        ConfigType::Int,
+        false,
+        "How long a failed authentication waits before its answer and the close.",
+    ),
+    broker_key(
+        "sasl.server.max.receive.size",
+        ConfigType::Int,
+        false,
+        "The largest request frame before SASL authentication completes.",
     ),
     broker_key(
         "fetch.max.bytes",
@@ -1220,6 +1297,14 @@ impl BrokerConfig {
             "queued.max.requests" => self.queued_max_requests.to_string(),
             "queued.max.request.bytes" => self.queued_max_request_bytes.to_string(),
             "connections.max.idle.ms" => self.connections_max_idle_ms.to_string(),
+            "sasl.enabled.mechanisms" => self
+                .sasl
+                .get("sasl.enabled.mechanisms")
+                .cloned()
+                .unwrap_or_else(|| crate::sasl::DEFAULT_MECHANISMS.to_string()),
+            "connections.max.reauth.ms" => self.connections_max_reauth_ms.to_string(),
+            "connection.failed.authentication.delay.ms" => self.connection_failed_authentication_delay_ms.to_string(),
+            "sasl.server.max.receive.size" => self.sasl_server_max_receive_size.to_string(),
             "fetch.max.bytes" => self.fetch_max_bytes.to_string(),
             "log.flush.interval.messages" => self.log_flush_interval_messages.to_string(),
             "log.flush.interval.ms" => self.log_flush_interval_ms.to_string(),
@@ -1514,6 +1599,23 @@ impl BrokerConfig {
                 self.transaction_remove_expired_transaction_cleanup_interval_ms =
                     at_least(key, parse_int(key, value)?, 1)?
             }
+            "connections.max.reauth.ms" => self.connections_max_reauth_ms = parse_int(key, value)?,
+            "connection.failed.authentication.delay.ms" => {
+                self.connection_failed_authentication_delay_ms = parse_int(key, value)?
+            }
+            "sasl.server.max.receive.size" => {
+                self.sasl_server_max_receive_size = at_least(key, parse_int(key, value)?, 1)?
+            }
+            "sasl.jaas.config" => {
+                return Err(invalid(
+                    key,
+                    "a broker reads listener.name.<listener>.<mechanism>.sasl.jaas.config, \
+                     e.g. listener.name.sasl_plaintext.plain.sasl.jaas.config",
+                ));
+            }
+            _ if is_sasl_key(key) => {
+                self.sasl.insert(key.to_string(), value.trim().to_string());
+            }
             _ if ssl_key_name(key).is_some() => {
                 let name = ssl_key_name(key).unwrap_or_default();
                 check_ssl_value(key, name, value)?;
@@ -1534,6 +1636,28 @@ impl BrokerConfig {
             .or_else(|| self.ssl.get(name))
             .map(String::as_str)
             .filter(|v| !v.trim().is_empty())
+    }
+
+    /// SASL key `name` for listener `listener` (and `mechanism`, for `sasl.jaas.config`): its
+    /// `listener.name.<listener>.[<mechanism>.]` form, else (`sasl.enabled.mechanisms`) the
+    /// broker-wide value.
+    pub fn sasl_setting(&self, listener: &str, mechanism: Option<&str>, name: &str) -> Option<&str> {
+        self.sasl
+            .get(&sasl_key(listener, mechanism, name))
+            .or_else(|| self.sasl.get(name))
+            .map(String::as_str)
+            .filter(|v| !v.trim().is_empty())
+    }
+
+    /// The key that gives `sasl_setting` its value (for error messages): the listener's form
+    /// when it is set or when there is no broker-wide one.
+    pub fn sasl_key_set(&self, listener: &str, mechanism: Option<&str>, name: &str) -> String {
+        let prefixed = sasl_key(listener, mechanism, name);
+        if self.sasl.contains_key(&prefixed) || mechanism.is_some() {
+            prefixed
+        } else {
+            name.to_string()
+        }
     }
 
     /// The security protocol of listener `name` (`listener.security.protocol.map`; a
@@ -1620,50 +1744,53 @@ impl BrokerConfig {
                 format!("listener {name} has no security protocol (add {name}:PLAINTEXT)"),
             ));
         };
-        match protocol {
-            PLAINTEXT => Ok(()),
-            SSL if self.is_controller_listener(name) => Err(invalid(
+        if protocol == PLAINTEXT {
+            return Ok(());
+        }
+        if self.is_controller_listener(name) {
+            return Err(invalid(
                 "listener.security.protocol.map",
                 format!("listener {name}: the controller listener is served in PLAINTEXT only for now"),
-            )),
-            SSL if self.cluster_mode() && name == self.inter_broker_listener_name => Err(invalid(
-                "inter.broker.listener.name",
-                format!("{name} is an SSL listener: brokers do not dial each other over TLS yet; name a PLAINTEXT one"),
-            )),
-            SSL => {
-                let has_keystore = self.ssl_setting(name, "ssl.keystore.location").is_some()
-                    || self.ssl_setting(name, "ssl.keystore.certificate.chain").is_some();
-                if !has_keystore {
-                    return Err(invalid(
-                        "ssl.keystore.location",
-                        format!(
-                            "listener {name} is SSL: set ssl.keystore.location (a PEM file with the key and its \
-                             certificate chain) or ssl.keystore.certificate.chain and ssl.keystore.key \
-                             (or their listener.name.{}. overrides)",
-                            name.to_ascii_lowercase()
-                        ),
-                    ));
-                }
-                if self.ssl_setting(name, "ssl.client.auth").is_some_and(|a| a != "none")
-                    && self.ssl_setting(name, "ssl.truststore.location").is_none()
-                    && self.ssl_setting(name, "ssl.truststore.certificates").is_none()
-                {
-                    return Err(invalid(
-                        "ssl.client.auth",
-                        format!(
-                            "listener {name} authenticates clients: set ssl.truststore.location or ssl.truststore.certificates"
-                        ),
-                    ));
-                }
-                Ok(())
-            }
-            other => Err(invalid(
-                "listener.security.protocol.map",
-                format!(
-                    "listener {name}: {other} is not served yet (SASL comes with the security work); use PLAINTEXT or SSL"
-                ),
-            )),
+            ));
         }
+        if self.cluster_mode() && name == self.inter_broker_listener_name {
+            return Err(invalid(
+                "inter.broker.listener.name",
+                format!(
+                    "{name} is a {protocol} listener: brokers do not dial each other over TLS or SASL yet; name a PLAINTEXT one"
+                ),
+            ));
+        }
+        if matches!(protocol, SSL | SASL_SSL) {
+            let has_keystore = self.ssl_setting(name, "ssl.keystore.location").is_some()
+                || self.ssl_setting(name, "ssl.keystore.certificate.chain").is_some();
+            if !has_keystore {
+                return Err(invalid(
+                    "ssl.keystore.location",
+                    format!(
+                        "listener {name} is {protocol}: set ssl.keystore.location (a PEM file with the key and its \
+                         certificate chain) or ssl.keystore.certificate.chain and ssl.keystore.key \
+                         (or their listener.name.{}. overrides)",
+                        name.to_ascii_lowercase()
+                    ),
+                ));
+            }
+            if self.ssl_setting(name, "ssl.client.auth").is_some_and(|a| a != "none")
+                && self.ssl_setting(name, "ssl.truststore.location").is_none()
+                && self.ssl_setting(name, "ssl.truststore.certificates").is_none()
+            {
+                return Err(invalid(
+                    "ssl.client.auth",
+                    format!(
+                        "listener {name} authenticates clients: set ssl.truststore.location or ssl.truststore.certificates"
+                    ),
+                ));
+            }
+        }
+        if matches!(protocol, SASL_PLAINTEXT | SASL_SSL) {
+            crate::sasl::ListenerSasl::new(self, name)?;
+        }
+        Ok(())
     }
 
     fn is_controller_listener(&self, name: &str) -> bool {
@@ -1798,7 +1925,11 @@ impl BrokerConfig {
                 ));
             }
         }
+        // A single node dials no other broker: its default (PLAINTEXT) need not be a listener,
+        // so `listeners=SASL_PLAINTEXT://...` alone serves. One set explicitly must be.
+        let inter_broker_needed = self.cluster_mode() || self.static_keys.contains("inter.broker.listener.name");
         if roles.broker
+            && inter_broker_needed
             && !self
                 .client_listeners()
                 .iter()
@@ -2425,13 +2556,13 @@ mod tests {
         assert_eq!(c.set("num.partitions", "zero").unwrap_err().key, "num.partitions");
         assert_eq!(c.set("num.partitions", "0").unwrap_err().key, "num.partitions");
         assert!(c.set("auto.create.topics.enable", "yes").is_err());
-        // An SSL listener needs its keystore; SASL comes with the security work.
+        // An SSL or SASL_SSL listener needs its keystore.
         c.set("listeners", "SSL://h:1").unwrap();
         c.set("inter.broker.listener.name", "SSL").unwrap();
         assert_eq!(c.check().unwrap_err().key, "ssl.keystore.location");
         c.set("listeners", "SASL_SSL://h:1").unwrap();
         c.set("inter.broker.listener.name", "SASL_SSL").unwrap();
-        assert_eq!(c.check().unwrap_err().key, "listener.security.protocol.map");
+        assert_eq!(c.check().unwrap_err().key, "ssl.keystore.location");
         c.set("inter.broker.listener.name", "PLAINTEXT").unwrap();
         c.set("listeners", "PLAINTEXT://0.0.0.0:19092").unwrap();
         assert_eq!(c.listen, "0.0.0.0:19092");
@@ -2621,11 +2752,18 @@ mod tests {
             c.client_listeners()[1],
             ("INTERNAL".to_string(), "127.0.0.1:9194".to_string())
         );
-        // Without inter.broker.listener.name, PLAINTEXT is the inter-broker listener: there
-        // is none here, which Kafka refuses at start.
+        // Without inter.broker.listener.name, PLAINTEXT is the inter-broker listener: a single
+        // node dials no broker, so it need not exist there (`listeners=SASL_PLAINTEXT://...`
+        // alone serves); named explicitly, it must be a listener, as Kafka checks.
+        from_flags(&[
+            ("listeners", "EXTERNAL://127.0.0.1:9192"),
+            ("listener.security.protocol.map", "EXTERNAL:PLAINTEXT"),
+        ])
+        .unwrap();
         let err = from_flags(&[
             ("listeners", "EXTERNAL://127.0.0.1:9192"),
             ("listener.security.protocol.map", "EXTERNAL:PLAINTEXT"),
+            ("inter.broker.listener.name", "PLAINTEXT"),
         ])
         .unwrap_err();
         assert_eq!(err.key, "inter.broker.listener.name", "{err}");
@@ -2828,8 +2966,8 @@ mod tests {
             (
                 "listeners",
                 "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093,SASL_SSL://127.0.0.1:9094",
-                "listener.security.protocol.map",
-                "SASL_SSL is not served yet",
+                "ssl.keystore.location",
+                "listener SASL_SSL is SASL_SSL: set ssl.keystore.location",
             ),
             (
                 "listeners",

@@ -11,6 +11,7 @@ pub mod error;
 pub mod log;
 pub mod meta_properties;
 pub mod replica;
+pub mod sasl;
 pub mod server;
 pub mod tls;
 pub mod verbosity;
@@ -337,10 +338,15 @@ impl Broker {
         }
         // Certificates and keys are read first: a bad one stops start-up before anything else.
         let mut tls_acceptors = std::collections::BTreeMap::new();
+        let mut sasl_listeners = std::collections::BTreeMap::new();
         for (name, _) in config.client_listeners() {
-            if config.security_protocol(&name) == Some("SSL") {
+            let protocol = config.security_protocol(&name);
+            if matches!(protocol, Some(config::SSL_PROTOCOL | config::SASL_SSL)) {
                 let acceptor = tls::acceptor(&config, &name)?;
-                tls_acceptors.insert(name, acceptor);
+                tls_acceptors.insert(name.clone(), acceptor);
+            }
+            if matches!(protocol, Some(config::SASL_PLAINTEXT | config::SASL_SSL)) {
+                sasl_listeners.insert(name.clone(), Arc::new(sasl::ListenerSasl::new(&config, &name)?));
             }
         }
         std::fs::create_dir_all(&config.data_dir)
@@ -426,6 +432,7 @@ impl Broker {
         transactions.load()?;
         let ctx = Arc::new(Ctx {
             listener: Arc::from(sockets[0].0.as_str()),
+            principal: Arc::from(sasl::ANONYMOUS),
             config: config.clone(),
             controller,
             replicas: replicas.clone(),
@@ -616,11 +623,17 @@ impl Broker {
                 .listen(LISTEN_BACKLOG)
                 .map_err(|source| StartError::Listen { addr: listen, source })?;
             let tls = tls_acceptors.remove(&name);
+            let sasl = sasl_listeners.remove(&name);
             let ctx = Arc::new(Ctx {
                 listener: Arc::from(name.as_str()),
                 ..(*ctx).clone()
             });
-            listeners.push(server::Listening { listener, ctx, tls });
+            listeners.push(server::Listening {
+                listener,
+                ctx,
+                tls,
+                sasl,
+            });
         }
         let stopped = tokio::spawn({
             let shutdown = shutdown.clone();

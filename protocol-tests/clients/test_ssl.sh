@@ -12,40 +12,16 @@
 #   protocol-tests/clients/test_ssl.sh          (SLUICE_BIN, SLUICE_PYTHON from run.sh)
 set -euo pipefail
 
-BIN=${SLUICE_BIN:?run.sh sets SLUICE_BIN}
-PY=${SLUICE_PYTHON:-python3}
-# The script works in its own directory: a relative path would no longer name the same file.
-[[ $PY == */* ]] && PY=$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")
-TMP=$(mktemp -d /tmp/sluice-ssl.XXXXXX)
-PID=
-cleanup() {
-    [[ -n $PID ]] && kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
-fail() {
-    echo "  FAILED: $*"
-    [[ -f $TMP/broker.log ]] && tail -n 15 "$TMP/broker.log" | sed 's/^/    broker: /'
-    exit 1
-}
-ok() { echo "  ok: $*"; }
-
-# --- certificates: a CA, the broker's (localhost, 127.0.0.1), a client's, a stranger CA ---
-cd "$TMP"
-ossl() { openssl "$@" 2>>"$TMP/openssl.log"; }
-ossl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=sluice test CA" -keyout ca.key -out ca.pem
+NAME=ssl
+source "$(dirname "${BASH_SOURCE[0]}")/tls_common.sh"
+# --- certificates: besides tls_common's CA and broker keystore, a client's and a stranger CA ---
 ossl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=stranger CA" -keyout other-ca.key -out other-ca.pem
-printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >server.ext
-ossl req -newkey rsa:2048 -nodes -subj "/CN=broker" -keyout broker.key -out broker.csr
-ossl x509 -req -in broker.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile server.ext -out broker.crt
-cat broker.key broker.crt ca.pem >broker-keystore.pem # Kafka's PEM keystore: key, then chain
 printf 'extendedKeyUsage=clientAuth\n' >client.ext
 ossl req -newkey rsa:2048 -nodes -subj "/CN=alice" -keyout client.key -out client.csr
 ossl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile client.ext -out client.crt
 ok "certificates made with $(openssl version | cut -d' ' -f1-2)"
 
 # --- the broker -------------------------------------------------------------------------
-port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 PLAIN=$(port) SSLP=$(port) MTLS=$(port)
 "$BIN" serve --data-dir "$TMP/data" \
     --set "listeners=PLAINTEXT://127.0.0.1:$PLAIN,SSL://127.0.0.1:$SSLP,MTLS://127.0.0.1:$MTLS" \

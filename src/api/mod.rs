@@ -30,6 +30,8 @@ pub mod offsets;
 pub mod produce;
 pub mod raft_voters;
 pub mod reassignments;
+pub mod sasl;
+pub mod scram_credentials;
 pub mod topics;
 pub mod transactions;
 pub mod write_txn_markers;
@@ -54,6 +56,9 @@ pub struct Ctx {
     /// The listener the connection came in on: brokers are named to its clients at their
     /// endpoints on this listener (Kafka answers Metadata per listener).
     pub listener: Arc<str>,
+    /// Who the connection authenticated as (`User:<name>`), `sasl::ANONYMOUS` until then and
+    /// on listeners without SASL.
+    pub principal: Arc<str>,
     pub config: Arc<BrokerConfig>,
     pub controller: Arc<Controller>,
     pub replicas: Arc<ReplicaManager>,
@@ -122,6 +127,10 @@ pub const SUPPORTED: &[Versions] = &[
     raft_voters::ADD_VERSIONS,
     raft_voters::REMOVE_VERSIONS,
     describe_topic_partitions::VERSIONS,
+    sasl::HANDSHAKE_VERSIONS,
+    sasl::AUTHENTICATE_VERSIONS,
+    scram_credentials::DESCRIBE_VERSIONS,
+    scram_credentials::ALTER_VERSIONS,
 ];
 
 pub fn supported(key: ApiKey) -> Option<Versions> {
@@ -240,6 +249,10 @@ pub fn decode_only(key: ApiKey, version: i16, body: &mut Bytes) -> Result<(), Re
         ApiKey::AddRaftVoter => as_!(AddRaftVoterRequest),
         ApiKey::RemoveRaftVoter => as_!(RemoveRaftVoterRequest),
         ApiKey::DescribeTopicPartitions => as_!(DescribeTopicPartitionsRequest),
+        ApiKey::SaslHandshake => as_!(SaslHandshakeRequest),
+        ApiKey::SaslAuthenticate => as_!(SaslAuthenticateRequest),
+        ApiKey::DescribeUserScramCredentials => as_!(DescribeUserScramCredentialsRequest),
+        ApiKey::AlterUserScramCredentials => as_!(AlterUserScramCredentialsRequest),
         _ => Err(Reject::UnsupportedVersion { key, version }),
     }
 }
@@ -277,7 +290,7 @@ pub async fn dispatch(
 ) -> Result<Reply, Reject> {
     let version = header.request_api_version;
     let cid = header.correlation_id;
-    let client_id = header.client_id.map(|c| c.to_string()).unwrap_or_default();
+    let client_id = header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
     macro_rules! now {
         ($module:ident) => {
             now!($module::handle)
@@ -342,6 +355,14 @@ pub async fn dispatch(
         ApiKey::AddRaftVoter => now!(raft_voters::add_raft_voter),
         ApiKey::RemoveRaftVoter => now!(raft_voters::remove_raft_voter),
         ApiKey::DescribeTopicPartitions => now!(describe_topic_partitions),
+        ApiKey::DescribeUserScramCredentials => now!(scram_credentials::describe),
+        ApiKey::AlterUserScramCredentials => now!(scram_credentials::alter),
+        // A connection of a SASL listener has its SASL requests answered by `server`, which
+        // holds its state; here, on a listener without SASL: ILLEGAL_SASL_STATE.
+        ApiKey::SaslHandshake | ApiKey::SaslAuthenticate => {
+            let answer = sasl::handle(None, &ctx.controller.image(), key, &header, body)?;
+            Ok(Reply::Now(answer.frame))
+        }
         ApiKey::SyncGroup => now!(groups::sync_group),
         ApiKey::Heartbeat => now!(groups::heartbeat),
         ApiKey::LeaveGroup => now!(groups::leave_group),
@@ -448,6 +469,10 @@ mod tests {
             ApiKey::AddRaftVoter => AddRaftVoterRequest::VERSIONS,
             ApiKey::RemoveRaftVoter => RemoveRaftVoterRequest::VERSIONS,
             ApiKey::DescribeTopicPartitions => DescribeTopicPartitionsRequest::VERSIONS,
+            ApiKey::SaslHandshake => SaslHandshakeRequest::VERSIONS,
+            ApiKey::SaslAuthenticate => SaslAuthenticateRequest::VERSIONS,
+            ApiKey::DescribeUserScramCredentials => DescribeUserScramCredentialsRequest::VERSIONS,
+            ApiKey::AlterUserScramCredentials => AlterUserScramCredentialsRequest::VERSIONS,
             other => panic!("no codec range listed for {other:?}"),
         };
         (r.min, r.max)

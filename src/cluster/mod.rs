@@ -22,6 +22,7 @@ use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
+use crate::sasl::scram::{ScramCredential, ScramMechanism};
 use metadata_log::MetadataLog;
 
 /// One metadata change, as stored in the metadata log.
@@ -101,6 +102,14 @@ pub enum MetadataRecord {
     SetClusterId {
         id: String,
     },
+    /// SCRAM credentials are set and removed together (Kafka's UserScramCredentialRecord and
+    /// RemoveUserScramCredentialRecord, in one batch): an AlterUserScramCredentials request.
+    ScramCredentials {
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        set: Vec<ScramCredentialEntry>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        remove: Vec<ScramCredentialKey>,
+    },
     /// Partitions' leaders, leader epochs and in-sync replicas change (Kafka's
     /// PartitionChangeRecord): a leader election by the controller, or an ISR change a leader
     /// asked for (AlterPartition). Each change carries the whole new registration, whose
@@ -109,6 +118,51 @@ pub enum MetadataRecord {
     ChangePartitions {
         changes: Vec<PartitionChange>,
     },
+}
+
+/// A user's SCRAM credential for one mechanism: salt, StoredKey and ServerKey in base64, never
+/// the password.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ScramCredentialEntry {
+    pub user: String,
+    pub mechanism: String,
+    pub salt: String,
+    pub stored_key: String,
+    pub server_key: String,
+    pub iterations: i32,
+}
+
+impl ScramCredentialEntry {
+    pub fn new(user: &str, mechanism: ScramMechanism, c: &ScramCredential) -> ScramCredentialEntry {
+        use base64::Engine;
+        let encode = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+        ScramCredentialEntry {
+            user: user.to_string(),
+            mechanism: mechanism.name().to_string(),
+            salt: encode(&c.salt),
+            stored_key: encode(&c.stored_key),
+            server_key: encode(&c.server_key),
+            iterations: c.iterations,
+        }
+    }
+
+    fn credential(&self) -> ScramCredential {
+        use base64::Engine;
+        let decode = |b: &str| base64::engine::general_purpose::STANDARD.decode(b).unwrap_or_default();
+        ScramCredential {
+            salt: decode(&self.salt),
+            stored_key: decode(&self.stored_key),
+            server_key: decode(&self.server_key),
+            iterations: self.iterations,
+        }
+    }
+}
+
+/// Which SCRAM credential a removal names.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ScramCredentialKey {
+    pub user: String,
+    pub mechanism: String,
 }
 
 /// One partition's new registration (in `MetadataRecord::ChangePartitions`).
@@ -322,6 +376,8 @@ pub struct MetadataImage {
     pub broker_configs: OrdMap<i32, ConfigLayer>,
     /// The registered brokers, by node id (a single node: itself, not recorded).
     pub brokers: OrdMap<i32, Arc<BrokerInfo>>,
+    /// SCRAM credentials, by user and mechanism.
+    pub scram_credentials: OrdMap<(String, ScramMechanism), Arc<ScramCredential>>,
 }
 
 impl MetadataImage {
@@ -334,6 +390,11 @@ impl MetadataImage {
 
     pub fn topic(&self, name: &str) -> Option<&Arc<TopicInfo>> {
         self.topics.get(name)
+    }
+
+    /// `user`'s SCRAM credential for `mechanism`.
+    pub fn scram_credential(&self, user: &str, mechanism: ScramMechanism) -> Option<&ScramCredential> {
+        self.scram_credentials.get(&(user.to_string(), mechanism)).map(|c| &**c)
     }
 
     pub fn topic_by_id(&self, id: &Uuid) -> Option<&Arc<TopicInfo>> {
@@ -374,6 +435,7 @@ impl MetadataImage {
             broker_default_configs,
             broker_configs,
             brokers,
+            scram_credentials,
         } = self;
         let mut records =
             Vec::with_capacity(topics.len() + group_configs.len() + broker_configs.len() + 2 * brokers.len() + 3);
@@ -443,6 +505,15 @@ impl MetadataImage {
                     configs: (**configs).clone(),
                 }),
         );
+        if !scram_credentials.is_empty() {
+            records.push(MetadataRecord::ScramCredentials {
+                set: scram_credentials
+                    .iter()
+                    .map(|((user, mechanism), c)| ScramCredentialEntry::new(user, *mechanism, c))
+                    .collect(),
+                remove: Vec::new(),
+            });
+        }
         records
     }
 
@@ -514,6 +585,16 @@ impl MetadataImage {
             | MetadataRecord::SetBrokerConfigs { .. }
             | MetadataRecord::RegisterBroker { .. }
             | MetadataRecord::SetClusterId { .. } => Ok(()),
+            MetadataRecord::ScramCredentials { set, remove } => {
+                let mechanisms = set
+                    .iter()
+                    .map(|e| &e.mechanism)
+                    .chain(remove.iter().map(|k| &k.mechanism));
+                match mechanisms.into_iter().find(|m| ScramMechanism::from_name(m).is_none()) {
+                    Some(m) => Err(Error::InvalidRequest(format!("{m} is not a SCRAM mechanism"))),
+                    None => Ok(()),
+                }
+            }
         }
     }
 
@@ -1039,6 +1120,19 @@ impl MetadataImage {
             MetadataRecord::SetBrokerFenced { id, fenced } => {
                 if let Some(broker) = self.brokers.get_mut(id) {
                     Arc::make_mut(broker).fenced = *fenced;
+                }
+            }
+            MetadataRecord::ScramCredentials { set, remove } => {
+                for key in remove {
+                    if let Some(mechanism) = ScramMechanism::from_name(&key.mechanism) {
+                        self.scram_credentials.remove(&(key.user.clone(), mechanism));
+                    }
+                }
+                for entry in set {
+                    if let Some(mechanism) = ScramMechanism::from_name(&entry.mechanism) {
+                        self.scram_credentials
+                            .insert((entry.user.clone(), mechanism), Arc::new(entry.credential()));
+                    }
                 }
             }
             MetadataRecord::SetClusterId { id } => {
@@ -1745,6 +1839,21 @@ impl Controller {
             .topic(name)
             .cloned()
             .ok_or_else(|| Error::UnknownTopicOrPartition(name.to_string()))
+    }
+
+    /// Sets and removes SCRAM credentials in one record (validated by the caller).
+    pub fn alter_scram_credentials(
+        &self,
+        set: Vec<ScramCredentialEntry>,
+        remove: Vec<ScramCredentialKey>,
+    ) -> Result<()> {
+        self.commit(|_| {
+            Ok(MetadataRecord::ScramCredentials {
+                set: set.clone(),
+                remove: remove.clone(),
+            })
+        })
+        .map(|_| ())
     }
 
     /// Replaces a consumer group's config overrides (validated by the caller; the group need

@@ -29,7 +29,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use kafka_protocol::messages::ApiKey;
+
 use crate::api::{self, Ctx, Reject, Reply};
+use crate::sasl::{Authenticator, ListenerSasl};
 
 /// Socket buffer sizes for reads and writes; big enough for a produce batch in one syscall.
 const SOCKET_BUFFER_BYTES: usize = 256 * 1024;
@@ -49,6 +52,13 @@ enum Close {
     Idle {
         max: Duration,
     },
+    /// A SASL listener's connection sent a request other than ApiVersions and SASL before
+    /// authenticating.
+    Unauthenticated(ApiKey),
+    /// The SASL exchange failed or went out of turn (answered first).
+    Authentication(String),
+    /// The SASL session outlived `connections.max.reauth.ms` without re-authenticating.
+    SessionExpired(ApiKey),
 }
 
 impl std::fmt::Display for Close {
@@ -61,6 +71,12 @@ impl std::fmt::Display for Close {
             Close::Rejected(r) => write!(f, "{r}"),
             Close::Io(e) => write!(f, "i/o error: {e}"),
             Close::Idle { max } => write!(f, "idle for connections.max.idle.ms ({} ms)", max.as_millis()),
+            Close::Unauthenticated(key) => write!(f, "{key:?} request before SASL authentication completed"),
+            Close::Authentication(reason) => write!(f, "SASL authentication failed: {reason}"),
+            Close::SessionExpired(key) => write!(
+                f,
+                "{key:?} request after the SASL session expired (connections.max.reauth.ms) without re-authentication"
+            ),
         }
     }
 }
@@ -101,11 +117,9 @@ pub async fn serve(listeners: Vec<Listening>, shutdown: CancellationToken, track
         .ok()
         .map(|bytes| Arc::new(Semaphore::new(bytes.min(Semaphore::MAX_PERMITS))));
     let accepting = TaskTracker::new();
-    for Listening { listener, ctx, tls } in listeners {
+    for listening in listeners {
         accepting.spawn(accept(
-            listener,
-            ctx,
-            tls,
+            listening,
             open.clone(),
             request_memory.clone(),
             shutdown.clone(),
@@ -116,24 +130,29 @@ pub async fn serve(listeners: Vec<Listening>, shutdown: CancellationToken, track
     accepting.wait().await;
 }
 
-/// One bound listener: its socket, the `Ctx` of its name, and its TLS acceptor when it is an
-/// SSL listener.
+/// One bound listener: its socket, the `Ctx` of its name, its TLS acceptor when it is an SSL
+/// or SASL_SSL listener, its SASL settings when it is a SASL one.
 pub struct Listening {
     pub listener: TcpListener,
     pub ctx: Arc<Ctx>,
     pub tls: Option<tokio_rustls::TlsAcceptor>,
+    pub sasl: Option<Arc<ListenerSasl>>,
 }
 
 /// One listener's accept loop.
 async fn accept(
-    listener: TcpListener,
-    ctx: Arc<Ctx>,
-    tls: Option<tokio_rustls::TlsAcceptor>,
+    listening: Listening,
     open: Arc<AtomicUsize>,
     request_memory: Option<Arc<Semaphore>>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
 ) {
+    let Listening {
+        listener,
+        ctx,
+        tls,
+        sasl,
+    } = listening;
     loop {
         let accepted = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -160,27 +179,37 @@ async fn accept(
         let shutdown = shutdown.clone();
         let request_memory = request_memory.clone();
         let tls = tls.clone();
+        let sasl = sasl.clone();
         tracker.spawn(async move {
             // Moved into the task: released when the task ends, even by a panic or an abort.
             let _slot = slot;
+            let conn = Conn {
+                peer,
+                ctx,
+                sasl,
+                request_memory,
+                shutdown,
+            };
             let served = match tls {
                 None => {
                     let (read_half, write_half) = stream.into_split();
-                    connection(read_half, write_half, peer, ctx, request_memory, shutdown).await
+                    connection(read_half, write_half, conn).await
                 }
                 // Boxed: the TLS stream's state stays out of every plaintext connection's task.
-                Some(acceptor) => {
-                    match Box::pin(tls_connection(acceptor, stream, peer, ctx, request_memory, shutdown)).await {
-                        Some(served) => served,
-                        None => return,
-                    }
-                }
+                Some(acceptor) => match Box::pin(tls_connection(acceptor, stream, conn)).await {
+                    Some(served) => served,
+                    None => return,
+                },
             };
             match served {
                 Ok(()) => {}
                 Err(Close::Io(e)) if is_disconnect(&e) => {}
                 // Routine (Kafka's Selector logs it at debug): clients keep idle connections.
                 Err(idle @ Close::Idle { .. }) => tracing::debug!(%peer, reason = %idle, "closing connection"),
+                // Kafka's authenticator logs these at INFO: a wrong password is the client's.
+                Err(auth @ (Close::Authentication(_) | Close::Unauthenticated(_) | Close::SessionExpired(_))) => {
+                    tracing::info!(%peer, reason = %auth, "closing connection")
+                }
                 Err(other) => tracing::warn!(%peer, reason = %other, "closing connection"),
             }
         });
@@ -266,19 +295,17 @@ impl Activity {
 async fn tls_connection(
     acceptor: tokio_rustls::TlsAcceptor,
     stream: tokio::net::TcpStream,
-    peer: SocketAddr,
-    ctx: Arc<Ctx>,
-    request_memory: Option<Arc<Semaphore>>,
-    shutdown: CancellationToken,
+    conn: Conn,
 ) -> Option<Result<(), Close>> {
+    let peer = conn.peer;
     let handshake = tokio::select! {
-        _ = shutdown.cancelled() => return None,
+        _ = conn.shutdown.cancelled() => return None,
         done = tokio::time::timeout(crate::tls::HANDSHAKE_TIMEOUT, acceptor.accept(stream)) => done,
     };
     match handshake {
         Ok(Ok(stream)) => {
             let (read_half, write_half) = tokio::io::split(stream);
-            Some(connection(read_half, write_half, peer, ctx, request_memory, shutdown).await)
+            Some(connection(read_half, write_half, conn).await)
         }
         Ok(Err(e)) => {
             tracing::debug!(%peer, error = %e, "TLS handshake failed; closing connection");
@@ -291,18 +318,31 @@ async fn tls_connection(
     }
 }
 
-async fn connection<R, W>(
-    read_half: R,
-    write_half: W,
+/// What a connection's task starts with besides its socket.
+struct Conn {
     peer: SocketAddr,
+    /// The listener's `Ctx`; replaced by one naming the principal once SASL authenticates.
     ctx: Arc<Ctx>,
+    sasl: Option<Arc<ListenerSasl>>,
     request_memory: Option<Arc<Semaphore>>,
     shutdown: CancellationToken,
-) -> Result<(), Close>
+}
+
+async fn connection<R, W>(read_half: R, write_half: W, conn: Conn) -> Result<(), Close>
 where
     R: AsyncRead + Unpin + Send,
     W: AsyncWrite + Unpin + Send + 'static,
 {
+    let Conn {
+        peer,
+        mut ctx,
+        sasl,
+        request_memory,
+        shutdown,
+    } = conn;
+    // A SASL listener's connection authenticates first; until then its frames are bounded by
+    // sasl.server.max.receive.size.
+    let mut auth = sasl.map(Authenticator::new);
     // Kafka's -1 (any negative value): never closed for idleness.
     let idle_max = u64::try_from(ctx.config.connections_max_idle_ms)
         .ok()
@@ -310,7 +350,9 @@ where
     let activity = Arc::new(Activity::new(idle_max));
     let mut frames = FrameReader {
         reader: BufReader::with_capacity(SOCKET_BUFFER_BYTES, read_half),
-        request_bytes_max: ctx.config.socket_request_max_bytes,
+        request_bytes_max: auth
+            .as_ref()
+            .map_or(ctx.config.socket_request_max_bytes, |a| a.settings().max_receive),
         activity: activity.clone(),
         memory: request_memory,
         held: None,
@@ -330,13 +372,44 @@ where
             Ok(None) => break Ok(()),
             Err(close) => break Err(close),
         };
+        // After a v0 SaslHandshake the tokens come bare, not as requests.
+        if let Some(a) = auth.as_mut().filter(|a| a.expects_raw_token()) {
+            frames.activity.request_read();
+            let held = frames.held.take();
+            let answer = api::sasl::raw_token(a, &ctx.controller.image(), &body);
+            match sasl_answered(answer, held, &tx, &mut ctx, &mut frames).await {
+                Ok(()) => continue,
+                Err(close) => break close,
+            }
+        }
         let (key, header) = match api::parse_header(&mut body) {
             Ok(parsed) => parsed,
             Err(reject) => break Err(Close::Rejected(reject)),
         };
         tracing::trace!(%peer, ?key, version = header.request_api_version, "request");
+        if let Some(a) = &auth {
+            let sasl_request = matches!(key, ApiKey::SaslHandshake | ApiKey::SaslAuthenticate);
+            if !a.authenticated() && !sasl_request && key != ApiKey::ApiVersions {
+                break Err(Close::Unauthenticated(key));
+            }
+            if !sasl_request && a.expired(Instant::now()) {
+                break Err(Close::SessionExpired(key));
+            }
+        }
         frames.activity.request_read();
         let held = frames.held.take();
+        if let Some(a) = auth.as_mut()
+            && matches!(key, ApiKey::SaslHandshake | ApiKey::SaslAuthenticate)
+        {
+            let answer = match api::sasl::handle(Some(a), &ctx.controller.image(), key, &header, body) {
+                Ok(answer) => answer,
+                Err(reject) => break Err(Close::Rejected(reject)),
+            };
+            match sasl_answered(answer, held, &tx, &mut ctx, &mut frames).await {
+                Ok(()) => continue,
+                Err(close) => break close,
+            }
+        }
         match api::dispatch(&ctx, key, header, body, peer).await {
             Ok(reply) => {
                 if tx.send((reply, held)).await.is_err() {
@@ -352,6 +425,52 @@ where
         Ok(Ok(())) => result,
         Ok(Err(close)) => result.and(Err(close)),
         Err(join) => result.and(Err(Close::Io(std::io::Error::other(join.to_string())))),
+    }
+}
+
+/// Queues a SASL answer and does what follows it: a principal for later requests (and the
+/// usual frame bound), or the close, the answer sent after the failure delay. `Err` holds the
+/// loop's result when the connection ends.
+async fn sasl_answered<R>(
+    answer: api::sasl::Answer,
+    held: Option<OwnedSemaphorePermit>,
+    tx: &mpsc::Sender<(Reply, Option<OwnedSemaphorePermit>)>,
+    ctx: &mut Arc<Ctx>,
+    frames: &mut FrameReader<R>,
+) -> Result<(), Result<(), Close>> {
+    use api::sasl::Then;
+    let (reply, close) = match answer.then {
+        Then::Continue => (Reply::Now(answer.frame), None),
+        Then::Authenticated(principal) => {
+            if *ctx.principal != *principal {
+                *ctx = Arc::new(Ctx {
+                    principal: Arc::from(principal.as_str()),
+                    ..(**ctx).clone()
+                });
+            }
+            frames.request_bytes_max = ctx.config.socket_request_max_bytes;
+            (Reply::Now(answer.frame), None)
+        }
+        Then::Close { delay, reason } => {
+            let frame = answer.frame;
+            let reply = if delay.is_zero() {
+                Reply::Now(frame)
+            } else {
+                // Kafka's delayed close: password guessing gets one answer per delay.
+                Reply::Later(Box::pin(async move {
+                    tokio::time::sleep(delay).await;
+                    frame
+                }))
+            };
+            (reply, Some(Close::Authentication(reason)))
+        }
+    };
+    if tx.send((reply, held)).await.is_err() {
+        return Err(Ok(())); // the writer failed: the peer is gone
+    }
+    match close {
+        None => Ok(()),
+        Some(close) => Err(Err(close)),
     }
 }
 
