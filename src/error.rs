@@ -119,6 +119,16 @@ pub enum Error {
 }
 
 impl Error {
+    /// The topic exists already: raised here, or by the quorum's leader (`Controller` with
+    /// TOPIC_ALREADY_EXISTS) when another broker created it first.
+    pub fn is_topic_already_exists(&self) -> bool {
+        match self {
+            Error::TopicAlreadyExists(_) => true,
+            Error::Controller { code, .. } => *code == kafka_protocol::error::ResponseError::TopicAlreadyExists.code(),
+            _ => false,
+        }
+    }
+
     /// The Kafka error code for this error. No `_` arm: a new variant does not compile until
     /// someone picks its code.
     pub fn code(&self) -> i16 {

@@ -141,8 +141,10 @@ fn auto_create(ctx: &Ctx, name: &str) -> Result<(), i16> {
         Default::default(),
     ) {
         Ok(_) => Ok(()),
-        // Another request created it meanwhile: fine.
-        Err(crate::error::Error::TopicAlreadyExists(_)) => Ok(()),
+        // Another request created it meanwhile: fine. In a cluster the quorum's leader refuses
+        // the second creation (`Error::Controller` with TOPIC_ALREADY_EXISTS), when two brokers
+        // auto-create the same topic at once: also fine, not an error for the client.
+        Err(e) if e.is_topic_already_exists() => Ok(()),
         Err(e) => {
             tracing::error!(topic = name, error = %e, "auto-creating a topic");
             Err(e.code())

@@ -300,7 +300,7 @@ impl GroupCoordinator {
                 Ok(())
             }
             // Created by another request meanwhile: loaded like any partition led here.
-            Err(Error::TopicAlreadyExists(_)) => self.replicas.catch_up(&self.controller.image()),
+            Err(e) if e.is_topic_already_exists() => self.replicas.catch_up(&self.controller.image()),
             Err(e) => Err(e),
         }
     }

@@ -1137,7 +1137,7 @@ impl TransactionCoordinator {
                 self.loaded.mark_created(&self.replicas, partitions);
                 Ok(())
             }
-            Err(Error::TopicAlreadyExists(_)) => self.replicas.catch_up(&self.controller.image()),
+            Err(e) if e.is_topic_already_exists() => self.replicas.catch_up(&self.controller.image()),
             Err(e) => Err(e),
         }
     }
