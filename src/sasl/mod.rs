@@ -180,11 +180,6 @@ impl ListenerSasl {
         }
         Ok(sasl)
     }
-
-    fn enabled(&self) -> String {
-        let names: Vec<&str> = self.mechanisms.iter().map(|m| m.name()).collect();
-        names.join(",")
-    }
 }
 
 /// An authenticated session.
@@ -431,11 +426,6 @@ impl Authenticator {
         } else {
             Err("Authentication failed: Invalid username or password".into())
         }
-    }
-
-    /// The mechanisms this listener enables, comma-separated (for log lines).
-    pub fn enabled_mechanisms(&self) -> String {
-        self.listener.enabled()
     }
 }
 
