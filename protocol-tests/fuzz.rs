@@ -387,6 +387,7 @@ default_bodies! {
     SaslHandshake => SaslHandshakeRequest, SaslAuthenticate => SaslAuthenticateRequest,
     DescribeUserScramCredentials => DescribeUserScramCredentialsRequest,
     AlterUserScramCredentials => AlterUserScramCredentialsRequest,
+    DescribeAcls => DescribeAclsRequest, CreateAcls => CreateAclsRequest, DeleteAcls => DeleteAclsRequest,
 }
 
 fn name(text: &'static str) -> TopicName {

@@ -759,6 +759,30 @@ async fn every_advertised_version_answers() {
                     let resp = raw.call(version, &AlterUserScramCredentialsRequest::default()).await;
                     assert!(resp.results.is_empty(), "v{version}");
                 }
+                // Without an authorizer: SECURITY_DISABLED (54); the rest is in acl.rs.
+                ApiKey::DescribeAcls => {
+                    use kafka_protocol::messages::DescribeAclsRequest;
+                    let req = DescribeAclsRequest::default()
+                        .with_resource_type_filter(1)
+                        .with_pattern_type_filter(1)
+                        .with_operation(1)
+                        .with_permission_type(1);
+                    assert_eq!(raw.call(version, &req).await.error_code, 54, "DescribeAcls v{version}");
+                }
+                ApiKey::CreateAcls => {
+                    use kafka_protocol::messages::CreateAclsRequest;
+                    use kafka_protocol::messages::create_acls_request::AclCreation;
+                    let req = CreateAclsRequest::default().with_creations(vec![AclCreation::default()]);
+                    let resp = raw.call(version, &req).await;
+                    assert_eq!(resp.results[0].error_code, 54, "CreateAcls v{version}");
+                }
+                ApiKey::DeleteAcls => {
+                    use kafka_protocol::messages::DeleteAclsRequest;
+                    use kafka_protocol::messages::delete_acls_request::DeleteAclsFilter;
+                    let req = DeleteAclsRequest::default().with_filters(vec![DeleteAclsFilter::default()]);
+                    let resp = raw.call(version, &req).await;
+                    assert_eq!(resp.filter_results[0].error_code, 54, "DeleteAcls v{version}");
+                }
                 other => panic!("{other:?} is advertised but no test sends every version of it"),
             }
         }

@@ -83,6 +83,15 @@ pub struct BrokerConfig {
     pub connection_failed_authentication_delay_ms: u64,
     /// `sasl.server.max.receive.size`: the largest frame before SASL authentication completes.
     pub sasl_server_max_receive_size: usize,
+    /// `authorizer.class.name`: empty for none (every request allowed), else one of
+    /// `acl::AUTHORIZER_CLASS_NAMES`, which turns on ACLs.
+    pub authorizer_class_name: String,
+    /// `super.users`: principals (`User:admin`) the authorizer allows everything,
+    /// semicolon-separated as in Kafka.
+    pub super_users: Vec<String>,
+    /// `allow.everyone.if.no.acl.found`: a resource no ACL names is open to everyone
+    /// (default false: closed).
+    pub allow_everyone_if_no_acl_found: bool,
     /// `controller.quorum.election.timeout.ms`: how long a voter waits without hearing from a
     /// leader before it starts an election.
     pub controller_quorum_election_timeout_ms: u64,
@@ -393,6 +402,9 @@ impl Default for BrokerConfig {
             connections_max_reauth_ms: 0,
             connection_failed_authentication_delay_ms: 100,
             sasl_server_max_receive_size: 524_288,
+            authorizer_class_name: String::new(),
+            super_users: Vec::new(),
+            allow_everyone_if_no_acl_found: false,
             controller_quorum_election_timeout_ms: 1000,
             broker_session_timeout_ms: 9000,
             replica_lag_time_max_ms: 30_000,
@@ -918,6 +930,24 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
         "The largest request frame before SASL authentication completes.",
     ),
     broker_key(
+        "authorizer.class.name",
+        ConfigType::String,
+        false,
+        "The authorizer: empty for none, or org.apache.kafka.metadata.authorizer.StandardAuthorizer for ACLs.",
+    ),
+    broker_key(
+        "super.users",
+        ConfigType::List,
+        false,
+        "Principals the authorizer allows everything, separated by ';' (User:admin;User:ops).",
+    ),
+    broker_key(
+        "allow.everyone.if.no.acl.found",
+        ConfigType::Boolean,
+        false,
+        "With the authorizer on: a resource no ACL names is open to everyone.",
+    ),
+    broker_key(
         "fetch.max.bytes",
         ConfigType::Int,
         false,
@@ -1305,6 +1335,9 @@ impl BrokerConfig {
             "connections.max.reauth.ms" => self.connections_max_reauth_ms.to_string(),
             "connection.failed.authentication.delay.ms" => self.connection_failed_authentication_delay_ms.to_string(),
             "sasl.server.max.receive.size" => self.sasl_server_max_receive_size.to_string(),
+            "authorizer.class.name" => self.authorizer_class_name.clone(),
+            "super.users" => self.super_users.join(";"),
+            "allow.everyone.if.no.acl.found" => self.allow_everyone_if_no_acl_found.to_string(),
             "fetch.max.bytes" => self.fetch_max_bytes.to_string(),
             "log.flush.interval.messages" => self.log_flush_interval_messages.to_string(),
             "log.flush.interval.ms" => self.log_flush_interval_ms.to_string(),
@@ -1606,6 +1639,35 @@ impl BrokerConfig {
             "sasl.server.max.receive.size" => {
                 self.sasl_server_max_receive_size = at_least(key, parse_int(key, value)?, 1)?
             }
+            "authorizer.class.name" => {
+                let name = value.trim();
+                if !name.is_empty() && !crate::acl::AUTHORIZER_CLASS_NAMES.contains(&name) {
+                    return Err(invalid(
+                        key,
+                        format!(
+                            "{name} is not an authorizer Sluice has; use {} (ACLs in the metadata log) or leave it empty",
+                            crate::acl::AUTHORIZER_CLASS_NAMES[0]
+                        ),
+                    ));
+                }
+                self.authorizer_class_name = name.to_string();
+            }
+            "super.users" => {
+                let mut users = Vec::new();
+                for user in value.split(';').map(str::trim).filter(|u| !u.is_empty()) {
+                    match user.split_once(':') {
+                        Some((kind, name)) if !kind.is_empty() && !name.is_empty() => users.push(user.to_string()),
+                        _ => {
+                            return Err(invalid(
+                                key,
+                                format!("{user} is not a principal: write it as User:<name>, separated by ';'"),
+                            ));
+                        }
+                    }
+                }
+                self.super_users = users;
+            }
+            "allow.everyone.if.no.acl.found" => self.allow_everyone_if_no_acl_found = parse_bool(key, value)?,
             "sasl.jaas.config" => {
                 return Err(invalid(
                     key,
@@ -2581,6 +2643,9 @@ mod tests {
             ("controller.quorum.bootstrap.servers", "h:1,h:2"),
             ("broker.rack", "rack-a"),
             ("inter.broker.listener.name", "PLAINTEXT"),
+            ("authorizer.class.name", crate::acl::AUTHORIZER_CLASS_NAMES[0]),
+            ("super.users", "User:admin;User:ops"),
+            ("allow.everyone.if.no.acl.found", "true"),
         ];
         for key in BROKER_KEYS.iter().map(|k| k.name) {
             let value = samples.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);

@@ -3,6 +3,7 @@
 //! `Broker::start` runs a broker in the current tokio runtime (the binary and the tests use it);
 //! see DESIGN.md for the module map.
 
+pub mod acl;
 pub mod api;
 pub mod cluster;
 pub mod config;
@@ -433,6 +434,8 @@ impl Broker {
         let ctx = Arc::new(Ctx {
             listener: Arc::from(sockets[0].0.as_str()),
             principal: Arc::from(sasl::ANONYMOUS),
+            host: Arc::from(""),
+            authorizer: Arc::new(acl::Authorizer::new(&config)),
             config: config.clone(),
             controller,
             replicas: replicas.clone(),

@@ -9,6 +9,7 @@
 // Input from the network or disk becomes an `Error`, never a panic.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
+pub mod acls;
 pub mod api_versions;
 pub mod cluster;
 pub mod configs;
@@ -44,6 +45,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 
+use crate::acl::{Authorizer, CLUSTER_NAME, Operation, ResourceType};
 use crate::cluster::Controller;
 use crate::config::BrokerConfig;
 use crate::coordinator::GroupCoordinator;
@@ -59,11 +61,59 @@ pub struct Ctx {
     /// Who the connection authenticated as (`User:<name>`), `sasl::ANONYMOUS` until then and
     /// on listeners without SASL.
     pub principal: Arc<str>,
+    /// The client's address as ACLs name hosts (`10.0.0.7`); set per connection when the
+    /// authorizer is on, else empty.
+    pub host: Arc<str>,
+    pub authorizer: Arc<Authorizer>,
     pub config: Arc<BrokerConfig>,
     pub controller: Arc<Controller>,
     pub replicas: Arc<ReplicaManager>,
     pub coordinator: Arc<GroupCoordinator>,
     pub transactions: Arc<TransactionCoordinator>,
+}
+
+impl Ctx {
+    /// Whether the connection's principal may do `operation` on the resource (always, without
+    /// an authorizer).
+    pub fn authorize(&self, operation: Operation, resource_type: ResourceType, name: &str) -> bool {
+        !self.authorizer.enabled()
+            || self.authorizer.authorize(
+                &self.controller.image().acls,
+                &self.principal,
+                &self.host,
+                operation,
+                resource_type,
+                name,
+            )
+    }
+
+    /// `authorize` on the cluster resource.
+    pub fn authorize_cluster(&self, operation: Operation) -> bool {
+        self.authorize(operation, ResourceType::Cluster, CLUSTER_NAME)
+    }
+
+    /// Whether the principal may do `operation` on some resource of the type.
+    pub fn authorize_any(&self, operation: Operation, resource_type: ResourceType) -> bool {
+        !self.authorizer.enabled()
+            || self.authorizer.authorize_any(
+                &self.controller.image().acls,
+                &self.principal,
+                &self.host,
+                operation,
+                resource_type,
+            )
+    }
+
+    /// The resource's authorized operations as Kafka's bit field.
+    pub fn operations(&self, resource_type: ResourceType, name: &str) -> i32 {
+        self.authorizer.operations(
+            &self.controller.image().acls,
+            &self.principal,
+            &self.host,
+            resource_type,
+            name,
+        )
+    }
 }
 
 /// The versions of one API that Sluice serves, all fields honoured.
@@ -131,6 +181,9 @@ pub const SUPPORTED: &[Versions] = &[
     sasl::AUTHENTICATE_VERSIONS,
     scram_credentials::DESCRIBE_VERSIONS,
     scram_credentials::ALTER_VERSIONS,
+    acls::DESCRIBE_VERSIONS,
+    acls::CREATE_VERSIONS,
+    acls::DELETE_VERSIONS,
 ];
 
 pub fn supported(key: ApiKey) -> Option<Versions> {
@@ -253,6 +306,9 @@ pub fn decode_only(key: ApiKey, version: i16, body: &mut Bytes) -> Result<(), Re
         ApiKey::SaslAuthenticate => as_!(SaslAuthenticateRequest),
         ApiKey::DescribeUserScramCredentials => as_!(DescribeUserScramCredentialsRequest),
         ApiKey::AlterUserScramCredentials => as_!(AlterUserScramCredentialsRequest),
+        ApiKey::DescribeAcls => as_!(DescribeAclsRequest),
+        ApiKey::CreateAcls => as_!(CreateAclsRequest),
+        ApiKey::DeleteAcls => as_!(DeleteAclsRequest),
         _ => Err(Reject::UnsupportedVersion { key, version }),
     }
 }
@@ -357,6 +413,9 @@ pub async fn dispatch(
         ApiKey::DescribeTopicPartitions => now!(describe_topic_partitions),
         ApiKey::DescribeUserScramCredentials => now!(scram_credentials::describe),
         ApiKey::AlterUserScramCredentials => now!(scram_credentials::alter),
+        ApiKey::DescribeAcls => now!(acls::describe_acls),
+        ApiKey::CreateAcls => now!(acls::create_acls),
+        ApiKey::DeleteAcls => now!(acls::delete_acls),
         // A connection of a SASL listener has its SASL requests answered by `server`, which
         // holds its state; here, on a listener without SASL: ILLEGAL_SASL_STATE.
         ApiKey::SaslHandshake | ApiKey::SaslAuthenticate => {
@@ -473,6 +532,9 @@ mod tests {
             ApiKey::SaslAuthenticate => SaslAuthenticateRequest::VERSIONS,
             ApiKey::DescribeUserScramCredentials => DescribeUserScramCredentialsRequest::VERSIONS,
             ApiKey::AlterUserScramCredentials => AlterUserScramCredentialsRequest::VERSIONS,
+            ApiKey::DescribeAcls => DescribeAclsRequest::VERSIONS,
+            ApiKey::CreateAcls => CreateAclsRequest::VERSIONS,
+            ApiKey::DeleteAcls => DeleteAclsRequest::VERSIONS,
             other => panic!("no codec range listed for {other:?}"),
         };
         (r.min, r.max)

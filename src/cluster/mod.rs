@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use uuid::Uuid;
 
+use crate::acl::{AclBinding, AclFilter, Acls};
 use crate::error::{Error, Result};
 use crate::sasl::scram::{ScramCredential, ScramMechanism};
 use metadata_log::MetadataLog;
@@ -109,6 +110,15 @@ pub enum MetadataRecord {
         set: Vec<ScramCredentialEntry>,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         remove: Vec<ScramCredentialKey>,
+    },
+    /// ACL bindings are added and removed (Kafka's AccessControlEntryRecord and
+    /// RemoveAccessControlEntryRecord): a CreateAcls or DeleteAcls request. Adding a binding
+    /// that exists, or removing one that does not, changes nothing.
+    Acls {
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        add: Vec<AclBinding>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        remove: Vec<AclBinding>,
     },
     /// Partitions' leaders, leader epochs and in-sync replicas change (Kafka's
     /// PartitionChangeRecord): a leader election by the controller, or an ISR change a leader
@@ -378,6 +388,8 @@ pub struct MetadataImage {
     pub brokers: OrdMap<i32, Arc<BrokerInfo>>,
     /// SCRAM credentials, by user and mechanism.
     pub scram_credentials: OrdMap<(String, ScramMechanism), Arc<ScramCredential>>,
+    /// The ACL bindings in force.
+    pub acls: Acls,
 }
 
 impl MetadataImage {
@@ -436,6 +448,7 @@ impl MetadataImage {
             broker_configs,
             brokers,
             scram_credentials,
+            acls,
         } = self;
         let mut records =
             Vec::with_capacity(topics.len() + group_configs.len() + broker_configs.len() + 2 * brokers.len() + 3);
@@ -511,6 +524,12 @@ impl MetadataImage {
                     .iter()
                     .map(|((user, mechanism), c)| ScramCredentialEntry::new(user, *mechanism, c))
                     .collect(),
+                remove: Vec::new(),
+            });
+        }
+        if !acls.is_empty() {
+            records.push(MetadataRecord::Acls {
+                add: acls.iter().cloned().collect(),
                 remove: Vec::new(),
             });
         }
@@ -595,6 +614,10 @@ impl MetadataImage {
                     None => Ok(()),
                 }
             }
+            MetadataRecord::Acls { add, .. } => match add.iter().find_map(AclBinding::invalid) {
+                Some(reason) => Err(Error::InvalidRequest(reason)),
+                None => Ok(()),
+            },
         }
     }
 
@@ -1133,6 +1156,14 @@ impl MetadataImage {
                         self.scram_credentials
                             .insert((entry.user.clone(), mechanism), Arc::new(entry.credential()));
                     }
+                }
+            }
+            MetadataRecord::Acls { add, remove } => {
+                for binding in remove {
+                    self.acls.remove(binding);
+                }
+                for binding in add {
+                    self.acls.insert(binding.clone());
                 }
             }
             MetadataRecord::SetClusterId { id } => {
@@ -1854,6 +1885,48 @@ impl Controller {
             })
         })
         .map(|_| ())
+    }
+
+    /// Adds ACL bindings (validated by the caller); those in force already are not recorded
+    /// again.
+    pub async fn create_acls(&self, bindings: Vec<AclBinding>) -> Result<()> {
+        if bindings.iter().all(|b| self.image().acls.contains(b)) {
+            return Ok(());
+        }
+        self.commit_async(|image| {
+            Ok(MetadataRecord::Acls {
+                add: bindings.iter().filter(|b| !image.acls.contains(*b)).cloned().collect(),
+                remove: Vec::new(),
+            })
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Removes the ACL bindings each filter matches, in one record; answers what each removed.
+    pub async fn delete_acls(&self, filters: &[AclFilter]) -> Result<Vec<Vec<AclBinding>>> {
+        let matched = |image: &MetadataImage| -> Vec<Vec<AclBinding>> {
+            filters
+                .iter()
+                .map(|f| image.acls.iter().filter(|b| f.matches(b)).cloned().collect())
+                .collect()
+        };
+        let found = matched(&self.image());
+        if found.iter().all(Vec::is_empty) {
+            return Ok(found);
+        }
+        let removed = std::sync::Mutex::new(Vec::new());
+        self.commit_async(|image| {
+            let now = matched(image);
+            let remove: std::collections::BTreeSet<AclBinding> = now.iter().flatten().cloned().collect();
+            *removed.lock().unwrap_or_else(|p| p.into_inner()) = now;
+            Ok(MetadataRecord::Acls {
+                add: Vec::new(),
+                remove: remove.into_iter().collect(),
+            })
+        })
+        .await?;
+        Ok(removed.into_inner().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Replaces a consumer group's config overrides (validated by the caller; the group need

@@ -340,6 +340,13 @@ where
         request_memory,
         shutdown,
     } = conn;
+    if ctx.authorizer.enabled() {
+        // ACLs name hosts by address.
+        ctx = Arc::new(Ctx {
+            host: Arc::from(peer.ip().to_canonical().to_string().as_str()),
+            ..(*ctx).clone()
+        });
+    }
     // A SASL listener's connection authenticates first; until then its frames are bounded by
     // sasl.server.max.receive.size.
     let mut auth = sasl.map(Authenticator::new);
