@@ -386,3 +386,97 @@ async fn bad_certificates_and_keys_stop_start_up_naming_the_key_and_file() {
         "{said}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_certificates_name_principals_through_the_mapping_rules() {
+    // Kafka's DefaultKafkaPrincipalBuilder: User:<subject, RFC 2253>, mapped by
+    // ssl.principal.mapping.rules; a subject no rule applies to fails the connection. The
+    // principals then meet the ACLs (super user admin; alice may describe one topic).
+    use kafka_protocol::messages::create_acls_request::AclCreation;
+    use kafka_protocol::messages::{CreateAclsRequest, MetadataRequest};
+    let pki = Pki::new();
+    let keystore = pki.server_keystore("broker.pem");
+    let ca = pki.path("ca.pem");
+    let truststore = ca.display().to_string();
+    let (broker, _, tls) = start_tls_broker(
+        &keystore,
+        &[
+            ("ssl.client.auth", "required"),
+            ("ssl.truststore.location", &truststore),
+            (
+                "ssl.principal.mapping.rules",
+                "RULE:^CN=(alice|admin)$/$1/,RULE:^CN=(carol)$/$1/U",
+            ),
+            (
+                "authorizer.class.name",
+                "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            ),
+            ("super.users", "User:admin"),
+        ],
+    )
+    .await;
+    let identity = |cn: &str| pki.issue(&[], cn, true);
+    let (cert, key) = identity("admin");
+    let mut admin = tls_connect(tls, &ca, Some((&cert, &key))).await.unwrap();
+    let created = admin
+        .call(
+            7,
+            &CreateTopicsRequest::default()
+                .with_topics(vec![create_topic("visible"), create_topic("hidden")])
+                .with_timeout_ms(10_000),
+        )
+        .await
+        .unwrap();
+    assert!(
+        created.topics.iter().all(|t| t.error_code == 0),
+        "the super user creates: {created:?}"
+    );
+    let allow = |principal: &str| {
+        AclCreation::default()
+            .with_resource_type(2)
+            .with_resource_name(StrBytes::from_static_str("visible"))
+            .with_resource_pattern_type(3)
+            .with_principal(StrBytes::from_string(principal.to_string()))
+            .with_host(StrBytes::from_static_str("*"))
+            .with_operation(8)
+            .with_permission_type(3)
+    };
+    let acls = admin
+        .call(
+            3,
+            &CreateAclsRequest::default().with_creations(vec![allow("User:alice"), allow("User:CAROL")]),
+        )
+        .await
+        .unwrap();
+    assert!(acls.results.iter().all(|r| r.error_code == 0), "{acls:?}");
+    let names = |resp: &kafka_protocol::messages::MetadataResponse| -> Vec<String> {
+        resp.topics
+            .iter()
+            .filter_map(|t| t.name.as_ref().map(|n| n.0.to_string()))
+            .collect()
+    };
+    for cn in ["alice", "carol"] {
+        let (cert, key) = identity(cn);
+        let mut conn = tls_connect(tls, &ca, Some((&cert, &key))).await.unwrap();
+        let resp = conn
+            .call(12, &MetadataRequest::default().with_topics(None))
+            .await
+            .unwrap();
+        assert_eq!(
+            names(&resp),
+            ["visible"],
+            "{cn} is named by the rules and sees what its ACL allows"
+        );
+    }
+    // No rule applies to CN=mallory: the connection fails at its first request.
+    let (cert, key) = identity("mallory");
+    let refused = match tls_connect(tls, &ca, Some((&cert, &key))).await {
+        Err(e) => Err(e),
+        Ok(mut conn) => conn
+            .call(12, &MetadataRequest::default().with_topics(None))
+            .await
+            .map(|_| ()),
+    };
+    assert!(refused.is_err(), "no rule applies: {refused:?}");
+    broker.handle.shutdown().await;
+}

@@ -596,6 +596,7 @@ pub const SSL_KEYS: &[&str] = &[
     "ssl.enabled.protocols",
     "ssl.protocol",
     "ssl.endpoint.identification.algorithm",
+    "ssl.principal.mapping.rules",
 ];
 
 /// Whether `key` is a SASL key kept in `BrokerConfig::sasl`: `sasl.enabled.mechanisms`,

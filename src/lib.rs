@@ -343,8 +343,8 @@ impl Broker {
         for (name, _) in config.client_listeners() {
             let protocol = config.security_protocol(&name);
             if matches!(protocol, Some(config::SSL_PROTOCOL | config::SASL_SSL)) {
-                let acceptor = tls::acceptor(&config, &name)?;
-                tls_acceptors.insert(name.clone(), acceptor);
+                let tls = tls::listener(&config, &name, protocol == Some(config::SASL_SSL))?;
+                tls_acceptors.insert(name.clone(), Arc::new(tls));
             }
             if matches!(protocol, Some(config::SASL_PLAINTEXT | config::SASL_SSL)) {
                 sasl_listeners.insert(name.clone(), Arc::new(sasl::ListenerSasl::new(&config, &name)?));

@@ -16,8 +16,12 @@
 //! the key and the file. A client whose handshake fails is closed by itself (`server`), within
 //! `HANDSHAKE_TIMEOUT`.
 //!
-//! Not yet: the principal from the client certificate's subject (`ssl.principal.mapping.rules`:
-//! it matters once ACLs are), encrypted keys, JKS/PKCS12 stores, reloading certificates.
+//! On an SSL listener a client's principal comes from its certificate (`principal`:
+//! `ssl.principal.mapping.rules`); on SASL_SSL from SASL.
+//!
+//! Not yet: encrypted keys, JKS/PKCS12 stores, reloading certificates.
+
+pub mod principal;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -42,6 +46,34 @@ pub struct TlsError {
     pub listener: String,
     pub key: &'static str,
     pub problem: String,
+}
+
+/// What an SSL or SASL_SSL listener's connections start with: the TLS acceptor and, on an SSL
+/// listener, how a client certificate's subject becomes the principal.
+pub struct TlsListener {
+    pub acceptor: TlsAcceptor,
+    pub principals: Option<principal::PrincipalMapper>,
+}
+
+/// Listener `listener`'s TLS; `sasl` when SASL names its principals (SASL_SSL).
+pub fn listener(config: &BrokerConfig, listener: &str, sasl: bool) -> Result<TlsListener, TlsError> {
+    let principals = match sasl {
+        true => None,
+        false => {
+            let rules = config
+                .ssl_setting(listener, "ssl.principal.mapping.rules")
+                .unwrap_or(principal::DEFAULT_RULES);
+            Some(principal::PrincipalMapper::parse(rules).map_err(|problem| TlsError {
+                listener: listener.to_string(),
+                key: "ssl.principal.mapping.rules",
+                problem,
+            })?)
+        }
+    };
+    Ok(TlsListener {
+        acceptor: acceptor(config, listener)?,
+        principals,
+    })
 }
 
 /// The acceptor of SSL listener `listener`, from its TLS keys.

@@ -135,7 +135,7 @@ pub async fn serve(listeners: Vec<Listening>, shutdown: CancellationToken, track
 pub struct Listening {
     pub listener: TcpListener,
     pub ctx: Arc<Ctx>,
-    pub tls: Option<tokio_rustls::TlsAcceptor>,
+    pub tls: Option<Arc<crate::tls::TlsListener>>,
     pub sasl: Option<Arc<ListenerSasl>>,
 }
 
@@ -196,7 +196,7 @@ async fn accept(
                     connection(read_half, write_half, conn).await
                 }
                 // Boxed: the TLS stream's state stays out of every plaintext connection's task.
-                Some(acceptor) => match Box::pin(tls_connection(acceptor, stream, conn)).await {
+                Some(tls) => match Box::pin(tls_connection(tls, stream, conn)).await {
                     Some(served) => served,
                     None => return,
                 },
@@ -293,17 +293,31 @@ impl Activity {
 /// then `connection` over the TLS stream; None when the handshake failed or shutdown came
 /// first (logged here).
 async fn tls_connection(
-    acceptor: tokio_rustls::TlsAcceptor,
+    tls: Arc<crate::tls::TlsListener>,
     stream: tokio::net::TcpStream,
-    conn: Conn,
+    mut conn: Conn,
 ) -> Option<Result<(), Close>> {
     let peer = conn.peer;
     let handshake = tokio::select! {
         _ = conn.shutdown.cancelled() => return None,
-        done = tokio::time::timeout(crate::tls::HANDSHAKE_TIMEOUT, acceptor.accept(stream)) => done,
+        done = tokio::time::timeout(crate::tls::HANDSHAKE_TIMEOUT, tls.acceptor.accept(stream)) => done,
     };
     match handshake {
         Ok(Ok(stream)) => {
+            // An SSL listener's principal: the client certificate's subject, mapped (Kafka's
+            // DefaultKafkaPrincipalBuilder); none: User:ANONYMOUS.
+            let certificate = stream.get_ref().1.peer_certificates().and_then(|c| c.first());
+            if let (Some(mapper), Some(certificate)) = (&tls.principals, certificate) {
+                let dn = crate::tls::principal::subject_dn(certificate);
+                let Some(name) = dn.as_deref().and_then(|dn| mapper.name(dn)) else {
+                    tracing::info!(%peer, subject = ?dn, "no ssl.principal.mapping.rules rule applies to the client certificate; closing connection");
+                    return None;
+                };
+                conn.ctx = Arc::new(Ctx {
+                    principal: Arc::from(format!("User:{name}").as_str()),
+                    ..(*conn.ctx).clone()
+                });
+            }
             let (read_half, write_half) = tokio::io::split(stream);
             Some(connection(read_half, write_half, conn).await)
         }
