@@ -44,6 +44,9 @@ pub enum Error {
     InvalidTimestamp { timestamp: i64 },
     #[error("unknown topic or partition {0}")]
     UnknownTopicOrPartition(String),
+    /// The principal may not do this to the topic (ACLs).
+    #[error("Topic authorization failed.")]
+    TopicAuthorizationFailed,
     #[error("unknown topic id {0}")]
     UnknownTopicId(uuid::Uuid),
     #[error("topic {0} already exists")]
@@ -147,6 +150,7 @@ impl Error {
             Error::UnsupportedMagic(_) => ResponseError::UnsupportedForMessageFormat,
             Error::InvalidTimestamp { .. } => ResponseError::InvalidTimestamp,
             Error::UnknownTopicOrPartition(_) => ResponseError::UnknownTopicOrPartition,
+            Error::TopicAuthorizationFailed => ResponseError::TopicAuthorizationFailed,
             Error::UnknownTopicId(_) => ResponseError::UnknownTopicId,
             Error::TopicAlreadyExists(_) => ResponseError::TopicAlreadyExists,
             Error::InvalidTopic { .. } => ResponseError::InvalidTopicException,

@@ -15,8 +15,8 @@ use kafka_protocol::messages::describe_log_dirs_response::{
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
-use super::metadata::CLUSTER_OPERATIONS_ALL;
 use super::{Ctx, Versions, message, topic_name};
+use crate::acl::{CLUSTER_NAME, Operation, ResourceType};
 
 pub const DESCRIBE_CLUSTER_VERSIONS: Versions = Versions::new(ApiKey::DescribeCluster, 0, 2);
 pub const DESCRIBE_LOG_DIRS_VERSIONS: Versions = Versions::new(ApiKey::DescribeLogDirs, 1, 4);
@@ -53,7 +53,7 @@ pub async fn describe_cluster(ctx: &Ctx, req: DescribeClusterRequest, version: i
         })
         .collect();
     if req.include_cluster_authorized_operations {
-        resp.cluster_authorized_operations = CLUSTER_OPERATIONS_ALL;
+        resp.cluster_authorized_operations = ctx.operations(ResourceType::Cluster, CLUSTER_NAME);
     }
     resp
 }
@@ -74,6 +74,13 @@ fn disk_space(path: &std::path::Path) -> (i64, i64) {
 }
 
 pub async fn describe_log_dirs(ctx: &Ctx, req: DescribeLogDirsRequest, version: i16) -> DescribeLogDirsResponse {
+    if !ctx.authorize_cluster(Operation::Describe) {
+        // Kafka: DESCRIBE on the cluster, else no directory (v3+ with the error code).
+        return DescribeLogDirsResponse::default().with_error_code(match version >= 3 {
+            true => ResponseError::ClusterAuthorizationFailed.code(),
+            false => 0,
+        });
+    }
     let image = ctx.controller.image();
     let wanted: Vec<(String, Vec<i32>)> = match req.topics {
         Some(topics) => topics

@@ -19,6 +19,7 @@ use uuid::Uuid;
 use super::coordinator_routing::{KeyKind, NOT_COORDINATOR, coordinator_here};
 use super::groups::Caller;
 use super::{Ctx, Versions, message, topic_name};
+use crate::acl::{Operation, ResourceType};
 use crate::coordinator::consumer::{HeartbeatIn, Tp};
 
 pub const HEARTBEAT_VERSIONS: Versions = Versions::new(ApiKey::ConsumerGroupHeartbeat, 0, 1);
@@ -53,6 +54,22 @@ pub async fn heartbeat(
     };
     if version >= 1 && req.member_id.is_empty() {
         return refuse("the member id must be set by the member (KIP-1082)");
+    }
+    // Kafka: READ on the group, and DESCRIBE on every topic subscribed by name.
+    if !super::groups::may_read_group(ctx, &req.group_id.0) {
+        return ConsumerGroupHeartbeatResponse::default()
+            .with_error_code(ResponseError::GroupAuthorizationFailed.code())
+            .with_member_epoch(-1);
+    }
+    if let Some(names) = &req.subscribed_topic_names
+        && names
+            .iter()
+            .any(|n| !ctx.authorize(Operation::Describe, ResourceType::Topic, n))
+    {
+        return ConsumerGroupHeartbeatResponse::default()
+            .with_error_code(ResponseError::TopicAuthorizationFailed.code())
+            .with_error_message(message("not authorized to describe every subscribed topic"))
+            .with_member_epoch(-1);
     }
     if !coordinator_here(ctx, KeyKind::Group, &req.group_id.0) {
         // Kafka's GroupCoordinatorService answers the code and its message only.
@@ -120,6 +137,11 @@ pub async fn describe(ctx: &Ctx, req: ConsumerGroupDescribeRequest, version: i16
         .group_ids
         .iter()
         .map(|id| {
+            if !ctx.authorize(Operation::Describe, ResourceType::Group, &id.0) {
+                return DescribedGroup::default()
+                    .with_group_id(id.clone())
+                    .with_error_code(ResponseError::GroupAuthorizationFailed.code());
+            }
             if !coordinator_here(ctx, KeyKind::Group, &id.0) {
                 return DescribedGroup::default()
                     .with_group_id(id.clone())
@@ -166,8 +188,7 @@ pub async fn describe(ctx: &Ctx, req: ConsumerGroupDescribeRequest, version: i16
                     .with_error_message(message(format!("group {} is not a consumer group", id.0)))
             });
             if req.include_authorized_operations {
-                // No authorizer yet: READ(3), DELETE(6), DESCRIBE(8) are allowed to everyone.
-                d.authorized_operations = (1 << 3) | (1 << 6) | (1 << 8);
+                d.authorized_operations = ctx.operations(ResourceType::Group, &id.0);
             }
             d
         })

@@ -7,6 +7,7 @@ use kafka_protocol::messages::delete_records_response::{DeleteRecordsPartitionRe
 use kafka_protocol::messages::*;
 
 use super::{Ctx, Versions};
+use crate::acl::{Operation, ResourceType};
 
 pub const VERSIONS: Versions = Versions::new(ApiKey::DeleteRecords, 0, 2);
 
@@ -14,9 +15,13 @@ pub async fn handle(ctx: &Ctx, req: DeleteRecordsRequest, _version: i16) -> Dele
     let mut topics = Vec::with_capacity(req.topics.len());
     for t in req.topics {
         let mut partitions = Vec::with_capacity(t.partitions.len());
+        let authorized = ctx.authorize(Operation::Delete, ResourceType::Topic, &t.name.0);
         for p in &t.partitions {
             let out = DeleteRecordsPartitionResult::default().with_partition_index(p.partition_index);
             partitions.push(match ctx.replicas.get(&t.name.0, p.partition_index) {
+                _ if !authorized => out
+                    .with_low_watermark(-1)
+                    .with_error_code(crate::error::Error::TopicAuthorizationFailed.code()),
                 None => out.with_low_watermark(-1).with_error_code(super::absent_partition(
                     ctx,
                     &t.name.0,

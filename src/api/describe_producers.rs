@@ -6,6 +6,7 @@ use kafka_protocol::messages::describe_producers_response::{PartitionResponse, P
 use kafka_protocol::messages::{ApiKey, DescribeProducersRequest, DescribeProducersResponse, ProducerId};
 
 use super::{Ctx, Versions, message};
+use crate::acl::{Operation, ResourceType};
 
 pub const VERSIONS: Versions = Versions::new(ApiKey::DescribeProducers, 0, 0);
 
@@ -13,10 +14,15 @@ pub async fn handle(ctx: &Ctx, req: DescribeProducersRequest, _version: i16) -> 
     let mut topics = Vec::with_capacity(req.topics.len());
     for topic in req.topics {
         let name = topic.name.0.to_string();
+        let authorized = ctx.authorize(Operation::Read, ResourceType::Topic, &name);
         let mut partitions = Vec::with_capacity(topic.partition_indexes.len());
         for index in topic.partition_indexes {
             let mut out = PartitionResponse::default().with_partition_index(index);
             let producers = match ctx.replicas.get(&name, index) {
+                _ if !authorized => Err((
+                    crate::error::Error::TopicAuthorizationFailed.code(),
+                    crate::error::Error::TopicAuthorizationFailed.to_string(),
+                )),
                 None => Err((
                     super::absent_partition(ctx, &name, index),
                     format!("no replica of {name}-{index} here"),

@@ -32,6 +32,7 @@ use openraft::{BasicNode, RaftMetrics};
 use uuid::Uuid;
 
 use super::{Ctx, Versions, message, topic_name};
+use crate::acl::Operation;
 
 pub const VERSIONS: Versions = Versions::new(ApiKey::DescribeQuorum, 0, 2);
 
@@ -47,6 +48,11 @@ const CONTROLLER_LISTENER_DEFAULT: &str = "CONTROLLER";
 pub const FORWARDED_TAG: i32 = 0x534c_0001;
 
 pub async fn handle(ctx: &Ctx, req: DescribeQuorumRequest, version: i16) -> DescribeQuorumResponse {
+    if !ctx.authorize_cluster(Operation::Describe) {
+        return DescribeQuorumResponse::default()
+            .with_error_code(ResponseError::ClusterAuthorizationFailed.code())
+            .with_error_message(message("Cluster authorization failed."));
+    }
     if !asks_for_the_metadata_partition(&req) {
         return partition_errors(&req, ResponseError::UnknownTopicOrPartition.code());
     }

@@ -16,8 +16,9 @@ use kafka_protocol::messages::describe_topic_partitions_response::{
 use kafka_protocol::messages::{ApiKey, DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse};
 use uuid::Uuid;
 
-use super::metadata::{PartitionState, TOPIC_OPERATIONS_ALL, is_internal};
+use super::metadata::{PartitionState, is_internal};
 use super::{Ctx, Versions, topic_name};
+use crate::acl::{Operation, ResourceType};
 use crate::cluster::{MetadataImage, TopicInfo, validate_topic_name};
 
 pub const VERSIONS: Versions = Versions::new(ApiKey::DescribeTopicPartitions, 0, 0);
@@ -41,6 +42,8 @@ pub async fn handle(ctx: &Ctx, req: DescribeTopicPartitionsRequest, _version: i1
             .keys()
             .map(String::as_str)
             .filter(|name| *name >= from)
+            // Topics the principal may not describe are left out, unnamed.
+            .filter(|name| ctx.authorize(Operation::Describe, ResourceType::Topic, name))
             .collect()
     } else {
         req.topics
@@ -71,12 +74,23 @@ pub async fn handle(ctx: &Ctx, req: DescribeTopicPartitionsRequest, _version: i1
         _ => 0,
     };
     let limit = RESPONSE_PARTITIONS_MAX.min(req.response_partition_limit);
-    let (topics, next_cursor) = describe_page(&image, names, start_of, limit, !fetch_all, |topic, index| {
+    let access = Access {
+        may_describe: &|name: &str| ctx.authorize(Operation::Describe, ResourceType::Topic, name),
+        operations: &|name: &str| ctx.operations(ResourceType::Topic, name),
+    };
+    let (topics, next_cursor) = describe_page(&image, names, start_of, limit, !fetch_all, &access, |topic, index| {
         PartitionState::of(ctx, &image, topic, index)
     });
     DescribeTopicPartitionsResponse::default()
         .with_topics(topics)
         .with_next_cursor(next_cursor)
+}
+
+/// What the principal may see: whether it may describe a topic, and its authorized
+/// operations on it.
+struct Access<'a> {
+    may_describe: &'a dyn Fn(&str) -> bool,
+    operations: &'a dyn Fn(&str) -> i32,
 }
 
 /// One page: the topics `names` (sorted) from the partition `start_of(name)` gives, until
@@ -90,6 +104,7 @@ fn describe_page<'a>(
     start_of: impl Fn(&str) -> i32,
     limit: i32,
     report_unknown: bool,
+    access: &Access<'_>,
     state_of: impl Fn(&TopicInfo, i32) -> PartitionState,
 ) -> (Vec<DescribeTopicPartitionsResponseTopic>, Option<Cursor>) {
     let mut topics = Vec::new();
@@ -102,9 +117,20 @@ fn describe_page<'a>(
         if remaining < 0 {
             continue;
         }
+        if !(access.may_describe)(name) {
+            // Named and not to be described: before its existence, which is not told.
+            topics.push(
+                DescribeTopicPartitionsResponseTopic::default()
+                    .with_error_code(ResponseError::TopicAuthorizationFailed.code())
+                    .with_name(Some(topic_name(name)))
+                    .with_topic_id(Uuid::nil())
+                    .with_topic_authorized_operations((access.operations)(name)),
+            );
+            continue;
+        }
         let Some(topic) = image.topic(name) else {
             if report_unknown {
-                topics.push(unknown_topic(name));
+                topics.push(unknown_topic(name, (access.operations)(name)));
             }
             continue;
         };
@@ -117,7 +143,7 @@ fn describe_page<'a>(
                 .with_topic_id(topic.id)
                 .with_is_internal(is_internal(&topic.name))
                 .with_partitions(partitions)
-                .with_topic_authorized_operations(TOPIC_OPERATIONS_ALL),
+                .with_topic_authorized_operations((access.operations)(name)),
         );
         if let Some(next) = next {
             return (topics, Some(cursor(name, next)));
@@ -153,7 +179,7 @@ fn partition(index: i32, state: PartitionState) -> DescribeTopicPartitionsRespon
 
 /// A named topic the image does not hold: INVALID_TOPIC_EXCEPTION when no topic could have
 /// that name, else UNKNOWN_TOPIC_OR_PARTITION.
-fn unknown_topic(name: &str) -> DescribeTopicPartitionsResponseTopic {
+fn unknown_topic(name: &str, operations: i32) -> DescribeTopicPartitionsResponseTopic {
     let code = match validate_topic_name(name) {
         Ok(()) => ResponseError::UnknownTopicOrPartition.code(),
         Err(_) => ResponseError::InvalidTopicException.code(),
@@ -163,7 +189,7 @@ fn unknown_topic(name: &str) -> DescribeTopicPartitionsResponseTopic {
         .with_name(Some(topic_name(name)))
         .with_topic_id(Uuid::nil())
         .with_is_internal(is_internal(name))
-        .with_topic_authorized_operations(TOPIC_OPERATIONS_ALL)
+        .with_topic_authorized_operations(operations)
 }
 
 fn cursor(name: &str, partition_index: i32) -> Cursor {
@@ -220,7 +246,11 @@ mod tests {
             Some((c, p)) if c == name => p,
             _ => 0,
         };
-        let (topics, next) = describe_page(image, names.iter().copied(), start_of, limit, true, state);
+        let open = Access {
+            may_describe: &|_: &str| true,
+            operations: &|_: &str| 0,
+        };
+        let (topics, next) = describe_page(image, names.iter().copied(), start_of, limit, true, &open, state);
         (
             topics
                 .into_iter()

@@ -11,6 +11,7 @@ use kafka_protocol::messages::{ApiKey, ElectLeadersRequest, ElectLeadersResponse
 use kafka_protocol::protocol::StrBytes;
 
 use super::{Ctx, Versions, message};
+use crate::acl::Operation;
 
 pub const VERSIONS: Versions = Versions::new(ApiKey::ElectLeaders, 0, 2);
 
@@ -18,6 +19,28 @@ const PREFERRED: i8 = 0;
 const UNCLEAN: i8 = 1;
 
 pub async fn handle(ctx: &Ctx, req: ElectLeadersRequest, version: i16) -> ElectLeadersResponse {
+    if !ctx.authorize_cluster(Operation::Alter) {
+        // Kafka: ALTER on the cluster; every partition named gets the code too.
+        let code = ResponseError::ClusterAuthorizationFailed.code();
+        let results = req
+            .topic_partitions
+            .unwrap_or_default()
+            .into_iter()
+            .map(|t| {
+                let partitions = t
+                    .partitions
+                    .iter()
+                    .map(|p| PartitionResult::default().with_partition_id(*p).with_error_code(code))
+                    .collect();
+                ReplicaElectionResult::default()
+                    .with_topic(t.topic)
+                    .with_partition_result(partitions)
+            })
+            .collect();
+        return ElectLeadersResponse::default()
+            .with_error_code(code)
+            .with_replica_election_results(results);
+    }
     let election_type = if version == 0 { PREFERRED } else { req.election_type };
     if election_type != PREFERRED && election_type != UNCLEAN {
         return ElectLeadersResponse::default().with_error_code(ResponseError::InvalidRequest.code());

@@ -31,6 +31,7 @@ use uuid::Uuid;
 
 use super::leader_hints::LeaderHints;
 use super::{Ctx, Versions};
+use crate::acl::{Operation, ResourceType};
 use crate::error::Error;
 use crate::replica::Partition;
 use crate::replica::purgatory::DelayedFetch;
@@ -57,6 +58,17 @@ pub async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchResponse
     if req.session_epoch != 0 && req.session_epoch != -1 {
         return FetchResponse::default().with_error_code(ResponseError::FetchSessionIdNotFound.code());
     }
+    // A follower's fetch (Kafka's replica id, from v15 in ReplicaState): it reads up to the
+    // log end and its fetch offset tells the leader how far it holds the log.
+    let replica = if version >= 15 {
+        req.replica_state.replica_id.0
+    } else {
+        req.replica_id.0
+    };
+    let replica = (replica >= 0).then_some(replica);
+    // Kafka: a follower needs CLUSTER_ACTION on the cluster, a consumer READ on each topic;
+    // either way what is not allowed is TOPIC_AUTHORIZATION_FAILED.
+    let follower_allowed = replica.is_some() && ctx.authorize_cluster(Operation::ClusterAction);
     let image = ctx.controller.image();
     let mut topics = Vec::with_capacity(req.topics.len());
     let mut wanted = Vec::new();
@@ -77,9 +89,14 @@ pub async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchResponse
             response.topic = topic.topic;
         }
         topics.push(response);
+        let authorized = name.as_ref().is_some_and(|name| match replica {
+            Some(_) => follower_allowed,
+            None => ctx.authorize(Operation::Read, ResourceType::Topic, name),
+        });
         for p in topic.partitions {
             let partition = match &name {
                 None => Err(ResponseError::UnknownTopicId.code()),
+                Some(_) if !authorized => Err(ResponseError::TopicAuthorizationFailed.code()),
                 Some(name) => ctx
                     .replicas
                     .get(name, p.partition)
@@ -93,14 +110,6 @@ pub async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchResponse
         }
     }
 
-    // A follower's fetch (Kafka's replica id, from v15 in ReplicaState): it reads up to the
-    // log end and its fetch offset tells the leader how far it holds the log.
-    let replica = if version >= 15 {
-        req.replica_state.replica_id.0
-    } else {
-        req.replica_id.0
-    };
-    let replica = (replica >= 0).then_some(replica);
     if let Some(replica) = replica {
         follower_fetched(ctx, &mut wanted, replica, version);
     }

@@ -34,6 +34,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::coordinator_routing::{self as routing, KeyKind, NOT_COORDINATOR, coordinator_here};
 use super::metadata::split_host_port;
 use super::{Ctx, Versions, message};
+use crate::acl::{Operation, ResourceType};
 use crate::cluster::MetadataImage;
 use crate::coordinator::group::{GroupState, JoinRequest};
 
@@ -60,6 +61,14 @@ fn opt(text: Option<&StrBytes>) -> Option<String> {
     text.map(|t| t.to_string())
 }
 
+const GROUP_AUTHORIZATION_FAILED: i16 = ResponseError::GroupAuthorizationFailed.code();
+
+/// Whether the principal may READ the group: what joining, syncing, heartbeating, leaving
+/// and committing need (Kafka).
+pub(super) fn may_read_group(ctx: &Ctx, group: &str) -> bool {
+    ctx.authorize(Operation::Read, ResourceType::Group, group)
+}
+
 const KEY_TYPE_GROUP: i8 = 0;
 const KEY_TYPE_TRANSACTION: i8 = 1;
 
@@ -72,6 +81,19 @@ fn coordinator_of(ctx: &Ctx, image: &MetadataImage, kind: Option<KeyKind>, error
     let Some(kind) = kind else {
         return Err((ResponseError::InvalidRequest.code(), "unsupported key type"));
     };
+    // Kafka: DESCRIBE on the group or transactional id.
+    match kind {
+        KeyKind::Group if !ctx.authorize(Operation::Describe, ResourceType::Group, key) => {
+            return Err((GROUP_AUTHORIZATION_FAILED, "Group authorization failed."));
+        }
+        KeyKind::Transaction if !ctx.authorize(Operation::Describe, ResourceType::TransactionalId, key) => {
+            return Err((
+                ResponseError::TransactionalIdAuthorizationFailed.code(),
+                "Transactional Id authorization failed.",
+            ));
+        }
+        _ => {}
+    }
     if error != 0 {
         return Err((error, "the coordinator is not available"));
     }
@@ -178,6 +200,9 @@ fn join_refused(code: i16, version: i16) -> JoinGroupResponse {
 }
 
 pub async fn join_group(ctx: &Ctx, caller: &Caller, req: JoinGroupRequest, version: i16) -> JoinGroupResponse {
+    if !may_read_group(ctx, &req.group_id.0) {
+        return join_refused(GROUP_AUTHORIZATION_FAILED, version);
+    }
     if !coordinator_here(ctx, KeyKind::Group, &req.group_id.0) {
         return join_refused(NOT_COORDINATOR, version);
     }
@@ -246,6 +271,9 @@ pub async fn sync_group(ctx: &Ctx, req: SyncGroupRequest, version: i16) -> SyncG
     if version >= 5 && (req.protocol_type.is_none() || req.protocol_name.is_none()) {
         return SyncGroupResponse::default().with_error_code(ResponseError::InconsistentGroupProtocol.code());
     }
+    if !may_read_group(ctx, &req.group_id.0) {
+        return SyncGroupResponse::default().with_error_code(GROUP_AUTHORIZATION_FAILED);
+    }
     if !coordinator_here(ctx, KeyKind::Group, &req.group_id.0) {
         return SyncGroupResponse::default().with_error_code(NOT_COORDINATOR);
     }
@@ -282,6 +310,9 @@ pub async fn sync_group(ctx: &Ctx, req: SyncGroupRequest, version: i16) -> SyncG
 }
 
 pub async fn heartbeat(ctx: &Ctx, req: HeartbeatRequest, version: i16) -> HeartbeatResponse {
+    if !may_read_group(ctx, &req.group_id.0) {
+        return HeartbeatResponse::default().with_error_code(GROUP_AUTHORIZATION_FAILED);
+    }
     if !coordinator_here(ctx, KeyKind::Group, &req.group_id.0) {
         return HeartbeatResponse::default().with_error_code(NOT_COORDINATOR);
     }
@@ -301,6 +332,9 @@ pub async fn heartbeat(ctx: &Ctx, req: HeartbeatRequest, version: i16) -> Heartb
 
 pub async fn leave_group(ctx: &Ctx, req: LeaveGroupRequest, version: i16) -> LeaveGroupResponse {
     // Every version: a top-level error and no member entries, as the coordinator's own refusals.
+    if !may_read_group(ctx, &req.group_id.0) {
+        return LeaveGroupResponse::default().with_error_code(GROUP_AUTHORIZATION_FAILED);
+    }
     if !coordinator_here(ctx, KeyKind::Group, &req.group_id.0) {
         return LeaveGroupResponse::default().with_error_code(NOT_COORDINATOR);
     }
@@ -334,10 +368,13 @@ pub async fn leave_group(ctx: &Ctx, req: LeaveGroupRequest, version: i16) -> Lea
 pub async fn list_groups(ctx: &Ctx, req: ListGroupsRequest, version: i16) -> ListGroupsResponse {
     let states: Vec<String> = req.states_filter.iter().map(|s| s.to_lowercase()).collect();
     let types: Vec<String> = req.types_filter.iter().map(|s| s.to_lowercase()).collect();
+    // Kafka: DESCRIBE on the cluster lists every group, else those the principal may describe.
+    let all = ctx.authorize_cluster(Operation::Describe);
     let groups = ctx
         .coordinator
         .list()
         .into_iter()
+        .filter(|(id, ..)| all || ctx.authorize(Operation::Describe, ResourceType::Group, id))
         .filter(|(_, _, state, _)| states.is_empty() || states.contains(&state.to_lowercase()))
         .filter(|(_, _, _, kind)| types.is_empty() || types.iter().any(|t| t == kind))
         .map(|(id, protocol_type, state, kind)| {
@@ -361,6 +398,11 @@ pub async fn describe_groups(ctx: &Ctx, req: DescribeGroupsRequest, version: i16
         .groups
         .iter()
         .map(|id| {
+            if !ctx.authorize(Operation::Describe, ResourceType::Group, &id.0) {
+                return DescribedGroup::default()
+                    .with_group_id(id.clone())
+                    .with_error_code(GROUP_AUTHORIZATION_FAILED);
+            }
             if !coordinator_here(ctx, KeyKind::Group, &id.0) {
                 // Kafka's DescribeGroupsResponse.groupError: the code, empty fields.
                 return DescribedGroup::default()
@@ -420,8 +462,7 @@ pub async fn describe_groups(ctx: &Ctx, req: DescribeGroupsRequest, version: i16
                 }
             });
             if version >= 3 && req.include_authorized_operations {
-                // No authorizer yet: READ(3), DELETE(6), DESCRIBE(8) are allowed to everyone.
-                d.authorized_operations = (1 << 3) | (1 << 6) | (1 << 8);
+                d.authorized_operations = ctx.operations(ResourceType::Group, &id.0);
             }
             d
         })
@@ -432,7 +473,9 @@ pub async fn describe_groups(ctx: &Ctx, req: DescribeGroupsRequest, version: i16
 pub async fn delete_groups(ctx: &Ctx, req: DeleteGroupsRequest, _version: i16) -> DeleteGroupsResponse {
     let mut results = Vec::with_capacity(req.groups_names.len());
     for id in req.groups_names {
-        let code = if coordinator_here(ctx, KeyKind::Group, &id.0) {
+        let code = if !ctx.authorize(Operation::Delete, ResourceType::Group, &id.0) {
+            GROUP_AUTHORIZATION_FAILED
+        } else if coordinator_here(ctx, KeyKind::Group, &id.0) {
             ctx.coordinator.delete_group(&id.0).await
         } else {
             NOT_COORDINATOR

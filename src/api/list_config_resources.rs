@@ -17,6 +17,7 @@ use super::configs::{
     RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_CLIENT_METRICS, RESOURCE_GROUP, RESOURCE_TOPIC,
 };
 use super::{Ctx, Versions};
+use crate::acl::Operation;
 
 pub const VERSIONS: Versions = Versions::new(ApiKey::ListConfigResources, 0, 1);
 
@@ -30,6 +31,10 @@ const SUPPORTED_TYPES: [i8; 5] = [
 ];
 
 pub async fn handle(ctx: &Ctx, req: ListConfigResourcesRequest, version: i16) -> ListConfigResourcesResponse {
+    if !ctx.authorize_cluster(Operation::DescribeConfigs) {
+        return ListConfigResourcesResponse::default()
+            .with_error_code(ResponseError::ClusterAuthorizationFailed.code());
+    }
     let wants = |t: i8| {
         if version == 0 {
             t == RESOURCE_CLIENT_METRICS

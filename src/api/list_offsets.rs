@@ -8,6 +8,7 @@ use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionRespon
 use kafka_protocol::messages::{ApiKey, ListOffsetsRequest, ListOffsetsResponse};
 
 use super::{Ctx, Versions};
+use crate::acl::{Operation, ResourceType};
 use crate::error::Error;
 use crate::replica::Partition;
 
@@ -25,9 +26,11 @@ pub async fn handle(ctx: &Ctx, req: ListOffsetsRequest, version: i16) -> ListOff
     let read_committed = req.isolation_level == 1;
     for topic in req.topics {
         let name = topic.name.0.to_string();
+        let authorized = ctx.authorize(Operation::Describe, ResourceType::Topic, &name);
         let mut partitions = Vec::with_capacity(topic.partitions.len());
         for p in &topic.partitions {
             let answer = match ctx.replicas.get(&name, p.partition_index) {
+                _ if !authorized => Err(Error::TopicAuthorizationFailed),
                 None if super::absent_partition(ctx, &name, p.partition_index)
                     == Error::NotLeader(String::new()).code() =>
                 {

@@ -15,75 +15,91 @@ use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
 use super::{Ctx, Versions, topic_name};
+use crate::acl::{Operation, ResourceType};
 use crate::cluster::{MetadataImage, TopicInfo};
-
-/// Cluster operations (AclOperation codes) allowed to everyone while no authorizer runs:
-/// CREATE(5), ALTER(7), DESCRIBE(8), CLUSTER_ACTION(9), DESCRIBE_CONFIGS(10), ALTER_CONFIGS(11),
-/// IDEMPOTENT_WRITE(12). Metadata v8-v10 and DescribeCluster report them.
-pub const CLUSTER_OPERATIONS_ALL: i32 = (1 << 5) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12);
 
 pub const VERSIONS: Versions = Versions::new(ApiKey::Metadata, 0, 13);
 
 /// Kafka's "not requested" value for authorized operations.
-const OPERATIONS_NOT_REQUESTED: i32 = i32::MIN;
-/// Topic operations (AclOperation codes) a principal may perform: no authorizer runs yet, so
-/// every client may do all of READ(3), WRITE(4), CREATE(5), DELETE(6), ALTER(7), DESCRIBE(8),
-/// DESCRIBE_CONFIGS(10), ALTER_CONFIGS(11).
-pub(crate) const TOPIC_OPERATIONS_ALL: i32 =
-    (1 << 3) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 10) | (1 << 11);
+pub(crate) const OPERATIONS_NOT_REQUESTED: i32 = i32::MIN;
 
 pub async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> MetadataResponse {
-    let operations = if version >= 8 && req.include_topic_authorized_operations {
-        TOPIC_OPERATIONS_ALL
-    } else {
-        OPERATIONS_NOT_REQUESTED
+    let with_operations = version >= 8 && req.include_topic_authorized_operations;
+    // Each topic's operations for this principal, when asked (Kafka's "not requested" else).
+    let operations = |name: &str| match with_operations {
+        true => ctx.operations(ResourceType::Topic, name),
+        false => OPERATIONS_NOT_REQUESTED,
     };
+    let may_describe = |name: &str| ctx.authorize(Operation::Describe, ResourceType::Topic, name);
     let allow_create = version < 4 || req.allow_auto_topic_creation;
 
     let mut image = ctx.controller.image();
+    let all = match &req.topics {
+        None => true,
+        Some(list) => list.is_empty() && version == 0,
+    };
     let topics = match req.topics {
-        None => image
+        // All topics: those the principal may not describe are left out, unnamed.
+        _ if all => image
             .topics
             .values()
-            .map(|t| describe(ctx, &image, t, operations, version))
+            .filter(|t| may_describe(&t.name))
+            .map(|t| describe(ctx, &image, t, operations(&t.name), version))
             .collect(),
-        Some(ref list) if list.is_empty() && version == 0 => image
-            .topics
-            .values()
-            .map(|t| describe(ctx, &image, t, operations, version))
-            .collect(),
+        None => Vec::new(),
         Some(list) => {
             let mut out = Vec::with_capacity(list.len());
             for wanted in list {
                 match wanted.name {
                     Some(name) => {
                         let name = name.0.to_string();
+                        // Kafka checks DESCRIBE before existence, so that an unauthorized
+                        // client does not learn which topics exist.
+                        if !may_describe(&name) {
+                            let code = ResponseError::TopicAuthorizationFailed.code();
+                            out.push(error_topic(Some(&name), Uuid::nil(), code, operations(&name)));
+                            continue;
+                        }
                         if image.topic(&name).is_none() && allow_create && ctx.config.auto_create_topics_enable {
-                            match auto_create(ctx, &name) {
+                            // Creating needs CREATE on the cluster or on the topic.
+                            let may_create = ctx.authorize_cluster(Operation::Create)
+                                || ctx.authorize(Operation::Create, ResourceType::Topic, &name);
+                            let created = match may_create {
+                                true => auto_create(ctx, &name),
+                                false => Err(ResponseError::TopicAuthorizationFailed.code()),
+                            };
+                            match created {
                                 Ok(()) => image = ctx.controller.image(),
                                 Err(code) => {
-                                    out.push(error_topic(Some(&name), Uuid::nil(), code, operations));
+                                    out.push(error_topic(Some(&name), Uuid::nil(), code, operations(&name)));
                                     continue;
                                 }
                             }
                         }
                         match image.topic(&name) {
-                            Some(t) => out.push(describe(ctx, &image, t, operations, version)),
+                            Some(t) => out.push(describe(ctx, &image, t, operations(&name), version)),
                             None => out.push(error_topic(
                                 Some(&name),
                                 Uuid::nil(),
                                 ResponseError::UnknownTopicOrPartition.code(),
-                                operations,
+                                operations(&name),
                             )),
                         }
                     }
                     None => match image.topic_by_id(&wanted.topic_id) {
-                        Some(t) => out.push(describe(ctx, &image, t, operations, version)),
+                        // Kafka: ids are not secret, so an unauthorized one is named as such.
+                        Some(t) if !may_describe(&t.name) => out.push(error_topic(
+                            None,
+                            wanted.topic_id,
+                            ResponseError::TopicAuthorizationFailed.code(),
+                            operations(&t.name),
+                        )),
+                        Some(t) => out.push(describe(ctx, &image, t, operations(&t.name), version)),
                         None => out.push(error_topic(
                             None,
                             wanted.topic_id,
                             ResponseError::UnknownTopicId.code(),
-                            operations,
+                            OPERATIONS_NOT_REQUESTED,
                         )),
                     },
                 }
@@ -123,7 +139,7 @@ pub async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> MetadataRe
         .with_cluster_authorized_operations(
             // v8-v10 answer it when asked (v11 moved it to DescribeCluster).
             if (8..=10).contains(&version) && req.include_cluster_authorized_operations {
-                CLUSTER_OPERATIONS_ALL
+                ctx.operations(ResourceType::Cluster, crate::acl::CLUSTER_NAME)
             } else {
                 OPERATIONS_NOT_REQUESTED
             },

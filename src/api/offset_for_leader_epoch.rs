@@ -12,6 +12,7 @@ use kafka_protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset,
 use kafka_protocol::messages::{ApiKey, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
 
 use super::{Ctx, Versions};
+use crate::acl::{Operation, ResourceType};
 use crate::error::Error;
 
 pub const VERSIONS: Versions = Versions::new(ApiKey::OffsetForLeaderEpoch, 2, 4);
@@ -21,13 +22,23 @@ const UNDEFINED: i64 = -1;
 
 pub async fn handle(ctx: &Ctx, req: OffsetForLeaderEpochRequest, _version: i16) -> OffsetForLeaderEpochResponse {
     let mut topics = Vec::with_capacity(req.topics.len());
+    // Kafka: brokers (CLUSTER_ACTION) ask about any topic, consumers (KIP-320) about those
+    // they may describe.
+    let cluster_action = ctx.authorize_cluster(Operation::ClusterAction);
     for topic in req.topics {
         let name = topic.topic.0.to_string();
+        let authorized = cluster_action || ctx.authorize(Operation::Describe, ResourceType::Topic, &name);
         let partitions = topic
             .partitions
             .iter()
             .map(|p| {
                 let answer = EpochEndOffset::default().with_partition(p.partition);
+                if !authorized {
+                    return answer
+                        .with_error_code(Error::TopicAuthorizationFailed.code())
+                        .with_leader_epoch(-1)
+                        .with_end_offset(UNDEFINED);
+                }
                 let Some(partition) = ctx.replicas.get(&name, p.partition) else {
                     return answer
                         .with_error_code(super::absent_partition(ctx, &name, p.partition))

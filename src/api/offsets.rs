@@ -37,7 +37,9 @@ use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
 use super::coordinator_routing::{KeyKind, NOT_COORDINATOR, coordinator_here};
+use super::groups::may_read_group;
 use super::{Ctx, Versions, topic_name};
+use crate::acl::{Operation, ResourceType};
 use crate::cluster::MetadataImage;
 use crate::coordinator::CommitRequest;
 use crate::coordinator::records::CommittedOffset;
@@ -102,6 +104,15 @@ pub async fn offset_commit(ctx: &Ctx, req: OffsetCommitRequest, version: i16) ->
     };
     let image = ctx.controller.image();
     let mut answer = CommitAnswer::new(version);
+    if !may_read_group(ctx, &req.group_id.0) {
+        // Kafka: READ on the group, else every partition refused so.
+        for t in &req.topics {
+            for p in &t.partitions {
+                answer.add(t, p.partition_index, ResponseError::GroupAuthorizationFailed.code());
+            }
+        }
+        return OffsetCommitResponse::default().with_topics(answer.topics);
+    }
     let mut wanted: Vec<CommitRequest> = Vec::new();
     // (index of the request topic, partition) of each entry of `wanted`.
     let mut asked: Vec<(usize, i32)> = Vec::new();
@@ -116,7 +127,17 @@ pub async fn offset_commit(ctx: &Ctx, req: OffsetCommitRequest, version: i16) ->
         } else {
             (image.topic(&t.name.0), ResponseError::UnknownTopicOrPartition)
         };
+        // READ on the topic, checked after an id is resolved and before the name is looked up.
+        let authorized = match (version >= TOPIC_IDS_VERSION, found) {
+            (true, Some(info)) => ctx.authorize(Operation::Read, ResourceType::Topic, &info.name),
+            (true, None) => true,
+            (false, _) => ctx.authorize(Operation::Read, ResourceType::Topic, &t.name.0),
+        };
         for p in &t.partitions {
+            if !authorized {
+                answer.add(t, p.partition_index, ResponseError::TopicAuthorizationFailed.code());
+                continue;
+            }
             let Some(info) = found else {
                 answer.add(t, p.partition_index, unknown.code());
                 continue;
@@ -188,6 +209,30 @@ fn stability(ctx: &Ctx, group: &str, require_stable: bool, topic: &str, partitio
         .then(|| ResponseError::UnstableOffsetCommit.code())
 }
 
+fn may_describe(ctx: &Ctx, topic: &str) -> bool {
+    ctx.authorize(Operation::Describe, ResourceType::Topic, topic)
+}
+
+/// A partition's fetch answer: TOPIC_AUTHORIZATION_FAILED and no offset for a topic the
+/// principal may not describe (named in the request), else its commit and stability code.
+fn fetched<'a>(
+    ctx: &Ctx,
+    group: &str,
+    require_stable: bool,
+    topic: &str,
+    p: i32,
+    c: Option<&'a CommittedOffset>,
+) -> (Option<&'a CommittedOffset>, i16) {
+    if !may_describe(ctx, topic) {
+        return (None, ResponseError::TopicAuthorizationFailed.code());
+    }
+    let unstable = stability(ctx, group, require_stable, topic, p);
+    match unstable {
+        Some(code) => (None, code),
+        None => (c, 0),
+    }
+}
+
 fn lookup(ctx: &Ctx, group: &str, wanted: Wanted) -> Found {
     let all = ctx.coordinator.fetch_offsets(group);
     match wanted {
@@ -203,7 +248,8 @@ fn lookup(ctx: &Ctx, group: &str, wanted: Wanted) -> Found {
             .collect(),
         None => {
             let mut out: Found = Vec::new();
-            for ((topic, p), c) in all {
+            // Every committed topic the principal may describe (Kafka leaves the others out).
+            for ((topic, p), c) in all.into_iter().filter(|((t, _), _)| may_describe(ctx, t)) {
                 match out.last_mut() {
                     Some((t, parts)) if *t == topic => parts.push((p, Some(c))),
                     _ => out.push((topic, vec![(p, Some(c))])),
@@ -240,6 +286,11 @@ fn fetch_group(
     require_stable: bool,
     version: i16,
 ) -> OffsetFetchResponseGroup {
+    if !ctx.authorize(Operation::Describe, ResourceType::Group, &g.group_id.0) {
+        return OffsetFetchResponseGroup::default()
+            .with_group_id(g.group_id)
+            .with_error_code(ResponseError::GroupAuthorizationFailed.code());
+    }
     if !coordinator_here(ctx, KeyKind::Group, &g.group_id.0) {
         return OffsetFetchResponseGroup::default()
             .with_group_id(g.group_id)
@@ -287,15 +338,14 @@ fn fetch_group(
             let partitions = parts
                 .into_iter()
                 .map(|(p, c)| {
-                    let unstable = stability(ctx, &g.group_id.0, require_stable, &topic, p);
-                    let c = if unstable.is_some() { None } else { c };
-                    let (offset, epoch, metadata) = committed(c.as_ref());
+                    let (c, code) = fetched(ctx, &g.group_id.0, require_stable, &topic, p, c.as_ref());
+                    let (offset, epoch, metadata) = committed(c);
                     OffsetFetchResponsePartitions::default()
                         .with_partition_index(p)
                         .with_committed_offset(offset)
                         .with_committed_leader_epoch(epoch)
                         .with_metadata(Some(metadata))
-                        .with_error_code(unstable.unwrap_or(0))
+                        .with_error_code(code)
                 })
                 .collect();
             let entry = match id {
@@ -321,8 +371,11 @@ pub async fn offset_fetch(ctx: &Ctx, req: OffsetFetchRequest, version: i16) -> O
             .collect();
         return OffsetFetchResponse::default().with_groups(groups);
     }
+    if !ctx.authorize(Operation::Describe, ResourceType::Group, &req.group_id.0) {
+        return refused_fetch(req, version, ResponseError::GroupAuthorizationFailed.code());
+    }
     if !coordinator_here(ctx, KeyKind::Group, &req.group_id.0) {
-        return not_coordinator_fetch(req, version);
+        return refused_fetch(req, version, NOT_COORDINATOR);
     }
     let wanted = req.topics.map(|ts| {
         ts.into_iter()
@@ -335,18 +388,14 @@ pub async fn offset_fetch(ctx: &Ctx, req: OffsetFetchRequest, version: i16) -> O
             let partitions = parts
                 .into_iter()
                 .map(|(p, c)| {
-                    let unstable = if version >= 7 {
-                        stability(ctx, &req.group_id.0, req.require_stable, &topic, p)
-                    } else {
-                        None
-                    };
-                    let c = if unstable.is_some() { None } else { c };
-                    let (offset, epoch, metadata) = committed(c.as_ref());
+                    let require_stable = version >= 7 && req.require_stable;
+                    let (c, code) = fetched(ctx, &req.group_id.0, require_stable, &topic, p, c.as_ref());
+                    let (offset, epoch, metadata) = committed(c);
                     let mut out = OffsetFetchResponsePartition::default()
                         .with_partition_index(p)
                         .with_committed_offset(offset)
                         .with_metadata(Some(metadata))
-                        .with_error_code(unstable.unwrap_or(0));
+                        .with_error_code(code);
                     if version >= 5 {
                         out.committed_leader_epoch = epoch;
                     }
@@ -361,12 +410,12 @@ pub async fn offset_fetch(ctx: &Ctx, req: OffsetFetchRequest, version: i16) -> O
     OffsetFetchResponse::default().with_topics(topics)
 }
 
-/// The NOT_COORDINATOR answer of an OffsetFetch v1-v7 (Kafka's `OffsetFetchRequest.getErrorResponse`):
-/// from v2 the top-level error and no topics; v1 has no top-level error, so each partition asked
-/// carries it, with offset -1.
-fn not_coordinator_fetch(req: OffsetFetchRequest, version: i16) -> OffsetFetchResponse {
+/// An OffsetFetch v1-v7 refused whole, NOT_COORDINATOR or GROUP_AUTHORIZATION_FAILED (Kafka's
+/// `OffsetFetchRequest.getErrorResponse`): from v2 the top-level error and no topics; v1 has no
+/// top-level error, so each partition asked carries it, with offset -1.
+fn refused_fetch(req: OffsetFetchRequest, version: i16, code: i16) -> OffsetFetchResponse {
     if version >= 2 {
-        return OffsetFetchResponse::default().with_error_code(NOT_COORDINATOR);
+        return OffsetFetchResponse::default().with_error_code(code);
     }
     let topics = req
         .topics
@@ -382,7 +431,7 @@ fn not_coordinator_fetch(req: OffsetFetchRequest, version: i16) -> OffsetFetchRe
                         .with_partition_index(p)
                         .with_committed_offset(offset)
                         .with_metadata(Some(metadata))
-                        .with_error_code(NOT_COORDINATOR)
+                        .with_error_code(code)
                 })
                 .collect();
             OffsetFetchResponseTopic::default()
@@ -394,13 +443,18 @@ fn not_coordinator_fetch(req: OffsetFetchRequest, version: i16) -> OffsetFetchRe
 }
 
 pub async fn offset_delete(ctx: &Ctx, req: OffsetDeleteRequest, _version: i16) -> OffsetDeleteResponse {
+    if !ctx.authorize(Operation::Delete, ResourceType::Group, &req.group_id.0) {
+        return OffsetDeleteResponse::default().with_error_code(ResponseError::GroupAuthorizationFailed.code());
+    }
     if !coordinator_here(ctx, KeyKind::Group, &req.group_id.0) {
         return OffsetDeleteResponse::default().with_error_code(NOT_COORDINATOR);
     }
     let image = ctx.controller.image();
     let mut known = Vec::new();
+    // Kafka: READ on each topic.
+    let may_read = |t: &str| ctx.authorize(Operation::Read, ResourceType::Topic, t);
     for t in &req.topics {
-        if image.topic(&t.name.0).is_some() {
+        if may_read(&t.name.0) && image.topic(&t.name.0).is_some() {
             known.extend(t.partitions.iter().map(|p| (t.name.0.to_string(), p.partition_index)));
         }
     }
@@ -413,12 +467,15 @@ pub async fn offset_delete(ctx: &Ctx, req: OffsetDeleteRequest, _version: i16) -
         .topics
         .into_iter()
         .map(|t| {
+            let authorized = may_read(&t.name.0);
             let exists = image.topic(&t.name.0).is_some();
             let partitions = t
                 .partitions
                 .iter()
                 .map(|p| {
-                    let code = if exists {
+                    let code = if !authorized {
+                        ResponseError::TopicAuthorizationFailed.code()
+                    } else if exists {
                         codes.next().unwrap_or(ResponseError::UnknownServerError.code())
                     } else {
                         ResponseError::UnknownTopicOrPartition.code()
@@ -536,7 +593,7 @@ mod tests {
                     .with_partition_indexes(vec![0, 1]),
             ]));
         for version in 1..8 {
-            let resp = super::not_coordinator_fetch(req.clone(), version);
+            let resp = super::refused_fetch(req.clone(), version, super::NOT_COORDINATOR);
             let back = OffsetFetchResponse::decode(&mut bytes_of(&resp, version), version).unwrap();
             if version == 1 {
                 let partitions = &back.topics[0].partitions;

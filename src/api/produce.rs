@@ -37,6 +37,7 @@ use uuid::Uuid;
 use super::coordinator_routing::{Coordinator, KeyKind, NOT_COORDINATOR, coordinator_here, is_coordinator, locate};
 use super::leader_hints::LeaderHints;
 use super::{Ctx, Versions, message, topic_name};
+use crate::acl::{Operation, ResourceType};
 use crate::cluster::MetadataImage;
 use crate::coordinator::transactions::produce_verification_code;
 use crate::log::ValidBatch;
@@ -110,6 +111,29 @@ fn point_to_leaders(image: &MetadataImage, listener: &str, response: &mut Produc
         .collect();
 }
 
+/// Every partition of the request answered `code`.
+fn refuse_all(req: ProduceRequest, code: ResponseError, version: i16) -> Outcome {
+    if req.acks == 0 {
+        return Outcome::NoResponse;
+    }
+    let responses = req
+        .topic_data
+        .into_iter()
+        .map(|t| {
+            let partitions = t
+                .partition_data
+                .iter()
+                .map(|p| error_response(p.index, code.code(), None, version))
+                .collect();
+            TopicProduceResponse::default()
+                .with_name(t.name)
+                .with_topic_id(t.topic_id)
+                .with_partition_responses(partitions)
+        })
+        .collect();
+    Outcome::Done(ProduceResponse::default().with_responses(responses))
+}
+
 fn error_response(index: i32, code: i16, text: Option<String>, version: i16) -> PartitionProduceResponse {
     let mut p = PartitionProduceResponse::default()
         .with_index(index)
@@ -127,6 +151,12 @@ fn error_response(index: i32, code: i16, text: Option<String>, version: i16) -> 
 /// pipelined produces keep their order even when a verification goes to another broker.
 pub async fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcome {
     let acks = req.acks;
+    if let Some(id) = req.transactional_id.as_ref().filter(|id| !id.is_empty())
+        && !ctx.authorize(Operation::Write, ResourceType::TransactionalId, id)
+    {
+        // Kafka answers the whole request so.
+        return refuse_all(req, ResponseError::TransactionalIdAuthorizationFailed, version);
+    }
     let image = ctx.controller.image();
     let now_ms = crate::replica::now_ms();
     let mut topics: Vec<TopicSlots> = req
@@ -276,6 +306,9 @@ fn check_topic(
     let unknown_id = resolved.is_none();
     let topic_info = resolved.as_deref().and_then(|name| image.topic(name));
     let name = resolved.unwrap_or_default(); // empty only for an unknown id, answered below
+    // Kafka's `filterByAuthorized(WRITE, TOPIC)`, before anything else about the topic (its
+    // existence included, which an unauthorized client does not learn).
+    let authorized = unknown_id || ctx.authorize(Operation::Write, ResourceType::Topic, &name);
     let rules = topic_info.map(|t| ProduceRules::of_topic(&ctx.config, &t.configs));
     let mut slots = Vec::with_capacity(topic.partition_data.len());
     for data in topic.partition_data {
@@ -283,13 +316,17 @@ fn check_topic(
         let refuse = |code: ResponseError, text: Option<String>| {
             Slot::Answered(error_response(index, code.code(), text, version))
         };
-        if !matches!(acks, -1..=1) {
-            slots.push(refuse(ResponseError::InvalidRequiredAcks, None));
-            continue;
-        }
         if unknown_id {
             let text = format!("unknown topic id {}", topic.topic_id);
             slots.push(refuse(ResponseError::UnknownTopicId, Some(text)));
+            continue;
+        }
+        if !authorized {
+            slots.push(refuse(ResponseError::TopicAuthorizationFailed, None));
+            continue;
+        }
+        if !matches!(acks, -1..=1) {
+            slots.push(refuse(ResponseError::InvalidRequiredAcks, None));
             continue;
         }
         if name == crate::coordinator::OFFSETS_TOPIC

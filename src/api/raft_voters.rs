@@ -25,11 +25,17 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::{Ctx, Versions, message};
+use crate::acl::Operation;
 
 pub const ADD_VERSIONS: Versions = Versions::new(ApiKey::AddRaftVoter, 0, 0);
 pub const REMOVE_VERSIONS: Versions = Versions::new(ApiKey::RemoveRaftVoter, 0, 0);
 
 pub async fn add_raft_voter(ctx: &Ctx, req: AddRaftVoterRequest, _version: i16) -> AddRaftVoterResponse {
+    if !ctx.authorize_cluster(Operation::Alter) {
+        return AddRaftVoterResponse::default()
+            .with_error_code(ResponseError::ClusterAuthorizationFailed.code())
+            .with_error_message(message("Cluster authorization failed.".to_string()));
+    }
     if req.listeners.is_empty() {
         return AddRaftVoterResponse::default()
             .with_error_code(ResponseError::InvalidRequest.code())
@@ -42,6 +48,11 @@ pub async fn add_raft_voter(ctx: &Ctx, req: AddRaftVoterRequest, _version: i16) 
 }
 
 pub async fn remove_raft_voter(ctx: &Ctx, req: RemoveRaftVoterRequest, _version: i16) -> RemoveRaftVoterResponse {
+    if !ctx.authorize_cluster(Operation::Alter) {
+        return RemoveRaftVoterResponse::default()
+            .with_error_code(ResponseError::ClusterAuthorizationFailed.code())
+            .with_error_message(message("Cluster authorization failed.".to_string()));
+    }
     let (code, text) = change(ctx, req.cluster_id.as_ref(), req.voter_id, false).await;
     RemoveRaftVoterResponse::default()
         .with_error_code(code)

@@ -32,6 +32,7 @@ use kafka_protocol::messages::{
 };
 
 use super::{Ctx, Versions, message, topic_name};
+use crate::acl::Operation;
 use crate::error::Error;
 
 pub const ALTER_VERSIONS: Versions = Versions::new(ApiKey::AlterPartitionReassignments, 0, 1);
@@ -42,6 +43,11 @@ pub async fn alter_partition_reassignments(
     req: AlterPartitionReassignmentsRequest,
     version: i16,
 ) -> AlterPartitionReassignmentsResponse {
+    if !ctx.authorize_cluster(Operation::Alter) {
+        return AlterPartitionReassignmentsResponse::default()
+            .with_error_code(ResponseError::ClusterAuthorizationFailed.code())
+            .with_error_message(message("Cluster authorization failed."));
+    }
     // Before v1 the field is absent and a change of factor is allowed (Kafka's default).
     let allow_factor_change = version < 1 || req.allow_replication_factor_change;
     let wanted: Vec<(String, i32, Option<Vec<i32>>)> = req
@@ -133,6 +139,11 @@ pub async fn list_partition_reassignments(
     req: ListPartitionReassignmentsRequest,
     _version: i16,
 ) -> ListPartitionReassignmentsResponse {
+    if !ctx.authorize_cluster(Operation::Describe) {
+        return ListPartitionReassignmentsResponse::default()
+            .with_error_code(ResponseError::ClusterAuthorizationFailed.code())
+            .with_error_message(message("Cluster authorization failed."));
+    }
     let asked: Option<Vec<(String, Vec<i32>)>> = req.topics.map(|topics| {
         topics
             .into_iter()

@@ -25,6 +25,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::{Ctx, Versions, message};
+use crate::acl::Operation;
 use crate::cluster::{ScramCredentialEntry, ScramCredentialKey};
 use crate::sasl::scram::{MAX_ITERATIONS, MIN_ITERATIONS, ScramCredential, ScramMechanism};
 
@@ -36,6 +37,11 @@ pub async fn describe(
     req: DescribeUserScramCredentialsRequest,
     _version: i16,
 ) -> DescribeUserScramCredentialsResponse {
+    if !ctx.authorize_cluster(Operation::Describe) {
+        return DescribeUserScramCredentialsResponse::default()
+            .with_error_code(ResponseError::ClusterAuthorizationFailed.code())
+            .with_error_message(message("Cluster authorization failed."));
+    }
     let image = ctx.controller.image();
     let mut by_user: BTreeMap<&str, Vec<CredentialInfo>> = BTreeMap::new();
     for ((user, mechanism), credential) in &image.scram_credentials {
@@ -95,6 +101,25 @@ pub async fn alter(
     req: AlterUserScramCredentialsRequest,
     _version: i16,
 ) -> AlterUserScramCredentialsResponse {
+    if !ctx.authorize_cluster(Operation::Alter) {
+        // Kafka: ALTER on the cluster; each user named gets the code.
+        let users: BTreeSet<&str> = req
+            .deletions
+            .iter()
+            .map(|d| d.name.as_str())
+            .chain(req.upsertions.iter().map(|u| u.name.as_str()))
+            .collect();
+        let results = users
+            .into_iter()
+            .map(|u| {
+                AlterUserScramCredentialsResult::default()
+                    .with_user(StrBytes::from_string(u.to_string()))
+                    .with_error_code(ResponseError::ClusterAuthorizationFailed.code())
+                    .with_error_message(message("Cluster authorization failed."))
+            })
+            .collect();
+        return AlterUserScramCredentialsResponse::default().with_results(results);
+    }
     let image = ctx.controller.image();
     // Each user's first error, in the order Kafka checks them.
     let mut errors: BTreeMap<String, (ResponseError, String)> = BTreeMap::new();

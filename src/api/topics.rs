@@ -21,6 +21,7 @@ use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
 use super::{Ctx, Versions, message, topic_name};
+use crate::acl::{Operation, ResourceType};
 use crate::cluster::TopicInfo;
 use crate::config::{TOPIC_KEYS, validate_topic_config};
 use crate::error::Error;
@@ -80,11 +81,15 @@ pub async fn create_topics(ctx: &Ctx, req: CreateTopicsRequest, version: i16) ->
     for t in &req.topics {
         *seen.entry(t.name.0.to_string()).or_insert(0) += 1;
     }
+    // Kafka: CREATE on the cluster, or on each topic.
+    let may_create_all = ctx.authorize_cluster(Operation::Create);
     for topic in req.topics {
         let name = topic.name.0.to_string();
         let mut result = CreatableTopicResult::default().with_name(topic.name.clone());
         let outcome = if seen.get(&name).copied().unwrap_or(0) > 1 {
             Err(Error::InvalidRequest(format!("topic {name} is listed more than once")))
+        } else if !may_create_all && !ctx.authorize(Operation::Create, ResourceType::Topic, &name) {
+            Err(Error::TopicAuthorizationFailed)
         } else {
             create_one(ctx, &name, &topic, req.validate_only)
         };
@@ -93,7 +98,12 @@ pub async fn create_topics(ctx: &Ctx, req: CreateTopicsRequest, version: i16) ->
                 if version >= 5 {
                     result.num_partitions = partitions;
                     result.replication_factor = replication_factor;
-                    result.configs = Some(describe_configs(ctx, &configs));
+                    // The configs only to those who may describe them.
+                    if ctx.authorize(Operation::DescribeConfigs, ResourceType::Topic, &name) {
+                        result.configs = Some(describe_configs(ctx, &configs));
+                    } else {
+                        result.topic_config_error_code = ResponseError::TopicAuthorizationFailed.code();
+                    }
                 }
                 if version >= 7 {
                     result.topic_id = id;
@@ -261,6 +271,14 @@ pub async fn delete_topics(ctx: &Ctx, req: DeleteTopicsRequest, version: i16) ->
                 "give a topic name or a topic id, not both".into(),
             )),
         };
+        // Kafka: DELETE on the topic (which implies DESCRIBE); by name it is checked before
+        // the topic's existence, which an unauthorized client does not learn.
+        let may_delete = |n: &str| ctx.authorize(Operation::Delete, ResourceType::Topic, n);
+        let found = match found {
+            Err(Error::UnknownTopicOrPartition(n)) if !may_delete(&n) => Err(Error::TopicAuthorizationFailed),
+            Ok(topic) if !may_delete(&topic.name) => Err(Error::TopicAuthorizationFailed),
+            other => other,
+        };
         let outcome = found.and_then(|topic| {
             ctx.controller.delete_topic(topic.id)?;
             reopen(ctx)?;
@@ -342,7 +360,11 @@ pub async fn create_partitions(ctx: &Ctx, req: CreatePartitionsRequest, _version
     let mut results = Vec::with_capacity(req.topics.len());
     for topic in req.topics {
         let mut result = CreatePartitionsTopicResult::default().with_name(topic.name.clone());
-        if let Err(refusal) = create_partitions_one(ctx, &topic, req.validate_only) {
+        let outcome = match ctx.authorize(Operation::Alter, ResourceType::Topic, &topic.name.0) {
+            true => create_partitions_one(ctx, &topic, req.validate_only),
+            false => Err(Refusal::from(Error::TopicAuthorizationFailed)),
+        };
+        if let Err(refusal) = outcome {
             result.error_code = refusal.code;
             result.error_message = message(refusal.message);
         }

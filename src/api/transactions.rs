@@ -33,6 +33,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::coordinator_routing::{KeyKind, NOT_COORDINATOR, coordinator_here, is_coordinator};
 use super::{Ctx, Versions, topic_name};
+use crate::acl::{Operation, ResourceType};
 use crate::coordinator::records::partition_for;
 use crate::coordinator::transactions::ListFilter;
 use crate::coordinator::{CommitRequest, OFFSETS_TOPIC};
@@ -87,6 +88,19 @@ pub async fn init_producer_id(ctx: &Ctx, req: InitProducerIdRequest, version: i1
         (true, pid, epoch) => Some((pid, epoch)),
     };
     let transactional_id = req.transactional_id.as_ref().map(|t| t.0.as_str());
+    // Kafka: WRITE on the transactional id; an idempotent producer needs IDEMPOTENT_WRITE on
+    // the cluster or, since KIP-679, WRITE on some topic.
+    match transactional_id {
+        Some(id) if !ctx.authorize(Operation::Write, ResourceType::TransactionalId, id) => {
+            return fail(code(ResponseError::TransactionalIdAuthorizationFailed));
+        }
+        None if !ctx.authorize_cluster(Operation::IdempotentWrite)
+            && !ctx.authorize_any(Operation::Write, ResourceType::Topic) =>
+        {
+            return fail(code(ResponseError::ClusterAuthorizationFailed));
+        }
+        _ => {}
+    }
     // Any broker hands out an idempotent producer id; a transactional id goes to its coordinator.
     if let Some(id) = transactional_id
         && !coordinator_here(ctx, KeyKind::Transaction, id)
@@ -153,6 +167,22 @@ async fn add_one(
     topics: &[add_partitions_to_txn_request::AddPartitionsToTxnTopic],
     version: i16,
 ) -> Vec<AddPartitionsToTxnTopicResult> {
+    // Kafka: WRITE on the transactional id, then on each topic; with any topic refused
+    // nothing is added.
+    if !ctx.authorize(Operation::Write, ResourceType::TransactionalId, transactional_id) {
+        return topic_results(topics, |_, _| code(ResponseError::TransactionalIdAuthorizationFailed));
+    }
+    let refused: Vec<&str> = topics
+        .iter()
+        .map(|t| t.name.0.as_str())
+        .filter(|t| !ctx.authorize(Operation::Write, ResourceType::Topic, t))
+        .collect();
+    if !refused.is_empty() {
+        return topic_results(topics, |t, _| match refused.contains(&t) {
+            true => code(ResponseError::TopicAuthorizationFailed),
+            false => code(ResponseError::OperationNotAttempted),
+        });
+    }
     if !coordinator_here(ctx, KeyKind::Transaction, transactional_id) {
         return topic_results(topics, |_, _| NOT_COORDINATOR);
     }
@@ -215,6 +245,10 @@ pub async fn add_partitions_to_txn(
         .await;
         return AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(results);
     }
+    if !ctx.authorize_cluster(Operation::ClusterAction) {
+        // v4+ comes from brokers only (Kafka: CLUSTER_ACTION on the cluster).
+        return AddPartitionsToTxnResponse::default().with_error_code(code(ResponseError::ClusterAuthorizationFailed));
+    }
     let mut out = Vec::with_capacity(req.transactions.len());
     for t in &req.transactions {
         let results = add_one(
@@ -245,7 +279,11 @@ fn offsets_partition(ctx: &Ctx, group_id: &str) -> TopicPartition {
 }
 
 pub async fn add_offsets_to_txn(ctx: &Ctx, req: AddOffsetsToTxnRequest, version: i16) -> AddOffsetsToTxnResponse {
-    let c = if req.group_id.0.is_empty() {
+    let c = if !ctx.authorize(Operation::Write, ResourceType::TransactionalId, &req.transactional_id.0) {
+        code(ResponseError::TransactionalIdAuthorizationFailed)
+    } else if !super::groups::may_read_group(ctx, &req.group_id.0) {
+        code(ResponseError::GroupAuthorizationFailed)
+    } else if req.group_id.0.is_empty() {
         code(ResponseError::InvalidGroupId)
     } else if !coordinator_here(ctx, KeyKind::Transaction, &req.transactional_id.0) {
         NOT_COORDINATOR
@@ -269,7 +307,9 @@ pub async fn add_offsets_to_txn(ctx: &Ctx, req: AddOffsetsToTxnRequest, version:
 }
 
 pub async fn end_txn(ctx: &Ctx, req: EndTxnRequest, version: i16) -> EndTxnResponse {
-    let ended = if coordinator_here(ctx, KeyKind::Transaction, &req.transactional_id.0) {
+    let ended = if !ctx.authorize(Operation::Write, ResourceType::TransactionalId, &req.transactional_id.0) {
+        Err(code(ResponseError::TransactionalIdAuthorizationFailed))
+    } else if coordinator_here(ctx, KeyKind::Transaction, &req.transactional_id.0) {
         // v5: transaction version 2 (Kafka's `transactionVersionForEndTxn`).
         ctx.transactions
             .end_txn(
@@ -298,8 +338,22 @@ pub async fn end_txn(ctx: &Ctx, req: EndTxnRequest, version: i16) -> EndTxnRespo
 
 pub async fn txn_offset_commit(ctx: &Ctx, req: TxnOffsetCommitRequest, version: i16) -> TxnOffsetCommitResponse {
     let group = req.group_id.0.to_string();
+    // Kafka: WRITE on the transactional id, READ on the group (each refusing every partition),
+    // then READ on each topic (refusing its partitions; the others go on).
+    let refused_whole = if !ctx.authorize(Operation::Write, ResourceType::TransactionalId, &req.transactional_id.0) {
+        Some(code(ResponseError::TransactionalIdAuthorizationFailed))
+    } else if !super::groups::may_read_group(ctx, &group) {
+        Some(code(ResponseError::GroupAuthorizationFailed))
+    } else {
+        None
+    };
+    let readable: Vec<bool> = req
+        .topics
+        .iter()
+        .map(|t| ctx.authorize(Operation::Read, ResourceType::Topic, &t.name.0))
+        .collect();
     let mut wanted: Vec<CommitRequest> = Vec::new();
-    for t in &req.topics {
+    for (t, _) in req.topics.iter().zip(&readable).filter(|(_, r)| **r) {
         for p in &t.partitions {
             let epoch = if version >= 2 { p.committed_leader_epoch } else { -1 };
             wanted.push((
@@ -323,7 +377,9 @@ pub async fn txn_offset_commit(ctx: &Ctx, req: TxnOffsetCommitRequest, version: 
     // KIP-890 part 1: the group's offsets partition must be in the transaction (added by
     // AddOffsetsToTxn); v5 clients (transaction version 2) leave it to the coordinator.
     // Kafka routes TxnOffsetCommit by its group: the group's coordinator answers it.
-    let checked = if group.is_empty() {
+    let checked = if let Some(c) = refused_whole {
+        Err(c)
+    } else if group.is_empty() {
         Err(code(ResponseError::InvalidGroupId))
     } else if !coordinator_here(ctx, KeyKind::Group, &group) {
         Err(NOT_COORDINATOR)
@@ -372,6 +428,9 @@ pub async fn txn_offset_commit(ctx: &Ctx, req: TxnOffsetCommitRequest, version: 
         }
     };
     let codes = match checked {
+        // Every topic refused: nothing for the coordinator (Kafka does not call it).
+        Ok(()) if wanted.is_empty() => Vec::new(),
+        Err(c) if refused_whole.is_some() => vec![c; req.topics.iter().map(|t| t.partitions.len()).sum()],
         Err(c) => {
             // Kafka's AddPartitionsToTxnManager mapping for TxnOffsetCommit.
             let c = if c == code(ResponseError::ProducerFenced) {
@@ -401,14 +460,19 @@ pub async fn txn_offset_commit(ctx: &Ctx, req: TxnOffsetCommitRequest, version: 
     let topics = req
         .topics
         .into_iter()
-        .map(|t| {
+        .zip(readable)
+        .map(|(t, readable)| {
             let partitions = t
                 .partitions
                 .iter()
                 .map(|p| {
+                    let c = match readable || refused_whole.is_some() {
+                        true => codes.next().unwrap_or(code(ResponseError::UnknownServerError)),
+                        false => code(ResponseError::TopicAuthorizationFailed),
+                    };
                     TxnOffsetCommitResponsePartition::default()
                         .with_partition_index(p.partition_index)
-                        .with_error_code(codes.next().unwrap_or(code(ResponseError::UnknownServerError)))
+                        .with_error_code(c)
                 })
                 .collect();
             TxnOffsetCommitResponseTopic::default()
@@ -428,7 +492,9 @@ pub async fn describe_transactions(
         .transactional_ids
         .into_iter()
         .map(|id| {
-            let described = if coordinator_here(ctx, KeyKind::Transaction, &id.0) {
+            let described = if !ctx.authorize(Operation::Describe, ResourceType::TransactionalId, &id.0) {
+                Err(code(ResponseError::TransactionalIdAuthorizationFailed))
+            } else if coordinator_here(ctx, KeyKind::Transaction, &id.0) {
                 ctx.transactions.describe(&id.0)
             } else {
                 Err(NOT_COORDINATOR)
@@ -444,7 +510,12 @@ pub async fn describe_transactions(
                 .with_producer_epoch(-1),
             Ok(d) => {
                 let mut topics: Vec<TopicData> = Vec::new();
-                for tp in d.partitions {
+                // Only the topics the principal may describe (Kafka).
+                for tp in d
+                    .partitions
+                    .into_iter()
+                    .filter(|tp| ctx.authorize(Operation::Describe, ResourceType::Topic, &tp.topic))
+                {
                     match topics.last_mut() {
                         Some(t) if t.topic.0.as_str() == tp.topic => t.partitions.push(tp.partition),
                         _ => topics.push(
@@ -486,6 +557,7 @@ pub async fn list_transactions(ctx: &Ctx, req: ListTransactionsRequest, version:
             .with_transaction_states(
                 listed
                     .into_iter()
+                    .filter(|(id, ..)| ctx.authorize(Operation::Describe, ResourceType::TransactionalId, id))
                     .map(|(id, pid, state)| {
                         ListedTransaction::default()
                             .with_transactional_id(TransactionalId(StrBytes::from_string(id)))

@@ -22,6 +22,7 @@ use kafka_protocol::messages::write_txn_markers_response::{
 use kafka_protocol::messages::{ApiKey, WriteTxnMarkersRequest, WriteTxnMarkersResponse};
 
 use super::{Ctx, Versions, absent_partition};
+use crate::acl::Operation;
 use crate::coordinator::transactions::TxnMarker;
 use crate::replica::Partition;
 
@@ -30,8 +31,38 @@ pub const VERSIONS: Versions = Versions::new(ApiKey::WriteTxnMarkers, 1, 1);
 /// Every marker of the request is written concurrently (their fsyncs overlap); the answer
 /// comes when all are durable or failed.
 pub async fn handle(ctx: &Ctx, req: WriteTxnMarkersRequest, _version: i16) -> WriteTxnMarkersResponse {
+    if !ctx.authorize_cluster(Operation::ClusterAction) {
+        // Only brokers write markers (Kafka: CLUSTER_ACTION on the cluster).
+        return WriteTxnMarkersResponse::default().with_markers(req.markers.iter().map(refused).collect());
+    }
     let markers = futures::future::join_all(req.markers.iter().map(|m| write_one(ctx, m))).await;
     WriteTxnMarkersResponse::default().with_markers(markers)
+}
+
+/// A marker refused: each of its partitions CLUSTER_AUTHORIZATION_FAILED.
+fn refused(m: &WritableTxnMarker) -> WritableTxnMarkerResult {
+    let code = ResponseError::ClusterAuthorizationFailed.code();
+    let topics = m
+        .topics
+        .iter()
+        .map(|t| {
+            let partitions = t
+                .partition_indexes
+                .iter()
+                .map(|p| {
+                    WritableTxnMarkerPartitionResult::default()
+                        .with_partition_index(*p)
+                        .with_error_code(code)
+                })
+                .collect();
+            WritableTxnMarkerTopicResult::default()
+                .with_name(t.name.clone())
+                .with_partitions(partitions)
+        })
+        .collect();
+    WritableTxnMarkerResult::default()
+        .with_producer_id(m.producer_id)
+        .with_topics(topics)
 }
 
 /// One marker on its partitions: those hosted here written, the others answered at once.

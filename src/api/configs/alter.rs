@@ -111,7 +111,8 @@ pub async fn alter_configs(ctx: &Ctx, req: AlterConfigsRequest, _version: i16) -
             let outcome = if repeated.contains(&(r.resource_type, r.resource_name.as_str())) {
                 Err(Refusal::invalid_request(EACH_RESOURCE_ONCE))
             } else {
-                alter_one(ctx, r, req.validate_only)
+                authorized(ctx, r.resource_type, &r.resource_name, Operation::AlterConfigs)
+                    .and_then(|()| alter_one(ctx, r, req.validate_only))
             };
             match outcome {
                 Ok(()) => out,

@@ -204,7 +204,9 @@ pub async fn describe_configs(ctx: &Ctx, req: DescribeConfigsRequest, version: i
                 docs: version >= 3 && req.include_documentation,
                 version,
             };
+            let allowed = authorized(ctx, r.resource_type, &r.resource_name, Operation::DescribeConfigs);
             let described = match r.resource_type {
+                _ if allowed.is_err() => allowed.map(|()| Vec::new()),
                 RESOURCE_TOPIC => describe_topic(ctx, &r.resource_name, &asked),
                 RESOURCE_BROKER => describe_broker(ctx, &r.resource_name, &asked),
                 RESOURCE_BROKER_LOGGER => describe_broker_logger(ctx, &r.resource_name, &asked),

@@ -198,7 +198,8 @@ pub async fn incremental_alter_configs(
             let outcome = if repeated.contains(&(r.resource_type, r.resource_name.as_str())) {
                 Err(Refusal::invalid_request(EACH_RESOURCE_ONCE))
             } else {
-                alter_one(ctx, r, req.validate_only)
+                authorized(ctx, r.resource_type, &r.resource_name, Operation::AlterConfigs)
+                    .and_then(|()| alter_one(ctx, r, req.validate_only))
             };
             let out = incremental_alter_configs_response::AlterConfigsResourceResponse::default()
                 .with_resource_type(r.resource_type)

@@ -25,6 +25,7 @@ use kafka_protocol::messages::describe_configs_response::DescribeConfigsSynonym;
 use kafka_protocol::protocol::StrBytes;
 
 use super::Ctx;
+use crate::acl::{Operation, ResourceType};
 use crate::config::BrokerConfig;
 use crate::error::Error;
 
@@ -72,6 +73,31 @@ impl Refusal {
 
     fn invalid_request(message: impl Into<String>) -> Refusal {
         Refusal::new(ResponseError::InvalidRequest, message)
+    }
+}
+
+/// Kafka's authorization of a config resource: `operation` (DESCRIBE_CONFIGS or
+/// ALTER_CONFIGS) on the topic or group, or on the cluster for brokers, loggers and client
+/// metrics; an unknown type is left to the handler's own refusal.
+fn authorized(ctx: &Ctx, resource_type: i8, name: &str, operation: Operation) -> Result<(), Refusal> {
+    let (allowed, code) = match resource_type {
+        RESOURCE_TOPIC => (
+            ctx.authorize(operation, ResourceType::Topic, name),
+            ResponseError::TopicAuthorizationFailed,
+        ),
+        RESOURCE_GROUP => (
+            ctx.authorize(operation, ResourceType::Group, name),
+            ResponseError::GroupAuthorizationFailed,
+        ),
+        RESOURCE_BROKER | RESOURCE_BROKER_LOGGER | RESOURCE_CLIENT_METRICS => (
+            ctx.authorize_cluster(operation),
+            ResponseError::ClusterAuthorizationFailed,
+        ),
+        _ => return Ok(()),
+    };
+    match allowed {
+        true => Ok(()),
+        false => Err(Refusal::new(code, "Authorization failed.")),
     }
 }
 
