@@ -4,7 +4,7 @@
 #
 #   protocol-tests/clients/run.sh [TEST...]     TEST: confluent kafka_python aiokafka kcat
 #                                               idempotence transactions txn_checker
-#                                               quixstreams ssl sasl (default: all)
+#                                               quixstreams ssl sasl acl (default: all)
 # Environment:
 #   SLUICE_BIN=target/release/sluice   the broker binary (build it first:
 #                                      cargo build --release)
@@ -23,7 +23,7 @@ cd "$ROOT"
 BIN=${SLUICE_BIN:-target/release/sluice}
 VENV=${SLUICE_VENV:-.venv}
 TESTS=("$@")
-((${#TESTS[@]})) || TESTS=(confluent kafka_python aiokafka kcat idempotence transactions txn_checker quixstreams ssl sasl)
+((${#TESTS[@]})) || TESTS=(confluent kafka_python aiokafka kcat idempotence transactions txn_checker quixstreams ssl sasl acl)
 
 # Exact versions, so a client release cannot change the result behind our
 # back; bump deliberately. (confluent-kafka bundles its own librdkafka.)
@@ -120,6 +120,8 @@ run_one() { # name -> exit status of the test
             timeout 180 bash "$HERE/test_ssl.sh" ;;
         sasl) # its own broker, with SASL_PLAINTEXT and SASL_SSL listeners
             timeout 240 bash "$HERE/test_sasl.sh" ;;
+        acl) # its own broker, SASL_PLAINTEXT with the StandardAuthorizer; restarts it
+            timeout 240 bash "$HERE/test_acl.sh" ;;
         *)
             echo "unknown test $1" >&2; return 2 ;;
     esac
