@@ -21,6 +21,9 @@ stage "cargo test" cargo test -- --test-threads=2
 stage "other clients (kcat, Python)" env SLUICE_BIN=target/debug/sluice protocol-tests/clients/run.sh
 # librdkafka 2.0.2's own test suite (Debian's source package): every test expected to pass.
 stage "librdkafka test suite" bash -c 'protocol-tests/librdkafka/build.sh && cargo build --release --quiet && SLUICE_BIN=target/release/sluice protocol-tests/librdkafka/run.sh expected'
+# Its security group and a test of each capability over SASL_PLAINTEXT (PLAIN) with the
+# authorizer on: 0135 changes credentials after a failed login.
+stage "librdkafka tests over SASL with ACLs" env SLUICE_SECURITY=sasl_plaintext SLUICE_BIN=target/release/sluice protocol-tests/librdkafka/run.sh security 0001 0012 0029 0040 0090 0099 0129
 # The same suite's non-group tests against three nodes (each broker and controller): routing,
 # coordinators and transaction markers across brokers (the whole expected set passes there
 # too, in ~15 min: SLUICE_NODES=3 run.sh expected).

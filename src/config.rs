@@ -599,11 +599,23 @@ pub const SSL_KEYS: &[&str] = &[
     "ssl.principal.mapping.rules",
 ];
 
+/// Kafka's GSSAPI (Kerberos) broker keys and their defaults: accepted, and settable through
+/// AlterConfigs as Kafka's dynamic listener configs are (librdkafka's admin test sets one), but
+/// of no effect: GSSAPI is not served.
+const KERBEROS_KEYS: &[(&str, &str)] = &[
+    ("sasl.kerberos.service.name", ""),
+    ("sasl.kerberos.kinit.cmd", "/usr/bin/kinit"),
+    ("sasl.kerberos.min.time.before.relogin", "60000"),
+    ("sasl.kerberos.ticket.renew.jitter", "0.05"),
+    ("sasl.kerberos.ticket.renew.window.factor", "0.8"),
+    ("sasl.kerberos.principal.to.local.rules", "DEFAULT"),
+];
+
 /// Whether `key` is a SASL key kept in `BrokerConfig::sasl`: `sasl.enabled.mechanisms`,
 /// `listener.name.<listener>.sasl.enabled.mechanisms` or
 /// `listener.name.<listener>.<mechanism>.sasl.jaas.config`.
 fn is_sasl_key(key: &str) -> bool {
-    if key == "sasl.enabled.mechanisms" {
+    if key == "sasl.enabled.mechanisms" || KERBEROS_KEYS.iter().any(|(k, _)| *k == key) {
         return true;
     }
     let Some(rest) = key.strip_prefix("listener.name.") else {
@@ -911,6 +923,42 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
         ConfigType::List,
         false,
         "The SASL mechanisms of SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER.",
+    ),
+    broker_key(
+        "sasl.kerberos.service.name",
+        ConfigType::String,
+        true,
+        "GSSAPI (Kerberos): accepted as Kafka does, of no effect (GSSAPI is not served).",
+    ),
+    broker_key(
+        "sasl.kerberos.kinit.cmd",
+        ConfigType::String,
+        true,
+        "GSSAPI (Kerberos): accepted as Kafka does, of no effect (GSSAPI is not served).",
+    ),
+    broker_key(
+        "sasl.kerberos.min.time.before.relogin",
+        ConfigType::Long,
+        true,
+        "GSSAPI (Kerberos): accepted as Kafka does, of no effect (GSSAPI is not served).",
+    ),
+    broker_key(
+        "sasl.kerberos.ticket.renew.jitter",
+        ConfigType::Double,
+        true,
+        "GSSAPI (Kerberos): accepted as Kafka does, of no effect (GSSAPI is not served).",
+    ),
+    broker_key(
+        "sasl.kerberos.ticket.renew.window.factor",
+        ConfigType::Double,
+        true,
+        "GSSAPI (Kerberos): accepted as Kafka does, of no effect (GSSAPI is not served).",
+    ),
+    broker_key(
+        "sasl.kerberos.principal.to.local.rules",
+        ConfigType::List,
+        true,
+        "GSSAPI (Kerberos): accepted as Kafka does, of no effect (GSSAPI is not served).",
     ),
     broker_key(
         "connections.max.reauth.ms",
@@ -1328,6 +1376,10 @@ impl BrokerConfig {
             "queued.max.requests" => self.queued_max_requests.to_string(),
             "queued.max.request.bytes" => self.queued_max_request_bytes.to_string(),
             "connections.max.idle.ms" => self.connections_max_idle_ms.to_string(),
+            k if k.starts_with("sasl.kerberos.") => KERBEROS_KEYS
+                .iter()
+                .find(|(name, _)| *name == k)
+                .map(|(name, default)| self.sasl.get(*name).cloned().unwrap_or_else(|| default.to_string()))?,
             "sasl.enabled.mechanisms" => self
                 .sasl
                 .get("sasl.enabled.mechanisms")

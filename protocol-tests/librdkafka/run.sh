@@ -17,6 +17,11 @@
 #   SLUICE_BIN=target/release/sluice  broker binary (relative to the repository root)
 #   SLUICE_NODES=1                    3: a cluster of 3 nodes (each broker and controller)
 #   SLUICE_SET="k=v ..."              extra broker settings, each passed as --set k=v
+#   SLUICE_SECURITY=plaintext         sasl_plaintext: one node whose only listener is
+#                                     SASL_PLAINTEXT (PLAIN and SCRAM, users from the JAAS
+#                                     line), with the authorizer on (StandardAuthorizer,
+#                                     allow.everyone.if.no.acl.found=true); test.conf logs in
+#                                     with PLAIN (what trivup writes for a SASL cluster)
 #   SLUICE_LOG=info                   the broker's RUST_LOG (e.g. debug); its log is split per
 #                                     test into NNNN.broker.log next to the test's NNNN.log
 #   RDK_BUILD_DIR=/tmp/sluice-rdk     build.sh's directory
@@ -85,13 +90,17 @@ expectation_of() {
     if [[ $e == cluster ]]; then
         if ((${SLUICE_NODES:-1} > 1)); then e=pass; else e=pending; fi
     fi
+    if [[ $e == sasl ]]; then
+        if [[ ${SLUICE_SECURITY:-plaintext} == sasl_plaintext ]]; then e=pass; else e=skip; fi
+    fi
     echo "$e"
 }
 reason_of() { rows | awk -v t="$1" '$1 == t { $1 = $2 = $3 = $4 = ""; sub(/^ +/, ""); print; exit }'; }
 expand() {
     local a=$1 lo hi
     case $a in
-        expected) rows | awk -v n="${SLUICE_NODES:-1}" '$4 == "pass" || ($4 == "cluster" && n > 1) { print $1 }' ;;
+        expected) rows | awk -v n="${SLUICE_NODES:-1}" -v s="${SLUICE_SECURITY:-plaintext}" \
+            '$4 == "pass" || ($4 == "cluster" && n > 1) || ($4 == "sasl" && s == "sasl_plaintext") { print $1 }' ;;
         all) rows | awk '{ print $1 }' ;;
         *[!0-9-]*) rows | awk -v g="$a" '$3 == g { print $1 }' | grep . || die "unknown group: $a" ;;
         *-*)
@@ -119,6 +128,13 @@ BLOG=$OUT/broker.log
 # SLUICE_NODES=3: a cluster of that many nodes on loopback, each broker and controller (the
 # KRaft form of the README), instead of one broker; every node logs to broker.log.
 NODES=${SLUICE_NODES:-1}
+SECURITY=${SLUICE_SECURITY:-plaintext}
+case $SECURITY in
+    plaintext) ;;
+    sasl_plaintext) ((NODES == 1)) || { echo "run.sh: SLUICE_SECURITY=sasl_plaintext needs one node" >&2; exit 2; } ;;
+    *) echo "run.sh: SLUICE_SECURITY is plaintext or sasl_plaintext, not $SECURITY" >&2; exit 2 ;;
+esac
+SASL_USER=testuser SASL_PASSWORD=testpass
 declare -a NODE_PIDS=()
 BROKER_PID=   # the first node's: the tests' "is the broker alive" check
 stop_broker() {
@@ -159,7 +175,13 @@ start_broker() {
     echo "== $(date -u +%FT%TZ) starting $NODES x $BIN on $BROKERS ${SETS[*]}" >>"$BLOG"
     local n args
     for ((n = 1; n <= NODES; n++)); do
-        if ((NODES == 1)); then
+        if [[ $SECURITY == sasl_plaintext ]]; then
+            args=(--set "listeners=SASL_PLAINTEXT://$BROKERS"
+                  --set sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
+                  --set "listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username=\"$SASL_USER\" password=\"$SASL_PASSWORD\" user_$SASL_USER=\"$SASL_PASSWORD\";"
+                  --set authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+                  --set allow.everyone.if.no.acl.found=true)
+        elif ((NODES == 1)); then
             args=(--listen "$BROKERS")
         else
             # shellcheck disable=SC2054 # the commas are inside one --set value
@@ -192,7 +214,14 @@ start_broker
 # What trivup (upstream's harness) writes, plus RDK_CONF.
 {
     echo "bootstrap.servers=$BROKERS"
-    echo "security.protocol=PLAINTEXT"
+    if [[ $SECURITY == sasl_plaintext ]]; then
+        echo "security.protocol=SASL_PLAINTEXT"
+        echo "sasl.mechanism=PLAIN"
+        echo "sasl.username=$SASL_USER"
+        echo "sasl.password=$SASL_PASSWORD"
+    else
+        echo "security.protocol=PLAINTEXT"
+    fi
     [[ -z ${RDK_CONF:-} ]] || printf '%b\n' "$RDK_CONF"
 } >"$OUT/test.conf"
 
@@ -202,6 +231,7 @@ start_broker
     echo "librdkafka=$(basename "$SRC_DIR" | sed 's/^librdkafka-//')"
     echo "kafka_version=$KVER"
     echo "scenario=$SCENARIO"
+    echo "security=$SECURITY"
     echo "quick=$QUICK"
     echo "args=$*"
 } >"$OUT/run.info"
