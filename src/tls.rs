@@ -254,16 +254,19 @@ fn element(der: &[u8]) -> Option<(u8, &[u8], &[u8])> {
     Some((tag, &rest[..len], &rest[len..]))
 }
 
-/// The validity period of an X.509 certificate, in seconds since the epoch.
-fn validity(der: &[u8]) -> Option<(u64, u64)> {
+/// The fields of an X.509 certificate's TBSCertificate from its serialNumber on (the optional
+/// [0] version skipped): serialNumber, signature, issuer, validity, subject, ...
+fn tbs_fields(der: &[u8]) -> Option<&[u8]> {
     let (_, certificate, _) = element(der)?;
     let (_, tbs, _) = element(certificate)?;
-    let mut rest = tbs;
-    // [0] version (optional), serialNumber, signature, issuer, then validity.
-    let (tag, _, after) = element(rest)?;
-    if tag == 0xa0 {
-        rest = after;
-    }
+    let (tag, _, after) = element(tbs)?;
+    Some(if tag == 0xa0 { after } else { tbs })
+}
+
+/// The validity period of an X.509 certificate, in seconds since the epoch.
+fn validity(der: &[u8]) -> Option<(u64, u64)> {
+    let mut rest = tbs_fields(der)?;
+    // serialNumber, signature, issuer, then validity.
     for _ in 0..3 {
         rest = element(rest)?.2;
     }

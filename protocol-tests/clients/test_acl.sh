@@ -28,27 +28,9 @@
 #   protocol-tests/clients/test_acl.sh          (SLUICE_BIN, SLUICE_PYTHON from run.sh)
 set -euo pipefail
 
-# What tls_common.sh gives test_sasl.sh, less the certificates (no TLS listener here).
-BIN=${SLUICE_BIN:?run.sh sets SLUICE_BIN}
-BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
-PY=${SLUICE_PYTHON:-python3}
-[[ $PY == */* ]] && PY=$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")
+NAME=acl
 CLIENTS=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/acl_clients.py
-TMP=$(mktemp -d /tmp/sluice-acl.XXXXXX)
-PID=
-cleanup() {
-    [[ -n $PID ]] && kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
-fail() {
-    echo "  FAILED: $*"
-    [[ -f $TMP/broker.log ]] && tail -n 15 "$TMP/broker.log" | sed 's/^/    broker: /'
-    exit 1
-}
-ok() { echo "  ok: $*"; }
-port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-cd "$TMP"
+source "$(dirname "${BASH_SOURCE[0]}")/broker_common.sh"
 
 P=$(port)
 ADDR=127.0.0.1:$P

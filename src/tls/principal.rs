@@ -11,6 +11,8 @@ use std::fmt::Write as _;
 
 use regex_automata::meta::Regex;
 
+use super::element;
+
 /// Kafka's default `ssl.principal.mapping.rules`.
 pub const DEFAULT_RULES: &str = "DEFAULT";
 
@@ -139,43 +141,13 @@ fn until_slash(text: &str) -> Option<(String, &str)> {
     None
 }
 
-/// One DER element: (tag, content, the rest after it).
-fn element(der: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-    let (&tag, rest) = der.split_first()?;
-    let (&first, rest) = rest.split_first()?;
-    let (len, rest) = if first < 0x80 {
-        (usize::from(first), rest)
-    } else {
-        let n = usize::from(first & 0x7f);
-        if n == 0 || n > 4 || rest.len() < n {
-            return None;
-        }
-        let len = rest[..n].iter().fold(0usize, |acc, b| (acc << 8) | usize::from(*b));
-        (len, &rest[n..])
-    };
-    if rest.len() < len {
-        return None;
-    }
-    Some((tag, &rest[..len], &rest[len..]))
-}
-
 const SEQUENCE: u8 = 0x30;
 const SET: u8 = 0x31;
 const OID: u8 = 0x06;
 
 /// The subject of a DER certificate in RFC 2253 form, or None when it cannot be read.
 pub fn subject_dn(certificate: &[u8]) -> Option<String> {
-    let (SEQUENCE, cert, _) = element(certificate)? else {
-        return None;
-    };
-    let (SEQUENCE, tbs, _) = element(cert)? else {
-        return None;
-    };
-    let mut rest = tbs;
-    // [0] EXPLICIT version, when present.
-    if rest.first() == Some(&0xa0) {
-        rest = element(rest)?.2;
-    }
+    let mut rest = super::tbs_fields(certificate)?;
     // serialNumber, signature, issuer, validity, then the subject.
     for _ in 0..4 {
         rest = element(rest)?.2;
