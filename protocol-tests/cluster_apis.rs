@@ -456,3 +456,112 @@ async fn concurrent_producer_ids_are_unique_across_brokers_and_block_refills() {
     assert_eq!(unique.len(), all.len(), "a producer id was handed out twice");
     cluster.stop_all().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acls_created_on_one_node_are_enforced_by_every_node_and_survive_a_restart() {
+    // ACL bindings are metadata records: created through one node, each node's authorizer sees
+    // them once it applies the record. allow.everyone.if.no.acl.found keeps the rest open, so
+    // the brokers' own requests (follower fetches need CLUSTER_ACTION, which no ACL names) go
+    // on, and the clients here (User:ANONYMOUS on PLAINTEXT) lose only what an ACL names.
+    use kafka_protocol::messages::create_acls_request::AclCreation;
+    use kafka_protocol::protocol::StrBytes;
+    const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
+    let mut cluster = Cluster::start_with(
+        3,
+        &[
+            (
+                "authorizer.class.name",
+                "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            ),
+            ("allow.everyone.if.no.acl.found", "true"),
+        ],
+    )
+    .await;
+    let (open, secret) = (unique("acl-open"), unique("acl-secret"));
+    common::cluster::create(&cluster, &open, 1, 3, &[]).await;
+    common::cluster::create(&cluster, &secret, 1, 3, &[]).await;
+    let binding = AclCreation::default()
+        .with_resource_type(2)
+        .with_resource_name(StrBytes::from_string(secret.clone()))
+        .with_resource_pattern_type(3)
+        .with_principal(StrBytes::from_static_str("User:alice"))
+        .with_host(StrBytes::from_static_str("*"))
+        .with_operation(3)
+        .with_permission_type(3);
+    let created = try_call(
+        cluster.addr(1),
+        3,
+        &CreateAclsRequest::default().with_creations(vec![binding]),
+        CONTROLLER_WAIT,
+    )
+    .await
+    .unwrap();
+    assert_eq!(created.results[0].error_code, 0, "{created:?}");
+    // Every node: the named topic is closed to ANONYMOUS, the other still open.
+    // (open's code, secret's code) in a Metadata answer of the node at `addr`.
+    async fn codes(addr: std::net::SocketAddr, open: &str, secret: &str) -> Option<(i16, i16)> {
+        let req = common::cluster::metadata_request(&[open, secret]);
+        let resp = try_call(addr, 12, &req, POLL_REQUEST_TIMEOUT).await.ok()?;
+        let code = |name: &str| {
+            resp.topics
+                .iter()
+                .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == name))
+                .map(|t| t.error_code)
+        };
+        Some((code(open)?, code(secret)?))
+    }
+    for id in cluster.ids() {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let codes = codes(cluster.addr(id), &open, &secret).await;
+            if codes == Some((0, TOPIC_AUTHORIZATION_FAILED)) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "node {id} answers {codes:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    // The open topic still replicates: an acks=all produce needs all three in sync.
+    let producer = producer(&cluster.bootstrap(), &[("acks", "all")]);
+    producer
+        .send(
+            rdkafka::producer::FutureRecord::<(), _>::to(&open).payload("v"),
+            Duration::from_secs(15),
+        )
+        .await
+        .expect("acks=all produce to the open topic");
+    // A node restarted rebuilds the bindings from the metadata log.
+    cluster.kill(3);
+    cluster.restart(3).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let codes = codes(cluster.addr(3), &open, &secret).await;
+        if codes == Some((0, TOPIC_AUTHORIZATION_FAILED)) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "restarted node 3 answers {codes:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let described = try_call(
+        cluster.addr(3),
+        3,
+        &DescribeAclsRequest::default()
+            .with_resource_type_filter(1)
+            .with_resource_name_filter(None)
+            .with_pattern_type_filter(1)
+            .with_principal_filter(None)
+            .with_host_filter(None)
+            .with_operation(1)
+            .with_permission_type(1),
+        POLL_REQUEST_TIMEOUT,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (described.error_code, described.resources.len()),
+        (0, 1),
+        "{described:?}"
+    );
+    assert_eq!(described.resources[0].resource_name.as_str(), secret);
+    cluster.stop_all().await;
+}
