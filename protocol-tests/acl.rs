@@ -497,6 +497,17 @@ async fn requests_are_checked_and_nothing_leaks() {
         )
         .await;
     assert_eq!(cluster.cluster_authorized_operations, 0);
+    // Kafka reports the cluster's operations only to who may DESCRIBE it.
+    const IDEMPOTENT_WRITE: i8 = 12;
+    let describe_cluster = DescribeClusterRequest::default().with_include_cluster_authorized_operations(true);
+    let grant = |op| acl(CLUSTER, "kafka-cluster", LITERAL, "User:alice", op, ALLOW);
+    assert_eq!(create_acls(&mut admin, vec![grant(IDEMPOTENT_WRITE)]).await, [0]);
+    assert_eq!(alice.call(1, &describe_cluster).await.cluster_authorized_operations, 0);
+    assert_eq!(create_acls(&mut admin, vec![grant(DESCRIBE)]).await, [0]);
+    assert_eq!(
+        alice.call(1, &describe_cluster).await.cluster_authorized_operations,
+        (1 << DESCRIBE) | (1 << IDEMPOTENT_WRITE)
+    );
 
     // Nothing alice and bob tried reached the log: admin still reads one record per topic
     // plus alice's one to orders-1.

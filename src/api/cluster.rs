@@ -16,7 +16,7 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
 use super::{Ctx, Versions, message, topic_name};
-use crate::acl::{CLUSTER_NAME, Operation, ResourceType};
+use crate::acl::Operation;
 
 pub const DESCRIBE_CLUSTER_VERSIONS: Versions = Versions::new(ApiKey::DescribeCluster, 0, 2);
 pub const DESCRIBE_LOG_DIRS_VERSIONS: Versions = Versions::new(ApiKey::DescribeLogDirs, 1, 4);
@@ -53,7 +53,7 @@ pub async fn describe_cluster(ctx: &Ctx, req: DescribeClusterRequest, version: i
         })
         .collect();
     if req.include_cluster_authorized_operations {
-        resp.cluster_authorized_operations = ctx.operations(ResourceType::Cluster, CLUSTER_NAME);
+        resp.cluster_authorized_operations = ctx.cluster_operations();
     }
     resp
 }

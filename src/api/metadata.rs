@@ -139,7 +139,7 @@ pub async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> MetadataRe
         .with_cluster_authorized_operations(
             // v8-v10 answer it when asked (v11 moved it to DescribeCluster).
             if (8..=10).contains(&version) && req.include_cluster_authorized_operations {
-                ctx.operations(ResourceType::Cluster, crate::acl::CLUSTER_NAME)
+                ctx.cluster_operations()
             } else {
                 OPERATIONS_NOT_REQUESTED
             },

@@ -104,6 +104,15 @@ impl Ctx {
             )
     }
 
+    /// The cluster's authorized operations as Metadata v8-10 and DescribeCluster report them:
+    /// Kafka's AuthHelper answers 0 to a principal that may not DESCRIBE the cluster.
+    pub fn cluster_operations(&self) -> i32 {
+        match self.authorize_cluster(Operation::Describe) {
+            true => self.operations(ResourceType::Cluster, CLUSTER_NAME),
+            false => 0,
+        }
+    }
+
     /// The resource's authorized operations as Kafka's bit field.
     pub fn operations(&self, resource_type: ResourceType, name: &str) -> i32 {
         self.authorizer.operations(
