@@ -185,7 +185,9 @@ pub struct AclBinding {
 }
 
 impl AclBinding {
-    /// Whether the binding's pattern covers resource `name` of type `resource_type`.
+    /// Whether the binding's pattern covers resource `name` of type `resource_type`: the plain
+    /// scan that `covering`'s range lookups are tested against.
+    #[cfg(test)]
     fn covers(&self, resource_type: ResourceType, name: &str) -> bool {
         self.resource_type == resource_type
             && match self.pattern_type {
@@ -287,6 +289,21 @@ impl AclFilter {
     }
 }
 
+/// A client address as ACLs name hosts: Java's `InetAddress.getHostAddress()`, which Kafka
+/// compares them with (`10.0.0.7`; IPv6 uncompressed, `0:0:0:0:0:0:0:1`); an IPv4-mapped
+/// IPv6 address is its IPv4 one.
+pub fn host_of(ip: std::net::IpAddr) -> String {
+    match ip.to_canonical() {
+        std::net::IpAddr::V4(v4) => v4.to_string(),
+        std::net::IpAddr::V6(v6) => v6
+            .segments()
+            .iter()
+            .map(|s| format!("{s:x}"))
+            .collect::<Vec<_>>()
+            .join(":"),
+    }
+}
+
 /// The bindings in force (the metadata image's).
 pub type Acls = OrdSet<AclBinding>;
 
@@ -327,7 +344,7 @@ impl Authorizer {
         }
         let mut any_binding = false;
         let mut allowed = false;
-        for b in bindings_of(acls, resource_type).filter(|b| b.covers(resource_type, name)) {
+        for b in covering(acls, resource_type, name) {
             any_binding = true;
             if !b.names(principal, host) {
                 continue;
@@ -389,6 +406,36 @@ impl Authorizer {
             .filter(|op| self.authorize(acls, principal, host, **op, resource_type, name))
             .fold(0, |bits, op| bits | (1 << op.code()))
     }
+}
+
+/// The bindings whose pattern covers resource `name` of the type, found by range lookups in
+/// the sorted set (type, pattern type, name first), as Kafka's StandardAuthorizerData does:
+/// the LITERAL name, the LITERAL wildcard, and a PREFIXED pattern for each prefix of the name.
+/// Each lookup is logarithmic, so a check costs O(len(name) * log(bindings)), not a scan.
+fn covering<'a>(acls: &'a Acls, resource_type: ResourceType, name: &'a str) -> impl Iterator<Item = &'a AclBinding> {
+    let literal = [Some(name), (name != WILDCARD).then_some(WILDCARD)]
+        .into_iter()
+        .flatten()
+        .map(|n| (PatternType::Literal, n));
+    let prefixes = name
+        .char_indices()
+        .map(|(i, _)| &name[..i])
+        .chain(std::iter::once(name))
+        .map(|p| (PatternType::Prefixed, p));
+    literal.chain(prefixes).flat_map(move |(pattern_type, pattern)| {
+        let lowest = AclBinding {
+            resource_type,
+            pattern_type,
+            resource_name: pattern.to_string(),
+            principal: String::new(),
+            host: String::new(),
+            operation: Operation::Any,
+            permission: Permission::Any,
+        };
+        acls.range(lowest..).take_while(move |b| {
+            b.resource_type == resource_type && b.pattern_type == pattern_type && b.resource_name == pattern
+        })
+    })
 }
 
 /// The bindings of one resource type (the set sorts by type first).
@@ -482,6 +529,45 @@ mod tests {
         assert!(!a.authorize_any(&acls, "User:erin", "10.0.0.1", Write, Topic));
         acls.insert(acl(Topic, Prefixed, "", "User:dave", Write, Deny));
         assert!(!a.authorize_any(&acls, "User:dave", "10.0.0.1", Write, Topic));
+    }
+
+    #[test]
+    fn range_lookups_find_what_a_scan_finds() {
+        let mut acls = Acls::new();
+        for (pattern, name) in [
+            (Literal, "orders"),
+            (Literal, "*"),
+            (Literal, "ordersX"),
+            (Prefixed, "o"),
+            (Prefixed, "ord"),
+            (Prefixed, "orders"),
+            (Prefixed, "ordersX"),
+            (Prefixed, "x"),
+        ] {
+            for who in ["User:a", "User:b"] {
+                acls.insert(acl(Topic, pattern, name, who, Read, Allow));
+                acls.insert(acl(Group, pattern, name, who, Read, Allow));
+            }
+        }
+        for name in ["orders", "ordersX", "o", "x", "", "*", "é-orders"] {
+            let mut found: Vec<&AclBinding> = covering(&acls, Topic, name).collect();
+            let mut scanned: Vec<&AclBinding> = acls.iter().filter(|b| b.covers(Topic, name)).collect();
+            found.sort();
+            scanned.sort();
+            assert_eq!(found, scanned, "{name}");
+        }
+    }
+
+    #[test]
+    fn hosts_read_as_java_writes_them() {
+        use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+        assert_eq!(host_of(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 7))), "10.0.0.7");
+        assert_eq!(host_of(IpAddr::V6(Ipv6Addr::LOCALHOST)), "0:0:0:0:0:0:0:1");
+        assert_eq!(
+            host_of(IpAddr::V6(Ipv4Addr::new(10, 0, 0, 7).to_ipv6_mapped())),
+            "10.0.0.7"
+        );
+        assert_eq!(host_of("fe80::1:abcd".parse().unwrap()), "fe80:0:0:0:0:0:1:abcd");
     }
 
     #[test]

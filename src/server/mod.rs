@@ -357,7 +357,7 @@ where
     if ctx.authorizer.enabled() {
         // ACLs name hosts by address.
         ctx = Arc::new(Ctx {
-            host: Arc::from(peer.ip().to_canonical().to_string().as_str()),
+            host: Arc::from(crate::acl::host_of(peer.ip()).as_str()),
             ..(*ctx).clone()
         });
     }
