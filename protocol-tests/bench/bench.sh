@@ -32,6 +32,11 @@
 #   LABEL=sluice      name in the header and OUT
 #   BROKER_PID=       the broker's pid, for its CPU column (brk%)
 #   EXTRA_X="-X k=v"  extra librdkafka properties for every client
+#   SCENARIOS="produce consume latency"   the ones to run (consume reads what
+#                     produce wrote, so it needs produce)
+#   ADMIN_ADDR=HOST:PORT  where topics are created (sluice_mktopic takes no -X,
+#                     so a plaintext listener of the same broker when ADDR is
+#                     TLS or SASL); defaults to ADDR
 #
 # Columns: msgs/s; MB/s (payload only, 10^6 B); p50/p99/max in ms; brk% and
 # cli% = CPU time of broker / client divided by wall time (100 = one core;
@@ -58,6 +63,9 @@ STAMP=$(date +%Y%m%d-%H%M%S)
 OUT=${OUT:-/tmp/sluice-bench/$LABEL-$STAMP}
 # shellcheck disable=SC2206
 XTRA=(${EXTRA_X:-})
+SCENARIOS=" ${SCENARIOS:-produce consume latency} "
+ADMIN_ADDR=${ADMIN_ADDR:-$ADDR}
+want() { [[ $SCENARIOS == *" $1 "* ]]; }
 
 PERF=$TOOLS/bin/rdkafka_performance
 MKTOPIC=$TOOLS/bin/sluice_mktopic
@@ -121,7 +129,7 @@ row() { # run scenario msgs secs msgs/s MB/s p50 p99 max brk cli note
 }
 
 new_topic() { # topic -> 0 when the topic exists with a leader
-    if ! timeout 60 "$MKTOPIC" -b "$ADDR" -t "$1" -p 1 -w 30 >"$DIR/topic-$1.log" 2>&1; then
+    if ! timeout 60 "$MKTOPIC" -b "$ADMIN_ADDR" -t "$1" -p 1 -w 30 >"$DIR/topic-$1.log" 2>&1; then
         echo "bench.sh: could not create $1: $(tail -n 1 "$DIR/topic-$1.log")" >&2
         return 1
     fi
@@ -224,7 +232,7 @@ latency() { # run acks(1|all) with_consumer(0|1)
 
 VERSION=$({ "$PERF" -h 2>&1 || true; } | sed -n 's/^librdkafka version \([^ ]*\).*/\1/p' | head -n 1)
 HEAD="# $LABEL at $ADDR, $(date -u +%Y-%m-%dT%H:%M:%SZ), rdkafka_performance (librdkafka $VERSION + tagged-field fix), $(nproc) cores
-# RUNS=$RUNS MSGS=$MSGS LAT_RATE=$LAT_RATE LAT_MSGS=$LAT_MSGS LAT_SKIP=$LAT_SKIP TIMEOUT=${TIMEOUT}s EXTRA_X='${EXTRA_X:-}'
+# SCENARIOS='${SCENARIOS# }' RUNS=$RUNS MSGS=$MSGS LAT_RATE=$LAT_RATE LAT_MSGS=$LAT_MSGS LAT_SKIP=$LAT_SKIP TIMEOUT=${TIMEOUT}s EXTRA_X='${EXTRA_X:-}'
 # raw: $OUT"
 echo "$HEAD" >&2
 declare -A DONE TOPIC
@@ -232,17 +240,23 @@ for ((r = 1; r <= RUNS; r++)); do
     DIR=$OUT/run$r
     mkdir -p "$DIR"
     DONE=() TOPIC=()
-    for size in 100 1024; do
-        produce "$r" "$size" 1
-        produce "$r" "$size" all
-    done
-    # Idempotence costs within the same run as plain acks=all (issue 8: within 10 %).
-    produce "$r" 1024 idem
-    consume "$r" 100
-    consume "$r" 1024
-    latency "$r" 1 0
-    latency "$r" all 0
-    latency "$r" all 1
+    if want produce; then
+        for size in 100 1024; do
+            produce "$r" "$size" 1
+            produce "$r" "$size" all
+        done
+        # Idempotence costs within the same run as plain acks=all (issue 8: within 10 %).
+        produce "$r" 1024 idem
+    fi
+    if want consume; then
+        consume "$r" 100
+        consume "$r" 1024
+    fi
+    if want latency; then
+        latency "$r" 1 0
+        latency "$r" all 0
+        latency "$r" all 1
+    fi
 done
 
 # Medians over runs, per scenario and column ("-" values ignored); notes are
