@@ -83,6 +83,13 @@ pub struct BrokerConfig {
     pub connection_failed_authentication_delay_ms: u64,
     /// `sasl.server.max.receive.size`: the largest frame before SASL authentication completes.
     pub sasl_server_max_receive_size: usize,
+    /// `sasl.mechanism.inter.broker.protocol`: how this node logs in to another broker's SASL
+    /// inter-broker listener (Kafka's default GSSAPI is not served: set it when that listener
+    /// is SASL).
+    pub sasl_mechanism_inter_broker_protocol: String,
+    /// `sasl.mechanism.controller.protocol`: how this node logs in to a SASL controller
+    /// listener (PLAIN: SCRAM credentials live in the metadata log the controllers serve).
+    pub sasl_mechanism_controller_protocol: String,
     /// `authorizer.class.name`: empty for none (every request allowed), else one of
     /// `acl::AUTHORIZER_CLASS_NAMES`, which turns on ACLs.
     pub authorizer_class_name: String,
@@ -281,7 +288,7 @@ impl std::fmt::Display for ProcessRoles {
 /// security protocol without TLS or SASL.
 const PLAINTEXT: &str = "PLAINTEXT";
 /// Kafka's SecurityProtocol.SSL: TLS without SASL.
-const SSL: &str = "SSL";
+pub const SSL: &str = "SSL";
 pub const SSL_PROTOCOL: &str = SSL;
 /// Kafka's SecurityProtocol.SASL_PLAINTEXT and SASL_SSL: SASL authentication, without and
 /// with TLS.
@@ -402,6 +409,8 @@ impl Default for BrokerConfig {
             connections_max_reauth_ms: 0,
             connection_failed_authentication_delay_ms: 100,
             sasl_server_max_receive_size: 524_288,
+            sasl_mechanism_inter_broker_protocol: crate::sasl::DEFAULT_MECHANISMS.into(),
+            sasl_mechanism_controller_protocol: crate::sasl::DEFAULT_MECHANISMS.into(),
             authorizer_class_name: String::new(),
             super_users: Vec::new(),
             allow_everyone_if_no_acl_found: false,
@@ -979,6 +988,18 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
         "The largest request frame before SASL authentication completes.",
     ),
     broker_key(
+        "sasl.mechanism.inter.broker.protocol",
+        ConfigType::String,
+        false,
+        "How brokers log in to each other on a SASL inter-broker listener: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.",
+    ),
+    broker_key(
+        "sasl.mechanism.controller.protocol",
+        ConfigType::String,
+        false,
+        "How nodes log in to a SASL controller listener: PLAIN.",
+    ),
+    broker_key(
         "authorizer.class.name",
         ConfigType::String,
         false,
@@ -1388,6 +1409,8 @@ impl BrokerConfig {
             "connections.max.reauth.ms" => self.connections_max_reauth_ms.to_string(),
             "connection.failed.authentication.delay.ms" => self.connection_failed_authentication_delay_ms.to_string(),
             "sasl.server.max.receive.size" => self.sasl_server_max_receive_size.to_string(),
+            "sasl.mechanism.inter.broker.protocol" => self.sasl_mechanism_inter_broker_protocol.clone(),
+            "sasl.mechanism.controller.protocol" => self.sasl_mechanism_controller_protocol.clone(),
             "authorizer.class.name" => self.authorizer_class_name.clone(),
             "super.users" => self.super_users.join(";"),
             "allow.everyone.if.no.acl.found" => self.allow_everyone_if_no_acl_found.to_string(),
@@ -1692,6 +1715,10 @@ impl BrokerConfig {
             "sasl.server.max.receive.size" => {
                 self.sasl_server_max_receive_size = at_least(key, parse_int(key, value)?, 1)?
             }
+            "sasl.mechanism.inter.broker.protocol" => {
+                self.sasl_mechanism_inter_broker_protocol = value.trim().to_string()
+            }
+            "sasl.mechanism.controller.protocol" => self.sasl_mechanism_controller_protocol = value.trim().to_string(),
             "authorizer.class.name" => {
                 let name = value.trim();
                 if !name.is_empty() && !crate::acl::AUTHORIZER_CLASS_NAMES.contains(&name) {
@@ -1751,6 +1778,18 @@ impl BrokerConfig {
             .or_else(|| self.ssl.get(name))
             .map(String::as_str)
             .filter(|v| !v.trim().is_empty())
+    }
+
+    /// Whether this node checks a TLS peer's certificate against the name it dialled, on
+    /// listener `listener`: `ssl.endpoint.identification.algorithm` is `https` (Kafka's
+    /// default), not set empty.
+    pub fn ssl_endpoint_identification(&self, listener: &str) -> bool {
+        let key = "ssl.endpoint.identification.algorithm";
+        let prefixed = format!("listener.name.{}.{key}", listener.to_ascii_lowercase());
+        self.ssl
+            .get(&prefixed)
+            .or_else(|| self.ssl.get(key))
+            .is_none_or(|v| !v.trim().is_empty())
     }
 
     /// SASL key `name` for listener `listener` (and `mechanism`, for `sasl.jaas.config`): its
@@ -1862,20 +1901,6 @@ impl BrokerConfig {
         if protocol == PLAINTEXT {
             return Ok(());
         }
-        if self.is_controller_listener(name) {
-            return Err(invalid(
-                "listener.security.protocol.map",
-                format!("listener {name}: the controller listener is served in PLAINTEXT only for now"),
-            ));
-        }
-        if self.cluster_mode() && name == self.inter_broker_listener_name {
-            return Err(invalid(
-                "inter.broker.listener.name",
-                format!(
-                    "{name} is a {protocol} listener: brokers do not dial each other over TLS or SASL yet; name a PLAINTEXT one"
-                ),
-            ));
-        }
         if matches!(protocol, SSL | SASL_SSL) {
             let has_keystore = self.ssl_setting(name, "ssl.keystore.location").is_some()
                 || self.ssl_setting(name, "ssl.keystore.certificate.chain").is_some();
@@ -1906,6 +1931,33 @@ impl BrokerConfig {
             crate::sasl::ListenerSasl::new(self, name)?;
         }
         Ok(())
+    }
+
+    /// The controller listener's name (the first of `controller.listener.names`).
+    pub fn controller_listener_name(&self) -> &str {
+        self.controller_listener_names
+            .first()
+            .map_or("CONTROLLER", String::as_str)
+    }
+
+    /// How this node dials the controllers' listener. SCRAM cannot log in there: its
+    /// credentials live in the metadata log the controllers serve (Kafka refuses it too).
+    pub fn controller_dial(&self) -> Result<crate::cluster::peer::DialSecurity, ConfigError> {
+        let key = "sasl.mechanism.controller.protocol";
+        let listener = self.controller_listener_name();
+        if matches!(self.security_protocol(listener), Some(SASL_PLAINTEXT | SASL_SSL))
+            && self.sasl_mechanism_controller_protocol.starts_with("SCRAM-")
+        {
+            return Err(invalid(
+                key,
+                format!(
+                    "{}: SCRAM credentials live in the metadata log the controllers serve, so nodes cannot log in \
+                     to the controller listener with them; use PLAIN",
+                    self.sasl_mechanism_controller_protocol
+                ),
+            ));
+        }
+        crate::cluster::peer::DialSecurity::new(self, listener, key, &self.sasl_mechanism_controller_protocol)
     }
 
     fn is_controller_listener(&self, name: &str) -> bool {
@@ -2069,6 +2121,12 @@ impl BrokerConfig {
             // A single node is its own controller; a controller listener is allowed and unused.
             return Ok(());
         }
+        // The listeners this node dials: the others' inter-broker listener (a broker) and the
+        // controllers' listener (every node), each with its TLS keys and SASL login.
+        if roles.broker {
+            crate::cluster::peer::DialSecurity::inter_broker(self)?;
+        }
+        self.controller_dial()?;
         if !roles.controller {
             // Kafka's KafkaConfig: a broker-only node is no voter. It reaches the voters at
             // their entries and has no controller listener of its own (it dials the leader,

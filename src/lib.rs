@@ -142,6 +142,7 @@ async fn open_quorum(
             .controller
             .then(|| config.controller_address())
             .flatten(),
+        security: Arc::new(cluster::raft::ControllerSecurity::new(config)?),
         ..Default::default()
     };
     let bound = listener.as_ref().and_then(|l| l.local_addr().ok());

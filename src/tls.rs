@@ -28,10 +28,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
-use tokio_rustls::TlsAcceptor;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use tokio_rustls::rustls::client::WebPkiServerVerifier;
+use tokio_rustls::rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use tokio_rustls::rustls::server::WebPkiClientVerifier;
-use tokio_rustls::rustls::{self, RootCertStore, ServerConfig};
+use tokio_rustls::rustls::{self, ClientConfig, RootCertStore, ServerConfig};
+use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 use crate::config::BrokerConfig;
 
@@ -81,7 +83,115 @@ pub fn acceptor(config: &BrokerConfig, listener: &str) -> Result<TlsAcceptor, Tl
     server_config(config, listener, UnixTime::now()).map(|c| TlsAcceptor::from(Arc::new(c)))
 }
 
-fn server_config(config: &BrokerConfig, listener: &str, now: UnixTime) -> Result<ServerConfig, TlsError> {
+/// How this node dials a TLS listener of another node (`listener`: the inter-broker or the
+/// controller listener), as Kafka's brokers do with that listener's keys: the peer's
+/// certificate must chain to the listener's truststore and, unless
+/// `ssl.endpoint.identification.algorithm` is empty, name the host dialled; this node shows its
+/// own keystore's certificate (for a peer that requires client certificates).
+pub fn connector(config: &BrokerConfig, listener: &str) -> Result<TlsConnector, TlsError> {
+    let fail = |key: &'static str, problem: String| TlsError {
+        listener: listener.to_string(),
+        key,
+        problem,
+    };
+    if config.ssl_setting(listener, "ssl.truststore.location").is_none()
+        && config.ssl_setting(listener, "ssl.truststore.certificates").is_none()
+    {
+        return Err(fail(
+            "ssl.truststore.location",
+            "this node dials other nodes on this listener: set ssl.truststore.location (or \
+             ssl.truststore.certificates) to the CA that signed their certificates"
+                .into(),
+        ));
+    }
+    let roots = Arc::new(truststore(config, listener)?);
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
+        .build()
+        .map_err(|e| fail("ssl.truststore.location", e.to_string()))?;
+    let verifier: Arc<dyn ServerCertVerifier> = match config.ssl_endpoint_identification(listener) {
+        true => verifier,
+        false => Arc::new(AnyName(verifier)),
+    };
+    let builder = ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&versions(config, listener))
+        .map_err(|e| fail("ssl.enabled.protocols", e.to_string()))?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier);
+    let has_keystore = config.ssl_setting(listener, "ssl.keystore.location").is_some()
+        || config.ssl_setting(listener, "ssl.keystore.certificate.chain").is_some();
+    let client = match has_keystore {
+        true => {
+            let (chain, key, from) = keystore(config, listener, UnixTime::now())?;
+            builder.with_client_auth_cert(chain, key).map_err(|e| {
+                fail(
+                    from.0,
+                    format!("{}: the key and the certificate do not go together: {e}", from.1),
+                )
+            })?
+        }
+        false => builder.with_no_client_auth(),
+    };
+    Ok(TlsConnector::from(Arc::new(client)))
+}
+
+/// A server verifier that checks the chain, dates and signatures but not the name
+/// (`ssl.endpoint.identification.algorithm=`, as Kafka allows for peers dialled by address).
+#[derive(Debug)]
+struct AnyName(Arc<WebPkiServerVerifier>);
+
+impl ServerCertVerifier for AnyName {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        match self
+            .0
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+        {
+            Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::NotValidForName | rustls::CertificateError::NotValidForNameContext { .. },
+            )) => Ok(ServerCertVerified::assertion()),
+            other => other,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
+}
+
+/// Listener `listener`'s own key and certificate chain (its keystore), with the key and the
+/// file (or "the PEM text") they came from, the leaf checked against `now`.
+type Keystore = (
+    Vec<CertificateDer<'static>>,
+    PrivateKeyDer<'static>,
+    (&'static str, String),
+);
+
+fn keystore(config: &BrokerConfig, listener: &str, now: UnixTime) -> Result<Keystore, TlsError> {
     let fail = |key: &'static str, problem: String| TlsError {
         listener: listener.to_string(),
         key,
@@ -119,6 +229,12 @@ fn server_config(config: &BrokerConfig, listener: &str, now: UnixTime) -> Result
     if let Some(leaf) = chain.first() {
         check_validity(leaf, now).map_err(|e| fail(from.0, format!("{}: {e}", from.1)))?;
     }
+    Ok((chain, key, from))
+}
+
+/// The TLS versions `ssl.enabled.protocols` (or `ssl.protocol`) allows on listener `listener`.
+fn versions(config: &BrokerConfig, listener: &str) -> Vec<&'static rustls::SupportedProtocolVersion> {
+    let setting = |key| config.ssl_setting(listener, key);
     let listed: Vec<&str> = setting("ssl.enabled.protocols")
         .or(setting("ssl.protocol"))
         .map(|list| list.split(',').map(str::trim).collect())
@@ -131,6 +247,18 @@ fn server_config(config: &BrokerConfig, listener: &str, now: UnixTime) -> Result
     if wants("TLSv1.2") {
         versions.push(&rustls::version::TLS12);
     }
+    versions
+}
+
+fn server_config(config: &BrokerConfig, listener: &str, now: UnixTime) -> Result<ServerConfig, TlsError> {
+    let fail = |key: &'static str, problem: String| TlsError {
+        listener: listener.to_string(),
+        key,
+        problem,
+    };
+    let setting = |key| config.ssl_setting(listener, key);
+    let (chain, key, from) = keystore(config, listener, now)?;
+    let versions = versions(config, listener);
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&versions)

@@ -17,6 +17,10 @@
 //! A peer that does not serve a version closes the connection (Kafka's answer to a request it
 //! cannot parse), which the caller sees as NETWORK_EXCEPTION and retries.
 //!
+//! On a secured inter-broker listener (`cluster::peer`) each new connection does TLS and then,
+//! on a SASL listener, SaslHandshake v1 and SaslAuthenticate v2 with this node's login before
+//! its first request, as Kafka's brokers do; a refused login is `CallError::Authentication`.
+//!
 //! The peer's answer is untrusted input: its length is checked against `response_bytes_max`
 //! before anything is allocated, the correlation id must match, and a frame that does not
 //! decode exactly is an error, never a panic.
@@ -34,13 +38,15 @@ use crate::cluster::Endpoint;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::messages::{SaslAuthenticateRequest, SaslHandshakeRequest};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use super::BrokerInfo;
+use super::peer::{DialSecurity, PeerStream};
+use crate::sasl::client::SaslClient;
 
 /// How long opening a connection may take (Kafka's `socket.connection.setup.timeout.ms` is
 /// 10 s; a Produce waiting on a verification should fail over sooner).
@@ -115,6 +121,8 @@ pub enum CallError {
     Malformed { broker: i32, addr: String, reason: String },
     #[error("cannot encode the request: {0}")]
     Encode(String),
+    #[error("broker {broker} at {addr} refused this node's login: {reason}")]
+    Authentication { broker: i32, addr: String, reason: String },
 }
 
 impl CallError {
@@ -124,6 +132,7 @@ impl CallError {
         match self {
             CallError::TimedOut { .. } => ResponseError::RequestTimedOut,
             CallError::Encode(_) => ResponseError::UnknownServerError,
+            CallError::Authentication { .. } => ResponseError::SaslAuthenticationFailed,
             CallError::BadEndpoint { .. }
             | CallError::NoListener { .. }
             | CallError::Connect { .. }
@@ -142,35 +151,28 @@ struct Pool {
     /// One permit per connection that may be open (busy or idle).
     permits: Semaphore,
     /// Connections put back after a clean exchange, with when.
-    idle: Mutex<Vec<(TcpStream, Instant)>>,
+    idle: Mutex<Vec<(PeerStream, Instant)>>,
 }
 
 impl Pool {
     /// The most recently used idle connection that is still worth using, if any; the others
     /// found stale on the way are closed.
-    fn take_idle(&self, reuse_max: Duration) -> Option<TcpStream> {
+    fn take_idle(&self, reuse_max: Duration) -> Option<PeerStream> {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        while let Some((stream, since)) = idle.pop() {
-            if since.elapsed() <= reuse_max && still_open(&stream) {
+        while let Some((mut stream, since)) = idle.pop() {
+            if since.elapsed() <= reuse_max && stream.still_open() {
                 return Some(stream);
             }
         }
         None
     }
 
-    fn put_idle(&self, stream: TcpStream) {
+    fn put_idle(&self, stream: PeerStream) {
         self.idle
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push((stream, Instant::now()));
     }
-}
-
-/// Whether an idle connection can carry a request: nothing to read (an answer we did not ask
-/// for would be garbage) and no end of stream (the peer closed it).
-fn still_open(stream: &TcpStream) -> bool {
-    let mut probe = [0u8; 1];
-    matches!(stream.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
 }
 
 /// Requests to other brokers, one connection pool per broker id.
@@ -180,6 +182,8 @@ pub struct BrokerClient {
     /// `inter.broker.listener.name`: the registered endpoint dialled.
     listener: String,
     limits: ClientLimits,
+    /// TLS and the SASL login of the inter-broker listener.
+    security: Arc<DialSecurity>,
     /// One entry per broker id ever called (the brokers of the cluster); an entry is replaced
     /// when that broker registers again at another endpoint.
     pools: Mutex<HashMap<i32, Arc<Pool>>>,
@@ -193,12 +197,22 @@ impl BrokerClient {
         BrokerClient::with_limits(node_id, listener, ClientLimits::default())
     }
 
+    /// The client of this node, dialling the inter-broker listener with its security
+    /// (`cluster::peer`), within `limits`.
+    pub fn for_config(config: &crate::config::BrokerConfig, limits: ClientLimits) -> BrokerClient {
+        BrokerClient {
+            security: DialSecurity::inter_broker_or_broken(config),
+            ..BrokerClient::with_limits(config.node_id, &config.inter_broker_listener_name, limits)
+        }
+    }
+
     pub fn with_limits(node_id: i32, listener: &str, limits: ClientLimits) -> BrokerClient {
         debug_assert!(limits.connections_per_broker_max > 0, "a pool needs a connection");
         BrokerClient {
             client_id: StrBytes::from_string(format!("sluice-broker-{node_id}")),
             listener: listener.to_string(),
             limits,
+            security: Arc::new(DialSecurity::plaintext(listener)),
             pools: Mutex::new(HashMap::new()),
             correlation_id: AtomicI32::new(0),
         }
@@ -289,33 +303,85 @@ impl BrokerClient {
         Ok(buf.freeze())
     }
 
-    async fn connect(&self, broker: i32, endpoint: &Endpoint, addr: &str) -> Result<TcpStream, CallError> {
+    async fn connect(&self, broker: i32, endpoint: &Endpoint, addr: &str) -> Result<PeerStream, CallError> {
         let port = u16::try_from(endpoint.port).map_err(|_| CallError::BadEndpoint {
             broker,
             host: endpoint.host.clone(),
             port: endpoint.port,
         })?;
-        let connect_error = |source| CallError::Connect {
+        let mut stream = self
+            .security
+            .connect(&endpoint.host, port, self.limits.connect_timeout)
+            .await
+            .map_err(|source| CallError::Connect {
+                broker,
+                addr: addr.to_string(),
+                source,
+            })?;
+        if let Some(login) = &self.security.sasl {
+            self.log_in(&mut stream, SaslClient::new(login.clone()), broker, addr)
+                .await?;
+        }
+        Ok(stream)
+    }
+
+    /// SaslHandshake v1, then SaslAuthenticate v2 until the exchange ends on both sides.
+    async fn log_in(
+        &self,
+        stream: &mut PeerStream,
+        mut client: SaslClient,
+        broker: i32,
+        addr: &str,
+    ) -> Result<(), CallError> {
+        let refused = |reason: String| CallError::Authentication {
             broker,
             addr: addr.to_string(),
-            source,
+            reason,
         };
-        let stream = tokio::time::timeout(
-            self.limits.connect_timeout,
-            TcpStream::connect((endpoint.host.as_str(), port)),
-        )
-        .await
-        .map_err(|_| connect_error(std::io::Error::from(std::io::ErrorKind::TimedOut)))?
-        .map_err(connect_error)?;
-        // Requests are single small frames waiting for their answer: no Nagle delay.
-        stream.set_nodelay(true).map_err(connect_error)?;
-        Ok(stream)
+        let malformed = |reason: String| CallError::Malformed {
+            broker,
+            addr: addr.to_string(),
+            reason,
+        };
+        let mechanism = client.mechanism().name();
+        let correlation_id = self.correlation_id.fetch_add(1, Ordering::Relaxed);
+        let handshake = SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str(mechanism));
+        let frame = self.encode(1, correlation_id, &handshake)?;
+        let body = self.exchange(stream, &frame, broker, addr).await?;
+        let answer = decode_response::<SaslHandshakeRequest>(body, 1, correlation_id).map_err(malformed)?;
+        if answer.error_code != 0 {
+            let offered: Vec<&str> = answer.mechanisms.iter().map(|m| m.as_str()).collect();
+            return Err(refused(format!(
+                "SaslHandshake {mechanism}: error {} (it offers {})",
+                answer.error_code,
+                offered.join(", ")
+            )));
+        }
+        let mut message = client.start();
+        loop {
+            let correlation_id = self.correlation_id.fetch_add(1, Ordering::Relaxed);
+            let request = SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(message));
+            let frame = self.encode(2, correlation_id, &request)?;
+            let body = self.exchange(stream, &frame, broker, addr).await?;
+            let answer = decode_response::<SaslAuthenticateRequest>(body, 2, correlation_id).map_err(malformed)?;
+            if answer.error_code != 0 {
+                return Err(refused(format!(
+                    "SaslAuthenticate {mechanism}: error {}: {}",
+                    answer.error_code,
+                    answer.error_message.as_deref().unwrap_or("")
+                )));
+            }
+            match client.step(&answer.auth_bytes).map_err(refused)? {
+                Some(next) => message = next,
+                None => return Ok(()),
+            }
+        }
     }
 
     /// Writes one frame and reads one answer frame (its body).
     async fn exchange(
         &self,
-        stream: &mut TcpStream,
+        stream: &mut PeerStream,
         frame: &[u8],
         broker: i32,
         addr: &str,
@@ -378,7 +444,7 @@ mod tests {
         WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
     };
     use kafka_protocol::messages::{ProducerId, TopicName, WriteTxnMarkersRequest, WriteTxnMarkersResponse};
-    use tokio::net::TcpListener;
+    use tokio::net::{TcpListener, TcpStream};
 
     use super::*;
 

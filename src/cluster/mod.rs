@@ -10,6 +10,7 @@
 pub mod broker_client;
 mod frame;
 mod metadata_log;
+pub mod peer;
 pub mod raft;
 
 use std::collections::BTreeMap;

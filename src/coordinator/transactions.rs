@@ -1060,7 +1060,7 @@ impl TransactionCoordinator {
         replicas: Arc<ReplicaManager>,
         groups: Arc<GroupCoordinator>,
     ) -> TransactionCoordinator {
-        let brokers = Arc::new(BrokerClient::new(config.node_id, &config.inter_broker_listener_name));
+        let brokers = Arc::new(BrokerClient::for_config(&config, Default::default()));
         TransactionCoordinator {
             markers: MarkerWriter::new(config.node_id, controller.clone(), replicas.clone(), groups, brokers),
             states: Mutex::new(TxnStates::new(Self::limits(&config))),

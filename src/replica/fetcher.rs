@@ -115,11 +115,7 @@ impl Fetchers {
         Fetchers {
             node_id: config.node_id,
             settings,
-            client: Arc::new(BrokerClient::with_limits(
-                config.node_id,
-                &config.inter_broker_listener_name,
-                limits,
-            )),
+            client: Arc::new(BrokerClient::for_config(config, limits)),
             links: Mutex::new(HashMap::new()),
         }
     }

@@ -72,11 +72,11 @@ impl ScramMechanism {
         self.digest().output_len()
     }
 
-    fn mac(self, key: &[u8], data: &[u8]) -> Vec<u8> {
+    pub(crate) fn mac(self, key: &[u8], data: &[u8]) -> Vec<u8> {
         hmac::sign(&hmac::Key::new(self.hmac(), key), data).as_ref().to_vec()
     }
 
-    fn hash(self, data: &[u8]) -> Vec<u8> {
+    pub(crate) fn hash(self, data: &[u8]) -> Vec<u8> {
         digest::digest(self.digest(), data).as_ref().to_vec()
     }
 

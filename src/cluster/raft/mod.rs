@@ -25,6 +25,8 @@
 mod disk;
 mod log_store;
 mod network;
+
+pub use network::ControllerSecurity;
 mod state_machine;
 #[cfg(test)]
 mod tests;
@@ -112,6 +114,8 @@ pub struct QuorumConfig {
     /// In a dynamic quorum, where the other controllers dial this one (its controller
     /// listener); None for a broker-only node.
     pub controller_address: Option<String>,
+    /// TLS and SASL of the controller listener, both ends (plaintext by default).
+    pub security: Arc<network::ControllerSecurity>,
 }
 
 impl Default for QuorumConfig {
@@ -129,6 +133,7 @@ impl Default for QuorumConfig {
             frame_bytes_max: 16 << 20,
             bootstrap_servers: Vec::new(),
             controller_address: None,
+            security: Arc::default(),
         }
     }
 }
@@ -324,7 +329,7 @@ impl Core {
     /// On the leader: learner `node` dialed in and offers `stream` for its replication. A node
     /// not yet in the membership is added as a learner (openraft's `add_learner`, a membership
     /// change committed by the voters alone); a restarted learner is a member already.
-    pub(super) fn accept_learner(&self, node: u64, stream: tokio::net::TcpStream) {
+    pub(super) fn accept_learner(&self, node: u64, stream: crate::cluster::peer::PeerStream) {
         self.links
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -695,6 +700,7 @@ impl MetadataQuorum {
             frame_bytes_max: config.frame_bytes_max,
             io_timeout: Duration::from_millis(config.io_timeout_ms),
             idle_timeout: Duration::from_millis(config.idle_timeout_ms),
+            security: config.security.clone(),
         };
         // Room for a snapshot chunk as JSON (up to 4 bytes per byte) and for one record.
         let frame_bytes_min = 4 * SNAPSHOT_CHUNK_BYTES as usize + (64 << 10);
@@ -725,7 +731,7 @@ impl MetadataQuorum {
             node_id,
             Arc::new(raft_config),
             NetworkFactory {
-                limits,
+                limits: limits.clone(),
                 links: links.clone(),
             },
             log_store,
@@ -757,12 +763,12 @@ impl MetadataQuorum {
         };
         let server = match listener {
             Some(listener) => {
-                let server = RaftServer::start(listener, node_id, raft.clone(), core.clone(), limits);
+                let server = RaftServer::start(listener, node_id, raft.clone(), core.clone(), limits.clone());
                 if dynamic {
                     let own = config.controller_address.clone().ok_or_else(|| {
                         QuorumError::Config("a controller of a dynamic quorum needs its controller address".into())
                     })?;
-                    server.join_as_controller(targets, node_id, own, raft.clone(), limits);
+                    server.join_as_controller(targets, node_id, own, raft.clone(), limits.clone());
                 }
                 server
             }
@@ -770,7 +776,7 @@ impl MetadataQuorum {
                 // The leader heartbeats its learners every heartbeat interval: a link silent
                 // for a few election timeouts leads nowhere any more.
                 let idle = Duration::from_millis(3 * config.election_timeout_max_ms);
-                RaftServer::start_learner(targets, node_id, raft.clone(), core.clone(), limits, idle)
+                RaftServer::start_learner(targets, node_id, raft.clone(), core.clone(), limits.clone(), idle)
             }
         };
         Ok(MetadataQuorum {
@@ -860,7 +866,7 @@ impl MetadataQuorum {
         loop {
             let outcome = match self.leader_address() {
                 Some((leader, _)) if leader == self.node_id => local().await,
-                Some((leader, address)) => match network::forward(&address, leader, rpc(), self.limits).await {
+                Some((leader, address)) => match network::forward(&address, leader, rpc(), &self.limits).await {
                     Ok(reply) => answer(reply).unwrap_or(Err(Refusal::NotLeader)),
                     Err(e) => {
                         tracing::debug!(leader, %address, error = %e, "metadata quorum: asking the leader failed");
@@ -998,7 +1004,7 @@ impl MetadataQuorum {
                     applied,
                     shutting_down,
                 };
-                match network::forward(&address, leader, rpc, self.limits).await {
+                match network::forward(&address, leader, rpc, &self.limits).await {
                     Ok(network::Reply::Heartbeat(outcome)) => outcome,
                     Ok(_) | Err(_) => Err(Refusal::NotLeader),
                 }
@@ -1165,7 +1171,7 @@ impl MetadataQuorum {
         match self.leader_address() {
             Some((leader, _)) if leader == self.node_id => self.core.leader_metrics().await,
             Some((leader, address)) => {
-                match network::forward(&address, leader, network::Rpc::LeaderMetrics, self.limits).await {
+                match network::forward(&address, leader, network::Rpc::LeaderMetrics, &self.limits).await {
                     Ok(network::Reply::LeaderMetrics(view)) => view.map(|boxed| *boxed),
                     Ok(_) => None,
                     Err(e) => {

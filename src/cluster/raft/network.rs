@@ -22,6 +22,14 @@
 //! controller listener: the leader records it as a learner at that address and dials it like a
 //! voter, and AddRaftVoter can then make it one.
 //!
+//! On a secured controller listener (`ControllerSecurity`), every connection starts with TLS
+//! (SSL, SASL_SSL) and, on a SASL listener, with the dialling node's login: `SaslAuthenticate`
+//! frames carrying the SASL exchange (`sasl::client` on one end, `sasl::Authenticator` on the
+//! other); anything else before it completes closes the connection. With an authorizer, the
+//! principal must hold CLUSTER_ACTION on the cluster (as Kafka's controller asks of Vote,
+//! BeginQuorumEpoch, Fetch and BrokerHeartbeat); a learner's link, which the learner dialled,
+//! is trusted in the other direction.
+//!
 //! The client side (`PeerClient`, one per target and replication stream, made by openraft
 //! through `NetworkFactory`) keeps one connection and reconnects at the next RPC after any
 //! error. A connection is taken out of the client for the time of a call, so a call that
@@ -44,14 +52,18 @@ use openraft::{BasicNode, Raft};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::time::timeout;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::{Core, HeartbeatReply, Refusal, TypeConfig};
+use crate::acl::{Authorizer, Operation, ResourceType};
 use crate::cluster::MetadataRecord;
+use crate::cluster::peer::{DialSecurity, PeerStream};
+use crate::config::{BrokerConfig, ConfigError, SASL_PLAINTEXT, SASL_SSL, SSL};
+use crate::sasl::{Authenticator, ListenerSasl};
 
 /// Connections a node serves at once: two per peer (replication and votes) in a quorum of a
 /// handful of voters, with room for reconnections whose old half is not closed yet.
@@ -60,8 +72,72 @@ const CONNECTIONS_MAX: usize = 64;
 /// last chunk parses and persists the whole snapshot).
 const HANDLE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The controller listener's security, both ends.
+#[derive(Debug)]
+pub struct ControllerSecurity {
+    /// How this node dials the controllers.
+    dial: DialSecurity,
+    /// How this node serves its controller listener (a controller).
+    serve: ServeSecurity,
+}
+
+#[derive(Default)]
+struct ServeSecurity {
+    tls: Option<Arc<crate::tls::TlsListener>>,
+    sasl: Option<Arc<ListenerSasl>>,
+    authorizer: Option<Arc<Authorizer>>,
+}
+
+impl std::fmt::Debug for ServeSecurity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeSecurity")
+            .field("tls", &self.tls.is_some())
+            .field("sasl", &self.sasl.as_ref().map(|s| &s.mechanisms))
+            .field("authorizer", &self.authorizer.is_some())
+            .finish()
+    }
+}
+
+impl Default for ControllerSecurity {
+    fn default() -> ControllerSecurity {
+        ControllerSecurity {
+            dial: DialSecurity::plaintext("CONTROLLER"),
+            serve: ServeSecurity::default(),
+        }
+    }
+}
+
+impl ControllerSecurity {
+    /// The controller listener of `config`: dialled by every node, served by a controller.
+    pub fn new(config: &BrokerConfig) -> Result<ControllerSecurity, ConfigError> {
+        let listener = config.controller_listener_name();
+        let protocol = config.security_protocol(listener).unwrap_or_default();
+        let sasl = matches!(protocol, SASL_PLAINTEXT | SASL_SSL);
+        let mut serve = ServeSecurity::default();
+        if config.process_roles.controller {
+            if matches!(protocol, SSL | SASL_SSL) {
+                serve.tls = Some(Arc::new(crate::tls::listener(config, listener, sasl).map_err(|e| {
+                    ConfigError {
+                        key: e.key.to_string(),
+                        reason: e.to_string(),
+                    }
+                })?));
+            }
+            if sasl {
+                serve.sasl = Some(Arc::new(ListenerSasl::new(config, listener)?));
+            }
+            let authorizer = Authorizer::new(config);
+            serve.authorizer = authorizer.enabled().then(|| Arc::new(authorizer));
+        }
+        Ok(ControllerSecurity {
+            dial: config.controller_dial()?,
+            serve,
+        })
+    }
+}
+
 /// The bounds of the quorum's connections.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(super) struct NetworkLimits {
     /// The largest frame read or written; an AppendEntries that would exceed it is split.
     pub(super) frame_bytes_max: usize,
@@ -69,6 +145,7 @@ pub(super) struct NetworkLimits {
     pub(super) io_timeout: Duration,
     /// A server connection with no request for this long is closed.
     pub(super) idle_timeout: Duration,
+    pub(super) security: Arc<ControllerSecurity>,
 }
 
 /// The `to` of a request to a bootstrap server, whose id the sender does not know: whichever
@@ -110,6 +187,12 @@ pub(super) enum Rpc {
     /// A broker forwards a metadata change to the leader (Kafka forwards admin requests to
     /// the active controller).
     Propose(MetadataRecord),
+    /// One client message of the dialling node's SASL login (the first one names the
+    /// mechanism); answered `Reply::Sasl`.
+    SaslAuthenticate {
+        mechanism: String,
+        token: Vec<u8>,
+    },
     /// A broker tells the leader it is alive and how many metadata records it has applied
     /// (Kafka's BrokerHeartbeat with its metadata offset).
     BrokerHeartbeat {
@@ -150,6 +233,9 @@ pub(super) enum Reply {
     WrongNode {
         node: u64,
     },
+    /// The server's message of a SASL exchange, or why the login is refused (the connection
+    /// then closes).
+    Sasl(Result<Vec<u8>, String>),
 }
 
 /// Why a frame could not be read or written; the connection is closed after any of them.
@@ -165,6 +251,156 @@ pub(super) enum FrameError {
     Malformed(serde_json::Error),
     #[error("the peer closed the connection")]
     Closed,
+    /// A login refused, a request before one, or a principal without CLUSTER_ACTION.
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// Connects to `address` (a controller listener) as node-to-node traffic: TCP, TLS, and this
+/// node's SASL login when the listener is SASL, all within the I/O bound.
+async fn dial(address: &str, to: u64, limits: &NetworkLimits) -> Result<PeerStream, FrameError> {
+    let security = &limits.security.dial;
+    let mut stream = security
+        .connect_to(address, limits.io_timeout)
+        .await
+        .map_err(|source| FrameError::Io { op: "connect", source })?;
+    let Some(login) = &security.sasl else {
+        return Ok(stream);
+    };
+    let mut client = crate::sasl::client::SaslClient::new(login.clone());
+    let mechanism = client.mechanism().name().to_string();
+    let mut token = client.start();
+    loop {
+        let rpc = Rpc::SaslAuthenticate {
+            mechanism: mechanism.clone(),
+            token,
+        };
+        let frame = encode_frame(&RequestFrame { to, rpc }, limits.frame_bytes_max)?;
+        write_frame(&mut stream, &frame, limits.io_timeout).await?;
+        // A refusal comes after the server's failure delay.
+        let reply = read_frame::<_, Reply>(
+            &mut stream,
+            limits.frame_bytes_max,
+            HANDLE_TIMEOUT + limits.io_timeout,
+            limits.io_timeout,
+        )
+        .await?
+        .ok_or(FrameError::Closed)?;
+        let server = match reply {
+            Reply::Sasl(Ok(server)) => server,
+            Reply::Sasl(Err(reason)) => {
+                return Err(FrameError::Refused(format!(
+                    "{address} refused this node's login: {reason}"
+                )));
+            }
+            Reply::WrongNode { node } => {
+                return Err(FrameError::Refused(format!("{address} is node {node}, not node {to}")));
+            }
+            _ => return Err(FrameError::Refused(format!("{address} answered the login out of turn"))),
+        };
+        match client
+            .step(&server)
+            .map_err(|reason| FrameError::Refused(format!("{address}: {reason}")))?
+        {
+            Some(next) => token = next,
+            None => return Ok(stream),
+        }
+    }
+}
+
+/// What a served connection has shown of itself: its SASL login under way or done, and its
+/// principal's right to talk to the quorum.
+struct Access {
+    sasl: Option<Authenticator>,
+    /// Whether the SASL exchange has begun (its mechanism chosen).
+    started: bool,
+    /// The principal before SASL (`User:ANONYMOUS`, or a client certificate's).
+    principal: String,
+    host: String,
+    authorizer: Option<Arc<Authorizer>>,
+    authorized: bool,
+}
+
+impl Access {
+    /// Trusted: a learner's link, dialled by this node.
+    fn trusted() -> Access {
+        Access {
+            sasl: None,
+            started: false,
+            principal: String::new(),
+            host: String::new(),
+            authorizer: None,
+            authorized: true,
+        }
+    }
+
+    /// May a request other than the login be served? Refused: the connection closes.
+    fn check(&mut self, core: &Core) -> Result<(), FrameError> {
+        if self.authorized {
+            return Ok(());
+        }
+        let principal = match &self.sasl {
+            Some(auth) => match auth.session() {
+                Some(session) => session.principal.clone(),
+                None => return Err(FrameError::Refused("a request before SASL authentication".into())),
+            },
+            None => self.principal.clone(),
+        };
+        if let Some(authorizer) = &self.authorizer {
+            let image = core.images.borrow().clone();
+            if !authorizer.authorize(
+                &image.acls,
+                &principal,
+                &self.host,
+                Operation::ClusterAction,
+                ResourceType::Cluster,
+                crate::acl::CLUSTER_NAME,
+            ) {
+                return Err(FrameError::Refused(format!(
+                    "{principal} may not talk to the quorum (it needs CLUSTER_ACTION on the cluster, or super.users)"
+                )));
+            }
+        }
+        self.authorized = true;
+        Ok(())
+    }
+
+    /// One login message; the reply, and whether the connection goes on.
+    async fn authenticate(&mut self, mechanism: &str, token: &[u8], core: &Core) -> (Reply, bool) {
+        let Some(auth) = self.sasl.as_mut() else {
+            return (
+                Reply::Sasl(Err("this controller listener does not use SASL".into())),
+                false,
+            );
+        };
+        if !self.started {
+            self.started = true;
+            match auth.handshake(mechanism, 1) {
+                crate::sasl::Handshake::Accepted => {}
+                crate::sasl::Handshake::Unsupported(offered) => {
+                    return (
+                        Reply::Sasl(Err(format!(
+                            "{mechanism} is not enabled here (it offers {})",
+                            offered.join(", ")
+                        ))),
+                        false,
+                    );
+                }
+                crate::sasl::Handshake::IllegalState(reason) => return (Reply::Sasl(Err(reason)), false),
+            }
+        }
+        let image = core.images.borrow().clone();
+        match auth.authenticate(token, &image, std::time::SystemTime::now()) {
+            crate::sasl::Step::Challenge(challenge) => (Reply::Sasl(Ok(challenge)), true),
+            crate::sasl::Step::Complete { response, .. } => (Reply::Sasl(Ok(response)), true),
+            crate::sasl::Step::Failed(reason) => {
+                // As on a client listener: a failed login is answered late, so guessing is slow.
+                tokio::time::sleep(auth.settings().failure_delay).await;
+                (Reply::Sasl(Err(reason)), false)
+            }
+            crate::sasl::Step::IllegalState(reason) => (Reply::Sasl(Err(reason)), false),
+        }
+    }
 }
 
 async fn bounded<T>(
@@ -265,10 +501,13 @@ impl RaftServer {
                     continue;
                 };
                 let _ = stream.set_nodelay(true);
-                let (raft, core, cancel) = (raft.clone(), core.clone(), accept_cancel.clone());
+                let (raft, core, cancel, limits) = (raft.clone(), core.clone(), accept_cancel.clone(), limits.clone());
                 accept_tasks.spawn(async move {
                     let _slot = slot;
-                    match serve_connection(stream, node_id, &raft, &core, limits, &cancel).await {
+                    let Some((stream, access)) = open_served(stream, peer, &limits, &cancel).await else {
+                        return;
+                    };
+                    match serve_connection(stream, access, node_id, &raft, &core, limits, &cancel).await {
                         Ok(()) | Err(FrameError::Closed) => {}
                         Err(e @ FrameError::TimedOut { .. }) => {
                             tracing::debug!(node_id, %peer, reason = %e, "metadata quorum: closing connection")
@@ -301,21 +540,34 @@ impl RaftServer {
             // The link's reads wait `idle` for the next RPC instead of the server's idle bound.
             let link_limits = NetworkLimits {
                 idle_timeout: idle,
-                ..limits
+                ..limits.clone()
             };
             while !task_cancel.is_cancelled() {
                 let Some((target, address)) = dialer.pick(&raft) else { break };
-                match join(&address, target, node_id, None, limits).await {
+                match join(&address, target, node_id, None, &limits).await {
                     Ok(Joined::Accepted(stream, leader)) => {
                         tracing::info!(node_id, leader, %address, "metadata quorum: following the leader as a learner");
                         core.set_linked_leader(Some(leader));
-                        let outcome = serve_connection(stream, node_id, &raft, &core, link_limits, &task_cancel).await;
+                        let outcome = serve_connection(
+                            stream,
+                            Access::trusted(),
+                            node_id,
+                            &raft,
+                            &core,
+                            link_limits.clone(),
+                            &task_cancel,
+                        )
+                        .await;
                         core.set_linked_leader(None);
                         dialer.avoid = Some(leader);
                         tracing::debug!(node_id, leader, ?outcome, "metadata quorum: the link to the leader ended");
                         continue;
                     }
                     Ok(Joined::Refused(leader, leader_address)) => dialer.refused(target, leader, leader_address),
+                    Err(e @ FrameError::Refused(_)) => {
+                        tracing::warn!(node_id, voter = target, %address, error = %e, "metadata quorum: refused by a voter");
+                        dialer.avoid = Some(target);
+                    }
                     Err(e) => {
                         tracing::debug!(node_id, voter = target, %address, error = %e, "metadata quorum: cannot reach a voter");
                         dialer.avoid = Some(target);
@@ -350,7 +602,7 @@ impl RaftServer {
                 let wait = if super::membership_node(&raft, node_id).is_some() {
                     CONTROLLER_JOIN_CHECK
                 } else if let Some((target, address)) = dialer.pick(&raft) {
-                    match join(&address, target, node_id, Some(own_address.clone()), limits).await {
+                    match join(&address, target, node_id, Some(own_address.clone()), &limits).await {
                         Ok(Joined::Accepted(_, leader)) => {
                             tracing::info!(node_id, leader, "metadata quorum: asked the leader to take this controller as an observer");
                             CONTROLLER_JOIN_CHECK
@@ -383,9 +635,60 @@ impl RaftServer {
     }
 }
 
+/// A connection accepted on the controller listener, made ready to serve: its TLS handshake
+/// and principal (SSL), and its SASL state (SASL listeners). None: refused or shut down.
+async fn open_served(
+    stream: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    limits: &NetworkLimits,
+    cancel: &CancellationToken,
+) -> Option<(PeerStream, Access)> {
+    let serve = &limits.security.serve;
+    let mut access = Access {
+        sasl: serve.sasl.clone().map(Authenticator::new),
+        started: false,
+        principal: "User:ANONYMOUS".to_string(),
+        host: crate::acl::host_of(peer.ip()),
+        authorizer: serve.authorizer.clone(),
+        authorized: serve.sasl.is_none() && serve.authorizer.is_none(),
+    };
+    let Some(tls) = &serve.tls else {
+        return Some((PeerStream::Plain(stream), access));
+    };
+    let handshake = tokio::select! {
+        _ = cancel.cancelled() => return None,
+        done = timeout(crate::tls::HANDSHAKE_TIMEOUT, tls.acceptor.accept(stream)) => done,
+    };
+    let stream = match handshake {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => {
+            tracing::warn!(%peer, error = %e, "metadata quorum: TLS handshake failed; closing connection");
+            return None;
+        }
+        Err(_) => {
+            tracing::warn!(%peer, "metadata quorum: no TLS handshake within its time; closing connection");
+            return None;
+        }
+    };
+    let certificate = stream.get_ref().1.peer_certificates().and_then(|c| c.first());
+    if let (Some(mapper), Some(certificate)) = (&tls.principals, certificate) {
+        let dn = crate::tls::principal::subject_dn(certificate);
+        let Some(name) = dn.as_deref().and_then(|dn| mapper.name(dn)) else {
+            tracing::warn!(%peer, subject = ?dn, "metadata quorum: no ssl.principal.mapping.rules rule applies to the certificate; closing connection");
+            return None;
+        };
+        access.principal = format!("User:{name}");
+    }
+    Some((
+        PeerStream::Tls(Box::new(tokio_rustls::TlsStream::Server(stream))),
+        access,
+    ))
+}
+
 /// Answers the requests of one connection in order until it closes, errs or `cancel`.
 async fn serve_connection(
-    mut stream: TcpStream,
+    mut stream: PeerStream,
+    mut access: Access,
     node_id: u64,
     raft: &Raft<TypeConfig>,
     core: &Core,
@@ -410,6 +713,16 @@ async fn serve_connection(
             );
             return Ok(());
         }
+        if let Rpc::SaslAuthenticate { mechanism, token } = &request.rpc {
+            let (reply, goes_on) = access.authenticate(mechanism, token, core).await;
+            let frame = encode_frame(&reply, limits.frame_bytes_max)?;
+            write_frame(&mut stream, &frame, limits.io_timeout).await?;
+            if !goes_on {
+                return Err(FrameError::Refused("SASL login refused".into()));
+            }
+            continue;
+        }
+        access.check(core)?;
         if let Rpc::JoinAsLearner { node, address } = request.rpc {
             let (leader, leader_address) = {
                 let metrics = raft.metrics();
@@ -456,6 +769,7 @@ async fn serve_connection(
                 Rpc::LeaderMetrics => Reply::LeaderMetrics(core.leader_metrics().await.map(Box::new)),
                 // Answered above; a learner never receives it.
                 Rpc::JoinAsLearner { .. } => Reply::Joined(Err(None)),
+                Rpc::SaslAuthenticate { .. } => Reply::Sasl(Err("out of turn".into())),
                 Rpc::AddVoter { node } => Reply::VotersChanged(core.change_voters(node, true).await),
                 Rpc::RemoveVoter { node } => Reply::VotersChanged(core.change_voters(node, false).await),
                 Rpc::BrokerHeartbeat {
@@ -542,7 +856,7 @@ impl Dialer {
 enum Joined {
     /// Accepted by the leader (its id): the connection to serve its RPCs on (a broker-only
     /// node's link; a controller is dialed at its own listener instead).
-    Accepted(TcpStream, u64),
+    Accepted(PeerStream, u64),
     /// Refused by a node that does not lead: the leader it knows, and that leader's address
     /// when it said it.
     Refused(Option<u64>, Option<String>),
@@ -555,7 +869,7 @@ async fn join(
     to: u64,
     node: u64,
     own_address: Option<String>,
-    limits: NetworkLimits,
+    limits: &NetworkLimits,
 ) -> Result<Joined, FrameError> {
     let frame = encode_frame(
         &RequestFrame {
@@ -567,8 +881,7 @@ async fn join(
         },
         limits.frame_bytes_max,
     )?;
-    let mut stream = bounded(limits.io_timeout, "connect", TcpStream::connect(address)).await?;
-    let _ = stream.set_nodelay(true);
+    let mut stream = dial(address, to, limits).await?;
     write_frame(&mut stream, &frame, limits.io_timeout).await?;
     let reply = read_frame::<_, Reply>(
         &mut stream,
@@ -592,15 +905,14 @@ async fn join(
 pub(super) const LEARNER_ADDRESS: &str = "";
 
 /// On the leader: the connection each learner dialed, taken by the learner's `PeerClient`.
-pub(super) type Links = Arc<Mutex<HashMap<u64, TcpStream>>>;
+pub(super) type Links = Arc<Mutex<HashMap<u64, PeerStream>>>;
 
 /// One request to node `to` at `address` on a connection of its own (a broker's forwarded
 /// proposal or heartbeat: rare, so not worth a pooled connection), bounded by `io_timeout` for
 /// the connect and the writes and by the handling bound for the answer.
-pub(super) async fn forward(address: &str, to: u64, rpc: Rpc, limits: NetworkLimits) -> Result<Reply, FrameError> {
+pub(super) async fn forward(address: &str, to: u64, rpc: Rpc, limits: &NetworkLimits) -> Result<Reply, FrameError> {
     let frame = encode_frame(&RequestFrame { to, rpc }, limits.frame_bytes_max)?;
-    let mut stream = bounded(limits.io_timeout, "connect", TcpStream::connect(address)).await?;
-    let _ = stream.set_nodelay(true);
+    let mut stream = dial(address, to, limits).await?;
     write_frame(&mut stream, &frame, limits.io_timeout).await?;
     read_frame::<_, Reply>(
         &mut stream,
@@ -626,7 +938,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             target,
             address: node.addr.clone(),
             stream: None,
-            limits: self.limits,
+            limits: self.limits.clone(),
             link: (node.addr == LEARNER_ADDRESS).then(|| self.links.clone()),
         }
     }
@@ -636,7 +948,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
 pub(super) struct PeerClient {
     target: u64,
     address: String,
-    stream: Option<TcpStream>,
+    stream: Option<PeerStream>,
     limits: NetworkLimits,
     /// For a learner: where the connection it dialed is found (it has no address).
     link: Option<Links>,
@@ -682,10 +994,11 @@ impl PeerClient {
             Rpc::RemoveVoter { .. } => "RemoveVoter",
             Rpc::LeaderMetrics => "LeaderMetrics",
             Rpc::BrokerHeartbeat { .. } => "BrokerHeartbeat",
+            Rpc::SaslAuthenticate { .. } => "SaslAuthenticate",
         };
         let request = RequestFrame { to: self.target, rpc };
         let frame = encode_frame(&request, self.limits.frame_bytes_max).map_err(CallError::TooLarge)?;
-        let limits = self.limits;
+        let limits = self.limits.clone();
         let address = self.address.clone();
         let network = |source| CallError::Network {
             address: address.clone(),
@@ -707,14 +1020,12 @@ impl PeerClient {
             let mut stream = match self.stream.take() {
                 Some(stream) => stream,
                 None => {
-                    let stream = bounded(limits.io_timeout, "connect", TcpStream::connect(address.as_str()))
+                    dial(address.as_str(), self.target, &limits)
                         .await
                         .map_err(|source| CallError::Unreachable {
                             address: address.clone(),
                             source,
-                        })?;
-                    let _ = stream.set_nodelay(true);
-                    stream
+                        })?
                 }
             };
             write_frame(&mut stream, &frame, limits.io_timeout)

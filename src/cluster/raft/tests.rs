@@ -35,6 +35,7 @@ fn test_config() -> QuorumConfig {
         frame_bytes_max: 16 << 20,
         bootstrap_servers: Vec::new(),
         controller_address: None,
+        security: Default::default(),
     }
 }
 
