@@ -157,3 +157,116 @@ async fn clients_get_their_listener_and_brokers_replicate_on_theirs() {
     assert_eq!(seen, want, "after leader {leader} died (node logs follow)");
     cluster.stop_all().await;
 }
+
+/// A CA, and one keystore file (key, certificate for 127.0.0.1 and 127.0.0.2, CA) that every
+/// node uses, in `dir`; returns (keystore, truststore).
+fn node_pki(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "sluice cluster CA");
+    let ca = params.self_signed(&ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "127.0.0.2".to_string()]).unwrap();
+    params.distinguished_name.push(rcgen::DnType::CommonName, "broker");
+    params.extended_key_usages = vec![
+        rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+        rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
+    let (keystore, truststore) = (dir.join("node.pem"), dir.join("ca.pem"));
+    std::fs::write(&keystore, format!("{}{}{}", key.serialize_pem(), cert.pem(), ca.pem())).unwrap();
+    std::fs::write(&truststore, ca.pem()).unwrap();
+    (keystore, truststore)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn brokers_and_controllers_authenticate_to_each_other() {
+    // INTERNAL is SASL_SSL (PLAIN, the peer's certificate checked against the CA and the
+    // address dialled), CONTROLLER is SASL_PLAINTEXT (PLAIN). A quorum that forms and
+    // followers that keep a min.insync.replicas=3 topic writable prove both logins.
+    let pki = tempfile::tempdir().unwrap();
+    let (keystore, truststore) = node_pki(pki.path());
+    let (keystore, truststore) = (keystore.display().to_string(), truststore.display().to_string());
+    let jaas = r#"org.apache.kafka.common.security.plain.PlainLoginModule required username="broker" password="broker-secret" user_broker="broker-secret";"#;
+    let settings = [
+        (
+            "listener.security.protocol.map",
+            "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_SSL,CONTROLLER:SASL_PLAINTEXT",
+        ),
+        ("listener.name.internal.ssl.keystore.location", keystore.as_str()),
+        ("listener.name.internal.ssl.truststore.location", truststore.as_str()),
+        ("listener.name.internal.sasl.enabled.mechanisms", "PLAIN"),
+        ("listener.name.internal.plain.sasl.jaas.config", jaas),
+        ("sasl.mechanism.inter.broker.protocol", "PLAIN"),
+        ("listener.name.controller.sasl.enabled.mechanisms", "PLAIN"),
+        ("listener.name.controller.plain.sasl.jaas.config", jaas),
+        ("sasl.mechanism.controller.protocol", "PLAIN"),
+        (
+            "authorizer.class.name",
+            "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        ),
+        ("super.users", "User:broker"),
+        ("allow.everyone.if.no.acl.found", "true"),
+    ];
+    let mut cluster = Cluster::start_split(3, &settings).await;
+    let name = unique("secured");
+    create(&cluster, &name, 1, 3, &[("min.insync.replicas", "3")]).await;
+    let producer = producer(
+        &cluster.bootstrap(),
+        &[("acks", "all"), ("message.timeout.ms", "30000")],
+    );
+    for i in 0..50 {
+        let value = format!("v{i}");
+        producer
+            .send(
+                FutureRecord::<(), _>::to(&name).partition(0).payload(&value),
+                Duration::from_secs(30),
+            )
+            .await
+            .unwrap_or_else(|(e, _)| panic!("acks=all produce of {value} with 3 in-sync replicas required: {e}"));
+    }
+    let view = cluster.partition_view(1, &name, 0).await.unwrap();
+    assert_eq!(view.isr.len(), 3, "every replica in sync over SASL_SSL: {:?}", view.isr);
+
+    // On the controller listener: a request before the login closes the connection unanswered,
+    // a wrong password is refused, the right one accepted.
+    let controller = SocketAddr::from(([127, 0, 0, 1], cluster.node(1).controller_port));
+    let unanswered = quorum_exchange(controller, &serde_json::json!({"to": 1, "rpc": "LeaderMetrics"})).await;
+    assert_eq!(unanswered, None, "a request before the login was answered");
+    for (password, ok) in [("wrong", false), ("broker-secret", true)] {
+        let token = format!("\0broker\0{password}").into_bytes();
+        let answer = quorum_exchange(
+            controller,
+            &serde_json::json!({"to": 1, "rpc": {"SaslAuthenticate": {"mechanism": "PLAIN", "token": token}}}),
+        )
+        .await
+        .expect("a login gets an answer");
+        match ok {
+            true => assert!(answer["Sasl"]["Ok"].is_array(), "the right password: {answer}"),
+            false => assert!(answer["Sasl"]["Err"].is_string(), "a wrong password: {answer}"),
+        }
+    }
+    cluster.stop_all().await;
+}
+
+/// Sends one frame of the quorum's protocol (`[length][JSON]`) on a new connection and reads
+/// the answer, None if the connection closes first.
+async fn quorum_exchange(addr: SocketAddr, frame: &serde_json::Value) -> Option<serde_json::Value> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let body = serde_json::to_vec(frame).unwrap();
+    let mut bytes = u32::try_from(body.len()).unwrap().to_be_bytes().to_vec();
+    bytes.extend_from_slice(&body);
+    stream.write_all(&bytes).await.unwrap();
+    let mut len = [0u8; 4];
+    let read = tokio::time::timeout(Duration::from_secs(10), stream.read_exact(&mut len))
+        .await
+        .expect("the controller answers or closes within 10 s");
+    read.ok()?;
+    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+    stream.read_exact(&mut body).await.ok()?;
+    Some(serde_json::from_slice(&body).unwrap())
+}
