@@ -86,20 +86,7 @@ async fn clients_get_their_listener_and_brokers_replicate_on_theirs() {
     // A topic of three replicas, written with acks=all through PLAINTEXT.
     let name = unique("split");
     create(&cluster, &name, 1, 3, &[("min.insync.replicas", "2")]).await;
-    let producer = producer(
-        &cluster.bootstrap(),
-        &[("acks", "all"), ("message.timeout.ms", "30000")],
-    );
-    for i in 0..200 {
-        let value = format!("v{i}");
-        producer
-            .send(
-                FutureRecord::<(), _>::to(&name).partition(0).payload(&value),
-                Duration::from_secs(30),
-            )
-            .await
-            .unwrap_or_else(|(e, _)| panic!("acks=all produce of {value}: {e} (node logs follow)"));
-    }
+    produce_acks_all(&cluster, &name, 200).await;
     let view = cluster.partition_view(1, &name, 0).await.unwrap();
     let leader = view.leader;
 
@@ -158,6 +145,24 @@ async fn clients_get_their_listener_and_brokers_replicate_on_theirs() {
     cluster.stop_all().await;
 }
 
+/// Writes `v0`..`v{count}` to partition 0 of `name` with acks=all, each acknowledged.
+async fn produce_acks_all(cluster: &Cluster, name: &str, count: usize) {
+    let producer = producer(
+        &cluster.bootstrap(),
+        &[("acks", "all"), ("message.timeout.ms", "30000")],
+    );
+    for i in 0..count {
+        let value = format!("v{i}");
+        producer
+            .send(
+                FutureRecord::<(), _>::to(name).partition(0).payload(&value),
+                Duration::from_secs(30),
+            )
+            .await
+            .unwrap_or_else(|(e, _)| panic!("acks=all produce of {value} to {name}: {e}"));
+    }
+}
+
 /// A CA, and one keystore file (key, certificate for 127.0.0.1 and 127.0.0.2, CA) that every
 /// node uses, in `dir`; returns (keystore, truststore).
 fn node_pki(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
@@ -214,20 +219,7 @@ async fn brokers_and_controllers_authenticate_to_each_other() {
     let mut cluster = Cluster::start_split(3, &settings).await;
     let name = unique("secured");
     create(&cluster, &name, 1, 3, &[("min.insync.replicas", "3")]).await;
-    let producer = producer(
-        &cluster.bootstrap(),
-        &[("acks", "all"), ("message.timeout.ms", "30000")],
-    );
-    for i in 0..50 {
-        let value = format!("v{i}");
-        producer
-            .send(
-                FutureRecord::<(), _>::to(&name).partition(0).payload(&value),
-                Duration::from_secs(30),
-            )
-            .await
-            .unwrap_or_else(|(e, _)| panic!("acks=all produce of {value} with 3 in-sync replicas required: {e}"));
-    }
+    produce_acks_all(&cluster, &name, 50).await;
     let view = cluster.partition_view(1, &name, 0).await.unwrap();
     assert_eq!(view.isr.len(), 3, "every replica in sync over SASL_SSL: {:?}", view.isr);
 

@@ -57,6 +57,24 @@ pub struct TlsListener {
     pub principals: Option<principal::PrincipalMapper>,
 }
 
+impl TlsListener {
+    /// The principal a completed handshake gives (Kafka's DefaultKafkaPrincipalBuilder on an
+    /// SSL listener): Ok(None) for none (no client certificate, or SASL names it), Ok(Some)
+    /// for `User:` and the mapped subject, Err(the subject) when no mapping rule applies (the
+    /// connection is then closed, as in Kafka).
+    pub fn principal(&self, connection: &rustls::ServerConnection) -> Result<Option<String>, Option<String>> {
+        let certificate = connection.peer_certificates().and_then(|c| c.first());
+        let (Some(mapper), Some(certificate)) = (&self.principals, certificate) else {
+            return Ok(None);
+        };
+        let dn = principal::subject_dn(certificate);
+        match dn.as_deref().and_then(|dn| mapper.name(dn)) {
+            Some(name) => Ok(Some(format!("User:{name}"))),
+            None => Err(dn),
+        }
+    }
+}
+
 /// Listener `listener`'s TLS; `sasl` when SASL names its principals (SASL_SSL).
 pub fn listener(config: &BrokerConfig, listener: &str, sasl: bool) -> Result<TlsListener, TlsError> {
     let principals = match sasl {

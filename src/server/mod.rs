@@ -306,17 +306,18 @@ async fn tls_connection(
         Ok(Ok(stream)) => {
             // An SSL listener's principal: the client certificate's subject, mapped (Kafka's
             // DefaultKafkaPrincipalBuilder); none: User:ANONYMOUS.
-            let certificate = stream.get_ref().1.peer_certificates().and_then(|c| c.first());
-            if let (Some(mapper), Some(certificate)) = (&tls.principals, certificate) {
-                let dn = crate::tls::principal::subject_dn(certificate);
-                let Some(name) = dn.as_deref().and_then(|dn| mapper.name(dn)) else {
-                    tracing::info!(%peer, subject = ?dn, "no ssl.principal.mapping.rules rule applies to the client certificate; closing connection");
+            match tls.principal(stream.get_ref().1) {
+                Ok(None) => {}
+                Ok(Some(principal)) => {
+                    conn.ctx = Arc::new(Ctx {
+                        principal: Arc::from(principal.as_str()),
+                        ..(*conn.ctx).clone()
+                    })
+                }
+                Err(subject) => {
+                    tracing::info!(%peer, ?subject, "no ssl.principal.mapping.rules rule applies to the client certificate; closing connection");
                     return None;
-                };
-                conn.ctx = Arc::new(Ctx {
-                    principal: Arc::from(format!("User:{name}").as_str()),
-                    ..(*conn.ctx).clone()
-                });
+                }
             }
             let (read_half, write_half) = tokio::io::split(stream);
             Some(connection(read_half, write_half, conn).await)

@@ -670,14 +670,13 @@ async fn open_served(
             return None;
         }
     };
-    let certificate = stream.get_ref().1.peer_certificates().and_then(|c| c.first());
-    if let (Some(mapper), Some(certificate)) = (&tls.principals, certificate) {
-        let dn = crate::tls::principal::subject_dn(certificate);
-        let Some(name) = dn.as_deref().and_then(|dn| mapper.name(dn)) else {
-            tracing::warn!(%peer, subject = ?dn, "metadata quorum: no ssl.principal.mapping.rules rule applies to the certificate; closing connection");
+    match tls.principal(stream.get_ref().1) {
+        Ok(None) => {}
+        Ok(Some(principal)) => access.principal = principal,
+        Err(subject) => {
+            tracing::warn!(%peer, ?subject, "metadata quorum: no ssl.principal.mapping.rules rule applies to the certificate; closing connection");
             return None;
-        };
-        access.principal = format!("User:{name}");
+        }
     }
     Some((
         PeerStream::Tls(Box::new(tokio_rustls::TlsStream::Server(stream))),
