@@ -157,41 +157,15 @@ impl SaslClient {
                 client_first_bare,
             } => {
                 let server_first = std::str::from_utf8(server).map_err(|_| "server-first is not UTF-8".to_string())?;
-                let (mut combined, mut salt, mut iterations) = (None, None, None);
-                for field in server_first.split(',') {
-                    if let Some(v) = field.strip_prefix("r=") {
-                        combined = Some(v);
-                    } else if let Some(v) = field.strip_prefix("s=") {
-                        salt = STANDARD.decode(v).ok();
-                    } else if let Some(v) = field.strip_prefix("i=") {
-                        iterations = v.parse::<i32>().ok();
-                    }
-                }
-                let (Some(combined), Some(salt), Some(iterations)) = (combined, salt, iterations) else {
-                    return Err(format!("malformed server-first message: {server_first}"));
-                };
-                if !combined.starts_with(&nonce) || combined.len() == nonce.len() {
-                    return Err("the server's nonce does not extend ours".into());
-                }
-                if iterations < MIN_ITERATIONS {
-                    return Err(format!(
-                        "{iterations} iterations, below the {MIN_ITERATIONS} SCRAM needs"
-                    ));
-                }
-                let salted = mechanism.salted_password(self.login.password.as_bytes(), &salt, iterations);
-                let client_key = mechanism.mac(&salted, b"Client Key");
-                let stored_key = mechanism.hash(&client_key);
-                let without_proof = format!("c={},r={combined}", STANDARD.encode("n,,"));
-                let auth_message = format!("{client_first_bare},{server_first},{without_proof}");
-                let signature = mechanism.mac(&stored_key, auth_message.as_bytes());
-                let proof: Vec<u8> = client_key.iter().zip(&signature).map(|(a, b)| a ^ b).collect();
-                let server_key = mechanism.mac(&salted, b"Server Key");
-                self.state = State::ScramFinal {
-                    server_signature: mechanism.mac(&server_key, auth_message.as_bytes()),
-                };
-                Ok(Some(
-                    format!("{without_proof},p={}", STANDARD.encode(proof)).into_bytes(),
-                ))
+                let (message, server_signature) = scram_final(
+                    mechanism,
+                    &self.login.password,
+                    &client_first_bare,
+                    &nonce,
+                    server_first,
+                )?;
+                self.state = State::ScramFinal { server_signature };
+                Ok(Some(message.into_bytes()))
             }
             State::ScramFinal { server_signature } => {
                 let text = std::str::from_utf8(server).map_err(|_| "server-final is not UTF-8".to_string())?;
@@ -209,6 +183,50 @@ impl SaslClient {
             }
         }
     }
+}
+
+/// SCRAM's client-final message answering `server_first` (which must extend `nonce`), and the
+/// server signature the server-final must carry.
+pub(crate) fn scram_final(
+    mechanism: ScramMechanism,
+    password: &str,
+    client_first_bare: &str,
+    nonce: &str,
+    server_first: &str,
+) -> Result<(String, Vec<u8>), String> {
+    let (mut combined, mut salt, mut iterations) = (None, None, None);
+    for field in server_first.split(',') {
+        if let Some(v) = field.strip_prefix("r=") {
+            combined = Some(v);
+        } else if let Some(v) = field.strip_prefix("s=") {
+            salt = STANDARD.decode(v).ok();
+        } else if let Some(v) = field.strip_prefix("i=") {
+            iterations = v.parse::<i32>().ok();
+        }
+    }
+    let (Some(combined), Some(salt), Some(iterations)) = (combined, salt, iterations) else {
+        return Err(format!("malformed server-first message: {server_first}"));
+    };
+    if !combined.starts_with(nonce) || combined.len() == nonce.len() {
+        return Err("the server's nonce does not extend ours".into());
+    }
+    if iterations < MIN_ITERATIONS {
+        return Err(format!(
+            "{iterations} iterations, below the {MIN_ITERATIONS} SCRAM needs"
+        ));
+    }
+    let salted = mechanism.salted_password(password.as_bytes(), &salt, iterations);
+    let client_key = mechanism.mac(&salted, b"Client Key");
+    let stored_key = mechanism.hash(&client_key);
+    let without_proof = format!("c={},r={combined}", STANDARD.encode("n,,"));
+    let auth_message = format!("{client_first_bare},{server_first},{without_proof}");
+    let signature = mechanism.mac(&stored_key, auth_message.as_bytes());
+    let proof: Vec<u8> = client_key.iter().zip(&signature).map(|(a, b)| a ^ b).collect();
+    let server_key = mechanism.mac(&salted, b"Server Key");
+    Ok((
+        format!("{without_proof},p={}", STANDARD.encode(proof)),
+        mechanism.mac(&server_key, auth_message.as_bytes()),
+    ))
 }
 
 /// RFC 5802's saslname: `,` and `=` escaped.

@@ -345,29 +345,14 @@ pub mod client {
         format!("n,,n={user},r={nonce}")
     }
 
-    /// The client-final message answering `server_first`, for `password`.
+    /// The client-final message answering `server_first`, for `password` (empty when
+    /// `server_first` is not one a client accepts).
     pub fn last(mechanism: ScramMechanism, password: &str, client_first: &str, server_first: &str) -> String {
-        let mut nonce = "";
-        let mut salt = Vec::new();
-        let mut iterations = 0;
-        for field in server_first.split(',') {
-            if let Some(v) = field.strip_prefix("r=") {
-                nonce = v;
-            } else if let Some(v) = field.strip_prefix("s=") {
-                salt = STANDARD.decode(v).unwrap_or_default();
-            } else if let Some(v) = field.strip_prefix("i=") {
-                iterations = v.parse().unwrap_or_default();
-            }
-        }
-        let salted = mechanism.salted_password(password.as_bytes(), &salt, iterations);
-        let client_key = mechanism.mac(&salted, b"Client Key");
-        let stored_key = mechanism.hash(&client_key);
-        let without_proof = format!("c={},r={nonce}", STANDARD.encode("n,,"));
         let bare = client_first.strip_prefix("n,,").unwrap_or(client_first);
-        let auth_message = format!("{bare},{server_first},{without_proof}");
-        let signature = mechanism.mac(&stored_key, auth_message.as_bytes());
-        let proof: Vec<u8> = client_key.iter().zip(&signature).map(|(a, b)| a ^ b).collect();
-        format!("{without_proof},p={}", STANDARD.encode(proof))
+        let nonce = bare.rsplit("r=").next().unwrap_or_default();
+        crate::sasl::client::scram_final(mechanism, password, bare, nonce, server_first)
+            .map(|(message, _)| message)
+            .unwrap_or_default()
     }
 }
 
