@@ -90,6 +90,8 @@ pub struct BrokerConfig {
     /// `sasl.mechanism.controller.protocol`: how this node logs in to a SASL controller
     /// listener (PLAIN: SCRAM credentials live in the metadata log the controllers serve).
     pub sasl_mechanism_controller_protocol: String,
+    /// `metrics.listen`: HOST:PORT of the Prometheus `/metrics` endpoint; empty: none.
+    pub metrics_listen: String,
     /// `authorizer.class.name`: empty for none (every request allowed), else one of
     /// `acl::AUTHORIZER_CLASS_NAMES`, which turns on ACLs.
     pub authorizer_class_name: String,
@@ -411,6 +413,7 @@ impl Default for BrokerConfig {
             sasl_server_max_receive_size: 524_288,
             sasl_mechanism_inter_broker_protocol: crate::sasl::DEFAULT_MECHANISMS.into(),
             sasl_mechanism_controller_protocol: crate::sasl::DEFAULT_MECHANISMS.into(),
+            metrics_listen: String::new(),
             authorizer_class_name: String::new(),
             super_users: Vec::new(),
             allow_everyone_if_no_acl_found: false,
@@ -994,6 +997,12 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
         "How brokers log in to each other on a SASL inter-broker listener: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.",
     ),
     broker_key(
+        "metrics.listen",
+        ConfigType::String,
+        false,
+        "HOST:PORT of the Prometheus /metrics endpoint (HTTP); empty serves none.",
+    ),
+    broker_key(
         "sasl.mechanism.controller.protocol",
         ConfigType::String,
         false,
@@ -1411,6 +1420,7 @@ impl BrokerConfig {
             "sasl.server.max.receive.size" => self.sasl_server_max_receive_size.to_string(),
             "sasl.mechanism.inter.broker.protocol" => self.sasl_mechanism_inter_broker_protocol.clone(),
             "sasl.mechanism.controller.protocol" => self.sasl_mechanism_controller_protocol.clone(),
+            "metrics.listen" => self.metrics_listen.clone(),
             "authorizer.class.name" => self.authorizer_class_name.clone(),
             "super.users" => self.super_users.join(";"),
             "allow.everyone.if.no.acl.found" => self.allow_everyone_if_no_acl_found.to_string(),
@@ -1719,6 +1729,7 @@ impl BrokerConfig {
                 self.sasl_mechanism_inter_broker_protocol = value.trim().to_string()
             }
             "sasl.mechanism.controller.protocol" => self.sasl_mechanism_controller_protocol = value.trim().to_string(),
+            "metrics.listen" => self.metrics_listen = value.trim().to_string(),
             "authorizer.class.name" => {
                 let name = value.trim();
                 if !name.is_empty() && !crate::acl::AUTHORIZER_CLASS_NAMES.contains(&name) {

@@ -11,6 +11,7 @@ pub mod coordinator;
 pub mod error;
 pub mod log;
 pub mod meta_properties;
+pub mod metrics;
 pub mod replica;
 pub mod sasl;
 pub mod server;
@@ -176,6 +177,7 @@ async fn start_controller_only(config: BrokerConfig) -> Result<BrokerHandle, Sta
     });
     Ok(BrokerHandle {
         addr,
+        metrics_addr: None,
         shutdown,
         stopped,
         lifecycle: None,
@@ -262,6 +264,8 @@ struct Lifecycle {
 pub struct BrokerHandle {
     /// The address the listener is bound to (useful with port 0).
     pub addr: SocketAddr,
+    /// The address `/metrics` is served on (`metrics.listen`), if any.
+    pub metrics_addr: Option<SocketAddr>,
     shutdown: CancellationToken,
     stopped: tokio::task::JoinHandle<()>,
     lifecycle: Option<Lifecycle>,
@@ -442,6 +446,7 @@ impl Broker {
             replicas: replicas.clone(),
             coordinator: coordinator.clone(),
             transactions: transactions.clone(),
+            metrics: replicas.metrics.clone(),
         });
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
@@ -621,6 +626,32 @@ impl Broker {
                 }
             }
         });
+        let mut metrics_addr = None;
+        if !config.metrics_listen.is_empty() {
+            // Prometheus' endpoint (metrics/http.rs): bound like a listener, so a taken port
+            // stops start-up with its address.
+            let listen = config.metrics_listen.clone();
+            let listen_error = |source| StartError::Listen {
+                addr: listen.clone(),
+                source,
+            };
+            let socket = bind(&listen).await.map_err(listen_error)?;
+            let listener = socket.listen(LISTEN_BACKLOG).map_err(listen_error)?;
+            metrics_addr = Some(listener.local_addr().map_err(listen_error)?);
+            let state = Arc::new(metrics::State {
+                replicas: replicas.clone(),
+                coordinator: ctx.coordinator.clone(),
+                controller: ctx.controller.clone(),
+                node_id: config.node_id,
+            });
+            tracing::info!(addr = %listen, bound = ?metrics_addr, "serving Prometheus metrics at /metrics");
+            tokio::spawn(metrics::http::serve(
+                listener,
+                ctx.metrics.clone(),
+                state,
+                shutdown.clone(),
+            ));
+        }
         let mut listeners = Vec::with_capacity(sockets.len());
         for (name, listen, socket, _) in sockets {
             let listener = socket
@@ -660,6 +691,7 @@ impl Broker {
         });
         Ok(BrokerHandle {
             addr,
+            metrics_addr,
             shutdown,
             stopped,
             lifecycle,

@@ -70,6 +70,7 @@ pub struct Ctx {
     pub replicas: Arc<ReplicaManager>,
     pub coordinator: Arc<GroupCoordinator>,
     pub transactions: Arc<TransactionCoordinator>,
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl Ctx {
@@ -363,6 +364,7 @@ pub async fn dispatch(
         ($module:ident :: $handler:ident) => {{
             let req = decode(key, version, &mut body)?;
             let resp = $module::$handler(ctx, req, version).await;
+            ctx.metrics.response_errors(key, &resp);
             Ok(Reply::Now(Some(frame(cid, version, &resp)?)))
         }};
     }
@@ -372,13 +374,23 @@ pub async fn dispatch(
             if version > supported.max || version < supported.min {
                 // KIP-511: a v0 response carrying UNSUPPORTED_VERSION and our range, so the
                 // client can pick a version it shares.
-                return Ok(Reply::Now(Some(frame(cid, 0, &api_versions::unsupported())?)));
+                let resp = api_versions::unsupported();
+                ctx.metrics.response_errors(key, &resp);
+                return Ok(Reply::Now(Some(frame(cid, 0, &resp)?)));
             }
             now!(api_versions)
         }
         ApiKey::Metadata => now!(metadata),
         ApiKey::ListOffsets => now!(list_offsets),
-        ApiKey::Fetch => now!(fetch),
+        ApiKey::Fetch => {
+            let req = decode(key, version, &mut body)?;
+            let req: kafka_protocol::messages::FetchRequest = req;
+            let follower = req.replica_id.0 >= 0 || req.replica_state.replica_id.0 >= 0;
+            let resp = fetch::handle(ctx, req, version).await;
+            ctx.metrics.fetch_response(&ctx.controller.image(), follower, &resp);
+            ctx.metrics.response_errors(key, &resp);
+            Ok(Reply::Now(Some(frame(cid, version, &resp)?)))
+        }
         ApiKey::CreateTopics => now!(topics::create_topics),
         ApiKey::DeleteTopics => now!(topics::delete_topics),
         ApiKey::CreatePartitions => now!(topics::create_partitions),
@@ -387,12 +399,14 @@ pub async fn dispatch(
             let req = decode(key, version, &mut body)?;
             let caller = groups::Caller { client_id, peer };
             let resp = groups::join_group(ctx, &caller, req, version).await;
+            ctx.metrics.response_errors(key, &resp);
             Ok(Reply::Now(Some(frame(cid, version, &resp)?)))
         }
         ApiKey::ConsumerGroupHeartbeat => {
             let req = decode(key, version, &mut body)?;
             let caller = groups::Caller { client_id, peer };
             let resp = consumer_groups::heartbeat(ctx, &caller, req, version).await;
+            ctx.metrics.response_errors(key, &resp);
             Ok(Reply::Now(Some(frame(cid, version, &resp)?)))
         }
         ApiKey::ConsumerGroupDescribe => now!(consumer_groups::describe),
@@ -444,17 +458,24 @@ pub async fn dispatch(
             let req = decode(key, version, &mut body)?;
             Ok(match produce::handle(ctx, req, version).await {
                 produce::Outcome::NoResponse => Reply::Now(None),
-                produce::Outcome::Done(resp) => Reply::Now(Some(frame(cid, version, &resp)?)),
-                produce::Outcome::Wait(fut) => Reply::Later(Box::pin(async move {
-                    let resp = fut.await;
-                    match frame(cid, version, &resp) {
-                        Ok(bytes) => Some(bytes),
-                        Err(e) => {
-                            tracing::error!(error = %e, "dropping a produce response");
-                            None
+                produce::Outcome::Done(resp) => {
+                    ctx.metrics.response_errors(key, &resp);
+                    Reply::Now(Some(frame(cid, version, &resp)?))
+                }
+                produce::Outcome::Wait(fut) => {
+                    let metrics = ctx.metrics.clone();
+                    Reply::Later(Box::pin(async move {
+                        let resp = fut.await;
+                        metrics.response_errors(key, &resp);
+                        match frame(cid, version, &resp) {
+                            Ok(bytes) => Some(bytes),
+                            Err(e) => {
+                                tracing::error!(error = %e, "dropping a produce response");
+                                None
+                            }
                         }
-                    }
-                })),
+                    }))
+                }
             })
         }
         _ => Err(Reject::UnsupportedVersion { key, version }),

@@ -211,8 +211,13 @@ pub async fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcom
                 partitions.push(error_response(index, e.code(), Some(e.to_string()), version));
                 continue;
             }
+            let (bytes, records) = batches.iter().fold((0, 0), |(bytes, records), b| {
+                let (b, r) = crate::metrics::batch_totals(b.bytes());
+                (bytes + b, records + r)
+            });
             match partition.append(batches, acks == -1).await {
                 Ok(info) => {
+                    ctx.metrics.produced(&topic.name, bytes, records);
                     let mut p = PartitionProduceResponse::default()
                         .with_index(index)
                         .with_base_offset(info.base_offset)

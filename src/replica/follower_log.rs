@@ -186,7 +186,7 @@ pub(super) mod tests {
             writers.for_partition(&tp),
         ));
         partition.become_follower(1, 2, 1);
-        tokio::spawn(partition.clone().run_flusher());
+        tokio::spawn(partition.clone().run_flusher(crate::metrics::fsync_histogram()));
         partition
     }
 

@@ -185,6 +185,11 @@ impl Partition {
         }
     }
 
+    /// The topic's `min.insync.replicas` as this partition applies it.
+    pub fn min_insync_replicas(&self) -> i32 {
+        self.min_insync_replicas.load(Ordering::Acquire)
+    }
+
     /// The partition's current leader epoch on this node.
     pub fn leader_epoch(&self) -> i32 {
         self.leader_epoch.load(Ordering::Acquire)
@@ -635,7 +640,7 @@ impl Partition {
 
     /// The flusher: one per partition, fsyncing on a blocking thread so appends continue
     /// meanwhile; appends made during an fsync are covered by the next one.
-    async fn run_flusher(self: Arc<Self>) {
+    async fn run_flusher(self: Arc<Self>, fsync: prometheus_client::metrics::histogram::Histogram) {
         loop {
             let interval = Duration::from_millis(self.flush_interval_ms.load(Ordering::Acquire));
             tokio::select! {
@@ -649,7 +654,14 @@ impl Partition {
                 continue; // nothing new since the last fsync
             }
             let me = self.clone();
-            let result = tokio::task::spawn_blocking(move || me.flush_once()).await;
+            let fsync = fsync.clone();
+            let result = tokio::task::spawn_blocking(move || {
+                let start = std::time::Instant::now();
+                let flushed = me.flush_once();
+                fsync.observe(start.elapsed().as_secs_f64());
+                flushed
+            })
+            .await;
             let failure = match result {
                 Ok(Ok(())) => None,
                 Ok(Err(e)) => Some(e.to_string()),
@@ -692,6 +704,8 @@ pub struct ReplicaManager {
     controller: std::sync::OnceLock<std::sync::Weak<crate::cluster::Controller>>,
     /// The fetch tasks of the partitions this node follows, one per leader (fetcher.rs).
     fetchers: fetcher::Fetchers,
+    /// The broker's metrics: fsyncs, ISR changes, retention and cleaning are counted here.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// The replica manager's progress through the published images.
@@ -729,6 +743,7 @@ impl ReplicaManager {
             writers: Writers::start(WRITER_SHARDS, WRITER_QUEUE_JOBS),
             controller: std::sync::OnceLock::new(),
             fetchers: fetcher::Fetchers::new(&config),
+            metrics: Arc::new(crate::metrics::Metrics::new()),
             config,
         }
     }
@@ -1007,6 +1022,8 @@ impl ReplicaManager {
             partition.isr_change_done(&proposal, None);
             return;
         };
+        let isr_before = partition.isr().len();
+        let metrics = self.metrics.clone();
         runtime.spawn(async move {
             let isr = proposal.isr.clone();
             tracing::info!(partition = %partition.tp, ?isr, "asking the controller for an ISR change");
@@ -1014,7 +1031,14 @@ impl ReplicaManager {
                 .alter_partition(partition.topic_id, partition.tp.partition, proposal.leader_epoch, isr)
                 .await;
             match result {
-                Ok(registration) => partition.isr_change_done(&proposal, Some(registration.partition_epoch)),
+                Ok(registration) => {
+                    match proposal.isr.len().cmp(&isr_before) {
+                        std::cmp::Ordering::Less => metrics.isr_shrinks.inc(),
+                        std::cmp::Ordering::Greater => metrics.isr_expands.inc(),
+                        std::cmp::Ordering::Equal => 0,
+                    };
+                    partition.isr_change_done(&proposal, Some(registration.partition_epoch))
+                }
                 Err(e) => {
                     tracing::warn!(partition = %partition.tp, error = %e, "ISR change not committed");
                     partition.isr_change_done(&proposal, None);
@@ -1153,7 +1177,7 @@ impl ReplicaManager {
             &self.config.live(),
             writer,
         ));
-        tokio::spawn(partition.clone().run_flusher());
+        tokio::spawn(partition.clone().run_flusher(self.metrics.fsync.clone()));
         self.partitions
             .write()
             .unwrap_or_else(|p| p.into_inner())
@@ -1247,13 +1271,19 @@ impl ReplicaManager {
                 (-1, -1)
             };
             match p.apply_retention(ms, bytes) {
-                Ok(outcome) if outcome.deleted_segments > 0 => tracing::info!(
-                    partition = %p.tp,
-                    segments = outcome.deleted_segments,
-                    bytes = outcome.deleted_bytes,
-                    log_start_offset = outcome.log_start_offset,
-                    "retention deleted segments"
-                ),
+                Ok(outcome) if outcome.deleted_segments > 0 => {
+                    self.metrics
+                        .retention_segments_deleted
+                        .inc_by(outcome.deleted_segments as u64);
+                    self.metrics.retention_bytes_deleted.inc_by(outcome.deleted_bytes);
+                    tracing::info!(
+                        partition = %p.tp,
+                        segments = outcome.deleted_segments,
+                        bytes = outcome.deleted_bytes,
+                        log_start_offset = outcome.log_start_offset,
+                        "retention deleted segments"
+                    )
+                }
                 Ok(_) => {}
                 Err(e) => tracing::warn!(partition = %p.tp, error = %e, "retention pass failed"),
             }
@@ -1273,6 +1303,10 @@ impl ReplicaManager {
             for _ in 0..16 {
                 match p.clean(&config) {
                     Ok(Some(stats)) => {
+                        self.metrics.cleaner_passes.inc();
+                        self.metrics.cleaner_bytes_read.inc_by(stats.bytes_read);
+                        self.metrics.cleaner_bytes_written.inc_by(stats.bytes_written);
+                        self.metrics.cleaner_records_removed.inc_by(stats.records_removed);
                         tracing::info!(
                             partition = %p.tp,
                             read = stats.bytes_read,

@@ -165,7 +165,7 @@ mod tests {
             &BrokerConfig::default(),
             writer,
         ));
-        tokio::spawn(partition.clone().run_flusher());
+        tokio::spawn(partition.clone().run_flusher(crate::metrics::fsync_histogram()));
         partition
     }
 

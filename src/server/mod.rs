@@ -175,6 +175,7 @@ async fn accept(
             continue;
         };
         let _ = stream.set_nodelay(true);
+        let counted = ctx.metrics.connection_opened(&ctx.listener);
         let ctx = ctx.clone();
         let shutdown = shutdown.clone();
         let request_memory = request_memory.clone();
@@ -183,6 +184,7 @@ async fn accept(
         tracker.spawn(async move {
             // Moved into the task: released when the task ends, even by a panic or an abort.
             let _slot = slot;
+            let _counted = counted;
             let conn = Conn {
                 peer,
                 ctx,
@@ -379,9 +381,10 @@ where
         memory: request_memory,
         held: None,
     };
-    // Each reply travels with the request bytes it holds, released once it is written.
-    let (tx, rx) = mpsc::channel::<(Reply, Option<OwnedSemaphorePermit>)>(ctx.config.queued_max_requests);
-    let writer = tokio::spawn(write_responses(rx, write_half, activity));
+    // Each reply travels with the request bytes it holds, released once it is written, and
+    // with its times so far.
+    let (tx, rx) = mpsc::channel::<Queued>(ctx.config.queued_max_requests);
+    let writer = tokio::spawn(write_responses(rx, write_half, activity, Some(ctx.metrics.clone())));
     let result = loop {
         let frame = tokio::select! {
             _ = shutdown.cancelled() => break Ok(()),
@@ -389,6 +392,7 @@ where
             _ = tx.closed() => break Ok(()),
             frame = frames.read_frame() => frame,
         };
+        let read_at = Instant::now();
         let mut body = match frame {
             Ok(Some(body)) => body,
             Ok(None) => break Ok(()),
@@ -432,9 +436,16 @@ where
                 Err(close) => break close,
             }
         }
+        let started = Instant::now();
         match api::dispatch(&ctx, key, header, body, peer).await {
             Ok(reply) => {
-                if tx.send((reply, held)).await.is_err() {
+                let timing = Timing {
+                    key,
+                    queue: started - read_at,
+                    started,
+                    handled: matches!(reply, Reply::Now(_)).then(Instant::now),
+                };
+                if tx.send((reply, held, Some(timing))).await.is_err() {
                     break Ok(()); // the writer failed: the peer is gone
                 }
             }
@@ -456,7 +467,7 @@ where
 async fn sasl_answered<R>(
     answer: api::sasl::Answer,
     held: Option<OwnedSemaphorePermit>,
-    tx: &mpsc::Sender<(Reply, Option<OwnedSemaphorePermit>)>,
+    tx: &mpsc::Sender<Queued>,
     ctx: &mut Arc<Ctx>,
     frames: &mut FrameReader<R>,
 ) -> Result<(), Result<(), Close>> {
@@ -487,7 +498,7 @@ async fn sasl_answered<R>(
             (reply, Some(Close::Authentication(reason)))
         }
     };
-    if tx.send((reply, held)).await.is_err() {
+    if tx.send((reply, held, None)).await.is_err() {
         return Err(Ok(())); // the writer failed: the peer is gone
     }
     match close {
@@ -496,19 +507,41 @@ async fn sasl_answered<R>(
     }
 }
 
+/// A reply on its way to the writer: the request bytes it holds, and its times (None for
+/// SASL exchanges, which are not counted as requests).
+type Queued = (Reply, Option<OwnedSemaphorePermit>, Option<Timing>);
+
+/// A request's times as the reader knows them; the writer adds the rest and records them.
+struct Timing {
+    key: ApiKey,
+    /// From the frame read whole to its dispatch.
+    queue: Duration,
+    started: Instant,
+    /// When the response was ready; None while a `Reply::Later` is pending.
+    handled: Option<Instant>,
+}
+
 /// Writes the responses in request order, flushing when no other is queued. Each write must
 /// make progress within `connections.max.idle.ms`: a peer that stops reading is closed.
+/// Requests' times are recorded in `metrics` once their responses are flushed.
 async fn write_responses<W: AsyncWrite + Unpin>(
-    mut rx: mpsc::Receiver<(Reply, Option<OwnedSemaphorePermit>)>,
+    mut rx: mpsc::Receiver<Queued>,
     out: W,
     activity: Arc<Activity>,
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 ) -> Result<(), Close> {
     let mut out = BufWriter::with_capacity(SOCKET_BUFFER_BYTES, out);
-    while let Some((reply, _request_bytes)) = rx.recv().await {
+    // Written, not yet flushed: at most `queued.max.requests` of them (the channel's bound).
+    let mut unflushed: Vec<(ApiKey, Duration, Duration, Instant)> = Vec::new();
+    while let Some((reply, _request_bytes, timing)) = rx.recv().await {
         let frame = match reply {
             Reply::Now(frame) => frame,
             Reply::Later(pending) => pending.await,
         };
+        if let Some(t) = timing {
+            let handled = t.handled.unwrap_or_else(Instant::now);
+            unflushed.push((t.key, t.queue, handled - t.started, handled));
+        }
         activity.response_ready();
         if let Some(bytes) = frame {
             // In pieces of the buffer's size, so a large response read slowly shows progress.
@@ -518,9 +551,22 @@ async fn write_responses<W: AsyncWrite + Unpin>(
         }
         if rx.is_empty() {
             activity.watch(out.flush()).await?;
+            record_times(metrics.as_deref(), &mut unflushed);
         }
     }
-    activity.watch(out.flush()).await
+    activity.watch(out.flush()).await?;
+    record_times(metrics.as_deref(), &mut unflushed);
+    Ok(())
+}
+
+fn record_times(metrics: Option<&crate::metrics::Metrics>, unflushed: &mut Vec<(ApiKey, Duration, Duration, Instant)>) {
+    let now = Instant::now();
+    for (key, queue, local, handled) in unflushed.drain(..) {
+        if let Some(m) = metrics {
+            let send = now - handled;
+            m.request_done(key, crate::metrics::RequestTimes { queue, local, send });
+        }
+    }
 }
 
 /// The read side of a connection: request frames, each body in a buffer of its own size
@@ -795,9 +841,9 @@ mod tests {
         let (client, server) = tokio::io::duplex(1024);
         let activity = Arc::new(Activity::new(Some(Duration::from_millis(200))));
         let (tx, rx) = mpsc::channel(4);
-        let writer = tokio::spawn(write_responses(rx, server, activity.clone()));
+        let writer = tokio::spawn(write_responses(rx, server, activity.clone(), None));
         activity.request_read();
-        tx.send((Reply::Now(Some(Bytes::from(vec![7u8; 1 << 20]))), None))
+        tx.send((Reply::Now(Some(Bytes::from(vec![7u8; 1 << 20]))), None, None))
             .await
             .unwrap();
         let start = Instant::now();
@@ -817,10 +863,10 @@ mod tests {
         let (mut client, server) = tokio::io::duplex(64 * 1024);
         let activity = Arc::new(Activity::new(Some(Duration::from_millis(1_000))));
         let (tx, rx) = mpsc::channel(4);
-        let writer = tokio::spawn(write_responses(rx, server, activity.clone()));
+        let writer = tokio::spawn(write_responses(rx, server, activity.clone(), None));
         activity.request_read();
         let response = Bytes::from(vec![7u8; 2 * SOCKET_BUFFER_BYTES + 1]);
-        tx.send((Reply::Now(Some(response.clone())), None)).await.unwrap();
+        tx.send((Reply::Now(Some(response.clone())), None, None)).await.unwrap();
         drop(tx);
         // 64 KiB every 100 ms: 1.3 s in all, longer than the idle time, never stalled that long.
         let mut received = Vec::new();
