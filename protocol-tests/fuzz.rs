@@ -388,6 +388,7 @@ default_bodies! {
     DescribeUserScramCredentials => DescribeUserScramCredentialsRequest,
     AlterUserScramCredentials => AlterUserScramCredentialsRequest,
     DescribeAcls => DescribeAclsRequest, CreateAcls => CreateAclsRequest, DeleteAcls => DeleteAclsRequest,
+    DescribeClientQuotas => DescribeClientQuotasRequest, AlterClientQuotas => AlterClientQuotasRequest,
 }
 
 fn name(text: &'static str) -> TopicName {

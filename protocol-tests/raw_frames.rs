@@ -783,6 +783,20 @@ async fn every_advertised_version_answers() {
                     let resp = raw.call(version, &req).await;
                     assert_eq!(resp.filter_results[0].error_code, 54, "DeleteAcls v{version}");
                 }
+                // Every version: an empty describe, a refused alter (the rest is in quotas.rs).
+                ApiKey::DescribeClientQuotas => {
+                    use kafka_protocol::messages::DescribeClientQuotasRequest;
+                    let resp = raw.call(version, &DescribeClientQuotasRequest::default()).await;
+                    assert_eq!(resp.error_code, 0, "DescribeClientQuotas v{version}");
+                    assert_eq!(resp.entries, Some(vec![]), "DescribeClientQuotas v{version}");
+                }
+                ApiKey::AlterClientQuotas => {
+                    use kafka_protocol::messages::AlterClientQuotasRequest;
+                    use kafka_protocol::messages::alter_client_quotas_request::EntryData;
+                    let req = AlterClientQuotasRequest::default().with_entries(vec![EntryData::default()]);
+                    let resp = raw.call(version, &req).await;
+                    assert_eq!(resp.entries[0].error_code, 42, "AlterClientQuotas v{version}");
+                }
                 other => panic!("{other:?} is advertised but no test sends every version of it"),
             }
         }

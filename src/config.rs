@@ -92,6 +92,10 @@ pub struct BrokerConfig {
     pub sasl_mechanism_controller_protocol: String,
     /// `metrics.listen`: HOST:PORT of the Prometheus `/metrics` endpoint; empty: none.
     pub metrics_listen: String,
+    /// `quota.window.num`: how many samples a client quota's rate is kept over (Kafka: 11).
+    pub quota_window_num: u32,
+    /// `quota.window.size.seconds`: each sample's span (Kafka: 1).
+    pub quota_window_size_seconds: u32,
     /// `authorizer.class.name`: empty for none (every request allowed), else one of
     /// `acl::AUTHORIZER_CLASS_NAMES`, which turns on ACLs.
     pub authorizer_class_name: String,
@@ -414,6 +418,8 @@ impl Default for BrokerConfig {
             sasl_mechanism_inter_broker_protocol: crate::sasl::DEFAULT_MECHANISMS.into(),
             sasl_mechanism_controller_protocol: crate::sasl::DEFAULT_MECHANISMS.into(),
             metrics_listen: String::new(),
+            quota_window_num: 11,
+            quota_window_size_seconds: 1,
             authorizer_class_name: String::new(),
             super_users: Vec::new(),
             allow_everyone_if_no_acl_found: false,
@@ -1003,6 +1009,18 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
         "HOST:PORT of the Prometheus /metrics endpoint (HTTP); empty serves none.",
     ),
     broker_key(
+        "quota.window.num",
+        ConfigType::Int,
+        false,
+        "The number of samples a client quota's rate is measured over.",
+    ),
+    broker_key(
+        "quota.window.size.seconds",
+        ConfigType::Int,
+        false,
+        "The time span of each sample of a client quota's rate.",
+    ),
+    broker_key(
         "sasl.mechanism.controller.protocol",
         ConfigType::String,
         false,
@@ -1421,6 +1439,8 @@ impl BrokerConfig {
             "sasl.mechanism.inter.broker.protocol" => self.sasl_mechanism_inter_broker_protocol.clone(),
             "sasl.mechanism.controller.protocol" => self.sasl_mechanism_controller_protocol.clone(),
             "metrics.listen" => self.metrics_listen.clone(),
+            "quota.window.num" => self.quota_window_num.to_string(),
+            "quota.window.size.seconds" => self.quota_window_size_seconds.to_string(),
             "authorizer.class.name" => self.authorizer_class_name.clone(),
             "super.users" => self.super_users.join(";"),
             "allow.everyone.if.no.acl.found" => self.allow_everyone_if_no_acl_found.to_string(),
@@ -1730,6 +1750,8 @@ impl BrokerConfig {
             }
             "sasl.mechanism.controller.protocol" => self.sasl_mechanism_controller_protocol = value.trim().to_string(),
             "metrics.listen" => self.metrics_listen = value.trim().to_string(),
+            "quota.window.num" => self.quota_window_num = at_least(key, parse_int(key, value)?, 2)?,
+            "quota.window.size.seconds" => self.quota_window_size_seconds = at_least(key, parse_int(key, value)?, 1)?,
             "authorizer.class.name" => {
                 let name = value.trim();
                 if !name.is_empty() && !crate::acl::AUTHORIZER_CLASS_NAMES.contains(&name) {

@@ -12,6 +12,7 @@ pub mod error;
 pub mod log;
 pub mod meta_properties;
 pub mod metrics;
+pub mod quota;
 pub mod replica;
 pub mod sasl;
 pub mod server;
@@ -447,6 +448,10 @@ impl Broker {
             coordinator: coordinator.clone(),
             transactions: transactions.clone(),
             metrics: replicas.metrics.clone(),
+            quotas: Arc::new(quota::QuotaManager::new(quota::Windows {
+                count: config.quota_window_num,
+                span: std::time::Duration::from_secs(config.quota_window_size_seconds.into()),
+            })),
         });
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();

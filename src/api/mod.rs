@@ -11,6 +11,7 @@
 
 pub mod acls;
 pub mod api_versions;
+pub mod client_quotas;
 pub mod cluster;
 pub mod configs;
 pub mod consumer_groups;
@@ -71,6 +72,8 @@ pub struct Ctx {
     pub coordinator: Arc<GroupCoordinator>,
     pub transactions: Arc<TransactionCoordinator>,
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// The rates of clients with quotas.
+    pub quotas: Arc<crate::quota::QuotaManager>,
 }
 
 impl Ctx {
@@ -194,6 +197,8 @@ pub const SUPPORTED: &[Versions] = &[
     acls::DESCRIBE_VERSIONS,
     acls::CREATE_VERSIONS,
     acls::DELETE_VERSIONS,
+    client_quotas::DESCRIBE_VERSIONS,
+    client_quotas::ALTER_VERSIONS,
 ];
 
 pub fn supported(key: ApiKey) -> Option<Versions> {
@@ -319,6 +324,8 @@ pub fn decode_only(key: ApiKey, version: i16, body: &mut Bytes) -> Result<(), Re
         ApiKey::DescribeAcls => as_!(DescribeAclsRequest),
         ApiKey::CreateAcls => as_!(CreateAclsRequest),
         ApiKey::DeleteAcls => as_!(DeleteAclsRequest),
+        ApiKey::DescribeClientQuotas => as_!(DescribeClientQuotasRequest),
+        ApiKey::AlterClientQuotas => as_!(AlterClientQuotasRequest),
         _ => Err(Reject::UnsupportedVersion { key, version }),
     }
 }
@@ -346,13 +353,69 @@ pub fn parse_header(body: &mut Bytes) -> Result<(ApiKey, RequestHeader), Reject>
     Ok((key, header))
 }
 
-/// Decodes the body, runs the handler, frames the response.
+/// A request's answer, and how long its connection is not read again for the client's
+/// quotas (`quota`; zero without one).
+pub struct Dispatched {
+    pub reply: Reply,
+    pub throttle: std::time::Duration,
+}
+
+/// Who sent a request, for its quotas: the principal's user and the client id.
+struct QuotaClient<'a> {
+    quotas: &'a crate::quota::ClientQuotas,
+    user: &'a str,
+    client_id: &'a str,
+}
+
+impl QuotaClient<'_> {
+    fn record(&self, ctx: &Ctx, kind: crate::quota::Kind, value: f64) -> std::time::Duration {
+        ctx.quotas.record(self.quotas, kind, self.user, self.client_id, value)
+    }
+}
+
+/// Decodes the body, runs the handler, frames the response; with client quotas set, measures
+/// the request against them (`quota`): Produce's bytes, Fetch's bytes and the handler's time.
 pub async fn dispatch(
+    ctx: &Arc<Ctx>,
+    key: ApiKey,
+    header: RequestHeader,
+    body: Bytes,
+    peer: std::net::SocketAddr,
+) -> Result<Dispatched, Reject> {
+    let image = ctx.controller.image();
+    if image.client_quotas.is_empty() {
+        let reply = handle(ctx, key, header, body, peer, None).await?;
+        return Ok(Dispatched {
+            reply,
+            throttle: std::time::Duration::ZERO,
+        });
+    }
+    let client_id = header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
+    let client = QuotaClient {
+        quotas: &image.client_quotas,
+        user: crate::quota::user_of(&ctx.principal),
+        client_id: &client_id,
+    };
+    let started = std::time::Instant::now();
+    let mut throttle = std::time::Duration::ZERO;
+    let reply = handle(ctx, key, header, body, peer, Some((&client, &mut throttle))).await?;
+    // Kafka's request quota: handler time in percent of one thread (the part that runs now;
+    // a Produce waiting for its replicas does not hold a thread). Brokers' own requests are
+    // not measured.
+    if !matches!(key, ApiKey::ApiVersions | ApiKey::WriteTxnMarkers) {
+        let percent = started.elapsed().as_nanos() as f64 * 1e-7;
+        throttle = throttle.max(client.record(ctx, crate::quota::Kind::Request, percent));
+    }
+    Ok(Dispatched { reply, throttle })
+}
+
+async fn handle(
     ctx: &Arc<Ctx>,
     key: ApiKey,
     header: RequestHeader,
     mut body: Bytes,
     peer: std::net::SocketAddr,
+    quota: Option<(&QuotaClient<'_>, &mut std::time::Duration)>,
 ) -> Result<Reply, Reject> {
     let version = header.request_api_version;
     let cid = header.correlation_id;
@@ -386,7 +449,25 @@ pub async fn dispatch(
             let req = decode(key, version, &mut body)?;
             let req: kafka_protocol::messages::FetchRequest = req;
             let follower = req.replica_id.0 >= 0 || req.replica_state.replica_id.0 >= 0;
-            let resp = fetch::handle(ctx, req, version).await;
+            let mut resp = fetch::handle(ctx, req, version).await;
+            // Kafka's fetch quota: the response's bytes; a throttled client gets an empty
+            // response (its bytes not counted) and the throttle time. Followers are exempt.
+            if let Some((client, throttle)) = quota.filter(|_| !follower) {
+                let bytes = crate::metrics::response_record_bytes(&resp) as f64;
+                let t = client.record(ctx, crate::quota::Kind::Fetch, bytes);
+                if !t.is_zero() {
+                    ctx.quotas.unrecord(
+                        client.quotas,
+                        crate::quota::Kind::Fetch,
+                        client.user,
+                        client.client_id,
+                        bytes,
+                    );
+                    resp.responses.clear();
+                    resp.throttle_time_ms = i32::try_from(t.as_millis()).unwrap_or(i32::MAX);
+                    *throttle = t;
+                }
+            }
             ctx.metrics.fetch_response(&ctx.controller.image(), follower, &resp);
             ctx.metrics.response_errors(key, &resp);
             Ok(Reply::Now(Some(frame(cid, version, &resp)?)))
@@ -439,6 +520,8 @@ pub async fn dispatch(
         ApiKey::DescribeAcls => now!(acls::describe_acls),
         ApiKey::CreateAcls => now!(acls::create_acls),
         ApiKey::DeleteAcls => now!(acls::delete_acls),
+        ApiKey::DescribeClientQuotas => now!(client_quotas::describe),
+        ApiKey::AlterClientQuotas => now!(client_quotas::alter),
         // A connection of a SASL listener has its SASL requests answered by `server`, which
         // holds its state; here, on a listener without SASL: ILLEGAL_SASL_STATE.
         ApiKey::SaslHandshake | ApiKey::SaslAuthenticate => {
@@ -455,17 +538,27 @@ pub async fn dispatch(
         ApiKey::OffsetFetch => now!(offsets::offset_fetch),
         ApiKey::OffsetDelete => now!(offsets::offset_delete),
         ApiKey::Produce => {
+            // Kafka's produce quota: the request's bytes, counted whatever the outcome.
+            let throttle = match quota {
+                Some((client, throttle)) => {
+                    *throttle = client.record(ctx, crate::quota::Kind::Produce, body.len() as f64);
+                    i32::try_from(throttle.as_millis()).unwrap_or(i32::MAX)
+                }
+                None => 0,
+            };
             let req = decode(key, version, &mut body)?;
             Ok(match produce::handle(ctx, req, version).await {
                 produce::Outcome::NoResponse => Reply::Now(None),
-                produce::Outcome::Done(resp) => {
+                produce::Outcome::Done(mut resp) => {
+                    resp.throttle_time_ms = throttle;
                     ctx.metrics.response_errors(key, &resp);
                     Reply::Now(Some(frame(cid, version, &resp)?))
                 }
                 produce::Outcome::Wait(fut) => {
                     let metrics = ctx.metrics.clone();
                     Reply::Later(Box::pin(async move {
-                        let resp = fut.await;
+                        let mut resp = fut.await;
+                        resp.throttle_time_ms = throttle;
                         metrics.response_errors(key, &resp);
                         match frame(cid, version, &resp) {
                             Ok(bytes) => Some(bytes),
@@ -565,6 +658,8 @@ mod tests {
             ApiKey::DescribeAcls => DescribeAclsRequest::VERSIONS,
             ApiKey::CreateAcls => CreateAclsRequest::VERSIONS,
             ApiKey::DeleteAcls => DeleteAclsRequest::VERSIONS,
+            ApiKey::DescribeClientQuotas => DescribeClientQuotasRequest::VERSIONS,
+            ApiKey::AlterClientQuotas => AlterClientQuotasRequest::VERSIONS,
             other => panic!("no codec range listed for {other:?}"),
         };
         (r.min, r.max)

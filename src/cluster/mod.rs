@@ -129,6 +129,11 @@ pub enum MetadataRecord {
     ChangePartitions {
         changes: Vec<PartitionChange>,
     },
+    /// Client quotas are set and removed (Kafka's ClientQuotaRecord, one per key): an
+    /// AlterClientQuotas request.
+    ClientQuotas {
+        changes: Vec<crate::quota::QuotaChange>,
+    },
 }
 
 /// A user's SCRAM credential for one mechanism: salt, StoredKey and ServerKey in base64, never
@@ -391,6 +396,8 @@ pub struct MetadataImage {
     pub scram_credentials: OrdMap<(String, ScramMechanism), Arc<ScramCredential>>,
     /// The ACL bindings in force.
     pub acls: Acls,
+    /// The client quotas in force, by entity.
+    pub client_quotas: crate::quota::ClientQuotas,
 }
 
 impl MetadataImage {
@@ -450,6 +457,7 @@ impl MetadataImage {
             brokers,
             scram_credentials,
             acls,
+            client_quotas,
         } = self;
         let mut records =
             Vec::with_capacity(topics.len() + group_configs.len() + broker_configs.len() + 2 * brokers.len() + 3);
@@ -532,6 +540,18 @@ impl MetadataImage {
             records.push(MetadataRecord::Acls {
                 add: acls.iter().cloned().collect(),
                 remove: Vec::new(),
+            });
+        }
+        if !client_quotas.is_empty() {
+            let changes = client_quotas.iter().flat_map(|(entity, values)| {
+                values.iter().map(|(key, value)| crate::quota::QuotaChange {
+                    entity: entity.clone(),
+                    key: key.clone(),
+                    value: Some(*value),
+                })
+            });
+            records.push(MetadataRecord::ClientQuotas {
+                changes: changes.collect(),
             });
         }
         records
@@ -619,6 +639,7 @@ impl MetadataImage {
                 Some(reason) => Err(Error::InvalidRequest(reason)),
                 None => Ok(()),
             },
+            MetadataRecord::ClientQuotas { .. } => Ok(()),
         }
     }
 
@@ -1165,6 +1186,11 @@ impl MetadataImage {
                 }
                 for binding in add {
                     self.acls.insert(binding.clone());
+                }
+            }
+            MetadataRecord::ClientQuotas { changes } => {
+                for change in changes {
+                    crate::quota::apply(&mut self.client_quotas, change);
                 }
             }
             MetadataRecord::SetClusterId { id } => {
@@ -1898,6 +1924,17 @@ impl Controller {
             Ok(MetadataRecord::Acls {
                 add: bindings.iter().filter(|b| !image.acls.contains(*b)).cloned().collect(),
                 remove: Vec::new(),
+            })
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Sets and removes client quotas in one record (validated by the caller).
+    pub async fn alter_client_quotas(&self, changes: Vec<crate::quota::QuotaChange>) -> Result<()> {
+        self.commit_async(|_| {
+            Ok(MetadataRecord::ClientQuotas {
+                changes: changes.clone(),
             })
         })
         .await

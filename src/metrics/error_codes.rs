@@ -224,6 +224,11 @@ codes!(CreateAclsResponse, |r, c| r
     .results
     .iter()
     .for_each(|x| c(x.error_code)));
+codes!(DescribeClientQuotasResponse, |r, c| c(r.error_code));
+codes!(AlterClientQuotasResponse, |r, c| r
+    .entries
+    .iter()
+    .for_each(|x| c(x.error_code)));
 codes!(DeleteAclsResponse, |r, c| r
     .filter_results
     .iter()

@@ -592,6 +592,12 @@ fn screaming_snake(camel: &str) -> String {
     out
 }
 
+/// The bytes of records a Fetch response carries.
+pub fn response_record_bytes(response: &kafka_protocol::messages::FetchResponse) -> usize {
+    let partitions = response.responses.iter().flat_map(|t| &t.partitions);
+    partitions.filter_map(|p| p.records.as_ref()).map(|r| r.len()).sum()
+}
+
 /// Record count and bytes of the batches in `records` (a Fetch partition's records field),
 /// read from each batch header (records count at byte 57, v2 magic) without decoding.
 pub fn batch_totals(records: &[u8]) -> (u64, u64) {

@@ -385,7 +385,16 @@ where
     // with its times so far.
     let (tx, rx) = mpsc::channel::<Queued>(ctx.config.queued_max_requests);
     let writer = tokio::spawn(write_responses(rx, write_half, activity, Some(ctx.metrics.clone())));
+    // Until when a client over its quota is not read (`quota`).
+    let mut muted_until: Option<Instant> = None;
     let result = loop {
+        if let Some(until) = muted_until.take() {
+            tokio::select! {
+                _ = shutdown.cancelled() => break Ok(()),
+                _ = tx.closed() => break Ok(()),
+                _ = tokio::time::sleep_until(until) => {}
+            }
+        }
         let frame = tokio::select! {
             _ = shutdown.cancelled() => break Ok(()),
             // The writer ended (the peer is gone, or not reading): its error is the reason.
@@ -438,7 +447,13 @@ where
         }
         let started = Instant::now();
         match api::dispatch(&ctx, key, header, body, peer).await {
-            Ok(reply) => {
+            Ok(api::Dispatched { reply, throttle }) => {
+                // KIP-219: the response goes out now, carrying the throttle time, and the
+                // connection is not read until it has passed (a client that ignores it is
+                // held back all the same).
+                if !throttle.is_zero() {
+                    muted_until = Some(started + throttle);
+                }
                 let timing = Timing {
                     key,
                     queue: started - read_at,
