@@ -415,3 +415,41 @@ async fn a_one_megabyte_quota_holds_a_producer_within_ten_percent_and_others_are
     eprintln!("free producer: {fast_rate:.0} B/s");
     assert!(fast_rate > 2.0 * QUOTA, "the free producer: {fast_rate:.0} B/s");
 }
+
+#[tokio::test]
+async fn a_request_quota_holds_back_a_client_that_uses_more_handler_time() {
+    let broker = TestBroker::start(&SHORT_WINDOWS).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    create(&mut raw, "busy").await;
+    // 0.001 % of a thread is 10 µs of handler time per second: a few Metadata requests are
+    // over it, and each one over it holds the connection back (at most 2 s here).
+    let codes = alter(
+        &mut raw,
+        vec![entry(
+            &[("client-id", Some(RAW_CLIENT))],
+            vec![set("request_percentage", 0.001)],
+        )],
+        false,
+    )
+    .await;
+    assert_eq!(codes, vec![0]);
+    let started = Instant::now();
+    for _ in 0..3 {
+        let resp = raw.call(12, &MetadataRequest::default().with_topics(None)).await;
+        assert!(
+            resp.topics
+                .iter()
+                .any(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == "busy"))
+        );
+    }
+    let held = started.elapsed();
+    assert!(held >= Duration::from_secs(1), "3 requests answered within {held:?}");
+    // Another broker's client without a quota is answered at once (no lower bound to meet).
+    let other = TestBroker::start(&SHORT_WINDOWS).await;
+    let mut free = Raw::connect(other.addr).await;
+    let started = Instant::now();
+    for _ in 0..3 {
+        free.call(12, &MetadataRequest::default().with_topics(None)).await;
+    }
+    eprintln!("quota-held: {held:?}; free: {:?}", started.elapsed());
+}
