@@ -23,7 +23,7 @@ cd "$ROOT"
 BIN=${SLUICE_BIN:-target/release/sluice}
 VENV=${SLUICE_VENV:-.venv}
 TESTS=("$@")
-((${#TESTS[@]})) || TESTS=(confluent kafka_python aiokafka kcat idempotence transactions txn_checker quixstreams ssl sasl acl)
+((${#TESTS[@]})) || TESTS=(confluent kafka_python aiokafka kcat idempotence transactions txn_checker quixstreams ssl sasl acl quotas)
 
 # Exact versions, so a client release cannot change the result behind our
 # back; bump deliberately. (confluent-kafka bundles its own librdkafka.)
@@ -112,7 +112,7 @@ echo "run.sh: broker $BIN on $ADDR (pid $BROKER_PID, data $WORK/data)"
 # --- tests -------------------------------------------------------------------
 run_one() { # name -> exit status of the test
     case $1 in
-        confluent | kafka_python | aiokafka | idempotence | transactions | txn_checker | quixstreams)
+        confluent | kafka_python | aiokafka | idempotence | transactions | txn_checker | quixstreams | quotas)
             timeout 180 "$VENV/bin/python" "$HERE/test_$1.py" "$ADDR" ;;
         kcat)
             timeout 180 bash "$HERE/test_kcat.sh" "$ADDR" ;;
