@@ -9,8 +9,11 @@
 // Input from the network becomes an error line, never a panic.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
+pub mod acl;
 pub mod client;
+pub mod group;
 pub mod output;
+pub mod produce;
 pub mod topic;
 
 use std::path::PathBuf;
@@ -43,6 +46,34 @@ pub enum Command {
         connection: Connection,
         #[command(subcommand)]
         action: topic::TopicAction,
+    },
+    /// Consumer groups: list, describe with lag, delete, reset offsets.
+    Group {
+        #[command(flatten)]
+        connection: Connection,
+        #[command(subcommand)]
+        action: group::GroupAction,
+    },
+    /// ACLs: list, create, delete.
+    Acl {
+        #[command(flatten)]
+        connection: Connection,
+        #[command(subcommand)]
+        action: acl::AclAction,
+    },
+    /// Write stdin's lines to a topic, one record per line (acks=all).
+    Produce {
+        #[command(flatten)]
+        connection: Connection,
+        #[command(flatten)]
+        args: produce::ProduceArgs,
+    },
+    /// Print a topic's records, one value per line.
+    Consume {
+        #[command(flatten)]
+        connection: Connection,
+        #[command(flatten)]
+        args: produce::ConsumeArgs,
     },
     /// The cluster: its id, controller and brokers.
     Cluster {
@@ -142,6 +173,44 @@ async fn dispatch(command: Command) -> (String, Result<(), CliError>) {
                 let client = connect(&connection).await?;
                 topic::run(&client, action).await?.print(connection.format);
                 Ok(())
+            }
+            .await;
+            (what, result)
+        }
+        Command::Group { connection, action } => {
+            let what = action.describe();
+            let result = async {
+                let client = connect(&connection).await?;
+                group::run(&client, action).await?.print(connection.format);
+                Ok(())
+            }
+            .await;
+            (what, result)
+        }
+        Command::Acl { connection, action } => {
+            let what = action.describe();
+            let result = async {
+                let client = connect(&connection).await?;
+                acl::run(&client, action).await?.print(connection.format);
+                Ok(())
+            }
+            .await;
+            (what, result)
+        }
+        Command::Produce { connection, args } => {
+            let what = format!("produce {}", args.topic);
+            let result = async {
+                let client = connect(&connection).await?;
+                produce::produce(&client, args, connection.format).await
+            }
+            .await;
+            (what, result)
+        }
+        Command::Consume { connection, args } => {
+            let what = format!("consume {}", args.topic);
+            let result = async {
+                let client = connect(&connection).await?;
+                produce::consume(&client, args, connection.format).await
             }
             .await;
             (what, result)
