@@ -540,3 +540,110 @@ async fn an_unreachable_broker_exits_3_and_bad_usage_exits_2() {
     let out = sluice(&closed, &["group", "reset-offsets", "g", "--all-topics"], "").await;
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_with_members_shows_them_and_is_not_reset() {
+    // Kafka's ConsumerGroupCommand resets only inactive groups; DeleteGroups refuses a group
+    // with members (NON_EMPTY_GROUP).
+    let broker = TestBroker::start(&[("group.initial.rebalance.delay.ms", "0")]).await;
+    let b = broker.bootstrap();
+    ok(&b, &["topic", "create", "live", "--partitions", "1"]).await;
+    assert_eq!(
+        sluice(&b, &["produce", "-t", "live"], "a\nb\nc\n").await.status.code(),
+        Some(0)
+    );
+    let member = consumer(&b, &[("group.id", "active"), ("client.id", "cli-test-member")]);
+    member.subscribe(&["live"]).unwrap();
+    loop {
+        if let Some(m) = member.poll(Duration::from_secs(10)) {
+            m.unwrap();
+            break;
+        }
+    }
+    let described = json(&b, &["group", "describe", "active"]).await;
+    assert_eq!(described["state"], "Stable", "{described}");
+    assert_eq!(described["members"], 1);
+    assert_eq!(
+        described["partitions"][0]["client_id"], "cli-test-member",
+        "{described}"
+    );
+
+    for execute in [false, true] {
+        let mut args = vec!["group", "reset-offsets", "active", "--topic", "live", "--to-earliest"];
+        if execute {
+            args.push("--execute");
+        }
+        let refused = sluice(&b, &args, "").await;
+        assert_eq!(refused.status.code(), Some(1));
+        assert_eq!(
+            stderr(&refused).trim(),
+            "sluice: group reset-offsets active: Assignments can only be reset if the group 'active' is inactive, \
+             but the current state is Stable."
+        );
+    }
+    let refused = sluice(&b, &["group", "delete", "active"], "").await;
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(stderr(&refused).contains("NON_EMPTY_GROUP"), "{}", stderr(&refused));
+    drop(member);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scram_logins_from_the_command_config() {
+    use kafka_protocol::messages::AlterUserScramCredentialsRequest;
+    use kafka_protocol::messages::alter_user_scram_credentials_request::ScramCredentialUpsertion;
+    use kafka_protocol::protocol::StrBytes;
+    use sluice::sasl::scram::ScramMechanism;
+    let port = free_port();
+    let listeners = format!("PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:{port}");
+    let broker = TestBroker::start(&[
+        ("listeners", &listeners),
+        ("sasl.enabled.mechanisms", "SCRAM-SHA-256,SCRAM-SHA-512"),
+    ])
+    .await;
+    // bob's credentials, set over the PLAINTEXT listener (no authorizer).
+    let upsertion = |mechanism: ScramMechanism, password: &str| {
+        let salt = b"salt-of-bob".to_vec();
+        ScramCredentialUpsertion::default()
+            .with_name(StrBytes::from_static_str("bob"))
+            .with_mechanism(mechanism.wire())
+            .with_iterations(4096)
+            .with_salted_password(bytes::Bytes::from(mechanism.salted_password(
+                password.as_bytes(),
+                &salt,
+                4096,
+            )))
+            .with_salt(bytes::Bytes::from(salt))
+    };
+    let mut raw = Raw::connect(broker.addr).await;
+    let alter = AlterUserScramCredentialsRequest::default().with_upsertions(vec![
+        upsertion(ScramMechanism::Sha256, "bob-256"),
+        upsertion(ScramMechanism::Sha512, "bob-512"),
+    ]);
+    let answer = raw.call(0, &alter).await;
+    assert!(answer.results.iter().all(|r| r.error_code == 0), "{answer:?}");
+
+    let b = format!("127.0.0.1:{port}");
+    let dir = tempfile::tempdir().unwrap();
+    for (mechanism, password, code) in [
+        ("SCRAM-SHA-256", "bob-256", 0),
+        ("SCRAM-SHA-512", "bob-512", 0),
+        ("SCRAM-SHA-512", "bob-256", 1),
+    ] {
+        let file = dir.path().join("bob.properties");
+        std::fs::write(
+            &file,
+            format!("security.protocol=SASL_PLAINTEXT\nsasl.mechanism={mechanism}\nsasl.username=bob\nsasl.password={password}\n"),
+        )
+        .unwrap();
+        let out = sluice(
+            &b,
+            &["cluster", "describe", "--command-config", file.to_str().unwrap()],
+            "",
+        )
+        .await;
+        assert_eq!(out.status.code(), Some(code), "{mechanism}: {}", stderr(&out));
+        if code == 1 {
+            assert!(stderr(&out).contains("SASL_AUTHENTICATION_FAILED"), "{}", stderr(&out));
+        }
+    }
+}
