@@ -647,3 +647,100 @@ async fn scram_logins_from_the_command_config() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ssl_with_a_ca_pem_from_the_command_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.distinguished_name.push(rcgen::DnType::CommonName, "cli test CA");
+    let ca = params.self_signed(&ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
+    params.distinguished_name.push(rcgen::DnType::CommonName, "broker");
+    let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
+    let keystore = dir.path().join("broker.pem");
+    std::fs::write(&keystore, format!("{}{}{}", key.serialize_pem(), cert.pem(), ca.pem())).unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, ca.pem()).unwrap();
+
+    let port = free_port();
+    let listeners = format!("PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:{port}");
+    let location = keystore.display().to_string();
+    let _broker = TestBroker::start(&[
+        ("listeners", &listeners),
+        ("ssl.keystore.type", "PEM"),
+        ("ssl.keystore.location", &location),
+    ])
+    .await;
+    let b = format!("127.0.0.1:{port}");
+    let props = dir.path().join("ssl.properties");
+    std::fs::write(
+        &props,
+        format!("security.protocol=SSL\nssl.truststore.location={}\n", ca_file.display()),
+    )
+    .unwrap();
+    let config = props.to_str().unwrap();
+    let cluster = json(&b, &["cluster", "describe", "--command-config", config]).await;
+    assert_eq!(cluster["brokers"][0]["port"], port, "{cluster}");
+    ok(
+        &b,
+        &[
+            "topic",
+            "create",
+            "secure",
+            "--partitions",
+            "1",
+            "--command-config",
+            config,
+        ],
+    )
+    .await;
+    let out = sluice(&b, &["produce", "-t", "secure", "--command-config", config], "x\ny\n").await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let consumed = ok(
+        &b,
+        &[
+            "consume",
+            "-t",
+            "secure",
+            "--from-beginning",
+            "-e",
+            "--command-config",
+            config,
+        ],
+    )
+    .await;
+    assert_eq!(consumed, "x\ny\n");
+    // Without the CA the broker's certificate is not trusted: no connection, exit 3.
+    let plain = dir.path().join("no-ca.properties");
+    std::fs::write(
+        &plain,
+        "security.protocol=SSL\nssl.truststore.location=/nonexistent.pem\n",
+    )
+    .unwrap();
+    let out = sluice(&b, &["topic", "list", "--command-config", plain.to_str().unwrap()], "").await;
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "an unreadable truststore is a usage error: {}",
+        stderr(&out)
+    );
+    let other_ca = dir.path().join("other-ca.pem");
+    let other_key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    std::fs::write(&other_ca, params.self_signed(&other_key).unwrap().pem()).unwrap();
+    std::fs::write(
+        &plain,
+        format!(
+            "security.protocol=SSL\nssl.truststore.location={}\n",
+            other_ca.display()
+        ),
+    )
+    .unwrap();
+    let out = sluice(&b, &["topic", "list", "--command-config", plain.to_str().unwrap()], "").await;
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+}
