@@ -225,7 +225,7 @@ impl Client {
                         message: format!("{address}: {reason}"),
                     });
                 }
-                Err(e) => failures.push(e.to_string()),
+                Err(e) => failures.push(network_reason(&e)),
             }
         }
         Err(CliError::Network(match failures.is_empty() {
@@ -272,7 +272,7 @@ impl Client {
                 code: kafka_protocol::error::ResponseError::SaslAuthenticationFailed.code(),
                 message: reason,
             },
-            other => CliError::Network(format!("{}: {other}", api_name(R::KEY))),
+            other => CliError::Network(format!("{}: {}", api_name(R::KEY), network_reason(&other))),
         })
     }
 
@@ -359,6 +359,16 @@ impl Client {
         };
         kafka_result(code, message.as_deref())?;
         Ok(broker_at(node, &host, port))
+    }
+}
+
+/// Why a call got no answer, naming the address (a bootstrap broker has no id of its own).
+fn network_reason(e: &CallError) -> String {
+    match e {
+        CallError::Connect { addr, source, .. } => format!("cannot connect to {addr}: {source}"),
+        CallError::TimedOut { addr, waited_ms, .. } => format!("{addr}: no answer within {waited_ms} ms"),
+        CallError::Io { addr, op, source, .. } => format!("{addr}: {op}: {source}"),
+        other => other.to_string(),
     }
 }
 

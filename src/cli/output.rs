@@ -1,7 +1,7 @@
 //! What the commands print: aligned tables for people (`--format table`, the default), one
 //! JSON document on stdout for scripts (`--format json`).
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
 /// `--format`.
@@ -20,11 +20,17 @@ pub struct Report {
 impl Report {
     pub fn print(&self, format: Format) {
         match format {
-            Format::Json => println!("{}", self.json),
-            Format::Table if self.text.is_empty() => {}
-            Format::Table => print!("{}", self.text),
+            Format::Json => out(&format!("{}\n", self.json)),
+            Format::Table => out(&self.text),
         }
     }
+}
+
+/// Writes to stdout; a closed stdout (a pipe into `head`) is not an error worth a panic, as
+/// `print!` would make it.
+pub fn out(text: &str) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush());
 }
 
 /// Rows under a header, each column as wide as its widest cell, two spaces apart.

@@ -25,7 +25,7 @@ use serde_json::json;
 use super::CliError;
 use super::client::{Client, Metadata, TopicInfo, kafka_result, topic_name};
 use super::group;
-use super::output::{Format, Progress};
+use super::output::{Format, Progress, out};
 use crate::log::batch::{BatchHeader, HEADER_LEN, decode_records_within, encode_records};
 
 /// Records per Produce request, and their bytes at most (below Kafka's 1 MiB
@@ -239,8 +239,8 @@ pub async fn produce(client: &Client, args: ProduceArgs, format: Format) -> Resu
         progress.tick(|| format!("produced {produced} records"));
     }
     match format {
-        Format::Json => println!("{}", json!({"topic": args.topic, "produced": produced})),
-        Format::Table => println!("produced {produced} records to {}", args.topic),
+        Format::Json => out(&format!("{}\n", json!({"topic": args.topic, "produced": produced}))),
+        Format::Table => out(&format!("produced {produced} records to {}\n", args.topic)),
     }
     Ok(())
 }
@@ -440,9 +440,19 @@ pub async fn consume(client: &Client, args: ConsumeArgs, format: Format) -> Resu
         let _ = stdout.lock().flush();
         progress.tick(|| format!("consumed {consumed} records"));
         if stale {
+            // A partition without a (known) leader, or one that moved: new metadata, a
+            // bounded number of times in a row.
+            if tries >= RETRIES_MAX {
+                return Err(CliError::Kafka {
+                    code: kafka_protocol::error::ResponseError::LeaderNotAvailable.code(),
+                    message: format!("{topic}: no reachable leader after {RETRIES_MAX} tries"),
+                });
+            }
             tries += 1;
             tokio::time::sleep(RETRY_BACKOFF).await;
             metadata = topic_metadata(client, &topic).await?.0;
+        } else {
+            tries = 0;
         }
     }
     if let Some(g) = &args.group {
@@ -451,7 +461,7 @@ pub async fn consume(client: &Client, args: ConsumeArgs, format: Format) -> Resu
         group::commit(client, &coordinator, g, &offsets).await?;
     }
     if format == Format::Json {
-        println!("{}", json!({"topic": topic, "records": json_records}));
+        out(&format!("{}\n", json!({"topic": topic, "records": json_records})));
     }
     Ok(())
 }
