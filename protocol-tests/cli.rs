@@ -744,3 +744,91 @@ async fn ssl_with_a_ca_pem_from_the_command_config() {
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_reach_each_partitions_leader_in_a_cluster() {
+    // Produce, Fetch and ListOffsets go to each partition's leader (Metadata), group requests
+    // to the coordinator (FindCoordinator): with one replica per partition on three brokers,
+    // any other routing is refused with NOT_LEADER_OR_FOLLOWER or NOT_COORDINATOR.
+    let cluster = common::cluster::Cluster::start(3).await;
+    let b = cluster.bootstrap();
+    ok(
+        &b,
+        &[
+            "topic",
+            "create",
+            "spread",
+            "--partitions",
+            "3",
+            "--replication-factor",
+            "1",
+        ],
+    )
+    .await;
+    let described = json(&b, &["topic", "describe", "spread"]).await;
+    let leaders: std::collections::BTreeSet<i64> = described["topics"][0]["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["leader"].as_i64().unwrap())
+        .collect();
+    assert!(leaders.len() > 1, "partitions led by more than one broker: {described}");
+    let brokers = json(&b, &["cluster", "describe"]).await;
+    assert_eq!(brokers["brokers"].as_array().unwrap().len(), 3, "{brokers}");
+    for p in 0..3 {
+        let input: String = (0..4).map(|i| format!("p{p}-{i}\n")).collect();
+        let out = sluice(&b, &["produce", "-t", "spread", "-p", &p.to_string()], &input).await;
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    let mut consumed: Vec<String> = ok(
+        &b,
+        &[
+            "consume",
+            "-t",
+            "spread",
+            "--from-beginning",
+            "-e",
+            "--group",
+            "spreaders",
+        ],
+    )
+    .await
+    .lines()
+    .map(str::to_string)
+    .collect();
+    consumed.sort();
+    let mut expected: Vec<String> = (0..3).flat_map(|p| (0..4).map(move |i| format!("p{p}-{i}"))).collect();
+    expected.sort();
+    assert_eq!(consumed, expected);
+    // consume --group committed its positions at the coordinator.
+    let described = json(&b, &["group", "describe", "spreaders"]).await;
+    for row in described["partitions"].as_array().unwrap() {
+        assert_eq!(
+            (row["committed_offset"].clone(), row["lag"].clone()),
+            (4.into(), 0.into()),
+            "{described}"
+        );
+    }
+    ok(
+        &b,
+        &[
+            "group",
+            "reset-offsets",
+            "spreaders",
+            "--all-topics",
+            "--shift-by",
+            "-1",
+            "--execute",
+        ],
+    )
+    .await;
+    let described = json(&b, &["group", "describe", "spreaders"]).await;
+    assert!(
+        described["partitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["lag"] == 1),
+        "{described}"
+    );
+}

@@ -28,7 +28,38 @@ const EARLIEST: i64 = -2;
 /// Kafka's GROUP_ID_NOT_FOUND.
 const GROUP_ID_NOT_FOUND: i16 = 69;
 
+/// COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: the coordinator is
+/// loading or moved; Kafka's clients find it again and retry.
+const COORDINATOR_RETRIABLE: [i16; 3] = [14, 15, 16];
+const COORDINATOR_RETRIES_MAX: u32 = 40;
+const COORDINATOR_BACKOFF: std::time::Duration = std::time::Duration::from_millis(250);
+
 type TopicPartition = (String, i32);
+
+/// Runs `call` at the group's coordinator (FindCoordinator), finding it again while it loads
+/// or moves, a bounded number of times.
+pub async fn at_coordinator<T, F, Fut>(client: &Client, group: &str, mut call: F) -> Result<T, CliError>
+where
+    F: FnMut(BrokerInfo) -> Fut,
+    Fut: std::future::Future<Output = Result<T, CliError>>,
+{
+    let mut tries = 0;
+    loop {
+        let result = match client.coordinator(group).await {
+            Ok(coordinator) => call(coordinator).await,
+            Err(e) => Err(e),
+        };
+        match result {
+            Err(CliError::Kafka { code, .. })
+                if COORDINATOR_RETRIABLE.contains(&code) && tries < COORDINATOR_RETRIES_MAX =>
+            {
+                tries += 1;
+                tokio::time::sleep(COORDINATOR_BACKOFF).await;
+            }
+            other => return other,
+        }
+    }
+}
 
 #[derive(clap::Subcommand, Debug)]
 pub enum GroupAction {
@@ -294,9 +325,13 @@ pub async fn list_offsets(
 }
 
 async fn describe(client: &Client, group: &str) -> Result<Report, CliError> {
-    let coordinator = client.coordinator(group).await?;
-    let state = describe_group(client, &coordinator, group).await?;
-    let committed = committed(client, &coordinator, group).await?;
+    let state = at_coordinator(
+        client,
+        group,
+        |c| async move { describe_group(client, &c, group).await },
+    )
+    .await?;
+    let committed = at_coordinator(client, group, |c| async move { committed(client, &c, group).await }).await?;
     if state.state == "Dead" && committed.is_empty() {
         return Err(CliError::Kafka {
             code: GROUP_ID_NOT_FOUND,
@@ -366,12 +401,16 @@ async fn describe(client: &Client, group: &str) -> Result<Report, CliError> {
 async fn delete(client: &Client, groups: &[String]) -> Result<Report, CliError> {
     let version = client.version::<DeleteGroupsRequest>(2)?;
     for group in groups {
-        let coordinator = client.coordinator(group).await?;
         let request = DeleteGroupsRequest::default().with_groups_names(vec![GroupId(str_bytes(group))]);
-        let answer = client.send(&coordinator, version, &request).await?;
-        for result in &answer.results {
-            kafka_result(result.error_code, Some(&format!("group '{}'", result.group_id.0)))?;
-        }
+        let request = &request;
+        at_coordinator(client, group, |c| async move {
+            let answer = client.send(&c, version, request).await?;
+            for result in &answer.results {
+                kafka_result(result.error_code, Some(&format!("group '{}'", result.group_id.0)))?;
+            }
+            Ok(())
+        })
+        .await?;
     }
     Ok(Report {
         json: json!({"deleted": groups}),
@@ -397,8 +436,12 @@ fn topic_selection(text: &str) -> Result<(String, Option<Vec<i32>>), CliError> {
 async fn reset_offsets(client: &Client, args: ResetArgs) -> Result<Report, CliError> {
     let group = args.group.as_str();
     let mut progress = Progress::new(args.progress);
-    let coordinator = client.coordinator(group).await?;
-    let state = describe_group(client, &coordinator, group).await?;
+    let state = at_coordinator(
+        client,
+        group,
+        |c| async move { describe_group(client, &c, group).await },
+    )
+    .await?;
     // Kafka's ConsumerGroupCommand resets only inactive groups: a live member would commit
     // over the new offsets.
     if !matches!(state.state.as_str(), "Empty" | "Dead") {
@@ -407,7 +450,7 @@ async fn reset_offsets(client: &Client, args: ResetArgs) -> Result<Report, CliEr
             state.state
         )));
     }
-    let committed = committed(client, &coordinator, group).await?;
+    let committed = at_coordinator(client, group, |c| async move { committed(client, &c, group).await }).await?;
     let mut partitions = BTreeSet::new();
     let mut metadata = Metadata::default();
     if args.all_topics {
@@ -493,7 +536,8 @@ async fn reset_offsets(client: &Client, args: ResetArgs) -> Result<Report, CliEr
         plan.insert(tp.clone(), target.clamp(low, high.max(low)));
     }
     if args.execute && !plan.is_empty() {
-        commit(client, &coordinator, group, &plan).await?;
+        let plan = &plan;
+        at_coordinator(client, group, |c| async move { commit(client, &c, group, plan).await }).await?;
     }
     let rows: Vec<Vec<String>> = plan
         .iter()

@@ -323,10 +323,7 @@ pub async fn consume(client: &Client, args: ConsumeArgs, format: Format) -> Resu
     };
     let mut quiet = Progress::new(false);
     let committed = match &args.group {
-        Some(g) => {
-            let coordinator = client.coordinator(g).await?;
-            group::committed(client, &coordinator, g).await?
-        }
+        Some(g) => group::at_coordinator(client, g, |c| async move { group::committed(client, &c, g).await }).await?,
         None => BTreeMap::new(),
     };
     let earliest = group::list_offsets(client, &metadata, &chosen, -2, &mut quiet).await?;
@@ -456,9 +453,14 @@ pub async fn consume(client: &Client, args: ConsumeArgs, format: Format) -> Resu
         }
     }
     if let Some(g) = &args.group {
-        let coordinator = client.coordinator(g).await?;
         let offsets = positions.iter().map(|(p, o)| ((topic.clone(), *p), *o)).collect();
-        group::commit(client, &coordinator, g, &offsets).await?;
+        let offsets = &offsets;
+        group::at_coordinator(
+            client,
+            g,
+            |c| async move { group::commit(client, &c, g, offsets).await },
+        )
+        .await?;
     }
     if format == Format::Json {
         out(&format!("{}\n", json!({"topic": topic, "records": json_records})));
