@@ -71,6 +71,8 @@ enum Command {
         #[arg(default_value = "127.0.0.1:9092")]
         address: String,
     },
+    #[command(flatten)]
+    Admin(sluice::cli::Command),
 }
 
 /// Sends ApiVersions v0 and checks the answer carries no error.
@@ -248,6 +250,12 @@ fn raise_open_files_limit() {
 }
 
 fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    // The admin commands print answers on stdout: no broker logging there.
+    let cli = match cli.command {
+        Command::Admin(command) => return sluice::cli::run(command),
+        command => Cli { command },
+    };
     // Colour only on a terminal: redirected logs (files, docker logs) stay plain text. Levels
     // start from RUST_LOG and may change at runtime (BROKER_LOGGER, sluice::verbosity).
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout()) && std::env::var_os("NO_COLOR").is_none();
@@ -260,7 +268,6 @@ fn main() -> std::process::ExitCode {
         ansi,
         std::io::stdout,
     );
-    let cli = Cli::parse();
     let node = match &cli.command {
         Command::Serve { node } => node,
         Command::Format {
@@ -294,6 +301,7 @@ fn main() -> std::process::ExitCode {
                 }
             };
         }
+        Command::Admin(_) => return std::process::ExitCode::FAILURE, // dispatched above
     };
     let config = match build_config(node) {
         Ok(c) => c,

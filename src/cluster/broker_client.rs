@@ -206,6 +206,21 @@ impl BrokerClient {
         }
     }
 
+    /// A client that is not a broker (the admin CLI): its own client id, dialling endpoints
+    /// named `listener` with `security`.
+    pub fn with_security(
+        client_id: &str,
+        listener: &str,
+        limits: ClientLimits,
+        security: Arc<DialSecurity>,
+    ) -> BrokerClient {
+        BrokerClient {
+            client_id: StrBytes::from_string(client_id.to_string()),
+            security,
+            ..BrokerClient::with_limits(0, listener, limits)
+        }
+    }
+
     pub fn with_limits(node_id: i32, listener: &str, limits: ClientLimits) -> BrokerClient {
         debug_assert!(limits.connections_per_broker_max > 0, "a pool needs a connection");
         BrokerClient {

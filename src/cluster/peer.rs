@@ -113,6 +113,17 @@ impl DialSecurity {
         }
     }
 
+    /// A client's own settings (the admin CLI's `--command-config`): TLS by `tls` when given,
+    /// then the SASL `login` when given.
+    pub fn client(listener: &str, tls: Option<TlsConnector>, sasl: Option<SaslLogin>) -> DialSecurity {
+        DialSecurity {
+            listener: listener.to_string(),
+            tls,
+            sasl,
+            broken: None,
+        }
+    }
+
     /// Listener `listener` dialled by this node, logging in (on a SASL listener) by the
     /// mechanism `mechanism_key` holds.
     pub fn new(

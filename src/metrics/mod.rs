@@ -562,7 +562,7 @@ fn api_name(key: ApiKey) -> &'static str {
 }
 
 /// Kafka's error names (`error="UNKNOWN_TOPIC_OR_PARTITION"`), from kafka-protocol's variants.
-fn error_name(code: i16) -> &'static str {
+pub fn error_name(code: i16) -> &'static str {
     static NAMES: LazyLock<std::collections::HashMap<i16, &'static str>> = LazyLock::new(|| {
         (-1..=200)
             .filter_map(|code| {
