@@ -339,12 +339,7 @@ async fn describe(client: &Client, group: &str) -> Result<Report, CliError> {
         });
     }
     let partitions: BTreeSet<TopicPartition> = committed.keys().chain(state.owners.keys()).cloned().collect();
-    let topics: Vec<String> = partitions
-        .iter()
-        .map(|(t, _)| t.clone())
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
+    let topics = topic_names(&partitions);
     let metadata = client.metadata(Some(&topics)).await?;
     let ends = list_offsets(client, &metadata, &partitions, LATEST, &mut Progress::new(false)).await?;
     let dash = || "-".to_string();
@@ -455,12 +450,7 @@ async fn reset_offsets(client: &Client, args: ResetArgs) -> Result<Report, CliEr
     let mut metadata = Metadata::default();
     if args.all_topics {
         partitions.extend(committed.keys().cloned());
-        let topics: Vec<String> = partitions
-            .iter()
-            .map(|(t, _)| t.clone())
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
+        let topics = topic_names(&partitions);
         if !topics.is_empty() {
             metadata = client.metadata(Some(&topics)).await?;
         }
@@ -668,6 +658,12 @@ pub fn parse_datetime(text: &str) -> Option<i64> {
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     let days = era * 146_097 + doe - 719_468;
     Some(((days * 24 + hour) * 60 + minute) * 60_000 + second * 1000 + millis - zone_ms)
+}
+
+/// The topics of `partitions`, each once, in order.
+fn topic_names(partitions: &BTreeSet<TopicPartition>) -> Vec<String> {
+    let names: BTreeSet<&String> = partitions.iter().map(|(t, _)| t).collect();
+    names.into_iter().cloned().collect()
 }
 
 #[cfg(test)]
