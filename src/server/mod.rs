@@ -34,6 +34,8 @@ use kafka_protocol::messages::ApiKey;
 use crate::api::{self, Ctx, Reject, Reply};
 use crate::sasl::{Authenticator, ListenerSasl};
 
+mod quickack;
+
 /// Socket buffer sizes for reads and writes; big enough for a produce batch in one syscall.
 const SOCKET_BUFFER_BYTES: usize = 256 * 1024;
 
@@ -300,6 +302,7 @@ async fn tls_connection(
     mut conn: Conn,
 ) -> Option<Result<(), Close>> {
     let peer = conn.peer;
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
     let handshake = tokio::select! {
         _ = conn.shutdown.cancelled() => return None,
         done = tokio::time::timeout(crate::tls::HANDSHAKE_TIMEOUT, tls.acceptor.accept(stream)) => done,
@@ -322,7 +325,7 @@ async fn tls_connection(
                 }
             }
             let (read_half, write_half) = tokio::io::split(stream);
-            Some(connection(read_half, write_half, conn).await)
+            Some(connection(quickack::QuickAck::new(read_half, fd), write_half, conn).await)
         }
         Ok(Err(e)) => {
             tracing::debug!(%peer, error = %e, "TLS handshake failed; closing connection");
