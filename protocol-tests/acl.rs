@@ -545,3 +545,56 @@ async fn allow_everyone_if_no_acl_found_opens_only_unnamed_resources() {
     );
     broker.handle.shutdown().await;
 }
+
+/// An acks=0 Produce expects no answer, so a refusal can only be told by closing the connection,
+/// as Kafka does (`KafkaApis.handleProduceRequest`); an accepted one leaves it open.
+#[tokio::test]
+async fn a_refused_acks_zero_produce_closes_the_connection() {
+    let (_broker, sasl, _) = start().await;
+    let mut admin = login(sasl, "admin").await;
+    assert_eq!(create_topic(&mut admin, "quiet").await, 0);
+    let acks0 = |raw: &mut Raw, topic_name: &str| raw.encode(9, &produce_request(topic_name, 0, records(), 0));
+
+    // admin may write: the request gets no answer and the connection stays usable.
+    let frame = acks0(&mut admin, "quiet");
+    admin.send_bytes(&frame).await;
+    let versions = admin.call(2, &ApiVersionsRequest::default()).await;
+    assert_eq!(
+        versions.error_code, 0,
+        "the connection is still served after an accepted acks=0 produce"
+    );
+
+    // bob has no WRITE: TOPIC_AUTHORIZATION_FAILED, which acks=0 cannot carry.
+    let mut bob = login(sasl, "bob").await;
+    let frame = acks0(&mut bob, "quiet");
+    bob.send_bytes(&frame).await;
+    assert!(bob.is_closed().await, "a refused acks=0 produce closes the connection");
+
+    // A partition that does not exist is refused alike.
+    let mut admin = login(sasl, "admin").await;
+    let frame = admin.encode(9, &produce_request("quiet", 99, records(), 0));
+    admin.send_bytes(&frame).await;
+    assert!(
+        admin.is_closed().await,
+        "acks=0 to an unknown partition closes the connection"
+    );
+
+    // Nothing of bob's reached the log: admin reads one record (its own) at offset 0.
+    let mut admin = login(sasl, "admin").await;
+    let list = ListOffsetsRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_topics(vec![
+            list_offsets_request::ListOffsetsTopic::default()
+                .with_name(topic("quiet"))
+                .with_partitions(vec![
+                    list_offsets_request::ListOffsetsPartition::default()
+                        .with_partition_index(0)
+                        .with_timestamp(-1),
+                ]),
+        ]);
+    let offsets = admin.call(7, &list).await;
+    assert_eq!(
+        offsets.topics[0].partitions[0].offset, 1,
+        "only admin's record was appended"
+    );
+}

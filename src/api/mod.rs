@@ -221,9 +221,38 @@ pub enum Reply {
 #[derive(Debug)]
 pub enum Reject {
     UnknownApiKey(i16),
-    UnsupportedVersion { key: ApiKey, version: i16 },
-    Malformed { key: ApiKey, version: i16, reason: String },
+    UnsupportedVersion {
+        key: ApiKey,
+        version: i16,
+    },
+    Malformed {
+        key: ApiKey,
+        version: i16,
+        reason: String,
+    },
     Encode(String),
+    /// An acks=0 Produce had partitions refused (their codes): no response is expected, so
+    /// Kafka closes the connection.
+    RefusedWithoutAcks(String),
+}
+
+/// "topic-0: NOT_LEADER_OR_FOLLOWER, ..." for an acks=0 Produce's refused partitions.
+fn refusals(resp: &kafka_protocol::messages::ProduceResponse) -> String {
+    let mut out = Vec::new();
+    for t in &resp.responses {
+        for p in t.partition_responses.iter().filter(|p| p.error_code != 0) {
+            let topic = match t.name.is_empty() {
+                true => t.topic_id.to_string(),
+                false => t.name.to_string(),
+            };
+            out.push(format!(
+                "{topic}-{}: {}",
+                p.index,
+                crate::metrics::error_name(p.error_code)
+            ));
+        }
+    }
+    out.join(", ")
 }
 
 impl std::fmt::Display for Reject {
@@ -233,6 +262,9 @@ impl std::fmt::Display for Reject {
             Reject::UnsupportedVersion { key, version } => write!(f, "unsupported version {version} of {key:?}"),
             Reject::Malformed { key, version, reason } => write!(f, "malformed {key:?} v{version}: {reason}"),
             Reject::Encode(reason) => write!(f, "cannot encode the response: {reason}"),
+            Reject::RefusedWithoutAcks(partitions) => {
+                write!(f, "an acks=0 produce request was refused ({partitions})")
+            }
         }
     }
 }
@@ -549,6 +581,10 @@ async fn handle(
             let req = decode(key, version, &mut body)?;
             Ok(match produce::handle(ctx, req, version).await {
                 produce::Outcome::NoResponse => Reply::Now(None),
+                produce::Outcome::Close(resp) => {
+                    ctx.metrics.response_errors(key, &resp);
+                    return Err(Reject::RefusedWithoutAcks(refusals(&resp)));
+                }
                 produce::Outcome::Done(mut resp) => {
                     resp.throttle_time_ms = throttle;
                     ctx.metrics.response_errors(key, &resp);

@@ -50,6 +50,11 @@ pub const VERSIONS: Versions = Versions::new(ApiKey::Produce, 3, 13);
 pub enum Outcome {
     /// acks=0: Kafka sends nothing back.
     NoResponse,
+    /// acks=0, and a partition was refused: Kafka closes the connection, the only way to tell
+    /// a producer that expects no answer (`KafkaApis.handleProduceRequest`), so that it
+    /// refreshes its metadata. The response is what would have been sent (for the error
+    /// metrics).
+    Close(ProduceResponse),
     Done(ProduceResponse),
     /// acks=all: the response once the appended records are durable.
     Wait(Pin<Box<dyn Future<Output = ProduceResponse> + Send>>),
@@ -113,9 +118,7 @@ fn point_to_leaders(image: &MetadataImage, listener: &str, response: &mut Produc
 
 /// Every partition of the request answered `code`.
 fn refuse_all(req: ProduceRequest, code: ResponseError, version: i16) -> Outcome {
-    if req.acks == 0 {
-        return Outcome::NoResponse;
-    }
+    let acks = req.acks;
     let responses = req
         .topic_data
         .into_iter()
@@ -131,7 +134,11 @@ fn refuse_all(req: ProduceRequest, code: ResponseError, version: i16) -> Outcome
                 .with_partition_responses(partitions)
         })
         .collect();
-    Outcome::Done(ProduceResponse::default().with_responses(responses))
+    let response = ProduceResponse::default().with_responses(responses);
+    match acks {
+        0 => Outcome::Close(response),
+        _ => Outcome::Done(response),
+    }
 }
 
 fn error_response(index: i32, code: i16, text: Option<String>, version: i16) -> PartitionProduceResponse {
@@ -262,7 +269,15 @@ pub async fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcom
         point_to_leaders(&image, &ctx.listener, &mut response, version);
     }
     if acks == 0 {
-        return Outcome::NoResponse;
+        let refused = response
+            .responses
+            .iter()
+            .flat_map(|t| &t.partition_responses)
+            .any(|p| p.error_code != 0);
+        return match refused {
+            true => Outcome::Close(response),
+            false => Outcome::NoResponse,
+        };
     }
     if delayed.is_empty() {
         return Outcome::Done(response);

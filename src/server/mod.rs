@@ -214,6 +214,10 @@ async fn accept(
                 Err(auth @ (Close::Authentication(_) | Close::Unauthenticated(_) | Close::SessionExpired(_))) => {
                     tracing::info!(%peer, reason = %auth, "closing connection")
                 }
+                // Kafka logs this at INFO too: the producer learns of it by the close.
+                Err(refused @ Close::Rejected(Reject::RefusedWithoutAcks(_))) => {
+                    tracing::info!(%peer, reason = %refused, "closing connection")
+                }
                 Err(other) => tracing::warn!(%peer, reason = %other, "closing connection"),
             }
         });
