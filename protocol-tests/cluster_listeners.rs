@@ -262,3 +262,176 @@ async fn quorum_exchange(addr: SocketAddr, frame: &serde_json::Value) -> Option<
     stream.read_exact(&mut body).await.ok()?;
     Some(serde_json::from_slice(&body).unwrap())
 }
+
+/// SCRAM between brokers, with the credential from `sluice format --add-scram`: INTERNAL is
+/// SASL_PLAINTEXT with SCRAM-SHA-256 only, so no broker could log in to another to create it.
+/// Followers keeping a min.insync.replicas=3 topic writable prove the logins; each node
+/// removes its bootstrap file once the credential is recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn brokers_log_in_to_each_other_with_scram_from_format() {
+    let scram_jaas = r#"org.apache.kafka.common.security.scram.ScramLoginModule required username="broker" password="broker-secret";"#;
+    let settings = [
+        (
+            "listener.security.protocol.map",
+            "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+        ),
+        ("listener.name.internal.sasl.enabled.mechanisms", "SCRAM-SHA-256"),
+        ("listener.name.internal.scram-sha-256.sasl.jaas.config", scram_jaas),
+        ("sasl.mechanism.inter.broker.protocol", "SCRAM-SHA-256"),
+    ];
+    let mut cluster = Cluster::start_split_formatted(
+        3,
+        &settings,
+        &[
+            "--add-scram",
+            "SCRAM-SHA-256=[name=broker,password=broker-secret,iterations=4096]",
+        ],
+    )
+    .await;
+    let name = unique("scram-isr");
+    create(&cluster, &name, 1, 3, &[("min.insync.replicas", "3")]).await;
+    produce_acks_all(&cluster, &name, 50).await;
+    let view = cluster.partition_view(1, &name, 0).await.unwrap();
+    assert_eq!(view.isr.len(), 3, "every replica in sync over SCRAM: {:?}", view.isr);
+    for id in cluster.ids() {
+        let file = cluster.node(id).dir.path().join("bootstrap-scram.json");
+        let mut gone = false;
+        for _ in 0..100 {
+            if !file.exists() {
+                gone = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(
+            gone,
+            "node {id} still holds {} after the credential is in use",
+            file.display()
+        );
+    }
+
+    // A client logs in to INTERNAL with the formatted credential, and not with a wrong one.
+    let internal = cluster.node(2).internal.unwrap();
+    assert_eq!(scram_login(internal, "broker-secret").await, Ok(()));
+    assert!(
+        scram_login(internal, "wrong").await.is_err(),
+        "a wrong password logged in"
+    );
+    cluster.stop_all().await;
+}
+
+/// SaslHandshake v1 and SaslAuthenticate v2 with SCRAM-SHA-256 as user `broker` (the server's
+/// signature checked by `sluice::sasl::client`), as raw frames: the bundled librdkafka of the
+/// rdkafka crate has no SCRAM.
+async fn scram_login(addr: SocketAddr, password: &str) -> Result<(), String> {
+    use bytes::Bytes;
+    use kafka_protocol::messages::{SaslAuthenticateRequest, SaslHandshakeRequest};
+    use sluice::sasl::Mechanism;
+    use sluice::sasl::client::{SaslClient, SaslLogin};
+    use sluice::sasl::scram::ScramMechanism;
+    let mut raw = Raw::connect(addr).await;
+    let handshake = raw
+        .call(
+            1,
+            &SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("SCRAM-SHA-256")),
+        )
+        .await;
+    assert_eq!(handshake.error_code, 0, "SCRAM-SHA-256 is offered");
+    let mut client = SaslClient::new(SaslLogin {
+        mechanism: Mechanism::Scram(ScramMechanism::Sha256),
+        username: "broker".into(),
+        password: password.into(),
+        token: None,
+    });
+    let mut message = client.start();
+    loop {
+        let answer = raw
+            .call(
+                2,
+                &SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(message)),
+            )
+            .await;
+        if answer.error_code != 0 {
+            return Err(format!("error {}: {:?}", answer.error_code, answer.error_message));
+        }
+        match client.step(&answer.auth_bytes)? {
+            Some(next) => message = next,
+            None => return Ok(()),
+        }
+    }
+}
+
+/// Node-to-node mutual TLS with nothing else: INTERNAL is SSL with `ssl.client.auth=required`,
+/// the authorizer on and the brokers' certificate subject (`User:CN=broker`, Kafka's default
+/// mapping) the only super user. A follower that could not present its certificate, or whose
+/// principal were not the super user, could not fetch, and the min.insync.replicas=3 topic
+/// would refuse acks=all. (Clients refused without a certificate: `tls.rs`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn brokers_fetch_from_each_other_over_mutual_tls() {
+    let pki = tempfile::tempdir().unwrap();
+    let (keystore, truststore) = node_pki(pki.path());
+    let (keystore, truststore) = (keystore.display().to_string(), truststore.display().to_string());
+    let settings = [
+        (
+            "listener.security.protocol.map",
+            "PLAINTEXT:PLAINTEXT,INTERNAL:SSL,CONTROLLER:PLAINTEXT",
+        ),
+        ("listener.name.internal.ssl.keystore.location", keystore.as_str()),
+        ("listener.name.internal.ssl.truststore.location", truststore.as_str()),
+        ("listener.name.internal.ssl.client.auth", "required"),
+        (
+            "authorizer.class.name",
+            "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        ),
+        ("super.users", "User:CN=broker"),
+        ("allow.everyone.if.no.acl.found", "true"),
+    ];
+    let mut cluster = Cluster::start_split(3, &settings).await;
+    let name = unique("mtls-isr");
+    create(&cluster, &name, 1, 3, &[("min.insync.replicas", "3")]).await;
+    produce_acks_all(&cluster, &name, 50).await;
+    let view = cluster.partition_view(1, &name, 0).await.unwrap();
+    assert_eq!(
+        view.isr.len(),
+        3,
+        "every replica in sync over mutual TLS: {:?}",
+        view.isr
+    );
+
+    cluster.stop_all().await;
+}
+
+/// OAUTHBEARER between brokers, with Kafka's unsecured tokens (for tests and development): the
+/// JAAS line gives both the login's claims and the listener's validator, which requires a
+/// scope the login's token carries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn brokers_log_in_to_each_other_with_oauthbearer() {
+    let jaas = r#"org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="broker" unsecuredLoginListClaim_scope=",cluster" unsecuredValidatorRequiredScope="cluster";"#;
+    let settings = [
+        (
+            "listener.security.protocol.map",
+            "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+        ),
+        ("listener.name.internal.sasl.enabled.mechanisms", "OAUTHBEARER"),
+        ("listener.name.internal.oauthbearer.sasl.jaas.config", jaas),
+        ("sasl.mechanism.inter.broker.protocol", "OAUTHBEARER"),
+        (
+            "authorizer.class.name",
+            "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        ),
+        ("super.users", "User:broker"),
+        ("allow.everyone.if.no.acl.found", "true"),
+    ];
+    let mut cluster = Cluster::start_split(3, &settings).await;
+    let name = unique("oauth-isr");
+    create(&cluster, &name, 1, 3, &[("min.insync.replicas", "3")]).await;
+    produce_acks_all(&cluster, &name, 50).await;
+    let view = cluster.partition_view(1, &name, 0).await.unwrap();
+    assert_eq!(
+        view.isr.len(),
+        3,
+        "every replica in sync over OAUTHBEARER: {:?}",
+        view.isr
+    );
+    cluster.stop_all().await;
+}

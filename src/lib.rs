@@ -456,6 +456,23 @@ impl Broker {
         });
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
+        // Credentials of `sluice format --add-scram`: recorded before the listeners open on a
+        // single node; on a cluster once the quorum takes them (retried in the background).
+        let scram = sasl::bootstrap::pending(&config.data_dir)?;
+        if !scram.is_empty() {
+            let cluster = ctx.controller.quorum().is_some();
+            let apply = sasl::bootstrap::apply(
+                ctx.controller.clone(),
+                config.data_dir.clone(),
+                scram,
+                cluster,
+                shutdown.child_token(),
+            );
+            match cluster {
+                false => apply.await?,
+                true => drop(tokio::spawn(apply)),
+            }
+        }
         let lifecycle = ctx.controller.quorum().map(|quorum| {
             let stop = shutdown.child_token();
             Lifecycle {

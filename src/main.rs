@@ -47,9 +47,9 @@ enum Command {
         #[command(flatten)]
         node: NodeArgs,
     },
-    /// Prepare a controller's data directory for a dynamic quorum
-    /// (controller.quorum.bootstrap.servers, KIP-853), as Kafka's `kafka-storage format`:
-    /// the voters its metadata log starts with. Only the first start reads them.
+    /// Prepare a data directory, as Kafka's `kafka-storage format`: for a dynamic quorum
+    /// (controller.quorum.bootstrap.servers, KIP-853) the voters its metadata log starts
+    /// with, and SCRAM credentials to record at the next start (--add-scram).
     Format {
         #[command(flatten)]
         node: NodeArgs,
@@ -64,6 +64,12 @@ enum Command {
         /// This node joins a quorum that exists (as an observer, until AddRaftVoter).
         #[arg(long)]
         no_initial_controllers: bool,
+        /// A SCRAM credential the node records in the metadata log when it next starts, for
+        /// users who must log in before any could create one (SCRAM between brokers):
+        /// 'SCRAM-SHA-256=[name=USER,password=PASSWORD]', optionally with ',iterations=N'
+        /// (repeatable). Stored salted, never the password.
+        #[arg(long = "add-scram", value_name = "CREDENTIAL")]
+        add_scram: Vec<String>,
     },
     /// Exit 0 when a broker at ADDRESS answers ApiVersions (for container health checks, where
     /// the image has no shell or client tools).
@@ -100,16 +106,54 @@ fn healthcheck(address: &str) -> Result<(), String> {
     }
 }
 
-/// `sluice format`: writes the voters a dynamic quorum's log starts with.
+/// `sluice format`: SCRAM credentials for the next start, and (for a dynamic quorum, or when
+/// asked) the voters its log starts with.
 fn format(
     node: &NodeArgs,
     standalone: bool,
     initial_controllers: Option<&str>,
     no_initial_controllers: bool,
+    add_scram: &[String],
 ) -> Result<String, String> {
     let config = build_config(node)?;
+    let mut done = Vec::new();
+    if !add_scram.is_empty() {
+        let entries = add_scram
+            .iter()
+            .map(|arg| sluice::sasl::bootstrap::parse(arg))
+            .collect::<Result<Vec<_>, String>>()?;
+        sluice::sasl::bootstrap::write(&config.data_dir, &entries).map_err(|e| e.to_string())?;
+        let users: Vec<String> = entries
+            .iter()
+            .map(|e| format!("{} ({})", e.user, e.mechanism))
+            .collect();
+        done.push(format!(
+            "{}: SCRAM credentials for {} are recorded at the next start",
+            config.data_dir.display(),
+            users.join(", ")
+        ));
+        if !standalone && initial_controllers.is_none() && !no_initial_controllers {
+            return Ok(done.join("\n"));
+        }
+    }
+    done.push(format_voters(
+        &config,
+        standalone,
+        initial_controllers,
+        no_initial_controllers,
+    )?);
+    Ok(done.join("\n"))
+}
+
+/// `sluice format`'s voters: what a dynamic quorum's log starts with.
+fn format_voters(
+    config: &BrokerConfig,
+    standalone: bool,
+    initial_controllers: Option<&str>,
+    no_initial_controllers: bool,
+) -> Result<String, String> {
     if !config.dynamic_quorum() {
-        return Err("format prepares a dynamic quorum: set controller.quorum.bootstrap.servers".into());
+        return Err("format records voters for a dynamic quorum: set controller.quorum.bootstrap.servers (or give only --add-scram)".into());
     }
     if !config.process_roles.controller {
         return Err(
@@ -275,12 +319,14 @@ fn main() -> std::process::ExitCode {
             standalone,
             initial_controllers,
             no_initial_controllers,
+            add_scram,
         } => {
             return match format(
                 node,
                 *standalone,
                 initial_controllers.as_deref(),
                 *no_initial_controllers,
+                add_scram,
             ) {
                 Ok(done) => {
                     println!("{done}");

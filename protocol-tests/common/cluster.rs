@@ -317,14 +317,26 @@ impl Cluster {
     /// so they follow the log as observers until AddRaftVoter makes them voters. Waits until
     /// every node lists every broker.
     pub async fn start_dynamic(n: usize, extra: &[(&str, &str)]) -> Cluster {
-        Cluster::start_nodes_of(&vec![Role::Combined; n], extra, false, true).await
+        Cluster::start_nodes_of(&vec![Role::Combined; n], extra, false, true, &[]).await
+    }
+
+    /// `start_split`, every node's data directory prepared first by `sluice format` with `how`
+    /// (`--add-scram ...`).
+    pub async fn start_split_formatted(n: usize, extra: &[(&str, &str)], how: &[&str]) -> Cluster {
+        Cluster::start_nodes_of(&vec![Role::Combined; n], extra, true, false, how).await
     }
 
     async fn start_nodes(roles: &[Role], extra: &[(&str, &str)], split: bool) -> Cluster {
-        Cluster::start_nodes_of(roles, extra, split, false).await
+        Cluster::start_nodes_of(roles, extra, split, false, &[]).await
     }
 
-    async fn start_nodes_of(roles: &[Role], extra: &[(&str, &str)], split: bool, dynamic: bool) -> Cluster {
+    async fn start_nodes_of(
+        roles: &[Role],
+        extra: &[(&str, &str)],
+        split: bool,
+        dynamic: bool,
+        format_all: &[&str],
+    ) -> Cluster {
         let n = roles.len();
         assert!(roles.iter().any(|r| r.is_voter()), "a cluster needs a voter");
         let ports = free_ports(3 * n);
@@ -359,6 +371,11 @@ impl Cluster {
         };
         if dynamic {
             cluster.format(1, &["--standalone"]);
+        }
+        if !format_all.is_empty() {
+            for id in cluster.ids() {
+                cluster.format(id, format_all);
+            }
         }
         for id in cluster.ids() {
             cluster.spawn(id);

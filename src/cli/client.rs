@@ -128,6 +128,7 @@ fn sasl_login(props: &BTreeMap<String, String>) -> Result<SaslLogin, String> {
             mechanism,
             username,
             password,
+            token: None,
         }),
         _ => Err("SASL needs sasl.username and sasl.password (or sasl.jaas.config with username and password)".into()),
     }

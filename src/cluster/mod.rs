@@ -1914,6 +1914,33 @@ impl Controller {
         .map(|_| ())
     }
 
+    /// Records the credentials `sluice format --add-scram` left for this node
+    /// (`sasl::bootstrap`), but for users that hold a credential of that mechanism already
+    /// (another node's format, or a change made since): true once none is missing.
+    pub async fn bootstrap_scram_credentials(&self, entries: &[ScramCredentialEntry]) -> Result<()> {
+        let missing = |image: &MetadataImage| -> Vec<ScramCredentialEntry> {
+            entries
+                .iter()
+                .filter(|e| {
+                    ScramMechanism::from_name(&e.mechanism)
+                        .is_some_and(|m| image.scram_credential(&e.user, m).is_none())
+                })
+                .cloned()
+                .collect()
+        };
+        if missing(&self.image()).is_empty() {
+            return Ok(());
+        }
+        self.commit_async(|image| {
+            Ok(MetadataRecord::ScramCredentials {
+                set: missing(image),
+                remove: Vec::new(),
+            })
+        })
+        .await
+        .map(|_| ())
+    }
+
     /// Adds ACL bindings (validated by the caller); those in force already are not recorded
     /// again.
     pub async fn create_acls(&self, bindings: Vec<AclBinding>) -> Result<()> {

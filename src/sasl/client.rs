@@ -5,7 +5,12 @@
 //!
 //! - PLAIN (RFC 4616): one message, `\0username\0password`;
 //! - SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802): client-first, client-final, and the server's
-//!   signature checked, so a node that does not know the password cannot pose as the peer.
+//!   signature checked, so a node that does not know the password cannot pose as the peer;
+//! - OAUTHBEARER (RFC 7628) with an unsecured JWT, as Kafka's `OAuthBearerLoginModule` makes
+//!   one without a login callback handler: claims from `unsecuredLoginStringClaim_<name>` and
+//!   `unsecuredLoginListClaim_<name>` (first character the separator), the principal claim
+//!   (`unsecuredLoginPrincipalClaimName`, `sub`) required, `iat` now and `exp` after
+//!   `unsecuredLoginLifetimeSeconds` (3600). For tests and development, as in Kafka.
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -18,8 +23,80 @@ use crate::config::{BrokerConfig, ConfigError};
 #[derive(Clone, PartialEq, Eq)]
 pub struct SaslLogin {
     pub mechanism: Mechanism,
+    /// PLAIN and SCRAM: the user; OAUTHBEARER: the token's principal.
     pub username: String,
     pub password: String,
+    /// OAUTHBEARER: the token's claims but `iat` and `exp`, and its lifetime.
+    pub token: Option<UnsecuredToken>,
+}
+
+/// What an OAUTHBEARER login's unsecured JWT says, from its JAAS options.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct UnsecuredToken {
+    pub claims: serde_json::Map<String, serde_json::Value>,
+    pub lifetime_secs: u64,
+}
+
+impl UnsecuredToken {
+    /// From the options of `OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="..."`.
+    pub fn from_options(options: &std::collections::BTreeMap<String, String>) -> Result<UnsecuredToken, String> {
+        use serde_json::Value;
+        let mut claims = serde_json::Map::new();
+        for (key, value) in options {
+            if let Some(name) = key.strip_prefix("unsecuredLoginStringClaim_") {
+                claims.insert(name.to_string(), Value::String(value.clone()));
+            } else if let Some(name) = key.strip_prefix("unsecuredLoginListClaim_") {
+                // Kafka's form: the first character separates the items (",a,b").
+                let mut chars = value.chars();
+                let items = match chars.next() {
+                    Some(separator) => chars
+                        .as_str()
+                        .split(separator)
+                        .filter(|i| !i.is_empty())
+                        .map(|i| Value::String(i.to_string()))
+                        .collect(),
+                    None => Vec::new(),
+                };
+                claims.insert(name.to_string(), Value::Array(items));
+            }
+        }
+        for reserved in ["iat", "exp"] {
+            if claims.contains_key(reserved) {
+                return Err(format!("the {reserved} claim is set by the login, not by its options"));
+            }
+        }
+        let principal_claim = options
+            .get("unsecuredLoginPrincipalClaimName")
+            .map_or("sub", |n| n.trim());
+        match claims.get(principal_claim) {
+            Some(Value::String(p)) if !p.trim().is_empty() => {}
+            _ => {
+                return Err(format!(
+                    "unsecuredLoginStringClaim_{principal_claim} names no principal"
+                ));
+            }
+        }
+        let lifetime_secs = match options.get("unsecuredLoginLifetimeSeconds") {
+            None => 3600,
+            Some(v) => v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|s| *s > 0)
+                .ok_or_else(|| format!("unsecuredLoginLifetimeSeconds={v:?} is not a number of seconds"))?,
+        };
+        Ok(UnsecuredToken { claims, lifetime_secs })
+    }
+
+    /// The client's initial response: `n,,\x01auth=Bearer <token>\x01\x01`, issued `now`.
+    fn message(&self, now: std::time::SystemTime) -> Vec<u8> {
+        let iat = now.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let mut claims = self.claims.clone();
+        claims.insert("iat".into(), iat.into());
+        claims.insert("exp".into(), iat.saturating_add(self.lifetime_secs).into());
+        let token = super::oauthbearer::unsecured_token(&serde_json::Value::Object(claims));
+        format!("n,,\u{1}auth=Bearer {token}\u{1}\u{1}").into_bytes()
+    }
 }
 
 impl std::fmt::Debug for SaslLogin {
@@ -40,15 +117,13 @@ impl SaslLogin {
         mechanism_key: &'static str,
         mechanism_name: &str,
     ) -> Result<SaslLogin, ConfigError> {
-        let mechanism = Mechanism::from_name(mechanism_name.trim())
-            .filter(|m| !matches!(m, Mechanism::OAuthBearer))
-            .ok_or_else(|| ConfigError {
-                key: mechanism_key.to_string(),
-                reason: format!(
-                    "listener {listener} is SASL: this node logs in to it by {mechanism_name}, which it does not \
-                     speak; set {mechanism_key} to PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"
-                ),
-            })?;
+        let mechanism = Mechanism::from_name(mechanism_name.trim()).ok_or_else(|| ConfigError {
+            key: mechanism_key.to_string(),
+            reason: format!(
+                "listener {listener} is SASL: this node logs in to it by {mechanism_name}, which it does not \
+                 speak; set {mechanism_key} to PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER"
+            ),
+        })?;
         let key = config.sasl_key_set(listener, Some(mechanism.name()), "sasl.jaas.config");
         let missing = |what: &str| ConfigError {
             key: key.clone(),
@@ -64,6 +139,18 @@ impl SaslLogin {
             key: key.clone(),
             reason,
         })?;
+        if mechanism == Mechanism::OAuthBearer {
+            let token = UnsecuredToken::from_options(&entry.options).map_err(|reason| ConfigError {
+                key: key.clone(),
+                reason: format!("this node logs in to listener {listener} by OAUTHBEARER: {reason}"),
+            })?;
+            return Ok(SaslLogin {
+                mechanism,
+                username: String::new(),
+                password: String::new(),
+                token: Some(token),
+            });
+        }
         let username = entry
             .options
             .get("username")
@@ -78,6 +165,7 @@ impl SaslLogin {
             mechanism,
             username,
             password,
+            token: None,
         })
     }
 }
@@ -94,6 +182,8 @@ enum State {
     ScramFinal {
         server_signature: Vec<u8>,
     },
+    /// OAUTHBEARER: the token sent; an empty answer accepts it, an error challenge refuses it.
+    Bearer,
     Done,
 }
 
@@ -129,7 +219,15 @@ impl SaslClient {
                 };
                 message.into_bytes()
             }
-            _ => {
+            Mechanism::OAuthBearer => {
+                self.state = State::Bearer;
+                match &self.login.token {
+                    Some(token) => token.message(std::time::SystemTime::now()),
+                    // Not made by from_config: an empty token, which the server refuses.
+                    None => b"n,,\x01auth=Bearer \x01\x01".to_vec(),
+                }
+            }
+            Mechanism::Plain => {
                 self.state = State::Done;
                 let mut message = Vec::with_capacity(2 + self.login.username.len() + self.login.password.len());
                 message.push(0);
@@ -167,6 +265,13 @@ impl SaslClient {
                 self.state = State::ScramFinal { server_signature };
                 Ok(Some(message.into_bytes()))
             }
+            State::Bearer => match server.is_empty() {
+                true => Ok(None),
+                false => Err(format!(
+                    "the server refused the token: {}",
+                    String::from_utf8_lossy(server)
+                )),
+            },
             State::ScramFinal { server_signature } => {
                 let text = std::str::from_utf8(server).map_err(|_| "server-final is not UTF-8".to_string())?;
                 if let Some(e) = text.strip_prefix("e=") {
@@ -253,6 +358,7 @@ mod tests {
             mechanism,
             username: "broker,1".into(),
             password: password.into(),
+            token: None,
         }
     }
 
@@ -312,5 +418,71 @@ mod tests {
         assert_eq!(client.start(), b"\0broker,1\0pw");
         assert!(client.done());
         assert_eq!(client.step(b""), Ok(None));
+    }
+
+    fn bearer(options: &[(&str, &str)]) -> Result<SaslLogin, String> {
+        let options = options.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Ok(SaslLogin {
+            mechanism: Mechanism::OAuthBearer,
+            username: String::new(),
+            password: String::new(),
+            token: Some(UnsecuredToken::from_options(&options)?),
+        })
+    }
+
+    #[test]
+    fn an_unsecured_token_is_what_kafkas_validator_accepts() {
+        use crate::sasl::oauthbearer::Validator;
+        let login = bearer(&[
+            ("unsecuredLoginStringClaim_sub", "broker"),
+            ("unsecuredLoginListClaim_scope", ",inter,broker"),
+            ("unsecuredLoginLifetimeSeconds", "600"),
+        ])
+        .unwrap();
+        let mut client = SaslClient::new(login);
+        let message = client.start();
+        let options = [("unsecuredValidatorRequiredScope".to_string(), "inter".to_string())].into();
+        let validator = Validator::from_options(&options).unwrap();
+        let accepted = validator.check(&message, std::time::SystemTime::now()).unwrap();
+        assert_eq!(accepted.principal, "broker");
+        assert!(
+            (599..=600).contains(&accepted.lifetime.as_secs()),
+            "{:?}",
+            accepted.lifetime
+        );
+        // The server's empty answer ends the exchange; an error challenge is a refusal.
+        assert_eq!(client.step(b""), Ok(None));
+        let mut client = SaslClient::new(bearer(&[("unsecuredLoginStringClaim_sub", "broker")]).unwrap());
+        let message = client.start();
+        let refused = validator.check(&message, std::time::SystemTime::now()).unwrap_err();
+        let challenge = refused.challenge();
+        assert!(client.step(&challenge).unwrap_err().contains("insufficient_scope"));
+    }
+
+    #[test]
+    fn an_unsecured_login_needs_its_principal() {
+        assert!(bearer(&[]).is_err());
+        assert!(bearer(&[("unsecuredLoginStringClaim_user", "x")]).is_err());
+        assert!(
+            bearer(&[
+                ("unsecuredLoginPrincipalClaimName", "user"),
+                ("unsecuredLoginStringClaim_user", "x")
+            ])
+            .is_ok()
+        );
+        assert!(
+            bearer(&[
+                ("unsecuredLoginStringClaim_sub", "x"),
+                ("unsecuredLoginStringClaim_exp", "1")
+            ])
+            .is_err()
+        );
+        assert!(
+            bearer(&[
+                ("unsecuredLoginStringClaim_sub", "x"),
+                ("unsecuredLoginLifetimeSeconds", "soon")
+            ])
+            .is_err()
+        );
     }
 }

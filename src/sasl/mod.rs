@@ -17,6 +17,7 @@
 //! expiry, if sooner): the client re-authenticates on the same connection, as the same
 //! principal and mechanism, or is closed at its next request.
 
+pub mod bootstrap;
 pub mod client;
 pub mod jaas;
 pub mod oauthbearer;
