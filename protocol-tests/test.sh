@@ -15,9 +15,12 @@ stage() {
 }
 
 # librdkafka's test suite is built (apt-get, then C) while the Rust stages run: its log is shown
-# only if it fails, and its stage waits for it.
+# only if it fails, and its stage waits for it. A second build with libcurl (Debian builds it
+# without) serves the OIDC test, 0126.
 RDK_BUILD_LOG=$(mktemp "${TMPDIR:-/tmp}/sluice-rdk-build.XXXXXX")
-protocol-tests/librdkafka/build.sh >"$RDK_BUILD_LOG" 2>&1 &
+RDK_CURL_DIR=${RDK_CURL_DIR:-/tmp/sluice-rdk-curl}
+{ protocol-tests/librdkafka/build.sh && RDK_CURL=1 RDK_BUILD_DIR=$RDK_CURL_DIR protocol-tests/librdkafka/build.sh; } \
+    >"$RDK_BUILD_LOG" 2>&1 &
 RDK_BUILD_PID=$!
 REL=target/static/x86_64-unknown-linux-gnu/release/sluice
 librdkafka_suite() {
@@ -38,6 +41,10 @@ stage "librdkafka test suite" librdkafka_suite
 # Its security group and a test of each capability over SASL_PLAINTEXT (PLAIN) with the
 # authorizer on: 0135 changes credentials after a failed login.
 stage "librdkafka tests over SASL with ACLs" env SLUICE_SECURITY=sasl_plaintext SLUICE_BIN=$REL protocol-tests/librdkafka/run.sh security 0001 0012 0029 0040 0090 0099 0129
+# Over mutual TLS (0097 loads the client certificate as PEM, DER and PKCS#12), and over
+# SASL/OAUTHBEARER with OIDC tokens on three nodes (0126, on the libcurl build).
+stage "librdkafka tests over mutual TLS" env SLUICE_SECURITY=ssl SLUICE_BIN=$REL protocol-tests/librdkafka/run.sh security 0001 0012 0040
+stage "librdkafka tests over OAUTHBEARER (OIDC), 3 nodes" env SLUICE_NODES=3 SLUICE_SECURITY=sasl_oauthbearer RDK_BUILD_DIR=$RDK_CURL_DIR SLUICE_BIN=$REL protocol-tests/librdkafka/run.sh security 0001 0012
 # The same suite's non-group tests against three nodes (each broker and controller): routing,
 # coordinators and transaction markers across brokers (the whole expected set passes there
 # too, in ~15 min: SLUICE_NODES=3 run.sh expected).

@@ -6,14 +6,17 @@
 # Checks: an admin (PLAIN) creates SCRAM users with AlterUserScramCredentials and reads them
 # back with DescribeUserScramCredentials; kcat over SASL_SSL with SCRAM-SHA-512 and
 # confluent-kafka over SASL_SSL with SCRAM-SHA-256 produce and consume; confluent-kafka with an
-# unsecured OAUTHBEARER token; a wrong SCRAM password, an unknown mechanism and a client
+# unsecured OAUTHBEARER token, and with one fetched by OIDC (sasl.oauthbearer.method=oidc) from
+# librdkafka/oidc_server.py, whose expired and malformed tokens the client refuses, and whose
+# signed one (alg RS256) the broker's unsecured validator refuses; a wrong SCRAM password, an unknown mechanism and a client
 # without SASL are refused; the broker is unharmed by all of it.
 #
 #   protocol-tests/clients/test_sasl.sh          (SLUICE_BIN, SLUICE_PYTHON from run.sh)
 set -euo pipefail
 
 NAME=sasl
-source "$(dirname "${BASH_SOURCE[0]}")/tls_common.sh"
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source "$HERE/tls_common.sh"
 
 PLAIN=$(port) SASLP=$(port) SASLS=$(port)
 JAAS='org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";'
@@ -68,6 +71,13 @@ kc -b "127.0.0.1:$SASLS" "${SCRAM512[@]}" -C -t "$T" -o beginning -e -q >read ||
 ok "kcat: 100 records produced and consumed over SASL_SSL with SCRAM-SHA-512"
 
 # --- confluent-kafka: SCRAM-SHA-256 over SASL_SSL, OAUTHBEARER over SASL_PLAINTEXT ------------
+# The OIDC token endpoint (unsecured JWTs: valid, expired, malformed), as trivup serves 0126.
+"$PY" "$HERE/../librdkafka/oidc_server.py" "$TMP/oidc.port" 2>"$TMP/oidc.log" &
+OIDC_PID=$!
+trap 'kill "$OIDC_PID" 2>/dev/null; cleanup' EXIT
+for _ in $(seq 50); do [[ -s $TMP/oidc.port ]] && break; sleep 0.1; done
+[[ -s $TMP/oidc.port ]] || fail "oidc_server.py did not start: $(tail -n 3 "$TMP/oidc.log")"
+OIDC=http://127.0.0.1:$(cat "$TMP/oidc.port")
 cat >clients.py <<'PYEOF'
 import sys, uuid
 from confluent_kafka import Consumer, Producer, KafkaException
@@ -92,7 +102,7 @@ def roundtrip(conf, topic, n):
     c.close()
     assert got == [f"v{i}" for i in range(n)], got[:5]
 
-saslp, sasls, ca = sys.argv[1:4]
+saslp, sasls, ca, oidc_url = sys.argv[1:5]
 roundtrip({"bootstrap.servers": sasls, "security.protocol": "SASL_SSL", "ssl.ca.location": ca,
            "sasl.mechanisms": "SCRAM-SHA-256", "sasl.username": "bob", "sasl.password": "bob-secret"},
           "scram256-" + uuid.uuid4().hex[:8], 50)
@@ -102,6 +112,25 @@ roundtrip({"bootstrap.servers": saslp, "security.protocol": "SASL_PLAINTEXT",
            "sasl.oauthbearer.config": "principal=carol"},
           "oauth-" + uuid.uuid4().hex[:8], 50)
 print("OAUTHBEARER (unsecured JWT) over SASL_PLAINTEXT: 50 records")
+oidc = lambda path: {"bootstrap.servers": saslp, "security.protocol": "SASL_PLAINTEXT",
+                     "sasl.mechanisms": "OAUTHBEARER", "sasl.oauthbearer.method": "oidc",
+                     "sasl.oauthbearer.client.id": "sluice-test", "sasl.oauthbearer.client.secret": "s3cret",
+                     "sasl.oauthbearer.scope": "test", "sasl.oauthbearer.token.endpoint.url": oidc_url + path}
+roundtrip(oidc("/valid"), "oidc-" + uuid.uuid4().hex[:8], 50)
+print("OAUTHBEARER with a token fetched by OIDC: 50 records")
+for path in ("/expired", "/invalid", "/signed"):
+    errors = []
+    c = Consumer(dict(oidc(path), **{"group.id": "g", "error_cb": lambda e: errors.append(e)}))
+    try:
+        c.list_topics(timeout=5)
+        raise SystemExit(f"an OIDC token from {path} listed topics")
+    except KafkaException:
+        pass
+    c.close()
+    assert errors, f"no error reported for the {path} token"
+    if path == "/signed":  # taken by the client, refused by the broker
+        assert any("SASL authentication error" in str(e) for e in errors), errors
+    print(f"OIDC token from {path} refused:", errors[0])
 # A wrong SCRAM password: no metadata, an authentication error.
 errors = []
 c = Consumer({"bootstrap.servers": sasls, "security.protocol": "SASL_SSL", "ssl.ca.location": ca,
@@ -116,7 +145,7 @@ c.close()
 assert any("uthentication" in str(e) for e in errors), errors
 print("wrong password refused:", errors[0])
 PYEOF
-timeout 120 "$PY" clients.py "127.0.0.1:$SASLP" "127.0.0.1:$SASLS" "$TMP/ca.pem" >clients.out 2>clients.err ||
+timeout 120 "$PY" clients.py "127.0.0.1:$SASLP" "127.0.0.1:$SASLS" "$TMP/ca.pem" "$OIDC" >clients.out 2>clients.err ||
     fail "confluent-kafka: $(tail -n 3 clients.out) $(tail -n 5 clients.err)"
 while read -r line; do ok "confluent-kafka: $line"; done <clients.out
 

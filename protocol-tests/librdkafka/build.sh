@@ -10,6 +10,10 @@
 #   RDK_VERSION=2.0.2-1             Debian source version (default: what apt picks; bookworm
 #                                   has 2.0.2, which expected.txt describes)
 #   RDK_JOBS=N                      make -j (default: number of cores)
+#   RDK_CURL=1                      build with libcurl (libcurl4-openssl-dev), for OIDC
+#                                   (sasl.oauthbearer.method=oidc, test 0126). Debian's own
+#                                   package is built without it, so the default is not to;
+#                                   use a build dir of its own (RDK_BUILD_DIR=/tmp/sluice-rdk-curl)
 #
 # Needs root (apt-get). The source comes from `apt-get source librdkafka`, with Debian's
 # own patches applied and nothing else: the test-runner is the one a Debian user builds.
@@ -22,6 +26,8 @@ JOBS=${RDK_JOBS:-$(nproc)}
 # Build dependencies of the library and the tests (rapidjson: 0053's stats schema check).
 DEPS=(dpkg-dev build-essential pkg-config python3 zlib1g-dev libssl-dev libsasl2-dev
       libzstd-dev liblz4-dev rapidjson-dev)
+CURL=(--disable-curl)
+if [[ ${RDK_CURL:-} == 1 ]]; then DEPS+=(libcurl4-openssl-dev); CURL=(--enable-curl); fi
 
 mkdir -p "$BUILD_DIR"
 BUILD_DIR=$(cd "$BUILD_DIR" && pwd)
@@ -86,8 +92,8 @@ ver=${SRC##*/librdkafka-}
 # --- 3. configure, library, test-runner ----------------------------------------------
 cd "$SRC"
 # --no-download: only system libraries (no bundled copies fetched from the network).
-# No libcurl: only the OIDC test (0126, needs a token server) would use it.
-[[ -f Makefile.config ]] || quiet ./configure --no-download --disable-curl --prefix=/usr/local
+# No libcurl (as Debian builds it) unless RDK_CURL=1: only OIDC (0126) uses it.
+[[ -f Makefile.config ]] || quiet ./configure --no-download "${CURL[@]}" --prefix=/usr/local
 quiet make -j"$JOBS" libs
 # `make -C tests` would also run the whole suite against localhost:9092: `build` only builds
 # (test-runner, and the interceptor plugin that 0066 loads).

@@ -21,7 +21,18 @@
 #                                     SASL_PLAINTEXT (PLAIN and SCRAM, users from the JAAS
 #                                     line), with the authorizer on (StandardAuthorizer,
 #                                     allow.everyone.if.no.acl.found=true); test.conf logs in
-#                                     with PLAIN (what trivup writes for a SASL cluster)
+#                                     with PLAIN (what trivup writes for a SASL cluster);
+#                                     ssl: one SSL listener with ssl.client.auth=required,
+#                                     test.conf and trivup's SSL_* variables pointing at a CA
+#                                     and a client certificate made here by openssl (PEM, DER,
+#                                     PKCS#12; key password-protected) for 0097;
+#                                     sasl_oauthbearer: SASL_PLAINTEXT with OAUTHBEARER, clients
+#                                     fetching their token by OIDC from oidc_server.py (trivup's
+#                                     VALID_/INVALID_/EXPIRED_TOKEN_OIDC_URL) for 0126, which
+#                                     needs 3 nodes (replication factor 3) and a test-runner
+#                                     built with libcurl (build.sh with RDK_CURL=1)
+#                                     expected.txt's expectation `sasl`, `ssl` or
+#                                     `sasl_oauthbearer` passes in that mode and skips in others
 #   SLUICE_LOG=info                   the broker's RUST_LOG (e.g. debug); its log is split per
 #                                     test into NNNN.broker.log next to the test's NNNN.log
 #   RDK_BUILD_DIR=/tmp/sluice-rdk     build.sh's directory
@@ -75,7 +86,7 @@ SCENARIO=${TEST_SCENARIO:-default}
 # test's load can push over (0102's max.poll.interval phase failed in the first parallel run,
 # beside other group tests; 0049, 0059, 0061 and 0086 are the timing-bound ones retried below).
 SOLO=" 0049 0059 0061 0086 0102 "
-QUICK_DROPS_CASES=" 0018 0019 0022 0026 0030 0045 0055 0061 0081 0082 0094 0098 0102 0103 0113 0122 0132 0137 "
+QUICK_DROPS_CASES=" 0018 0019 0022 0026 0030 0045 0055 0061 0081 0082 0094 0098 0102 0103 0113 0122 0126 0132 0137 "
 
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
 die() { echo "run.sh: $*" >&2; exit 2; }
@@ -101,9 +112,12 @@ expectation_of() {
     if [[ $e == cluster ]]; then
         if ((${SLUICE_NODES:-1} > 1)); then e=pass; else e=pending; fi
     fi
-    if [[ $e == sasl ]]; then
-        if [[ ${SLUICE_SECURITY:-plaintext} == sasl_plaintext ]]; then e=pass; else e=skip; fi
-    fi
+    # A mode's own tests: `sasl` is sasl_plaintext's.
+    case $e in
+        sasl | ssl | sasl_oauthbearer)
+            [[ $e == sasl ]] && e=sasl_plaintext
+            if [[ ${SLUICE_SECURITY:-plaintext} == "$e" ]]; then e=pass; else e=skip; fi ;;
+    esac
     echo "$e"
 }
 reason_of() { rows | awk -v t="$1" '$1 == t { $1 = $2 = $3 = $4 = ""; sub(/^ +/, ""); print; exit }'; }
@@ -111,7 +125,7 @@ expand() {
     local a=$1 lo hi
     case $a in
         expected) rows | awk -v n="${SLUICE_NODES:-1}" -v s="${SLUICE_SECURITY:-plaintext}" \
-            '$4 == "pass" || ($4 == "cluster" && n > 1) || ($4 == "sasl" && s == "sasl_plaintext") { print $1 }' ;;
+            '$4 == "pass" || ($4 == "cluster" && n > 1) || ($4 == "sasl" && s == "sasl_plaintext") || ($4 == s && s != "plaintext") { print $1 }' ;;
         all) rows | awk '{ print $1 }' ;;
         *[!0-9-]*) rows | awk -v g="$a" '$3 == g { print $1 }' | grep . || die "unknown group: $a" ;;
         *-*)
@@ -142,9 +156,56 @@ NODES=${SLUICE_NODES:-1}
 SECURITY=${SLUICE_SECURITY:-plaintext}
 case $SECURITY in
     plaintext) ;;
-    sasl_plaintext) ((NODES == 1)) || { echo "run.sh: SLUICE_SECURITY=sasl_plaintext needs one node" >&2; exit 2; } ;;
-    *) echo "run.sh: SLUICE_SECURITY is plaintext or sasl_plaintext, not $SECURITY" >&2; exit 2 ;;
+    sasl_plaintext | ssl)
+        ((NODES == 1)) || { echo "run.sh: SLUICE_SECURITY=$SECURITY needs one node" >&2; exit 2; } ;;
+    # On several nodes the brokers replicate over a PLAINTEXT listener of their own (INTERNAL).
+    sasl_oauthbearer) ;;
+    *) echo "run.sh: SLUICE_SECURITY is plaintext, sasl_plaintext, ssl or sasl_oauthbearer, not $SECURITY" >&2; exit 2 ;;
 esac
+# ssl: a CA, the broker's PEM keystore (localhost, 127.0.0.1) and a client certificate in the
+# encodings 0097 loads, with trivup's variable names; kept with the run's logs. Certificates
+# are X.509 v3 (extensions given): rustls, like browsers, refuses v1 ones.
+PKI=$OUT/pki SSL_PASSWORD=use_strong_password
+declare -a SSL_ENV=()
+make_pki() {
+    mkdir -p "$PKI"
+    local o=(-days 30)
+    (
+        cd "$PKI" || exit 1
+        openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem "${o[@]}" -subj /CN=sluice-rdk-ca 2>/dev/null &&
+        openssl req -x509 -newkey rsa:2048 -nodes -keyout other-ca.key -out other-ca.pem "${o[@]}" -subj /CN=sluice-rdk-other-ca 2>/dev/null &&
+        cat ca.pem other-ca.pem >all-cas.pem &&
+        openssl x509 -in ca.pem -outform DER -out ca.der &&
+        openssl req -newkey rsa:2048 -nodes -keyout broker.key -out broker.csr -subj /CN=localhost 2>/dev/null &&
+        printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' >broker.ext &&
+        openssl x509 -req -in broker.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out broker.crt "${o[@]}" -extfile broker.ext 2>/dev/null &&
+        cat broker.key broker.crt >broker-keystore.pem &&
+        openssl req -newkey rsa:2048 -keyout client.key -passout "pass:$SSL_PASSWORD" -out client.csr -subj /CN=client 2>/dev/null &&
+        printf 'basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n' >client.ext &&
+        openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out client.pem "${o[@]}" -extfile client.ext 2>/dev/null &&
+        openssl x509 -in client.pem -outform DER -out client.der &&
+        openssl pkey -in client.key -passin "pass:$SSL_PASSWORD" -outform DER -out client.key.der &&
+        openssl pkcs12 -export -in client.pem -inkey client.key -certfile ca.pem -passin "pass:$SSL_PASSWORD" \
+            -passout "pass:$SSL_PASSWORD" -out client.p12
+    ) || { echo "run.sh: openssl could not make the test certificates (in $PKI)" >&2; exit 2; }
+    SSL_ENV=(SSL_ca_pem="$PKI/ca.pem" SSL_ca_der="$PKI/ca.der" SSL_all_cas_pem="$PKI/all-cas.pem"
+             SSL_pub_pem="$PKI/client.pem" SSL_pub_der="$PKI/client.der"
+             SSL_priv_pem="$PKI/client.key" SSL_priv_der="$PKI/client.key.der"
+             SSL_pkcs="$PKI/client.p12" SSL_password="$SSL_PASSWORD")
+}
+[[ $SECURITY == ssl ]] && make_pki
+# sasl_oauthbearer: the token endpoint, for as long as the run.
+OIDC_PID= OIDC_URL=
+declare -a OIDC_ENV=()
+if [[ $SECURITY == sasl_oauthbearer ]]; then
+    python3 "$HERE/oidc_server.py" "$OUT/oidc.port" 2>>"$OUT/oidc.log" &
+    OIDC_PID=$!
+    for _ in $(seq 50); do [[ -s $OUT/oidc.port ]] && break; sleep 0.1; done
+    [[ -s $OUT/oidc.port ]] || { echo "run.sh: oidc_server.py did not start (see $OUT/oidc.log)" >&2; exit 2; }
+    OIDC_URL=http://127.0.0.1:$(cat "$OUT/oidc.port")
+    OIDC_ENV=(VALID_OIDC_URL="$OIDC_URL/valid" INVALID_OIDC_URL="$OIDC_URL/invalid"
+              EXPIRED_TOKEN_OIDC_URL="$OIDC_URL/expired")
+fi
 SASL_USER=testuser SASL_PASSWORD=testpass
 declare -a NODE_PIDS=()
 BROKER_PID=   # the first node's: the tests' "is the broker alive" check
@@ -161,12 +222,13 @@ stop_broker() {
     NODE_PIDS=()
     BROKER_PID=
 }
-trap 'stop_broker; rm -rf "$DATA"' EXIT
+trap 'stop_broker; [[ -z ${OIDC_PID:-} ]] || kill "$OIDC_PID" 2>/dev/null; rm -rf "$DATA"' EXIT
 trap 'exit 130' INT TERM
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-declare -a PORTS=() CPORTS=()
-for ((n = 1; n <= NODES; n++)); do PORTS+=("$(free_port)"); CPORTS+=("$(free_port)"); done
+declare -a PORTS=() CPORTS=() IPORTS=()
+for ((n = 1; n <= NODES; n++)); do PORTS+=("$(free_port)"); CPORTS+=("$(free_port)"); IPORTS+=("$(free_port)"); done
+OAUTH_JAAS="org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
 BROKERS=$(printf '127.0.0.1:%s,' "${PORTS[@]}"); BROKERS=${BROKERS%,}
 VOTERS=
 for ((n = 1; n <= NODES; n++)); do VOTERS+="$n@127.0.0.1:${CPORTS[n-1]},"; done
@@ -192,6 +254,21 @@ start_broker() {
                   --set "listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username=\"$SASL_USER\" password=\"$SASL_PASSWORD\" user_$SASL_USER=\"$SASL_PASSWORD\";"
                   --set authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
                   --set allow.everyone.if.no.acl.found=true)
+        elif [[ $SECURITY == ssl ]]; then
+            args=(--set "listeners=SSL://$BROKERS" --set "ssl.keystore.location=$PKI/broker-keystore.pem"
+                  --set "ssl.truststore.location=$PKI/ca.pem" --set ssl.client.auth=required)
+        elif [[ $SECURITY == sasl_oauthbearer ]] && ((NODES == 1)); then
+            args=(--set "listeners=SASL_PLAINTEXT://$BROKERS" --set sasl.enabled.mechanisms=OAUTHBEARER
+                  --set "listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config=$OAUTH_JAAS")
+        elif [[ $SECURITY == sasl_oauthbearer ]]; then
+            # shellcheck disable=SC2054 # the commas are inside one --set value
+            args=(--node-id "$n" --set process.roles=broker,controller
+                  --set "listeners=SASL_PLAINTEXT://127.0.0.1:${PORTS[n-1]},INTERNAL://127.0.0.1:${IPORTS[n-1]},CONTROLLER://127.0.0.1:${CPORTS[n-1]}"
+                  --set "advertised.listeners=SASL_PLAINTEXT://127.0.0.1:${PORTS[n-1]},INTERNAL://127.0.0.1:${IPORTS[n-1]}"
+                  --set listener.security.protocol.map=SASL_PLAINTEXT:SASL_PLAINTEXT,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT
+                  --set inter.broker.listener.name=INTERNAL --set sasl.enabled.mechanisms=OAUTHBEARER
+                  --set "listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config=$OAUTH_JAAS"
+                  --set controller.listener.names=CONTROLLER --set "controller.quorum.voters=$VOTERS")
         elif ((NODES == 1)); then
             args=(--listen "$BROKERS")
         else
@@ -230,6 +307,21 @@ start_broker
         echo "sasl.mechanism=PLAIN"
         echo "sasl.username=$SASL_USER"
         echo "sasl.password=$SASL_PASSWORD"
+    elif [[ $SECURITY == ssl ]]; then
+        echo "security.protocol=SSL"
+        echo "ssl.ca.location=$PKI/ca.pem"
+        echo "ssl.certificate.location=$PKI/client.pem"
+        echo "ssl.key.location=$PKI/client.key"
+        echo "ssl.key.password=$SSL_PASSWORD"
+    elif [[ $SECURITY == sasl_oauthbearer ]]; then
+        # Lower case: 0126 looks for "sasl" in it with strstr().
+        echo "security.protocol=sasl_plaintext"
+        echo "sasl.mechanism=OAUTHBEARER"
+        echo "sasl.oauthbearer.method=oidc"
+        echo "sasl.oauthbearer.client.id=sluice-rdk"
+        echo "sasl.oauthbearer.client.secret=sluice-rdk-secret"
+        echo "sasl.oauthbearer.scope=test"
+        echo "sasl.oauthbearer.token.endpoint.url=$OIDC_URL/valid"
     else
         echo "security.protocol=PLAINTEXT"
     fi
@@ -281,7 +373,7 @@ run_one() {
     t0=$(date +%s.%N)
     { (
         cd "$TESTS_DIR" || exit 99
-        exec env -u CI -u KAFKA_VERSION -u KAFKA_PATH \
+        exec env -u CI -u KAFKA_VERSION -u KAFKA_PATH "${SSL_ENV[@]}" "${OIDC_ENV[@]}" \
             TESTS="$t" RDKAFKA_TEST_CONF="$OUT/test.conf" TEST_KAFKA_VERSION="$KVER" \
             TEST_SCENARIO="$SCENARIO" BROKERS="$BROKERS" TEST_REPORT="$OUT/$t.json" \
             LD_LIBRARY_PATH="$SRC_DIR/src:$SRC_DIR/src-cpp" \
