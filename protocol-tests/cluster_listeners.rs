@@ -401,20 +401,24 @@ async fn brokers_fetch_from_each_other_over_mutual_tls() {
     cluster.stop_all().await;
 }
 
-/// OAUTHBEARER between brokers, with Kafka's unsecured tokens (for tests and development): the
-/// JAAS line gives both the login's claims and the listener's validator, which requires a
-/// scope the login's token carries.
+/// OAUTHBEARER between brokers and to the controllers, with Kafka's unsecured tokens (for tests
+/// and development): the JAAS line gives both the login's claims and the listeners' validator,
+/// which requires a scope the login's token carries. The quorum forming proves the controller
+/// logins, a min.insync.replicas=3 topic kept writable the brokers'.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn brokers_log_in_to_each_other_with_oauthbearer() {
     let jaas = r#"org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="broker" unsecuredLoginListClaim_scope=",cluster" unsecuredValidatorRequiredScope="cluster";"#;
     let settings = [
         (
             "listener.security.protocol.map",
-            "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
         ),
         ("listener.name.internal.sasl.enabled.mechanisms", "OAUTHBEARER"),
         ("listener.name.internal.oauthbearer.sasl.jaas.config", jaas),
         ("sasl.mechanism.inter.broker.protocol", "OAUTHBEARER"),
+        ("listener.name.controller.sasl.enabled.mechanisms", "OAUTHBEARER"),
+        ("listener.name.controller.oauthbearer.sasl.jaas.config", jaas),
+        ("sasl.mechanism.controller.protocol", "OAUTHBEARER"),
         (
             "authorizer.class.name",
             "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
