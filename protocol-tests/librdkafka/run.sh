@@ -348,10 +348,14 @@ printf 'test\tname\tresult\texpected\tseconds\treason\n' >"$RES"
 RUN_START=$SECONDS
 # run_one TEST: runs it (retrying once where noted below), prints its PASS/FAIL/SKIP line and
 # appends its row to results.tsv. Runs in a subshell of its own when RDK_PARALLEL > 1.
+# test_source TEST: sets src (its .c/.cpp file, empty if none) and name (e.g. produce_consume).
+test_source() {
+    src=$(ls "$TESTS_DIR/$1"-*.c "$TESTS_DIR/$1"-*.cpp 2>/dev/null | head -n1)
+    name=${src##*/}; name=${name#*-}; name=${name%.c*}
+}
 run_one() {
     local t=$1 src name exp log attempt args blog_from t0 rc secs summary firstfail reason res note
-    src=$(ls "$TESTS_DIR/$t"-*.c "$TESTS_DIR/$t"-*.cpp 2>/dev/null | head -n1)
-    name=${src##*/}; name=${name#*-}; name=${name%.c*}
+    test_source "$t"
     exp=$(expectation_of "$t"); exp=${exp:-unlisted}
     log=$OUT/$t.log
     if [[ -z $src ]]; then
@@ -466,8 +470,7 @@ reap() {
 }
 for t in "${LIST[@]}"; do
     if ((BUDGET > 0 && SECONDS - RUN_START >= BUDGET)); then
-        src=$(ls "$TESTS_DIR/$t"-*.c "$TESTS_DIR/$t"-*.cpp 2>/dev/null | head -n1)
-        name=${src##*/}; name=${name#*-}; name=${name%.c*}
+        test_source "$t"
         reason="not started: the run used up RDK_BUDGET (${BUDGET}s)"
         echo "FAIL $t $name: $reason"
         printf '%s\t%s\tFAIL\t%s\t0\t%s\n' "$t" "$name" "$(expectation_of "$t")" "$reason" >>"$RES"; continue
