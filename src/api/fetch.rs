@@ -19,6 +19,7 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::fetch_request::FetchPartition;
 use kafka_protocol::messages::fetch_response::{
@@ -30,11 +31,12 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::leader_hints::LeaderHints;
+use super::spliced::Regions;
 use super::{Ctx, Versions};
 use crate::acl::{Operation, ResourceType};
 use crate::error::Error;
-use crate::replica::Partition;
 use crate::replica::purgatory::DelayedFetch;
+use crate::replica::{Partition, PartitionRead};
 use std::sync::Arc;
 
 pub const VERSIONS: Versions = Versions::new(ApiKey::Fetch, 4, 18);
@@ -44,6 +46,9 @@ pub const VERSIONS: Versions = Versions::new(ApiKey::Fetch, 4, 18);
 const FETCH_WAIT_MS_MAX: u64 = 60_000;
 /// `isolation_level` 1 = READ_COMMITTED.
 const READ_COMMITTED: i8 = 1;
+/// A consumer's records of at least this many bytes are sent from the log file (`spliced`);
+/// smaller ones are read into the response, which costs one write instead of a sendfile each.
+const SPLICE_MIN_BYTES: usize = 16 << 10;
 
 /// One requested partition, resolved.
 struct Wanted {
@@ -52,11 +57,13 @@ struct Wanted {
     partition: Result<Arc<Partition>, i16>,
 }
 
-pub async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchResponse {
+/// The response, and the regions its records placeholders stand for (see `spliced`).
+pub async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> (FetchResponse, Regions) {
     // KIP-227: epochs 0 (new session) and -1 (sessionless) are full fetches; anything else names
     // a session we never created.
     if req.session_epoch != 0 && req.session_epoch != -1 {
-        return FetchResponse::default().with_error_code(ResponseError::FetchSessionIdNotFound.code());
+        let response = FetchResponse::default().with_error_code(ResponseError::FetchSessionIdNotFound.code());
+        return (response, Regions::default());
     }
     // A follower's fetch (Kafka's replica id, from v15 in ReplicaState): it reads up to the
     // log end and its fetch offset tells the leader how far it holds the log.
@@ -125,7 +132,8 @@ pub async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchResponse
     let min_bytes = usize::try_from(req.min_bytes).unwrap_or(0).min(max_bytes);
     let read_committed = req.isolation_level == READ_COMMITTED && replica.is_none();
     if replica.is_some() {
-        return follower_read(ctx, version, topics, &wanted, max_bytes, min_bytes, deadline).await;
+        let response = follower_read(ctx, version, topics, &wanted, max_bytes, min_bytes, deadline).await;
+        return (response, Regions::default());
     }
     // Watch before reading so an append between the read and the wait is not missed.
     let mut delayed = DelayedFetch::new(min_bytes, read_committed);
@@ -134,16 +142,19 @@ pub async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchResponse
             delayed.watch(p.clone(), w.request.fetch_offset, w.request.partition_max_bytes);
         }
     }
-    let (answers, bytes, any_error) = read_all(&wanted, max_bytes, Read::Consumer { read_committed }, version);
+    let consumer = Read::Consumer { read_committed };
+    let mut regions = Regions::default();
+    let (answers, bytes, any_error) = read_all(&wanted, max_bytes, consumer, version, &mut regions);
     if bytes >= min_bytes || any_error || delayed.is_empty() || Instant::now() >= deadline {
-        return respond(ctx, version, topics, &wanted, answers);
+        return (respond(ctx, version, topics, &wanted, answers), regions);
     }
     // What was read is let go while waiting; the purgatory judges the wait from file
     // positions, and the records are read once more when it ends, however it ends.
-    drop(answers);
+    drop((answers, regions));
     delayed.complete(deadline).await;
-    let (answers, _, _) = read_all(&wanted, max_bytes, Read::Consumer { read_committed }, version);
-    respond(ctx, version, topics, &wanted, answers)
+    let mut regions = Regions::default();
+    let (answers, _, _) = read_all(&wanted, max_bytes, consumer, version, &mut regions);
+    (respond(ctx, version, topics, &wanted, answers), regions)
 }
 
 fn respond(
@@ -239,14 +250,14 @@ async fn follower_read(
         .iter()
         .filter_map(|w| w.partition.as_ref().ok().map(|p| p.log_end_watch()))
         .collect();
-    let (answers, bytes, any_error) = read_all(wanted, max_bytes, Read::Follower, version);
+    let (answers, bytes, any_error) = read_all(wanted, max_bytes, Read::Follower, version, &mut Regions::default());
     if bytes >= min_bytes.max(1) || any_error || ends.is_empty() || Instant::now() >= deadline {
         return respond(ctx, version, topics, wanted, answers);
     }
     drop(answers);
     let moved = futures::future::select_all(ends.iter_mut().map(|rx| Box::pin(rx.changed())));
     let _ = tokio::time::timeout_at(deadline, moved).await;
-    let (answers, _, _) = read_all(wanted, max_bytes, Read::Follower, version);
+    let (answers, _, _) = read_all(wanted, max_bytes, Read::Follower, version, &mut Regions::default());
     respond(ctx, version, topics, wanted, answers)
 }
 
@@ -263,7 +274,13 @@ enum Read {
 /// (already capped at `fetch.max.bytes`) is shared across the partitions in request order, so
 /// the records held at once never exceed it, plus the one KIP-74 batch of the first non-empty
 /// partition.
-fn read_all(wanted: &[Wanted], max_bytes: usize, read: Read, version: i16) -> (Vec<PartitionData>, usize, bool) {
+fn read_all(
+    wanted: &[Wanted],
+    max_bytes: usize,
+    read: Read,
+    version: i16,
+    regions: &mut Regions,
+) -> (Vec<PartitionData>, usize, bool) {
     let mut remaining = max_bytes;
     let mut total = 0usize;
     let mut any_error = false;
@@ -275,9 +292,8 @@ fn read_all(wanted: &[Wanted], max_bytes: usize, read: Read, version: i16) -> (V
                 any_error = true;
                 error_data(index, *code, None)
             }
-            Ok(p) => match read_one(p, &w.request, remaining, total == 0, read, version) {
-                Ok(data) => {
-                    let len = data.records.as_ref().map_or(0, |r| r.len());
+            Ok(p) => match read_one(p, &w.request, remaining, total == 0, read, version, regions) {
+                Ok((data, len)) => {
                     total += len;
                     remaining = remaining.saturating_sub(len);
                     data
@@ -293,6 +309,7 @@ fn read_all(wanted: &[Wanted], max_bytes: usize, read: Read, version: i16) -> (V
     (answers, total, any_error)
 }
 
+/// One partition's answer and the bytes of its records.
 fn read_one(
     p: &Partition,
     req: &FetchPartition,
@@ -300,13 +317,33 @@ fn read_one(
     first: bool,
     read: Read,
     version: i16,
-) -> Result<PartitionData, Error> {
+    regions: &mut Regions,
+) -> Result<(PartitionData, usize), Error> {
     check_leader_epoch(p, req, version)?;
     let limit = usize::try_from(req.partition_max_bytes).unwrap_or(0).min(remaining);
     let read = match read {
-        Read::Consumer { read_committed } => p.read_with(req.fetch_offset, limit, first, read_committed)?,
+        Read::Consumer { read_committed } => {
+            let read = p.read_region_with(req.fetch_offset, limit, first, read_committed)?;
+            let records = match read.records {
+                None => Bytes::new(),
+                // Small reads are read now: one write beats a sendfile per partition.
+                Some(region) if region.len() < SPLICE_MIN_BYTES => Bytes::from(region.read()?),
+                Some(region) => match regions.placeholder(region) {
+                    Ok(placeholder) => placeholder,
+                    Err(region) => Bytes::from(region.read()?),
+                },
+            };
+            PartitionRead {
+                records,
+                high_watermark: read.high_watermark,
+                log_start_offset: read.log_start_offset,
+                last_stable_offset: read.last_stable_offset,
+                aborted: read.aborted,
+            }
+        }
         Read::Follower => p.read_for_follower(req.fetch_offset, limit, first)?,
     };
+    let len = regions.len_of(&read.records);
     let aborted = read.aborted.map(|list| {
         list.into_iter()
             .map(|a| {
@@ -316,13 +353,14 @@ fn read_one(
             })
             .collect()
     });
-    Ok(PartitionData::default()
+    let data = PartitionData::default()
         .with_partition_index(req.partition)
         .with_high_watermark(read.high_watermark)
         .with_last_stable_offset(read.last_stable_offset)
         .with_log_start_offset(read.log_start_offset)
         .with_aborted_transactions(aborted)
-        .with_records(Some(read.records)))
+        .with_records(Some(read.records));
+    Ok((data, len))
 }
 
 /// Kafka's leader epoch fencing (KIP-320): a newer epoch than ours means our metadata is

@@ -34,6 +34,7 @@ pub mod raft_voters;
 pub mod reassignments;
 pub mod sasl;
 pub mod scram_credentials;
+pub mod spliced;
 pub mod topics;
 pub mod transactions;
 pub mod write_txn_markers;
@@ -214,6 +215,8 @@ pub type Pending = Pin<Box<dyn Future<Output = Frame> + Send>>;
 pub enum Reply {
     Now(Frame),
     Later(Pending),
+    /// A Fetch response with records sent from the log files (`spliced`).
+    Spliced(spliced::Spliced),
 }
 
 /// Why a request cannot be answered and its connection must close (Kafka closes the connection
@@ -481,11 +484,11 @@ async fn handle(
             let req = decode(key, version, &mut body)?;
             let req: kafka_protocol::messages::FetchRequest = req;
             let follower = req.replica_id.0 >= 0 || req.replica_state.replica_id.0 >= 0;
-            let mut resp = fetch::handle(ctx, req, version).await;
+            let (mut resp, mut regions) = fetch::handle(ctx, req, version).await;
             // Kafka's fetch quota: the response's bytes; a throttled client gets an empty
             // response (its bytes not counted) and the throttle time. Followers are exempt.
             if let Some((client, throttle)) = quota.filter(|_| !follower) {
-                let bytes = crate::metrics::response_record_bytes(&resp) as f64;
+                let bytes = crate::metrics::response_record_bytes(&resp, &regions) as f64;
                 let t = client.record(ctx, crate::quota::Kind::Fetch, bytes);
                 if !t.is_zero() {
                     ctx.quotas.unrecord(
@@ -496,13 +499,19 @@ async fn handle(
                         bytes,
                     );
                     resp.responses.clear();
+                    regions = spliced::Regions::default();
                     resp.throttle_time_ms = i32::try_from(t.as_millis()).unwrap_or(i32::MAX);
                     *throttle = t;
                 }
             }
-            ctx.metrics.fetch_response(&ctx.controller.image(), follower, &resp);
+            ctx.metrics
+                .fetch_response(&ctx.controller.image(), follower, &resp, &regions);
             ctx.metrics.response_errors(key, &resp);
-            Ok(Reply::Now(Some(frame(cid, version, &resp)?)))
+            if regions.is_empty() {
+                Ok(Reply::Now(Some(frame(cid, version, &resp)?)))
+            } else {
+                Ok(Reply::Spliced(spliced::frame(cid, version, &resp, regions)?))
+            }
         }
         ApiKey::CreateTopics => now!(topics::create_topics),
         ApiKey::DeleteTopics => now!(topics::delete_topics),

@@ -232,6 +232,8 @@ pub(crate) struct BatchHeader {
     pub producer_id: i64,
     pub producer_epoch: i16,
     pub base_sequence: i32,
+    /// The records count field (not checked against the records: `check` does that).
+    pub records_count: i32,
 }
 
 impl BatchHeader {
@@ -259,6 +261,7 @@ impl BatchHeader {
             producer_id: be_i64(header, PRODUCER_ID),
             producer_epoch: be_i16(header, PRODUCER_EPOCH),
             base_sequence: be_i32(header, BASE_SEQUENCE),
+            records_count: be_i32(header, RECORDS_COUNT),
         })
     }
 

@@ -49,6 +49,7 @@ pub use batch::{ValidBatch, validate_batches};
 pub use checkpoint::EpochEntry;
 pub use config::{LogConfig, TimestampType};
 pub use retention::RetentionOutcome;
+pub use segment::FileRegion;
 pub use snapshot::{LogReader, LogSnapshot};
 
 use batch::{BatchHeader, HEADER_LEN, LOG_OVERHEAD};

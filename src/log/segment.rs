@@ -207,6 +207,92 @@ impl SegmentRef {
     }
 }
 
+/// Whole batches of one segment, located but not read: a Fetch answer whose bytes the
+/// connection's writer sends straight from the file (`sendfile`, Kafka's `FileRecords.writeTo`)
+/// or reads just before sending. The bytes are below the high watermark when located, so they
+/// never change, and a deleted segment stays readable through the descriptor held here; only a
+/// follower's truncation can cut them, which `unchanged` tells.
+#[derive(Clone)]
+pub struct FileRegion {
+    segment: SegmentRef,
+    pos: u64,
+    len: usize,
+    records: u64,
+    end_offset: i64,
+}
+
+impl FileRegion {
+    /// Bytes of the batches.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The records count of the batches, from their headers.
+    pub fn records(&self) -> u64 {
+        self.records
+    }
+
+    /// The offset after the last batch.
+    pub fn end_offset(&self) -> i64 {
+        self.end_offset
+    }
+
+    /// The log file and the position of the first batch in it.
+    pub fn file(&self) -> (&File, u64) {
+        (&self.segment.shared.log, self.pos)
+    }
+
+    /// False once the segment was cut in place since the region was located: bytes sent from
+    /// it since then may not be the ones located.
+    pub fn unchanged(&self) -> bool {
+        self.segment.shared.truncations.load(Ordering::SeqCst) == self.segment.truncations
+    }
+
+    /// The bytes, read now (for a connection that cannot send from the file).
+    pub fn read(&self) -> Result<Vec<u8>> {
+        self.segment.read_at(self.pos, self.len)
+    }
+
+    /// The error to report when sending from the file failed or found it cut.
+    pub fn failed(&self, e: std::io::Error) -> Error {
+        Error::storage("send", &self.segment.shared.log_path, e)
+    }
+}
+
+impl SegmentRef {
+    /// The whole batches from position `start` (where a batch begins) up to `end`, at most
+    /// `max_bytes` of them, or the first batch alone when it is larger and `min_one_batch`:
+    /// found by walking the batch headers, without reading the records. None when not even
+    /// one batch fits.
+    pub fn region(&self, start: u64, end: u64, max_bytes: usize, min_one_batch: bool) -> Result<Option<FileRegion>> {
+        let end = end.min(self.size);
+        let budget = u64::try_from(max_bytes).unwrap_or(u64::MAX);
+        let limit = start.saturating_add(budget).min(end);
+        let (mut at, mut records, mut end_offset) = (start, 0u64, None);
+        self.scan(start, |h| {
+            let next = at + h.size as u64;
+            let fits = next <= limit || (min_one_batch && at == start && next <= end);
+            if fits {
+                at = next;
+                records += u64::try_from(h.records_count).unwrap_or(0);
+                end_offset = Some(h.last_offset() + 1);
+            }
+            !fits || at >= end
+        })?;
+        Ok(end_offset.map(|end_offset| FileRegion {
+            segment: self.clone(),
+            pos: start,
+            len: usize::try_from(at - start).unwrap_or(usize::MAX),
+            records,
+            end_offset,
+        }))
+    }
+}
+
 pub(crate) struct Segment {
     pub base_offset: i64,
     /// The file, the index entries and the published end, shared with snapshot readers.

@@ -26,7 +26,7 @@ use bytes::Bytes;
 
 use super::batch::BatchHeader;
 use super::producer_state::{self, AbortedTxn};
-use super::segment::{SegmentRef, SharedSegment};
+use super::segment::{FileRegion, SegmentRef, SharedSegment};
 use super::{ReadableBytes, whole_batches_len};
 use crate::error::{Error, Result};
 
@@ -212,6 +212,25 @@ impl LogSnapshot {
         }
     }
 
+    /// The batches `read` would return, located in their segment file but not read (see
+    /// `FileRegion`); None where `read` returns no bytes.
+    pub fn read_region(
+        &self,
+        offset: i64,
+        max_offset: i64,
+        max_bytes: usize,
+        min_one_batch: bool,
+    ) -> Result<Option<FileRegion>> {
+        let segments = self.segments();
+        match self.locate_read(&segments, offset, max_offset)? {
+            Some(found) => {
+                let end = found.end.unwrap_or(found.segment.size);
+                found.segment.region(found.start, end, max_bytes, min_one_batch)
+            }
+            None => Ok(None),
+        }
+    }
+
     /// See `Log::readable_bytes`.
     pub fn readable_bytes(&self, offset: i64, max_offset: i64) -> Result<ReadableBytes> {
         let segments = self.segments();
@@ -337,6 +356,50 @@ mod tests {
             seen.extend(got);
         }
         seen
+    }
+
+    /// A located region holds exactly the bytes `read` returns, for every start offset, end
+    /// offset and byte budget, across segment boundaries; its records count and end offset are
+    /// the batches'.
+    #[test]
+    fn a_region_locates_the_bytes_a_read_returns() {
+        let dir = TempDir::new().unwrap();
+        let mut log = Log::open(dir.path(), small_segments(), NOW).unwrap();
+        for i in 0..60i64 {
+            let records = 1 + usize::try_from(i % 4).unwrap();
+            log.append(batch(records, i), 0, NOW).unwrap();
+        }
+        assert!(log.segments.len() > 2, "the test needs several segments");
+        let snapshot = log.snapshot();
+        let end = snapshot.log_end_offset();
+        let (mut regions, mut empty) = (0, 0);
+        for from in 0..end {
+            for upper in [from + 1, from + 7, end] {
+                for budget in [1usize, 100, 150, 400, 1 << 20] {
+                    for min_one in [false, true] {
+                        let bytes = snapshot.read(from, upper, budget, min_one).unwrap();
+                        let region = snapshot.read_region(from, upper, budget, min_one).unwrap();
+                        let Some(region) = region else {
+                            assert!(bytes.is_empty(), "{from}..{upper} budget {budget}: no region");
+                            empty += 1;
+                            continue;
+                        };
+                        regions += 1;
+                        assert_eq!(
+                            region.read().unwrap(),
+                            bytes.to_vec(),
+                            "{from}..{upper} budget {budget}"
+                        );
+                        assert!(region.unchanged());
+                        let batches = ranges(&bytes);
+                        assert_eq!(region.end_offset(), batches.last().unwrap().1 + 1);
+                        let count: i64 = batches.iter().map(|(a, b)| b - a + 1).sum();
+                        assert_eq!(region.records(), u64::try_from(count).unwrap());
+                    }
+                }
+            }
+        }
+        assert!(regions > 100 && empty > 10, "{regions} regions, {empty} empty reads");
     }
 
     #[test]

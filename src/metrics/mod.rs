@@ -276,6 +276,7 @@ impl Metrics {
         image: &crate::cluster::MetadataImage,
         follower: bool,
         response: &kafka_protocol::messages::FetchResponse,
+        regions: &crate::api::spliced::Regions,
     ) {
         for topic in &response.responses {
             let name = match topic.topic.0.is_empty() {
@@ -287,7 +288,10 @@ impl Metrics {
             };
             for p in &topic.partitions {
                 if let Some(records) = &p.records {
-                    let (bytes, count) = batch_totals(records);
+                    let (bytes, count) = match regions.get(records) {
+                        Some(region) => (region.len() as u64, region.records()),
+                        None => batch_totals(records),
+                    };
                     self.fetched(name, bytes, count, follower);
                 }
             }
@@ -593,9 +597,15 @@ fn screaming_snake(camel: &str) -> String {
 }
 
 /// The bytes of records a Fetch response carries.
-pub fn response_record_bytes(response: &kafka_protocol::messages::FetchResponse) -> usize {
+pub fn response_record_bytes(
+    response: &kafka_protocol::messages::FetchResponse,
+    regions: &crate::api::spliced::Regions,
+) -> usize {
     let partitions = response.responses.iter().flat_map(|t| &t.partitions);
-    partitions.filter_map(|p| p.records.as_ref()).map(|r| r.len()).sum()
+    partitions
+        .filter_map(|p| p.records.as_ref())
+        .map(|r| regions.len_of(r))
+        .sum()
 }
 
 /// Record count and bytes of the batches in `records` (a Fetch partition's records field),

@@ -37,7 +37,7 @@ use crate::cluster::{ConfigLayer, MetadataImage};
 use crate::config::BrokerConfig;
 use crate::error::{Error, Result};
 use crate::log::producer_state::{AbortedTxn, Marker, Origin, ProducerEntry};
-use crate::log::{AppendInfo, Log, LogReader, LogSnapshot, ReadableBytes, ValidBatch};
+use crate::log::{AppendInfo, FileRegion, Log, LogReader, LogSnapshot, ReadableBytes, ValidBatch};
 use writer::{WRITER_QUEUE_JOBS, WRITER_SHARDS, Writer, WriterGone, Writers};
 
 pub fn now_ms() -> i64 {
@@ -61,8 +61,9 @@ impl std::fmt::Display for TopicPartition {
 }
 
 /// What a read found.
-pub struct PartitionRead {
-    pub records: Bytes,
+pub struct PartitionRead<R = Bytes> {
+    /// The batches read (`Bytes`), or located in their file (`Option<FileRegion>`).
+    pub records: R,
     pub high_watermark: i64,
     pub log_start_offset: i64,
     /// The first offset of the oldest open transaction, or the high watermark (LSO).
@@ -437,6 +438,40 @@ impl Partition {
         min_one_batch: bool,
         read_committed: bool,
     ) -> Result<PartitionRead> {
+        self.read_through(
+            offset,
+            read_committed,
+            |log, limit| log.read(offset, limit, max_bytes, min_one_batch),
+            crate::log::batch::end_offset,
+        )
+    }
+
+    /// `read_with`, with the batches located in their segment file rather than read (see
+    /// `FileRegion`): None where `read_with` returns no bytes.
+    pub fn read_region_with(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        min_one_batch: bool,
+        read_committed: bool,
+    ) -> Result<PartitionRead<Option<FileRegion>>> {
+        self.read_through(
+            offset,
+            read_committed,
+            |log, limit| log.read_region(offset, limit, max_bytes, min_one_batch),
+            |region| region.as_ref().map(FileRegion::end_offset),
+        )
+    }
+
+    /// The offsets and limits of a consumer's read, with the records as `read` finds them
+    /// below the limit and `end_of` the offset after the last of them.
+    fn read_through<R: Default>(
+        &self,
+        offset: i64,
+        read_committed: bool,
+        read: impl FnOnce(&LogSnapshot, i64) -> Result<R>,
+        end_of: impl FnOnce(&R) -> Option<i64>,
+    ) -> Result<PartitionRead<R>> {
         let hw = self.high_watermark();
         let log = self.snapshot()?;
         let log_start_offset = log.log_start_offset();
@@ -446,11 +481,11 @@ impl Partition {
         // Between the limit and the log end the offset exists but is not yet readable:
         // Kafka answers with no records and no error.
         let records = if offset >= limit && offset <= log_end_offset && offset >= log_start_offset {
-            Bytes::new()
+            R::default()
         } else {
-            log.read(offset, limit, max_bytes, min_one_batch)?
+            read(&log, limit)?
         };
-        let aborted = read_committed.then(|| match crate::log::batch::end_offset(&records) {
+        let aborted = read_committed.then(|| match end_of(&records) {
             Some(upper) => log.aborted_transactions(offset, upper),
             None => Vec::new(),
         });

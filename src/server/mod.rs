@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::time::Instant;
@@ -35,6 +35,9 @@ use crate::api::{self, Ctx, Reject, Reply};
 use crate::sasl::{Authenticator, ListenerSasl};
 
 mod quickack;
+mod sendfile;
+
+use sendfile::ResponseSink;
 
 /// Socket buffer sizes for reads and writes; big enough for a produce batch in one syscall.
 const SOCKET_BUFFER_BYTES: usize = 256 * 1024;
@@ -355,7 +358,7 @@ struct Conn {
 async fn connection<R, W>(read_half: R, write_half: W, conn: Conn) -> Result<(), Close>
 where
     R: AsyncRead + Unpin + Send,
-    W: AsyncWrite + Unpin + Send + 'static,
+    W: ResponseSink,
 {
     let Conn {
         peer,
@@ -546,7 +549,7 @@ struct Timing {
 /// Writes the responses in request order, flushing when no other is queued. Each write must
 /// make progress within `connections.max.idle.ms`: a peer that stops reading is closed.
 /// Requests' times are recorded in `metrics` once their responses are flushed.
-async fn write_responses<W: AsyncWrite + Unpin>(
+async fn write_responses<W: ResponseSink>(
     mut rx: mpsc::Receiver<Queued>,
     out: W,
     activity: Arc<Activity>,
@@ -559,6 +562,10 @@ async fn write_responses<W: AsyncWrite + Unpin>(
         let frame = match reply {
             Reply::Now(frame) => frame,
             Reply::Later(pending) => pending.await,
+            Reply::Spliced(spliced) => {
+                write_spliced(&mut out, spliced, &activity).await?;
+                None
+            }
         };
         if let Some(t) = timing {
             let handled = t.handled.unwrap_or_else(Instant::now);
@@ -578,6 +585,57 @@ async fn write_responses<W: AsyncWrite + Unpin>(
     }
     activity.watch(out.flush()).await?;
     record_times(metrics.as_deref(), &mut unflushed);
+    Ok(())
+}
+
+/// Writes a response in pieces: its encoded bytes through the buffer, its records regions
+/// with `sendfile` on a plaintext socket (the buffer flushed first), else read and written.
+/// Each piece of at most the buffer's size must make progress within the idle time. A region
+/// whose segment was cut meanwhile (a follower's truncation) closes the connection: the bytes
+/// sent may not be the ones located.
+async fn write_spliced<W: ResponseSink>(
+    out: &mut BufWriter<W>,
+    spliced: api::spliced::Spliced,
+    activity: &Activity,
+) -> Result<(), Close> {
+    use api::spliced::Piece;
+    let cut = |region: &crate::log::FileRegion| {
+        Close::Io(std::io::Error::other(format!(
+            "{}: the segment was cut while its records were sent",
+            region.failed(std::io::Error::other("truncated"))
+        )))
+    };
+    for piece in spliced.pieces {
+        match piece {
+            Piece::Bytes(bytes) => {
+                for chunk in bytes.chunks(SOCKET_BUFFER_BYTES) {
+                    activity.watch(out.write_all(chunk)).await?;
+                }
+            }
+            Piece::File(region) => {
+                if out.get_ref().socket().is_some() {
+                    activity.watch(out.flush()).await?;
+                    let mut at = 0;
+                    while at < region.len() {
+                        let len = (region.len() - at).min(SOCKET_BUFFER_BYTES);
+                        let socket = out.get_ref().socket().ok_or_else(|| cut(&region))?;
+                        activity.watch(sendfile::send(socket, &region, at, len)).await?;
+                        at += len;
+                    }
+                } else {
+                    let bytes = region
+                        .read()
+                        .map_err(|e| Close::Io(std::io::Error::other(e.to_string())))?;
+                    for chunk in bytes.chunks(SOCKET_BUFFER_BYTES) {
+                        activity.watch(out.write_all(chunk)).await?;
+                    }
+                }
+                if !region.unchanged() {
+                    return Err(cut(&region));
+                }
+            }
+        }
+    }
     Ok(())
 }
 
@@ -878,6 +936,73 @@ mod tests {
         );
         assert!(tx.is_closed(), "the reader sees the writer gone");
         drop(client);
+    }
+
+    /// A spliced Fetch response (records regions among encoded bytes) for `write_responses`,
+    /// and the frame's bytes with the regions read.
+    fn spliced_reply(dir: &tempfile::TempDir) -> (Reply, Vec<u8>) {
+        use api::spliced::{self, Regions};
+        let regions = spliced::tests::regions_of(dir);
+        let mut held = Regions::default();
+        let placeholders: Vec<Bytes> = regions.into_iter().map(|r| held.placeholder(r).ok().unwrap()).collect();
+        let body = spliced::tests::response(&mut |i| Some(placeholders[i].clone()));
+        let frame = spliced::frame(5, 17, &body, held).unwrap();
+        let expected = frame.read_all().unwrap();
+        (Reply::Spliced(frame), expected)
+    }
+
+    /// Through a stream without a socket (as TLS is) the regions are read and written.
+    #[tokio::test]
+    async fn a_spliced_response_is_written_whole_through_a_stream() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let (reply, expected) = spliced_reply(&dir);
+        let (mut client, server) = tokio::io::duplex(8 * 1024);
+        let activity = Arc::new(Activity::new(Some(Duration::from_millis(5_000))));
+        let (tx, rx) = mpsc::channel(4);
+        let writer = tokio::spawn(write_responses(rx, server, activity.clone(), None));
+        activity.request_read();
+        tx.send((reply, None, None)).await.unwrap();
+        tx.send((Reply::Now(Some(Bytes::from_static(b"next"))), None, None))
+            .await
+            .unwrap();
+        drop(tx);
+        let mut got = Vec::new();
+        client.read_to_end(&mut got).await.unwrap();
+        writer.await.unwrap().unwrap();
+        assert_eq!(got.len(), expected.len() + 4);
+        assert!(got[..expected.len()] == expected[..], "the frame differs");
+        assert_eq!(&got[expected.len()..], b"next");
+    }
+
+    /// On a plaintext socket the regions go by sendfile, in order with the bytes around them.
+    #[tokio::test]
+    async fn a_spliced_response_is_sent_from_the_file_on_a_socket() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        let (_read_half, write_half) = server.into_split();
+        let activity = Arc::new(Activity::new(Some(Duration::from_millis(5_000))));
+        let (tx, rx) = mpsc::channel(4);
+        let writer = tokio::spawn(write_responses(rx, write_half, activity.clone(), None));
+        activity.request_read();
+        let mut expected = Vec::new();
+        for _ in 0..3 {
+            let (reply, bytes) = spliced_reply(&dir);
+            expected.extend(bytes);
+            tx.send((reply, None, None)).await.unwrap();
+            tx.send((Reply::Now(Some(Bytes::from_static(b"between"))), None, None))
+                .await
+                .unwrap();
+            expected.extend_from_slice(b"between");
+        }
+        drop(tx);
+        writer.await.unwrap().unwrap();
+        let mut got = vec![0; expected.len()];
+        client.read_exact(&mut got).await.unwrap();
+        assert!(got == expected, "the bytes differ");
     }
 
     #[tokio::test]

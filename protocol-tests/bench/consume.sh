@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Consume from the start against loopback TCP, in one sitting (issue 10's consume target:
+# >= 90 % of loopback bandwidth), and A/B between broker builds.
+#
+#   protocol-tests/bench/consume.sh BIN [BIN ...]
+#
+# For each binary: start it on a fresh data dir, produce MSGS x SIZE B (acks=1) to one
+# partition, then read it from offset 0 to its end with rdkafka_performance's simple consumer
+# READS times; between binaries, iperf3 measures one loopback stream for 5 s. Prints each run's
+# MB/s (payload), the broker's CPU seconds per GB read, and medians.
+#
+# Environment: MSGS=2000000 SIZE=1024 READS=3 ROUNDS=2 (binaries alternate each round)
+#   TOOLS=/tmp/sluice-bench-tools (protocol-tests/bench/build.sh)
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+(($#)) || { sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
+MSGS=${MSGS:-2000000}
+SIZE=${SIZE:-1024}
+READS=${READS:-3}
+ROUNDS=${ROUNDS:-2}
+TOOLS=${TOOLS:-${SLUICE_BENCH_TOOLS:-/tmp/sluice-bench-tools}}
+[[ -x $TOOLS/bin/rdkafka_performance ]] || "$HERE/build.sh" "$TOOLS" >/dev/null
+command -v iperf3 >/dev/null || { echo "consume.sh: needs iperf3 (apt-get install iperf3)" >&2; exit 1; }
+PERF=$TOOLS/bin/rdkafka_performance
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/sluice-consume.XXXXXX")
+PID=
+cleanup() {
+    [[ -n $PID ]] && kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+TICKS=$(getconf CLK_TCK)
+ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+loopback() {
+    local p
+    p=$(port)
+    timeout 20 iperf3 -s -1 -B 127.0.0.1 -p "$p" >/dev/null 2>&1 &
+    sleep 0.5
+    timeout 15 iperf3 -c 127.0.0.1 -p "$p" -t 5 -f m 2>/dev/null |
+        awk '/receiver/ { for (i = 1; i < NF; i++) if ($(i + 1) == "Mbits/sec") printf "%.0f\n", $i / 8 * 1.048576 }'
+    wait
+}
+
+run_binary() { # label bin
+    local label=$1 bin=$2 addr log t0 t1 line bytes ms
+    addr=127.0.0.1:$(port)
+    rm -rf "$WORK/data"
+    "$bin" serve --listen "$addr" --data-dir "$WORK/data" --set num.partitions=1 >"$WORK/broker.log" 2>&1 &
+    PID=$!
+    for _ in $(seq 100); do
+        (exec 3<>"/dev/tcp/${addr%:*}/${addr##*:}") 2>/dev/null && break
+        sleep 0.1
+    done
+    "$PERF" -P -t c -p 0 -b "$addr" -s "$SIZE" -c "$MSGS" -a 1 -X linger.ms=5 >"$WORK/produce.log" 2>&1
+    for r in $(seq "$READS"); do
+        log=$WORK/consume.log
+        t0=$(ticks "$PID")
+        "$PERF" -C -t c -p 0 -b "$addr" -o beginning -e -c "$MSGS" -i 1000 >"$log" 2>&1 || true
+        t1=$(ticks "$PID")
+        line=$(grep ' consumed in ' "$log" | tail -n 1)
+        bytes=$(sed -n 's/^% [0-9]* messages (\([0-9]*\) bytes).*/\1/p' <<<"$line")
+        ms=$(sed -n 's/.* consumed in \([0-9]*\)ms.*/\1/p' <<<"$line")
+        awk -v l="$label" -v r="$r" -v b="$bytes" -v ms="$ms" -v c=$((t1 - t0)) -v hz="$TICKS" \
+            'BEGIN { printf "%s\tread %d\t%.0f MB/s\t%.3f broker CPU-s/GB\n", l, r, b / ms / 1000, c / hz / (b / 1e9) }'
+    done
+    kill "$PID"
+    wait "$PID" 2>/dev/null || true
+    PID=
+}
+
+out=$WORK/runs.tsv
+for round in $(seq "$ROUNDS"); do
+    echo "loopback	iperf3	$(loopback) MB/s" | tee -a "$out"
+    for bin in "$@"; do
+        run_binary "$(basename "$bin")" "$bin" | tee -a "$out"
+    done
+done
+echo "# medians"
+python3 - "$out" <<'PY'
+import statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    f = line.rstrip("\n").split("\t")
+    runs.setdefault(f[0], []).append([float(x.split()[0]) for x in f[2:]])
+loop = statistics.median(r[0] for r in runs.pop("loopback"))
+print(f"loopback\t{loop:.0f} MB/s")
+for k, v in runs.items():
+    mb = statistics.median(r[0] for r in v)
+    cpu = statistics.median(r[1] for r in v)
+    print(f"{k}\t{mb:.0f} MB/s\t{mb / loop:.2f} of loopback\t{cpu:.3f} broker CPU-s/GB\t({len(v)} reads)")
+PY
