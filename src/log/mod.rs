@@ -647,6 +647,48 @@ mod tests {
     use std::path::Path;
     use tempfile::TempDir;
 
+    /// The active segment's blocks are reserved ahead of its end (`Segment::preallocate`)
+    /// while its length stays the bytes written; a roll gives the unused blocks back, and the
+    /// log reopens with exactly what was written.
+    #[test]
+    fn the_active_segment_reserves_blocks_ahead_and_a_roll_gives_them_back() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = TempDir::new().unwrap();
+        let config = LogConfig {
+            segment_bytes: 300_000,
+            ..LogConfig::default()
+        };
+        let mut log = Log::open(dir.path(), config.clone(), NOW).unwrap();
+        let first = dir.path().join(segment::file_name(0, "log"));
+        let allocated = |path: &Path| {
+            let meta = std::fs::metadata(path).unwrap();
+            (meta.len(), meta.blocks() * 512)
+        };
+        let mut i = 0;
+        while log.size_bytes() < 200_000 {
+            log.append(batch(10, i), 0, NOW).unwrap();
+            i += 1;
+        }
+        let (len, blocks) = allocated(&first);
+        assert_eq!(len, log.size_bytes(), "the file's length is the bytes written");
+        assert!(blocks >= len + (16 << 10), "{blocks} bytes allocated for {len} written");
+        while log.segments.is_empty() {
+            log.append(batch(10, i), 0, NOW).unwrap();
+            i += 1;
+        }
+        let (len, blocks) = allocated(&first);
+        assert!(
+            blocks < len + (16 << 10),
+            "{blocks} bytes still allocated for {len} after the roll"
+        );
+        let end = log.log_end_offset();
+        let all = log.read(0, end, usize::MAX, true).unwrap();
+        log.close().unwrap();
+        let log = Log::open(dir.path(), config, NOW).unwrap();
+        assert_eq!(log.log_end_offset(), end);
+        assert_eq!(log.read(0, end, usize::MAX, true).unwrap(), all);
+    }
+
     #[test]
     fn append_then_read_round_trips_with_assigned_offsets() {
         let dir = TempDir::new().unwrap();
