@@ -50,6 +50,14 @@ enum Close {
         len: usize,
         max: usize,
     },
+    /// A request whose decoding could take more of `queued.max.request.bytes` than there is
+    /// (`api::request_memory_charge`).
+    DecodeTooLarge {
+        key: i16,
+        len: usize,
+        charge: usize,
+        max: usize,
+    },
     Rejected(Reject),
     Io(std::io::Error),
     /// Nothing read or written for `connections.max.idle.ms` with no request being answered,
@@ -73,6 +81,10 @@ impl std::fmt::Display for Close {
             Close::FrameTooLarge { len, max } => {
                 write!(f, "frame of {len} bytes exceeds socket.request.max.bytes {max}")
             }
+            Close::DecodeTooLarge { key, len, charge, max } => write!(
+                f,
+                "a request of API key {key} and {len} bytes may take {charge} bytes once decoded, more than queued.max.request.bytes {max}"
+            ),
             Close::Rejected(r) => write!(f, "{r}"),
             Close::Io(e) => write!(f, "i/o error: {e}"),
             Close::Idle { max } => write!(f, "idle for connections.max.idle.ms ({} ms)", max.as_millis()),
@@ -389,6 +401,7 @@ where
             .map_or(ctx.config.socket_request_max_bytes, |a| a.settings().max_receive),
         activity: activity.clone(),
         memory: request_memory,
+        memory_total: usize::try_from(ctx.config.queued_max_request_bytes).unwrap_or(0),
         held: None,
     };
     // Each reply travels with the request bytes it holds, released once it is written, and
@@ -656,8 +669,9 @@ struct FrameReader<R> {
     /// `socket.request.max.bytes`.
     request_bytes_max: usize,
     activity: Arc<Activity>,
-    /// `queued.max.request.bytes`, shared by all connections; None: no bound.
+    /// `queued.max.request.bytes`, shared by all connections, and its size; None: no bound.
     memory: Option<Arc<Semaphore>>,
+    memory_total: usize,
     /// The last frame's share of `memory`, for the caller to keep until it is answered.
     held: Option<OwnedSemaphorePermit>,
 }
@@ -685,21 +699,42 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 max: self.request_bytes_max,
             });
         }
+        // Reserved, not zeroed: the reads below write every byte before the body is used.
+        let mut body = BytesMut::with_capacity(len);
         // The broker-wide budget first: with too many request bytes unanswered this connection
-        // stops reading (back-pressure) until some are answered. Waiting is not idleness.
+        // stops reading (back-pressure) until some are answered. Waiting is not idleness. What
+        // a request is charged depends on its API (the key, the body's first two bytes, is read
+        // first): its decoded form may be larger than its bytes. One charge per frame, taken
+        // whole, so no connection waits for more while holding part of the pool.
         self.held = None;
-        if let Some(memory) = &self.memory {
-            let permits = u32::try_from(len).unwrap_or(u32::MAX);
+        if let Some(memory) = self.memory.clone() {
+            while body.len() < len.min(2) {
+                let want = len.min(2) - body.len();
+                if self.read_some(&mut body, want).await? == 0 {
+                    return Err(Close::Io(std::io::ErrorKind::UnexpectedEof.into()));
+                }
+            }
+            let key = match body[..] {
+                [a, b, ..] => i16::from_be_bytes([a, b]),
+                _ => -1,
+            };
+            let charge = api::request_memory_charge(key, len);
+            if charge > self.memory_total {
+                return Err(Close::DecodeTooLarge {
+                    key,
+                    len,
+                    charge,
+                    max: self.memory_total,
+                });
+            }
+            let permits = u32::try_from(charge).unwrap_or(u32::MAX);
             let permit = memory
-                .clone()
                 .acquire_many_owned(permits)
                 .await
                 .map_err(|_| Close::Io(std::io::Error::other("request memory pool closed")))?;
             self.activity.touch();
             self.held = Some(permit);
         }
-        // Reserved, not zeroed: the reads below write every byte before the body is used.
-        let mut body = BytesMut::with_capacity(len);
         while body.len() < len {
             let want = len - body.len();
             if self.read_some(&mut body, want).await? == 0 {
@@ -752,6 +787,7 @@ mod tests {
             request_bytes_max: 1024,
             activity: Arc::new(Activity::new(idle_ms.map(Duration::from_millis))),
             memory: None,
+            memory_total: 0,
             held: None,
         }
     }
@@ -767,6 +803,7 @@ mod tests {
         let mut b = reader(server_b, None);
         a.memory = Some(memory.clone());
         b.memory = Some(memory.clone());
+        (a.memory_total, b.memory_total) = (100, 100);
         let frame = |n: usize| {
             let mut f = (n as u32).to_be_bytes().to_vec();
             f.resize(4 + n, 7);
@@ -786,6 +823,40 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(got.unwrap(), Some(50));
+    }
+
+    /// A request other than Produce is charged what it may take once decoded: a Metadata
+    /// request holds `DECODED_BYTES_PER_BYTE` times its size, and one that could never fit in
+    /// the pool is refused before its body is read.
+    #[tokio::test]
+    async fn a_request_is_charged_its_decoded_size_and_refused_when_it_cannot_fit() {
+        let per_byte = api::DECODED_BYTES_PER_BYTE;
+        let memory = Arc::new(Semaphore::new(100 * per_byte));
+        let (mut client, server) = tokio::io::duplex(4096);
+        let mut frames = reader(server, None);
+        frames.memory = Some(memory.clone());
+        frames.memory_total = 100 * per_byte;
+        let frame = |key: i16, n: usize| {
+            let mut f = (n as u32).to_be_bytes().to_vec();
+            f.extend_from_slice(&key.to_be_bytes());
+            f.resize(4 + n, 0);
+            f
+        };
+        // Metadata (key 3): 60 bytes hold 60 x per_byte of the pool until answered.
+        client.write_all(&frame(3, 60)).await.unwrap();
+        assert_eq!(frames.read_frame().await.unwrap().unwrap().len(), 60);
+        assert_eq!(memory.available_permits(), 40 * per_byte);
+        drop(frames.held.take());
+        // Produce (key 0): its records stay slices of the frame, charged as they are.
+        client.write_all(&frame(0, 60)).await.unwrap();
+        assert_eq!(frames.read_frame().await.unwrap().unwrap().len(), 60);
+        assert_eq!(memory.available_permits(), 100 * per_byte - 60);
+        drop(frames.held.take());
+        // 101 bytes of Metadata could take more than the whole pool.
+        client.write_all(&frame(3, 101)).await.unwrap();
+        let err = frames.read_frame().await.unwrap_err();
+        assert!(matches!(err, Close::DecodeTooLarge { key: 3, len: 101, .. }), "{err}");
+        assert_eq!(memory.available_permits(), 100 * per_byte);
     }
 
     #[tokio::test]
