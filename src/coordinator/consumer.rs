@@ -33,8 +33,36 @@ pub type Tp = (Uuid, i32);
 /// default).
 pub const ASSIGNORS: &[&str] = &["uniform", "range"];
 
-/// What the assignor needs to know about topics: name → (id, partition count).
-pub type TopicsView = HashMap<String, (Uuid, i32)>;
+/// What the assignor needs to know about topics: name → (id, partition count), with a
+/// generation unique to this view, so that a group can tell it has already resolved its
+/// subscriptions against it.
+#[derive(Debug)]
+pub struct TopicsView {
+    generation: u64,
+    topics: HashMap<String, (Uuid, i32)>,
+}
+
+impl TopicsView {
+    pub fn new(topics: HashMap<String, (Uuid, i32)>) -> TopicsView {
+        static GENERATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let generation = GENERATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        TopicsView { generation, topics }
+    }
+}
+
+impl std::ops::Deref for TopicsView {
+    type Target = HashMap<String, (Uuid, i32)>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.topics
+    }
+}
+
+impl FromIterator<(String, (Uuid, i32))> for TopicsView {
+    fn from_iter<I: IntoIterator<Item = (String, (Uuid, i32))>>(iter: I) -> Self {
+        TopicsView::new(iter.into_iter().collect())
+    }
+}
 
 /// The states Kafka reports for a consumer group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -184,6 +212,10 @@ pub struct ConsumerGroup {
     /// The members' regular expressions, compiled; only those some member uses are kept, so
     /// there are at most as many as members.
     patterns: HashMap<String, Regex>,
+    /// The view generation and group epoch `computed_for` was last found current at: until
+    /// either moves, a heartbeat need not resolve the subscriptions again (each regex against
+    /// every topic name). Every change of members or subscriptions moves the epoch.
+    resolved_at: Option<(u64, i32)>,
     pub empty_since: Option<Instant>,
 }
 
@@ -198,6 +230,7 @@ impl ConsumerGroup {
             static_members: HashMap::new(),
             target: HashMap::new(),
             computed_for: BTreeMap::new(),
+            resolved_at: None,
             patterns: HashMap::new(),
             empty_since: Some(now),
         }
@@ -360,8 +393,8 @@ impl ConsumerGroup {
     }
 
     /// The topics some member subscribes to, by name or regex, that exist, with their ids and
-    /// partition counts: what the target depends on. Built at every heartbeat, so without the
-    /// per-member sets of `subscriptions`.
+    /// partition counts: what the target depends on. Built whenever the topics or the
+    /// subscriptions changed, so without the per-member sets of `subscriptions`.
     fn subscribed_topics(&self, topics: &TopicsView) -> BTreeMap<String, (Uuid, i32)> {
         let by_name = self.members.values().flat_map(|m| m.subscribed.iter());
         let by_regex = self
@@ -695,16 +728,19 @@ impl ConsumerGroup {
             self.drop_unused_patterns();
         }
         // Topic metadata the target depends on (a subscribed or matching topic created, grown
-        // or deleted).
-        let subscribed = self.subscribed_topics(topics);
-        if subscribed != self.computed_for && self.epoch == self.assignment_epoch {
-            self.epoch += 1;
-        }
-        if self.assignment_epoch < self.epoch {
-            let subscriptions = self.subscriptions(topics);
-            self.target = assign(&self.assignor, &subscriptions, &subscribed, &self.target);
-            self.assignment_epoch = self.epoch;
-            self.computed_for = subscribed;
+        // or deleted), resolved again only when the topics or the subscriptions changed.
+        if self.resolved_at != Some((topics.generation, self.epoch)) {
+            let subscribed = self.subscribed_topics(topics);
+            if subscribed != self.computed_for && self.epoch == self.assignment_epoch {
+                self.epoch += 1;
+            }
+            if self.assignment_epoch < self.epoch {
+                let subscriptions = self.subscriptions(topics);
+                self.target = assign(&self.assignor, &subscriptions, &subscribed, &self.target);
+                self.assignment_epoch = self.epoch;
+                self.computed_for = subscribed;
+            }
+            self.resolved_at = Some((topics.generation, self.epoch));
         }
         self.reconcile(id, req.owned, now);
         let Some(member) = self.members.get_mut(id) else {
@@ -866,7 +902,7 @@ mod tests {
 
     fn topics(n: i32) -> (TopicsView, Uuid) {
         let id = Uuid::from_u128(7);
-        (HashMap::from([("t".to_string(), (id, n))]), id)
+        (TopicsView::new(HashMap::from([("t".to_string(), (id, n))])), id)
     }
 
     fn join(g: &mut ConsumerGroup, view: &TopicsView, now: Instant) -> HeartbeatOut {
@@ -1027,6 +1063,13 @@ mod tests {
             .enumerate()
             .map(|(i, (name, n))| (name.to_string(), (Uuid::from_u128(100 + i as u128), *n)))
             .collect()
+    }
+
+    /// A new view: `view`'s topics changed by `edit`, as the next metadata image would be.
+    fn edited(view: &TopicsView, edit: impl FnOnce(&mut HashMap<String, (Uuid, i32)>)) -> TopicsView {
+        let mut topics = view.topics.clone();
+        edit(&mut topics);
+        TopicsView::new(topics)
     }
 
     fn join_as(g: &mut ConsumerGroup, view: &TopicsView, req: HeartbeatIn, now: Instant) -> HeartbeatOut {
@@ -1334,13 +1377,17 @@ mod tests {
         let owned = a.assignment.unwrap();
         assert_eq!(names(&view, &owned), BTreeSet::from(["p-a".to_string()]));
         let epoch = g.epoch;
-        view.insert("p-b".into(), (Uuid::from_u128(900), 3));
+        view = edited(&view, |m| {
+            m.insert("p-b".into(), (Uuid::from_u128(900), 3));
+        });
         let grown = beat(&mut g, &a.member_id, a.member_epoch, &owned, &view, now);
         assert_eq!(g.epoch, epoch + 1);
         assert_eq!(grown.member_epoch, epoch + 1);
         let owned = grown.assignment.unwrap();
         assert_eq!(owned.len(), 5, "both matching topics");
-        view.remove("p-a");
+        view = edited(&view, |m| {
+            m.remove("p-a");
+        });
         let shrunk = beat(&mut g, &a.member_id, grown.member_epoch, &owned, &view, now);
         assert_eq!(g.epoch, epoch + 2);
         let kept = shrunk.assignment.unwrap();
@@ -1409,7 +1456,9 @@ mod tests {
         );
         assert_eq!(r.epoch, snapshot.epoch);
         // The regex still resolves: a new matching topic moves the group.
-        view.insert("p-b".into(), (Uuid::from_u128(900), 1));
+        view = edited(&view, |m| {
+            m.insert("p-b".into(), (Uuid::from_u128(900), 1));
+        });
         let grown = beat(&mut r, "s2", s2.member_epoch, &owned, &view, now);
         assert_eq!(r.epoch, snapshot.epoch + 1);
         assert_eq!(
