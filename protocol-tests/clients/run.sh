@@ -4,7 +4,8 @@
 #
 #   protocol-tests/clients/run.sh [TEST...]     TEST: confluent kafka_python aiokafka kcat
 #                                               idempotence transactions txn_checker
-#                                               quixstreams ssl sasl acl (default: all)
+#                                               quixstreams sarama ssl sasl acl quotas
+#                                               (default: all)
 # Environment:
 #   SLUICE_BIN=target/release/sluice   the broker binary (build it first:
 #                                      cargo build --release)
@@ -23,7 +24,7 @@ cd "$ROOT"
 BIN=${SLUICE_BIN:-target/release/sluice}
 VENV=${SLUICE_VENV:-.venv}
 TESTS=("$@")
-((${#TESTS[@]})) || TESTS=(confluent kafka_python aiokafka kcat idempotence transactions txn_checker quixstreams ssl sasl acl quotas)
+((${#TESTS[@]})) || TESTS=(confluent kafka_python aiokafka kcat idempotence transactions txn_checker quixstreams sarama ssl sasl acl quotas)
 
 # Exact versions, so a client release cannot change the result behind our
 # back; bump deliberately. (confluent-kafka bundles its own librdkafka.)
@@ -112,7 +113,7 @@ echo "run.sh: broker $BIN on $ADDR (pid $BROKER_PID, data $WORK/data)"
 # --- tests -------------------------------------------------------------------
 run_one() { # name -> exit status of the test
     case $1 in
-        confluent | kafka_python | aiokafka | idempotence | transactions | txn_checker | quixstreams | quotas)
+        confluent | kafka_python | aiokafka | idempotence | transactions | txn_checker | quixstreams | quotas | sarama)
             timeout 180 "$VENV/bin/python" "$HERE/test_$1.py" "$ADDR" ;;
         kcat)
             timeout 180 bash "$HERE/test_kcat.sh" "$ADDR" ;;
