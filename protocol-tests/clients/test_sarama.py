@@ -18,16 +18,14 @@ import sys
 import tempfile
 import uuid
 
-from kafka import KafkaAdminClient, TopicPartition
+from kafka import KafkaAdminClient
+
+# The same check as for the other idempotent producers (one producer per partition, its
+# last_sequence = records written there - 1, no open transaction).
+from test_idempotence import expect, expect_producer_state
 
 ADDR = sys.argv[1]
 HERE = os.path.dirname(os.path.abspath(__file__))
-PARTS = 3
-
-
-def expect(cond, what):
-    if not cond:
-        raise AssertionError(what)
 
 
 def build(out):
@@ -52,19 +50,8 @@ def main():
     counts = {int(p): int(n) for p, n in (kv.split("=") for kv in last[1:])}
     admin = KafkaAdminClient(bootstrap_servers=ADDR)
     try:
-        tps = [TopicPartition(topic, p) for p in range(PARTS)]
-        states = admin.describe_producers(tps)
-        pids = set()
-        for tp in tps:
-            active = states[tp].active_producers
-            expect(len(active) == 1, f"p{tp.partition}: DescribeProducers lists {active}, expected one producer")
-            ps = active[0]
-            expect(ps.producer_id >= 0 and ps.producer_epoch >= 0, f"p{tp.partition}: {ps}")
-            expect(ps.last_sequence == counts[tp.partition] - 1,
-                   f"p{tp.partition}: last_sequence {ps.last_sequence}, Sarama wrote {counts[tp.partition]}")
-            pids.add(ps.producer_id)
-        expect(len(pids) == 1, f"different producer ids across partitions {pids}")
-        print(f"  ok: DescribeProducers: producer {pids.pop()} on every partition, "
+        pid = expect_producer_state(admin, topic, "sarama", counts)
+        print(f"  ok: DescribeProducers: producer {pid} on every partition, "
               f"last_sequence = records - 1 {counts}", flush=True)
         admin.delete_topics([topic], timeout_ms=10000)
     finally:
