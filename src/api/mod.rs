@@ -32,6 +32,7 @@ pub mod offsets;
 pub mod produce;
 pub mod raft_voters;
 pub mod reassignments;
+pub mod request_memory;
 pub mod sasl;
 pub mod scram_credentials;
 pub mod spliced;
@@ -202,23 +203,7 @@ pub const SUPPORTED: &[Versions] = &[
     client_quotas::ALTER_VERSIONS,
 ];
 
-/// The most heap a decoded request may hold per byte of its frame, beyond a small constant: a
-/// Metadata v1 topic named null is 2 bytes on the wire and about 72 in memory, and a `Vec`'s
-/// growth can double that for a moment. `protocol-tests/fuzz.rs` checks every served API's
-/// decoding against it.
-pub const DECODED_BYTES_PER_BYTE: usize = 80;
-
-/// What a request of API `key` and `len` bytes holds of `queued.max.request.bytes` until it is
-/// answered: what it may take once decoded. A Produce request is charged its bytes (its records
-/// stay slices of the frame), as is a key that is not served (it is refused undecoded); any
-/// other request `DECODED_BYTES_PER_BYTE` times its bytes.
-pub fn request_memory_charge(key: i16, len: usize) -> usize {
-    match ApiKey::try_from(key) {
-        Ok(ApiKey::Produce) | Err(_) => len,
-        Ok(key) if supported(key).is_none() => len,
-        Ok(_) => len.saturating_mul(DECODED_BYTES_PER_BYTE),
-    }
-}
+pub use request_memory::DECODED_BYTES_PER_BYTE;
 
 pub fn supported(key: ApiKey) -> Option<Versions> {
     SUPPORTED.iter().copied().find(|v| v.key as i16 == key as i16)

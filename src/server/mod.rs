@@ -51,7 +51,7 @@ enum Close {
         max: usize,
     },
     /// A request whose decoding could take more of `queued.max.request.bytes` than there is
-    /// (`api::request_memory_charge`).
+    /// (`api::request_memory`).
     DecodeTooLarge {
         key: i16,
         len: usize,
@@ -705,7 +705,8 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         // stops reading (back-pressure) until some are answered. Waiting is not idleness. What
         // a request is charged depends on its API (the key, the body's first two bytes, is read
         // first): its decoded form may be larger than its bytes. One charge per frame, taken
-        // whole, so no connection waits for more while holding part of the pool.
+        // whole, so no connection waits for more while holding part of the pool (a Produce
+        // request's second charge is below).
         self.held = None;
         if let Some(memory) = self.memory.clone() {
             while body.len() < len.min(2) {
@@ -718,7 +719,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 [a, b, ..] => i16::from_be_bytes([a, b]),
                 _ => -1,
             };
-            let charge = api::request_memory_charge(key, len);
+            let charge = api::request_memory::charge(key, len);
             if charge > self.memory_total {
                 return Err(Close::DecodeTooLarge {
                     key,
@@ -741,7 +742,48 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 return Err(Close::Io(std::io::ErrorKind::UnexpectedEof.into()));
             }
         }
+        if body.starts_with(&(ApiKey::Produce as i16).to_be_bytes()) {
+            self.charge_produce(&body).await?;
+        }
         Ok(Some(body.freeze()))
+    }
+
+    /// A Produce frame, read and charged its bytes, is charged what its partitions take
+    /// decoded and answered (`api::request_memory::produce_extra`). Taken without waiting if
+    /// the pool has it; if not, the first charge is given back and the whole taken at once, so
+    /// that no connection waits while it holds part of the pool. Meanwhile this frame's bytes,
+    /// at most `socket.request.max.bytes`, are held uncharged.
+    async fn charge_produce(&mut self, body: &[u8]) -> Result<(), Close> {
+        let (Some(memory), Some(held)) = (self.memory.clone(), self.held.as_mut()) else {
+            return Ok(());
+        };
+        let extra = api::request_memory::produce_extra(body);
+        if extra == 0 {
+            return Ok(());
+        }
+        let charge = body.len().saturating_add(extra);
+        if charge > self.memory_total {
+            self.held = None;
+            return Err(Close::DecodeTooLarge {
+                key: ApiKey::Produce as i16,
+                len: body.len(),
+                charge,
+                max: self.memory_total,
+            });
+        }
+        let permits = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        if let Ok(more) = memory.clone().try_acquire_many_owned(permits(extra)) {
+            held.merge(more);
+            return Ok(());
+        }
+        self.held = None;
+        let whole = memory
+            .acquire_many_owned(permits(charge))
+            .await
+            .map_err(|_| Close::Io(std::io::Error::other("request memory pool closed")))?;
+        self.activity.touch();
+        self.held = Some(whole);
+        Ok(())
     }
 
     /// One read of at most `limit` bytes into `buf` (0 at end of stream), or `Close::Idle` once
@@ -857,6 +899,82 @@ mod tests {
         let err = frames.read_frame().await.unwrap_err();
         assert!(matches!(err, Close::DecodeTooLarge { key: 3, len: 101, .. }), "{err}");
         assert_eq!(memory.available_permits(), 100 * per_byte);
+    }
+
+    /// A Produce frame is charged its bytes, then what its partitions take decoded. When the
+    /// pool cannot give the second part, the reader gives back the first and waits for both.
+    #[tokio::test]
+    async fn a_produce_frame_is_charged_for_its_partitions_too() {
+        use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+        use kafka_protocol::messages::{ProduceRequest, RequestHeader, TopicName};
+        use kafka_protocol::protocol::{Encodable, StrBytes};
+        let mut body = BytesMut::new();
+        RequestHeader::default()
+            .with_request_api_key(ApiKey::Produce as i16)
+            .with_request_api_version(9)
+            .encode(&mut body, 2)
+            .unwrap();
+        let partitions = (0..1000)
+            .map(|i| PartitionProduceData::default().with_index(i))
+            .collect();
+        ProduceRequest::default()
+            .with_topic_data(vec![
+                TopicProduceData::default()
+                    .with_name(TopicName(StrBytes::from_static_str("t")))
+                    .with_partition_data(partitions),
+            ])
+            .encode(&mut body, 9)
+            .unwrap();
+        let len = body.len();
+        let extra = api::request_memory::produce_extra(&body);
+        assert!(extra > 10 * len, "{extra} for {len} bytes");
+        let mut frame = (len as u32).to_be_bytes().to_vec();
+        frame.extend_from_slice(&body);
+
+        let total = 4 * (len + extra);
+        let memory = Arc::new(Semaphore::new(total));
+        let (mut client, server) = tokio::io::duplex(1 << 20);
+        let mut frames = reader(server, None);
+        frames.request_bytes_max = 1 << 20;
+        frames.memory = Some(memory.clone());
+        frames.memory_total = total;
+        client.write_all(&frame).await.unwrap();
+        assert_eq!(frames.read_frame().await.unwrap().unwrap().len(), len);
+        assert_eq!(memory.available_permits(), total - len - extra);
+        drop(frames.held.take());
+
+        // Another request holds all but the frame's bytes: the first charge fits, the second
+        // does not, and the reader waits holding nothing.
+        let other = memory.clone().acquire_many_owned((total - len) as u32).await.unwrap();
+        client.write_all(&frame).await.unwrap();
+        let waiting = tokio::spawn(async move {
+            let got = frames.read_frame().await.map(|f| f.map(|f| f.len()));
+            (got, frames.held.take().map(|p| p.num_permits()))
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!waiting.is_finished());
+        // The first charge was given back, and is the waiter's again: tokio's semaphore hands
+        // freed permits to its first waiter as they come.
+        assert_eq!(memory.available_permits(), 0);
+        drop(other);
+        let (got, held) = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.unwrap(), Some(len));
+        assert_eq!(held, Some(len + extra));
+
+        // A pool smaller than the whole charge refuses the frame.
+        let memory = Arc::new(Semaphore::new(len + extra - 1));
+        let (mut client, server) = tokio::io::duplex(1 << 20);
+        let mut frames = reader(server, None);
+        frames.request_bytes_max = 1 << 20;
+        frames.memory = Some(memory.clone());
+        frames.memory_total = len + extra - 1;
+        client.write_all(&frame).await.unwrap();
+        let err = frames.read_frame().await.unwrap_err();
+        assert!(matches!(err, Close::DecodeTooLarge { key: 0, .. }), "{err}");
+        assert_eq!(memory.available_permits(), len + extra - 1);
     }
 
     #[tokio::test]
