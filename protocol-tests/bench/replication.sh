@@ -10,7 +10,9 @@
 # Durability settings are the defaults (acks=all fsynced on every in-sync replica) unless
 # FLUSH_MESSAGES is set (log.flush.interval.messages, e.g. 1000 for page-cache replication).
 #
-#   protocol-tests/bench/replication.sh      (RUNS=3 MSGS=200000 LAT_RATE=1000 LAT_MSGS=5000 FAILOVERS=10)
+#   protocol-tests/bench/replication.sh      (RUNS=3 MSGS=200000 LAT_RATE=1000 LAT_MSGS=5000 FAILOVERS=10
+#                                             SLUICE_BIN=<a sluice binary>; LAT_MSGS=0 or
+#                                             FAILOVERS=0 skips that part)
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -22,8 +24,8 @@ LAT_MSGS=${LAT_MSGS:-5000}
 FAILOVERS=${FAILOVERS:-10}
 TOOLS=${TOOLS:-/tmp/sluice-bench-tools}
 [[ -x $TOOLS/bin/rdkafka_performance ]] || "$HERE/build.sh"
-cargo build --release --quiet
-BIN=$ROOT/target/release/sluice
+# SLUICE_BIN: a broker binary to measure instead of this tree's release build.
+if [[ -n ${SLUICE_BIN:-} ]]; then BIN=$SLUICE_BIN; else cargo build --release --quiet; BIN=$ROOT/target/release/sluice; fi
 PERF=$TOOLS/bin/rdkafka_performance
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/sluice-replication-bench.XXXXXX")
 ALL=127.0.0.1:19092,127.0.0.1:29092,127.0.0.1:39092
@@ -102,19 +104,31 @@ sleep 2
 create rf3 6 3
 create rf1 6 1
 
-perf() { # topic -> MB/s (payload) from rdkafka_performance's final line
-    local line n ms
+cpu_ticks() { # user + system clock ticks of the three nodes so far
+    local total=0 p f
+    for p in "${PID[@]}"; do
+        read -ra f < <(sed 's/.*) //' "/proc/$p/stat")
+        total=$((total + f[11] + f[12]))
+    done
+    echo "$total"
+}
+perf() { # topic -> "MB/s CPU-s/GB": payload MB/s from rdkafka_performance's final line, and
+    # the three nodes' CPU seconds per GB of payload while it ran
+    local line n ms before after
+    before=$(cpu_ticks)
     line=$("$PERF" -P -t "$1" -s 1024 -c "$MSGS" -b "$ALL" -a -1 -X linger.ms=5 -i 1000 2>&1 |
         grep ' messages produced ' | tail -n 1)
+    after=$(cpu_ticks)
     n=$(sed -n 's/.*, \([0-9]*\) delivered .*/\1/p' <<<"$line")
     ms=$(sed -n 's/.* in \([0-9]*\)ms:.*/\1/p' <<<"$line")
-    awk -v n="${n:-0}" -v ms="${ms:-0}" 'BEGIN { printf "%.1f", (ms > 0 ? n * 1024 / ms / 1000 : 0) }'
+    awk -v n="${n:-0}" -v ms="${ms:-0}" -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" \
+        'BEGIN { printf "%.1f %.2f\n", (ms > 0 ? n * 1024 / ms / 1000 : 0), (n > 0 ? t / hz / (n * 1024 / 1e9) : 0) }'
 }
-echo "== produce 1 KiB acks=all, $MSGS messages, 6 partitions over 3 nodes: replication factor 3 vs 1 (MB/s)"
+echo "== produce 1 KiB acks=all, $MSGS messages, 6 partitions over 3 nodes: replication factor 3 vs 1 (MB/s; the nodes' CPU-s per GB)"
 for r in $(seq 1 "$RUNS"); do
-    three=$(perf rf3)
-    one=$(perf rf1)
-    echo "pair $r: RF 3 $three MB/s, RF 1 $one MB/s, ratio $(python3 -c "print(round($three/max($one,0.001), 2))")"
+    read -r three three_cpu < <(perf rf3)
+    read -r one one_cpu < <(perf rf1)
+    echo "pair $r: RF 3 $three MB/s ($three_cpu CPU-s/GB), RF 1 $one MB/s ($one_cpu CPU-s/GB), ratio $(python3 -c "print(round($three/max($one,0.001), 2))")"
 done
 
 percentiles() { # file of microsecond samples -> "p50_ms p99_ms"
@@ -122,7 +136,7 @@ percentiles() { # file of microsecond samples -> "p50_ms p99_ms"
         printf "%.2f %.2f\n", a[int(NR * 0.50) + 1] / 1000, a[int(NR * 0.99) + 1] / 1000 }'
 }
 echo "== produce->ack latency, 100 B, acks=all, $LAT_RATE msg/s, $LAT_MSGS messages, partition 0 (p50 ms, p99 ms)"
-for r in $(seq 1 "$RUNS"); do
+for r in $(seq 1 "$((LAT_MSGS > 0 ? RUNS : 0))"); do
     for t in rf3 rf1; do
         "$PERF" -P -t "$t" -p 0 -b "$ALL" -s 100 -c "$LAT_MSGS" -a -1 -r "$LAT_RATE" -l -A "$WORK/$t-$r.us" \
             -X linger.ms=0 -i 1000 >"$WORK/$t-$r-lat.log" 2>&1 || true

@@ -132,8 +132,7 @@ pub async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> (FetchRespons
     let min_bytes = usize::try_from(req.min_bytes).unwrap_or(0).min(max_bytes);
     let read_committed = req.isolation_level == READ_COMMITTED && replica.is_none();
     if replica.is_some() {
-        let response = follower_read(ctx, version, topics, &wanted, max_bytes, min_bytes, deadline).await;
-        return (response, Regions::default());
+        return follower_read(ctx, version, topics, &wanted, max_bytes, min_bytes, deadline).await;
     }
     // Watch before reading so an append between the read and the wait is not missed.
     let mut delayed = DelayedFetch::new(min_bytes, read_committed);
@@ -236,7 +235,8 @@ fn follower_fetched(ctx: &Ctx, wanted: &mut [Wanted], replica: i32, version: i16
 }
 
 /// A follower's read: up to the log end; when nothing is there yet, it waits (up to the
-/// request's wait) for any of its partitions' log end to move, then reads once more.
+/// request's wait) for any of its partitions' log end to move, then reads once more. Its
+/// records go by sendfile as a consumer's do (`Regions`).
 async fn follower_read(
     ctx: &Ctx,
     version: i16,
@@ -245,20 +245,22 @@ async fn follower_read(
     max_bytes: usize,
     min_bytes: usize,
     deadline: Instant,
-) -> FetchResponse {
+) -> (FetchResponse, Regions) {
     let mut ends: Vec<_> = wanted
         .iter()
         .filter_map(|w| w.partition.as_ref().ok().map(|p| p.log_end_watch()))
         .collect();
-    let (answers, bytes, any_error) = read_all(wanted, max_bytes, Read::Follower, version, &mut Regions::default());
+    let mut regions = Regions::default();
+    let (answers, bytes, any_error) = read_all(wanted, max_bytes, Read::Follower, version, &mut regions);
     if bytes >= min_bytes.max(1) || any_error || ends.is_empty() || Instant::now() >= deadline {
-        return respond(ctx, version, topics, wanted, answers);
+        return (respond(ctx, version, topics, wanted, answers), regions);
     }
-    drop(answers);
+    drop((answers, regions));
     let moved = futures::future::select_all(ends.iter_mut().map(|rx| Box::pin(rx.changed())));
     let _ = tokio::time::timeout_at(deadline, moved).await;
-    let (answers, _, _) = read_all(wanted, max_bytes, Read::Follower, version, &mut Regions::default());
-    respond(ctx, version, topics, wanted, answers)
+    let mut regions = Regions::default();
+    let (answers, _, _) = read_all(wanted, max_bytes, Read::Follower, version, &mut regions);
+    (respond(ctx, version, topics, wanted, answers), regions)
 }
 
 /// Whom a read is for.
@@ -322,26 +324,24 @@ fn read_one(
     check_leader_epoch(p, req, version)?;
     let limit = usize::try_from(req.partition_max_bytes).unwrap_or(0).min(remaining);
     let read = match read {
-        Read::Consumer { read_committed } => {
-            let read = p.read_region_with(req.fetch_offset, limit, first, read_committed)?;
-            let records = match read.records {
-                None => Bytes::new(),
-                // Small reads are read now: one write beats a sendfile per partition.
-                Some(region) if region.len() < SPLICE_MIN_BYTES => Bytes::from(region.read()?),
-                Some(region) => match regions.placeholder(region) {
-                    Ok(placeholder) => placeholder,
-                    Err(region) => Bytes::from(region.read()?),
-                },
-            };
-            PartitionRead {
-                records,
-                high_watermark: read.high_watermark,
-                log_start_offset: read.log_start_offset,
-                last_stable_offset: read.last_stable_offset,
-                aborted: read.aborted,
-            }
-        }
-        Read::Follower => p.read_for_follower(req.fetch_offset, limit, first)?,
+        Read::Consumer { read_committed } => p.read_region_with(req.fetch_offset, limit, first, read_committed)?,
+        Read::Follower => p.read_region_for_follower(req.fetch_offset, limit, first)?,
+    };
+    let records = match read.records {
+        None => Bytes::new(),
+        // Small reads are read now: one write beats a sendfile per partition.
+        Some(region) if region.len() < SPLICE_MIN_BYTES => Bytes::from(region.read()?),
+        Some(region) => match regions.placeholder(region) {
+            Ok(placeholder) => placeholder,
+            Err(region) => Bytes::from(region.read()?),
+        },
+    };
+    let read = PartitionRead {
+        records,
+        high_watermark: read.high_watermark,
+        log_start_offset: read.log_start_offset,
+        last_stable_offset: read.last_stable_offset,
+        aborted: read.aborted,
     };
     let len = regions.len_of(&read.records);
     let aborted = read.aborted.map(|list| {

@@ -426,9 +426,21 @@ impl BrokerClient {
                 len: i64::from(claimed),
                 max: self.limits.response_bytes_max,
             })?;
-        let mut body = vec![0u8; len];
-        stream.read_exact(&mut body).await.map_err(io("read the answer"))?;
-        Ok(Bytes::from(body))
+        // Reserved, not zeroed: read_buf writes every byte before the body is used.
+        let mut body = BytesMut::with_capacity(len);
+        while body.len() < len {
+            let want = u64::try_from(len - body.len()).unwrap_or(u64::MAX);
+            let read = (&mut *stream)
+                .take(want)
+                .read_buf(&mut body)
+                .await
+                .map_err(io("read the answer"))?;
+            if read == 0 {
+                let eof = std::io::Error::from(std::io::ErrorKind::UnexpectedEof);
+                return Err(io("read the answer")(eof));
+            }
+        }
+        Ok(body.freeze())
     }
 }
 

@@ -20,6 +20,7 @@ use std::sync::atomic::Ordering;
 
 use super::{Partition, now_ms};
 use crate::error::{Error, Result};
+use crate::log::{FileRegion, LogSnapshot};
 
 /// What this node is for a partition.
 #[derive(Debug)]
@@ -439,6 +440,29 @@ impl Partition {
         max_bytes: usize,
         min_one_batch: bool,
     ) -> Result<super::PartitionRead> {
+        self.follower_read_through(offset, |log, end| log.read(offset, end, max_bytes, min_one_batch))
+    }
+
+    /// `read_for_follower`, with the batches located in their segment file rather than read
+    /// (a replica fetch is sent by sendfile as a consumer's is): None where it reads nothing.
+    pub fn read_region_for_follower(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        min_one_batch: bool,
+    ) -> Result<super::PartitionRead<Option<FileRegion>>> {
+        self.follower_read_through(offset, |log, end| {
+            log.read_region(offset, end, max_bytes, min_one_batch)
+        })
+    }
+
+    /// The offsets of a follower's read from `offset`, which must be within the log, with the
+    /// records as `read` finds them below the log end.
+    fn follower_read_through<R: Default>(
+        &self,
+        offset: i64,
+        read: impl FnOnce(&LogSnapshot, i64) -> Result<R>,
+    ) -> Result<super::PartitionRead<R>> {
         let hw = self.high_watermark();
         let log = self.snapshot()?;
         let log_start_offset = log.log_start_offset();
@@ -451,9 +475,9 @@ impl Partition {
             });
         }
         let records = if offset == log_end_offset {
-            bytes::Bytes::new()
+            R::default()
         } else {
-            log.read(offset, log_end_offset, max_bytes, min_one_batch)?
+            read(&log, log_end_offset)?
         };
         Ok(super::PartitionRead {
             records,
@@ -513,5 +537,37 @@ mod tests {
         p.isr_change_done(&proposal, None);
         append(2).await;
         assert_eq!(p.high_watermark(), 8, "the ISR is the leader alone again");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_follower_region_is_what_a_follower_read_finds_up_to_the_log_end() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let writers = Writers::start(1, 4);
+        let p = follower_partition(dir.path(), &writers);
+        // Node 1 leads with 3 in the ISR: what 3 has not fetched is above the high watermark.
+        p.become_leader(2, 1, vec![1, 3], vec![1, 3], 1);
+        for _ in 0..3 {
+            let batches = validate_batches(&leader_bytes(&[2; 4]), usize::MAX).unwrap();
+            p.append(batches, false).await.unwrap();
+        }
+        let end = p.offsets().unwrap().log_end_offset;
+        assert_eq!((p.high_watermark(), end), (0, 24), "4 batches of 2 records, 3 times");
+        for offset in 0..=end {
+            for budget in [1, 100, 1 << 20] {
+                let read = p.read_for_follower(offset, budget, true).unwrap();
+                let region = p.read_region_for_follower(offset, budget, true).unwrap();
+                let bytes = region.records.map(|r| r.read().unwrap()).unwrap_or_default();
+                assert_eq!(bytes, read.records.to_vec(), "offset {offset}, budget {budget}");
+                assert_eq!(offset == end, bytes.is_empty(), "offset {offset}");
+                assert_eq!(
+                    (region.high_watermark, region.log_start_offset),
+                    (read.high_watermark, read.log_start_offset)
+                );
+            }
+        }
+        assert!(matches!(
+            p.read_region_for_follower(end + 1, 100, true),
+            Err(crate::error::Error::OffsetOutOfRange { log_end: 24, .. })
+        ));
     }
 }
