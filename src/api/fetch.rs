@@ -35,8 +35,8 @@ use super::spliced::Regions;
 use super::{Ctx, Versions};
 use crate::acl::{Operation, ResourceType};
 use crate::error::Error;
+use crate::replica::Partition;
 use crate::replica::purgatory::DelayedFetch;
-use crate::replica::{Partition, PartitionRead};
 use std::sync::Arc;
 
 pub const VERSIONS: Versions = Versions::new(ApiKey::Fetch, 4, 18);
@@ -336,14 +336,7 @@ fn read_one(
             Err(region) => Bytes::from(region.read()?),
         },
     };
-    let read = PartitionRead {
-        records,
-        high_watermark: read.high_watermark,
-        log_start_offset: read.log_start_offset,
-        last_stable_offset: read.last_stable_offset,
-        aborted: read.aborted,
-    };
-    let len = regions.len_of(&read.records);
+    let len = regions.len_of(&records);
     let aborted = read.aborted.map(|list| {
         list.into_iter()
             .map(|a| {
@@ -359,7 +352,7 @@ fn read_one(
         .with_last_stable_offset(read.last_stable_offset)
         .with_log_start_offset(read.log_start_offset)
         .with_aborted_transactions(aborted)
-        .with_records(Some(read.records));
+        .with_records(Some(records));
     Ok((data, len))
 }
 
