@@ -164,7 +164,13 @@ pub async fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcom
         // Kafka answers the whole request so.
         return refuse_all(req, ResponseError::TransactionalIdAuthorizationFailed, version);
     }
-    let image = ctx.controller.image();
+    let mut image = ctx.controller.image();
+    if may_lag(ctx, &image, &req, version)
+        && let Some(current) = ctx.controller.catch_up_with_leader(METADATA_WAIT).await
+    {
+        ctx.replicas.applied(&current, METADATA_WAIT).await;
+        image = current;
+    }
     let now_ms = crate::replica::now_ms();
     let mut topics: Vec<TopicSlots> = req
         .topic_data
@@ -303,6 +309,31 @@ pub async fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcom
         }
         response
     }))
+}
+
+/// How long a Produce naming a topic or partition this node does not serve yet may wait for
+/// its metadata to catch up (`may_lag`); normally a round trip to the quorum's leader.
+const METADATA_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Whether this node's metadata may lag what a client already learned from another node: a
+/// topic of `req` is missing from the image, or the image names this node a partition's
+/// leader before the replica manager has opened it. Refused, such a partition is retried by
+/// the client while the requests pipelined behind it append: a producer without idempotence
+/// would reorder its records. Waiting instead (the dispatcher reads this connection's next
+/// request only after this one) keeps them in order.
+fn may_lag(ctx: &Ctx, image: &MetadataImage, req: &ProduceRequest, version: i16) -> bool {
+    req.topic_data.iter().any(|topic| {
+        let info = match version >= 13 {
+            true => image.topic_by_id(&topic.topic_id),
+            false => image.topic(topic.name.0.as_str()),
+        };
+        let Some(info) = info else { return true };
+        topic.partition_data.iter().any(|p| {
+            (0..info.partitions).contains(&p.index)
+                && info.leader(p.index) == ctx.config.node_id
+                && ctx.replicas.get(&info.name, p.index).is_none()
+        })
+    })
 }
 
 /// Everything Produce checks of one topic's partitions before any of them is written: acks,

@@ -1386,6 +1386,16 @@ impl Controller {
         }
     }
 
+    /// The image once this node has applied all the quorum had committed (a read barrier,
+    /// `MetadataQuorum::catch_up_with_leader`, up to `within`); a single node's image is
+    /// always current. None when a cluster node could not catch up in time.
+    pub async fn catch_up_with_leader(&self, within: std::time::Duration) -> Option<Arc<MetadataImage>> {
+        match &self.backend {
+            Backend::Local(_) => Some(self.image()),
+            Backend::Quorum(quorum) => quorum.catch_up_with_leader(within).await,
+        }
+    }
+
     /// The current snapshot.
     pub fn image(&self) -> Arc<MetadataImage> {
         self.image.borrow().clone()

@@ -731,6 +731,8 @@ pub struct ReplicaManager {
     /// How far the published images are applied; `progressed` wakes whoever waits for it.
     progress: Mutex<Progress>,
     progressed: Condvar,
+    /// The offset of the last image applied, for async waiters (`applied`).
+    applied: watch::Sender<Option<i64>>,
     /// Set by `close_all`: nothing is applied any more.
     stopped: AtomicBool,
     /// The log writer threads every partition's changes run on.
@@ -774,6 +776,7 @@ impl ReplicaManager {
             offline: RwLock::new(HashSet::new()),
             progress: Mutex::new(Progress::default()),
             progressed: Condvar::new(),
+            applied: watch::Sender::new(None),
             stopped: AtomicBool::new(false),
             writers: Writers::start(WRITER_SHARDS, WRITER_QUEUE_JOBS),
             controller: std::sync::OnceLock::new(),
@@ -830,6 +833,15 @@ impl ReplicaManager {
         }
         progress.applied = Some(image.offset);
         self.progressed.notify_all();
+        self.applied.send_replace(Some(image.offset));
+    }
+
+    /// `catch_up` for async callers, up to `within`: whether `image` (or a later one) was
+    /// applied, successfully or not, in time.
+    pub async fn applied(&self, image: &MetadataImage, within: Duration) -> bool {
+        let mut applied = self.applied.subscribe();
+        let reached = applied.wait_for(|applied| applied.is_some_and(|applied| applied >= image.offset));
+        matches!(tokio::time::timeout(within, reached).await, Ok(Ok(_)))
     }
 
     /// Waits until the replica manager has applied `image` (or a later one): the partitions it

@@ -248,6 +248,9 @@ pub struct MetadataQuorum {
     propose_timeout_ms: u64,
     core: Arc<Core>,
     limits: NetworkLimits,
+    /// When the last read barrier that succeeded began (`catch_up_with_leader`); held by the
+    /// one barrier in progress, so concurrent ones share it.
+    barrier: tokio::sync::Mutex<Option<tokio::time::Instant>>,
 }
 
 /// Why the quorum's leader refused a proposal or a heartbeat (sent back over the wire to a
@@ -786,6 +789,7 @@ impl MetadataQuorum {
             raft,
             images,
             server,
+            barrier: tokio::sync::Mutex::new(None),
             propose_timeout_ms: config.propose_timeout_ms,
             core,
             limits,
@@ -1181,6 +1185,39 @@ impl MetadataQuorum {
                 }
             }
             None => None,
+        }
+    }
+
+    /// A read barrier: waits (up to `within`) until this node has applied every entry the
+    /// leader had committed when asked, and returns the image then. Learning a commit takes
+    /// a replication round trip, so another node may answer Metadata with a topic this node's
+    /// image does not hold yet; a request naming it waits here instead of being refused. None
+    /// when the leader cannot be asked or this node does not catch up in time.
+    pub async fn catch_up_with_leader(&self, within: Duration) -> Option<Arc<MetadataImage>> {
+        let arrived = tokio::time::Instant::now();
+        let barrier = async {
+            let mut last = self.barrier.lock().await;
+            // One that began after this call did, and succeeded, covers it.
+            if last.is_some_and(|began| began >= arrived) {
+                return Some(());
+            }
+            let began = tokio::time::Instant::now();
+            let committed = match self.leader_address() {
+                Some((leader, _)) if leader == self.node_id => self.committed_index().await,
+                Some(_) => self.leader_metrics().await.and_then(|(_, committed)| committed),
+                None => None,
+            }?;
+            self.raft
+                .wait(None)
+                .applied_index_at_least(Some(committed), "read barrier")
+                .await
+                .ok()?;
+            *last = Some(began);
+            Some(())
+        };
+        match tokio::time::timeout(within, barrier).await {
+            Ok(Some(())) => Some(self.image()),
+            _ => None,
         }
     }
 
