@@ -4,7 +4,8 @@
 //! (key 27) to the other leaders (Kafka's `TransactionMarkerChannelManager`); a leader that
 //! does not coordinate the transactional id verifies a transactional Produce with the
 //! coordinator through AddPartitionsToTxn `verify_only` (KIP-890 part 1, Kafka's
-//! `AddPartitionsToTxnManager`).
+//! `AddPartitionsToTxnManager`), or, for Produce v12+ and TxnOffsetCommit v5 (transaction
+//! version 2, part 2), has the coordinator add the partition.
 //!
 //! Each test starts its own three-node cluster (`common::cluster`); a failing test prints the
 //! tail of every node's log.
@@ -392,6 +393,28 @@ fn txn_batch(pid: i64, epoch: i16, seq: i32) -> Bytes {
     Bytes::from(b)
 }
 
+/// InitProducerId `version` for transactional id `id` at its coordinator `coordinator`: the
+/// producer id and epoch. The coordinator serves the id once it has loaded its new
+/// `__transaction_state` partition; until then it answers NOT_COORDINATOR (16) or
+/// COORDINATOR_LOAD_IN_PROGRESS (14), which clients retry, as this does.
+async fn init_at(cluster: &Cluster, coordinator: i32, version: i16, id: &str) -> (i64, i16) {
+    let init = InitProducerIdRequest::default()
+        .with_transactional_id(Some(TransactionalId(s(id))))
+        .with_transaction_timeout_ms(60_000);
+    let deadline = Instant::now() + SETUP_WAIT;
+    let resp = loop {
+        let resp = try_call(cluster.addr(coordinator), version, &init, POLL_REQUEST_TIMEOUT)
+            .await
+            .unwrap();
+        if !matches!(resp.error_code, 14 | 16) || Instant::now() >= deadline {
+            break resp;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(resp.error_code, 0, "InitProducerId on the coordinator {coordinator}");
+    (resp.producer_id.0, resp.producer_epoch)
+}
+
 /// A transactional Produce (acks=all) of `records` to `name`/`partition`, sent to node `to`:
 /// the partition's code.
 async fn produce_txn(
@@ -440,24 +463,7 @@ async fn a_leader_verifies_transactional_produce_with_the_coordinator_on_another
         .expect("3 partitions on 3 nodes: one is led elsewhere");
     println!("{id} coordinated by node {coordinator}; {name}/{partition} led by node {leader}");
 
-    let init = InitProducerIdRequest::default()
-        .with_transactional_id(Some(TransactionalId(s(&id))))
-        .with_transaction_timeout_ms(60_000);
-    // The coordinator serves the id once it has loaded its new `__transaction_state`
-    // partition; until then it answers NOT_COORDINATOR (16) or COORDINATOR_LOAD_IN_PROGRESS
-    // (14), which clients retry, as this does.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let resp = loop {
-        let resp = try_call(cluster.addr(coordinator), 4, &init, POLL_REQUEST_TIMEOUT)
-            .await
-            .unwrap();
-        if !matches!(resp.error_code, 14 | 16) || Instant::now() >= deadline {
-            break resp;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    assert_eq!(resp.error_code, 0, "InitProducerId on the coordinator");
-    let (pid, epoch) = (resp.producer_id.0, resp.producer_epoch);
+    let (pid, epoch) = init_at(&cluster, coordinator, 4, &id).await;
 
     // Not in the transaction yet: refused, by the code each Produce version knows.
     for (version, code) in [(9, INVALID_TXN_STATE), (11, TRANSACTION_ABORTABLE)] {
@@ -546,4 +552,104 @@ async fn a_leader_verifies_transactional_produce_with_the_coordinator_on_another
     cluster.kill(coordinator);
     let c = produce_txn(&cluster, leader, 9, &id, &name, partition, txn_batch(pid, epoch, 1)).await;
     assert_eq!(c, NOT_ENOUGH_REPLICAS, "verification with an unreachable coordinator");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transaction_version_2_writes_are_added_by_the_coordinator_on_another_node() {
+    // KIP-890 part 2 across brokers: a Produce v12 at a leader that is not the transactional
+    // id's coordinator, and a TxnOffsetCommit v5 at a group coordinator that is not it either,
+    // ask the transaction's coordinator to add their partitions (AddPartitionsToTxn v5, not
+    // verify_only); the client sends neither AddPartitionsToTxn nor AddOffsetsToTxn. EndTxn v5
+    // then settles both and bumps the epoch, which fences a late write at the leader.
+    let cluster = Cluster::start(3).await;
+    let (out, input) = (unique("tv2-out"), unique("tv2-in"));
+    let leaders = create_topic(&cluster, &out, 3).await;
+    create_topic(&cluster, &input, 1).await;
+    let (id, coordinator, group, group_coordinator) = txn_and_group_apart(&cluster).await;
+    let (partition, leader) = (0..)
+        .zip(leaders.iter().copied())
+        .find(|(_, leader)| *leader != coordinator)
+        .expect("3 partitions on 3 nodes: one is led elsewhere");
+    println!(
+        "{id} coordinated by node {coordinator}, {group} by node {group_coordinator}; {out}/{partition} led by node {leader}"
+    );
+    let (pid, epoch) = init_at(&cluster, coordinator, 5, &id).await;
+
+    let c = produce_txn(&cluster, leader, 12, &id, &out, partition, txn_batch(pid, epoch, 0)).await;
+    assert_eq!(c, 0, "Produce v12 at node {leader}, added by node {coordinator}");
+    let commit = TxnOffsetCommitRequest::default()
+        .with_transactional_id(TransactionalId(s(&id)))
+        .with_group_id(GroupId(s(&group)))
+        .with_producer_id(ProducerId(pid))
+        .with_producer_epoch(epoch)
+        .with_topics(vec![
+            txn_offset_commit_request::TxnOffsetCommitRequestTopic::default()
+                .with_name(topic(&input))
+                .with_partitions(vec![
+                    txn_offset_commit_request::TxnOffsetCommitRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_committed_offset(7)
+                        .with_committed_leader_epoch(-1),
+                ]),
+        ]);
+    let resp = try_call(cluster.addr(group_coordinator), 5, &commit, POLL_REQUEST_TIMEOUT)
+        .await
+        .unwrap();
+    assert_eq!(
+        resp.topics[0].partitions[0].error_code, 0,
+        "TxnOffsetCommit v5 at node {group_coordinator}"
+    );
+    let describe = DescribeTransactionsRequest::default().with_transactional_ids(vec![TransactionalId(s(&id))]);
+    let resp = try_call(cluster.addr(coordinator), 0, &describe, POLL_REQUEST_TIMEOUT)
+        .await
+        .unwrap();
+    let state = &resp.transaction_states[0];
+    let mut listed: Vec<(String, Vec<i32>)> = state
+        .topics
+        .iter()
+        .map(|t| (t.topic.0.to_string(), t.partitions.clone()))
+        .collect();
+    listed.sort();
+    assert_eq!(state.transaction_state.as_str(), "Ongoing");
+    assert!(
+        listed.contains(&(out.clone(), vec![partition])) && listed.iter().any(|(t, _)| t == "__consumer_offsets"),
+        "the output partition and the group's offsets partition are in the transaction: {listed:?}"
+    );
+    assert_eq!(end_and_stable(&cluster, leader, &out, partition).await, (1, 0));
+
+    let end = EndTxnRequest::default()
+        .with_transactional_id(TransactionalId(s(&id)))
+        .with_producer_id(ProducerId(pid))
+        .with_producer_epoch(epoch)
+        .with_committed(true);
+    let resp = try_call(cluster.addr(coordinator), 5, &end, POLL_REQUEST_TIMEOUT)
+        .await
+        .unwrap();
+    assert_eq!((resp.error_code, resp.producer_epoch), (0, epoch + 1), "EndTxn v5");
+    assert_eq!(
+        end_and_stable(&cluster, leader, &out, partition).await,
+        (2, 2),
+        "the commit marker reached node {leader}"
+    );
+    let fetch = OffsetFetchRequest::default()
+        .with_group_id(GroupId(s(&group)))
+        .with_require_stable(true)
+        .with_topics(Some(vec![
+            OffsetFetchRequestTopic::default()
+                .with_name(topic(&input))
+                .with_partition_indexes(vec![0]),
+        ]));
+    let resp = try_call(cluster.addr(group_coordinator), 7, &fetch, POLL_REQUEST_TIMEOUT)
+        .await
+        .unwrap();
+    let p = &resp.topics[0].partitions[0];
+    assert_eq!((p.error_code, p.committed_offset), (0, 7), "the offsets are committed");
+
+    let c = produce_txn(&cluster, leader, 12, &id, &out, partition, txn_batch(pid, epoch, 1)).await;
+    assert_eq!(c, INVALID_PRODUCER_EPOCH, "a late write of the ended transaction");
+    assert_eq!(
+        end_and_stable(&cluster, leader, &out, partition).await,
+        (2, 2),
+        "not written"
+    );
 }

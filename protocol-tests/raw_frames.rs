@@ -1181,8 +1181,9 @@ fn producer_batch(count: usize, pid: i64, epoch: i16, seq: i32, transactional: b
 #[tokio::test]
 async fn produce_v13_checks_producers_and_transactions_as_v12() {
     // v13 changes how a topic is named and nothing else: Kafka's ProducerStateManager checks
-    // (duplicates answered with their first offset, sequence gaps, stale epochs) and the KIP-890
-    // part 1 verification of transactional batches answer as in v12.
+    // (duplicates answered with their first offset, sequence gaps, stale epochs) and KIP-890
+    // part 2 (a transactional batch's partition added to its transaction by the broker) answer
+    // as in v12.
     let broker = TestBroker::start(&[]).await;
     let mut raw = Raw::connect(broker.addr).await;
     let mut answers = Vec::new();
@@ -1213,7 +1214,7 @@ async fn produce_v13_checks_producers_and_transactions_as_v12() {
             let p = &resp.responses[0].partition_responses[0];
             got.push((p.error_code, p.base_offset));
         }
-        // A transaction that does not hold the partition, then one that does.
+        // A transaction that does not hold the partition yet, then the same batch again.
         let txn_id = format!("txn-by-id-v{version}");
         let init = InitProducerIdRequest::default()
             .with_transactional_id(Some(TransactionalId(StrBytes::from_string(txn_id.clone()))))
@@ -1223,7 +1224,8 @@ async fn produce_v13_checks_producers_and_transactions_as_v12() {
         let (txn_pid, txn_epoch) = (init.producer_id.0, init.producer_epoch);
         let txn_batch = producer_batch(2, txn_pid, txn_epoch, 0, true);
         let resp = raw.call(version, &request(txn_batch.clone(), Some(&txn_id))).await;
-        got.push((resp.responses[0].partition_responses[0].error_code, -2));
+        let p = &resp.responses[0].partition_responses[0];
+        got.push((p.error_code, p.base_offset));
         use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
         let add = AddPartitionsToTxnRequest::default()
             .with_v3_and_below_transactional_id(TransactionalId(StrBytes::from_string(txn_id.clone())))
@@ -1250,10 +1252,10 @@ async fn produce_v13_checks_producers_and_transactions_as_v12() {
         (0, 3),
         (45, -1), // OUT_OF_ORDER_SEQUENCE_NUMBER
         (0, 5),
-        (47, -1),  // INVALID_PRODUCER_EPOCH
-        (53, -1),  // TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-        (120, -2), // TRANSACTION_ABORTABLE: not in the transaction, nothing written
-        (0, 6),
+        (47, -1), // INVALID_PRODUCER_EPOCH
+        (53, -1), // TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        (0, 6),   // not in the transaction: the broker adds it (transaction version 2)
+        (0, 6),   // after the client's own AddPartitionsToTxn, a retry: its first offset
     ];
     assert_eq!(answers, vec![expected.clone(), expected], "v12, then v13");
     broker.handle.shutdown().await;
@@ -1316,18 +1318,18 @@ async fn fetch_v18_answers_as_v17_whatever_high_watermark_a_request_carries() {
 async fn api_versions_reports_the_features_sluice_serves_as_kafka_shapes_them() {
     // KIP-584 features: tagged fields of ApiVersions v3+. Kafka's ApiVersionsResponse.Builder
     // leaves out below v4 a supported feature whose minimum is 0 (KAFKA-17492) and never lists
-    // a finalized level 0. group.version 1: KIP-848 groups. transaction.version 1, not Kafka
-    // 4.1's 2: at 2 a Java producer stops sending AddPartitionsToTxn and expects Produce to add
-    // partitions to its transaction, which Sluice's Produce does not (it only verifies).
+    // a finalized level 0. group.version 1: KIP-848 groups. transaction.version 2, as Kafka
+    // 4.1: KIP-890 part 2 (Produce v12+ and TxnOffsetCommit v5 add their partitions to the
+    // transaction, EndTxn v5 bumps the epoch).
     let broker = TestBroker::start(&[]).await;
     let mut raw = Raw::connect(broker.addr).await;
     let finalized = vec![
         ("group.version".to_string(), 1, 1),
-        ("transaction.version".to_string(), 1, 1),
+        ("transaction.version".to_string(), 2, 2),
     ];
     let supported_v4 = vec![
         ("group.version".to_string(), 0, 1),
-        ("transaction.version".to_string(), 0, 1),
+        ("transaction.version".to_string(), 0, 2),
     ];
     for version in 0..=4 {
         let resp = raw.call(version, &api_versions()).await;
@@ -1350,18 +1352,18 @@ async fn api_versions_reports_the_features_sluice_serves_as_kafka_shapes_them() 
             3 => {
                 assert!(supported.is_empty(), "v3: every supported minimum is 0");
                 assert_eq!(got, finalized);
-                assert_eq!(resp.finalized_features_epoch, 1);
+                assert_eq!(resp.finalized_features_epoch, 2);
             }
             _ => {
                 assert_eq!(supported, supported_v4);
                 assert_eq!(got, finalized);
-                assert_eq!(resp.finalized_features_epoch, 1);
+                assert_eq!(resp.finalized_features_epoch, 2);
             }
         }
     }
     assert_eq!(
         sluice::api::api_versions::FINALIZED_FEATURES_EPOCH,
-        1,
+        2,
         "the epoch the answers carry"
     );
     // An invalid v3+ request gets Kafka's error response: no API, no feature.

@@ -24,6 +24,7 @@ const INVALID_PRODUCER_EPOCH: i16 = 47;
 const PRODUCER_FENCED: i16 = 90;
 const INVALID_TXN_STATE: i16 = 48;
 const TRANSACTION_ABORTABLE: i16 = 120;
+const UNSTABLE_OFFSET_COMMIT: i16 = 88;
 const INVALID_TRANSACTION_TIMEOUT: i16 = 50;
 const INVALID_REQUEST: i16 = 42;
 const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
@@ -448,6 +449,93 @@ async fn end_txn_v5_bumps_the_epoch_at_every_end() {
     assert_eq!(add(&mut raw, 3, (&id, pid, e + 2), "tv2", &[0], false).await, vec![0]);
     assert_eq!(end(&mut raw, 4, &id, pid, e + 2, true).await, 0);
     assert_eq!(describe(&mut raw, &id).await.producer_epoch, e + 2);
+}
+
+#[tokio::test]
+async fn transaction_version_2_clients_send_neither_add_partitions_nor_add_offsets() {
+    // KIP-890 part 2, as a Java 4.x producer runs it when ApiVersions finalizes
+    // transaction.version 2: Produce v12+ puts the partition in the transaction (the broker
+    // asks the coordinator to add it), TxnOffsetCommit v5 the group's offsets partition, and
+    // EndTxn v5 bumps the epoch, so a late write of the ended transaction is fenced.
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    let t = unique("tv2-out");
+    let input = unique("tv2-in");
+    let group = unique("tv2-group");
+    create(&mut raw, &t, 1).await;
+    create(&mut raw, &input, 1).await;
+    let id = unique("tv2-enrol");
+    let (pid, e) = init_retrying(&mut raw, 5, &id, 60_000).await;
+    // Up to v11 the client must add the partition itself: refused, nothing written.
+    assert_eq!(
+        produce_txn(&mut raw, 11, &id, &t, txn_batch(2, pid, e, 0)).await,
+        TRANSACTION_ABORTABLE
+    );
+    assert_eq!(describe(&mut raw, &id).await.transaction_state.as_str(), "Empty");
+    assert_eq!(produce_txn(&mut raw, 12, &id, &t, txn_batch(2, pid, e, 0)).await, 0); // 0-1
+    let d = describe(&mut raw, &id).await;
+    let listed: Vec<(String, Vec<i32>)> = d
+        .topics
+        .iter()
+        .map(|x| (x.topic.0.to_string(), x.partitions.clone()))
+        .collect();
+    assert_eq!(
+        (d.transaction_state.as_str(), listed),
+        ("Ongoing", vec![(t.clone(), vec![0])])
+    );
+    // Later batches of the same transaction go in as well.
+    assert_eq!(produce_txn(&mut raw, 12, &id, &t, txn_batch(1, pid, e, 2)).await, 0); // 2
+    assert_eq!(txn_commit(&mut raw, 5, (&id, pid, e), &group, &input, 42).await, 0);
+    assert_eq!(
+        fetch_stable(&mut raw, 8, &group, &input).await.0,
+        UNSTABLE_OFFSET_COMMIT,
+        "the offsets wait for the commit"
+    );
+    let (bytes, hw, lso, _) = fetch_committed(&mut raw, 12, &t).await;
+    assert_eq!((bytes, hw, lso), (0, 3, 0), "nothing is stable before the commit");
+    let r = raw
+        .call(
+            5,
+            &EndTxnRequest::default()
+                .with_transactional_id(txn(&id))
+                .with_producer_id(ProducerId(pid))
+                .with_producer_epoch(e)
+                .with_committed(true),
+        )
+        .await;
+    assert_eq!((r.error_code, r.producer_id.0, r.producer_epoch), (0, pid, e + 1));
+    let (bytes, hw, lso, aborted) = fetch_committed(&mut raw, 12, &t).await;
+    assert!(bytes > 0);
+    assert_eq!((hw, lso, aborted), (4, 4, vec![]), "3 records and the commit marker");
+    assert_eq!(fetch_stable(&mut raw, 8, &group, &input).await, (0, 42));
+    // A late batch of the ended transaction, at its old epoch: fenced, nothing written.
+    assert_eq!(
+        produce_txn(&mut raw, 12, &id, &t, txn_batch(1, pid, e, 3)).await,
+        INVALID_PRODUCER_EPOCH
+    );
+    assert_eq!(
+        txn_commit(&mut raw, 5, (&id, pid, e), &group, &input, 99).await,
+        INVALID_PRODUCER_EPOCH
+    );
+    // The next transaction runs at the bumped epoch, its sequence from 0; aborted, its records
+    // are listed as such and the offsets dropped.
+    assert_eq!(produce_txn(&mut raw, 12, &id, &t, txn_batch(2, pid, e + 1, 0)).await, 0); // 4-5
+    assert_eq!(txn_commit(&mut raw, 5, (&id, pid, e + 1), &group, &input, 50).await, 0);
+    let r = raw
+        .call(
+            5,
+            &EndTxnRequest::default()
+                .with_transactional_id(txn(&id))
+                .with_producer_id(ProducerId(pid))
+                .with_producer_epoch(e + 1)
+                .with_committed(false),
+        )
+        .await;
+    assert_eq!((r.error_code, r.producer_epoch), (0, e + 2));
+    let (_, hw, lso, aborted) = fetch_committed(&mut raw, 12, &t).await;
+    assert_eq!((hw, lso, aborted), (7, 7, vec![(pid, 4)]));
+    assert_eq!(fetch_stable(&mut raw, 8, &group, &input).await, (0, 42));
+    broker.handle.shutdown().await;
 }
 
 #[tokio::test]

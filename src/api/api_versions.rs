@@ -11,7 +11,8 @@
 //! eligible.leader.replicas.version 0-1 and share.version 0-1, and finalizes metadata.version
 //! 27 (4.1-IV1), transaction.version 2, group.version 1, eligible.leader.replicas.version 1 and
 //! kraft.version 1 with --standalone (`BrokerFeatures.defaultSupportedFeatures`, each feature's
-//! LATEST_PRODUCTION and bootstrap level). Sluice lists only what it does (`FEATURES`): no
+//! LATEST_PRODUCTION and bootstrap level). Sluice lists only what it does (`FEATURES`, with
+//! group.version and transaction.version as Kafka 4.1): no
 //! KRaft quorum or metadata records in Kafka's format (metadata.version, kraft.version), no
 //! replicas (eligible.leader.replicas.version), no share groups (share.version).
 //! librdkafka before 2.2 skips one byte too few of each tagged field (librdkafka #4278); the
@@ -50,17 +51,17 @@ pub const FEATURES: &[Feature] = &[
         max_level: 1,
         finalized_level: 1,
     },
-    // TransactionVersion.TV_1: flexible __transaction_state records (TransactionLogValue v1,
-    // what `coordinator::txn_records` writes). Not TV_2 (KIP-890 part 2), although EndTxn v5
-    // and TxnOffsetCommit v5 speak it: a Java producer that sees 2 finalized stops sending
-    // AddPartitionsToTxn and lets Produce v12+ add each partition to its transaction, which
-    // Sluice's Produce does not (it verifies, KIP-890 part 1, and answers
-    // TRANSACTION_ABORTABLE), so every such transaction would abort.
+    // TransactionVersion.TV_2, as Kafka 4.1 finalizes on a new cluster: KIP-890 part 2. A Java
+    // producer that sees 2 finalized sends no AddPartitionsToTxn or AddOffsetsToTxn; Produce
+    // v12+ and TxnOffsetCommit v5 add their partitions to the transaction (`produce.rs`,
+    // `Enrolment::Add`), and EndTxn v5 bumps the epoch at every end. Clients of level 1 or
+    // older (librdkafka, kafka-python, Produce up to v11) keep the classic rules with their
+    // request versions. Level 1: flexible __transaction_state records (TransactionLogValue v1).
     Feature {
         name: "transaction.version",
         min_level: 0,
-        max_level: 1,
-        finalized_level: 1,
+        max_level: 2,
+        finalized_level: 2,
     },
 ];
 
@@ -68,7 +69,7 @@ pub const FEATURES: &[Feature] = &[
 /// the highest epoch they have seen (Java's `ApiVersions.update`), so it only grows, and changes
 /// exactly when a finalized level of `FEATURES` does (a unit test pins the pair). Kafka uses the
 /// metadata offset of its image; -1 would say the levels are unknown.
-pub const FINALIZED_FEATURES_EPOCH: i64 = 1;
+pub const FINALIZED_FEATURES_EPOCH: i64 = 2;
 
 fn api_keys() -> Vec<ApiVersion> {
     SUPPORTED
@@ -167,7 +168,7 @@ mod tests {
         let finalized: Vec<(&str, i16)> = FEATURES.iter().map(|f| (f.name, f.finalized_level)).collect();
         assert_eq!(
             (FINALIZED_FEATURES_EPOCH, finalized),
-            (1, vec![("group.version", 1), ("transaction.version", 1)])
+            (2, vec![("group.version", 1), ("transaction.version", 2)])
         );
         for f in FEATURES {
             assert!(

@@ -3,17 +3,17 @@
 //! the answer · v6-v7 same · v8 record errors (every invalid record named) and error message
 //! (KIP-467) · v9 flexible · v10-v11 current leader / node endpoints tagged fields (KIP-951: a
 //! partition answered NOT_LEADER_OR_FOLLOWER names its leader, whose endpoint is listed) · v12
-//! same as v11 · v13 topics named by id instead of name in
+//! transactional partitions added to their transaction by the broker (KIP-890 part 2) · v13 topics named by id instead of name in
 //! the request and the answer (KIP-516; Kafka 4.1): an id the metadata image does not hold gets
 //! UNKNOWN_TOPIC_ID, as a topic deleted and created again under its name gets a new id. Once
 //! the id is resolved every version takes the same path (validation, idempotence, KIP-890
 //! verification, record errors). Not served: magic 0/1 message sets.
 //! acks 0 (no response), 1 (answered once written), -1 (answered when the records are durable
 //! by the flush policy, fsynced by default; REQUEST_TIMED_OUT after `timeout_ms`).
-//! KIP-890 verification asks the transactional id's coordinator: this broker's, or the
-//! coordinator broker with an AddPartitionsToTxn `verify_only` (Kafka's
-//! `AddPartitionsToTxnManager`); every transactional Produce is verified, where Kafka verifies
-//! only a partition's first batch of a transaction.
+//! KIP-890 asks the transactional id's coordinator, this broker's or the coordinator broker's
+//! through an AddPartitionsToTxn v5 (Kafka's `AddPartitionsToTxnManager`), about a partition's
+//! first batch of each transaction: up to v11 whether the client added the partition (part 1,
+//! `verify_only`), from v12 (transaction version 2, part 2) to add it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -426,11 +426,17 @@ fn check_topic(
     }
 }
 
-/// KIP-890 part 1: a transactional batch goes in only when its transaction holds the partition
-/// (AddPartitionsToTxn came first), so no transaction is left hanging. One verification per
-/// producer in the request (normally one) covers all of its partitions; a partition refused
-/// becomes answered.
+/// KIP-890: a transactional batch goes in only when its transaction holds the partition, so no
+/// transaction is left hanging. Up to v11 the client added it (AddPartitionsToTxn) and the
+/// coordinator verifies that (part 1); from v12 the client runs transaction version 2 and the
+/// coordinator adds it here (part 2, Kafka's `produceRequestVersionToTransactionSupportedOperation`).
+/// One request to the coordinator per producer in the request (normally one) covers all of its
+/// partitions; a partition refused becomes answered.
 async fn verify_transactions(ctx: &Ctx, transactional_id: Option<&str>, topics: &mut [TopicSlots], version: i16) {
+    let how = match version >= 12 {
+        true => Enrolment::Add,
+        false => Enrolment::Verify,
+    };
     let mut by_producer: BTreeMap<(i64, i16), Vec<(usize, usize)>> = BTreeMap::new();
     for (ti, topic) in topics.iter().enumerate() {
         for (si, slot) in topic.slots.iter().enumerate() {
@@ -470,7 +476,7 @@ async fn verify_transactions(ctx: &Ctx, transactional_id: Option<&str>, topics: 
             // Kafka refuses transactional records without a transactional id as an
             // authorization failure of the (absent) id.
             None => vec![ResponseError::TransactionalIdAuthorizationFailed.code(); partitions.len()],
-            Some(id) => match verify_in_transaction(ctx, id, producer_id, producer_epoch, &partitions).await {
+            Some(id) => match check_in_transaction(ctx, id, producer_id, producer_epoch, &partitions, how).await {
                 Ok(codes) => (0..partitions.len())
                     .map(|i| {
                         codes
@@ -497,23 +503,71 @@ async fn verify_transactions(ctx: &Ctx, transactional_id: Option<&str>, topics: 
     }
 }
 
-/// The AddPartitionsToTxn version of a verification sent to another broker: v5, whose answers
-/// carry TRANSACTION_ABORTABLE as the local check does (v4 would turn it into INVALID_TXN_STATE).
+/// The AddPartitionsToTxn version a broker sends another broker's coordinator: v5, whose answers
+/// carry TRANSACTION_ABORTABLE as the local check does (v4 would turn it into INVALID_TXN_STATE),
+/// and whose adding requests run transaction version 2 (`transactions::add_one`).
 pub const VERIFY_VERSION: i16 = 5;
 
+/// What a transactional write asks of its transaction's coordinator (Kafka's
+/// `TransactionSupportedOperation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Enrolment {
+    /// The partitions must be in the ongoing transaction already (KIP-890 part 1: Produce up
+    /// to v11, TxnOffsetCommit up to v4, after the client's AddPartitionsToTxn or
+    /// AddOffsetsToTxn).
+    Verify,
+    /// The partitions are added to the transaction (KIP-890 part 2, transaction version 2:
+    /// Produce v12+ and TxnOffsetCommit v5, whose clients send no AddPartitionsToTxn or
+    /// AddOffsetsToTxn).
+    Add,
+}
+
+/// Kafka's `add.partitions.to.txn.retry.backoff.ms` and `.max.ms` defaults: a coordinator that
+/// answers CONCURRENT_TRANSACTIONS (the previous transaction still being completed) is asked
+/// again every 20 ms for up to 100 ms before the client gets the error.
+const CONCURRENT_RETRY_BACKOFF: Duration = Duration::from_millis(20);
+const CONCURRENT_RETRY_MAX: Duration = Duration::from_millis(100);
+
 /// Whether `partitions` are in the ongoing transaction of `transactional_id` at this producer
-/// id and epoch, asked of the transaction's coordinator: this broker's `TransactionCoordinator`,
-/// or the coordinator broker with an AddPartitionsToTxn `verify_only` (Kafka's
+/// id and epoch (`Enrolment::Verify`), or adds them to it (`Enrolment::Add`), asked of the
+/// transaction's coordinator: this broker's `TransactionCoordinator`, or the coordinator
+/// broker with an AddPartitionsToTxn v5, `verify_only` for a verification (Kafka's
 /// `AddPartitionsToTxnManager` does the same). Per partition NONE or TRANSACTION_ABORTABLE, or
 /// one code for all: the coordinator's refusal (PRODUCER_FENCED, INVALID_PRODUCER_ID_MAPPING,
-/// CONCURRENT_TRANSACTIONS, NOT_COORDINATOR, ...), COORDINATOR_NOT_AVAILABLE when the metadata
-/// names no live coordinator, or the network error of a coordinator not reached.
-pub(crate) async fn verify_in_transaction(
+/// CONCURRENT_TRANSACTIONS once the retries are spent, NOT_COORDINATOR, ...),
+/// COORDINATOR_NOT_AVAILABLE when the metadata names no live coordinator, or the network error
+/// of a coordinator not reached.
+pub(crate) async fn check_in_transaction(
     ctx: &Ctx,
     transactional_id: &str,
     producer_id: i64,
     producer_epoch: i16,
     partitions: &[TopicPartition],
+    how: Enrolment,
+) -> Result<Vec<i16>, i16> {
+    let concurrent = ResponseError::ConcurrentTransactions.code();
+    let started = tokio::time::Instant::now();
+    loop {
+        let result = ask_coordinator(ctx, transactional_id, producer_id, producer_epoch, partitions, how).await;
+        let retry = match &result {
+            Err(c) => *c == concurrent,
+            Ok(codes) => codes.contains(&concurrent),
+        };
+        if !retry || started.elapsed() + CONCURRENT_RETRY_BACKOFF > CONCURRENT_RETRY_MAX {
+            return result;
+        }
+        tokio::time::sleep(CONCURRENT_RETRY_BACKOFF).await;
+    }
+}
+
+/// One round of `check_in_transaction`.
+async fn ask_coordinator(
+    ctx: &Ctx,
+    transactional_id: &str,
+    producer_id: i64,
+    producer_epoch: i16,
+    partitions: &[TopicPartition],
+    how: Enrolment,
 ) -> Result<Vec<i16>, i16> {
     let image = ctx.controller.image();
     if is_coordinator(&image, ctx.config.node_id, KeyKind::Transaction, transactional_id) {
@@ -522,30 +576,40 @@ pub(crate) async fn verify_in_transaction(
             // unknown. The producer retries (NOT_ENOUGH_REPLICAS by produce_verification_code).
             return Err(NOT_COORDINATOR);
         }
-        return ctx
-            .transactions
-            .verify_partitions(transactional_id, producer_id, producer_epoch, partitions);
+        return match how {
+            Enrolment::Verify => {
+                ctx.transactions
+                    .verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
+            }
+            Enrolment::Add => ctx
+                .transactions
+                .add_partitions(transactional_id, producer_id, producer_epoch, partitions, true)
+                .await
+                .map(|()| vec![0; partitions.len()]),
+        };
     }
     let Coordinator::Broker(coordinator) = locate(&image, KeyKind::Transaction, transactional_id) else {
         return Err(ResponseError::CoordinatorNotAvailable.code());
     };
-    let request = verify_request(transactional_id, producer_id, producer_epoch, partitions);
+    let request = enrol_request(transactional_id, producer_id, producer_epoch, partitions, how);
     let client = ctx.transactions.markers().broker_client();
     match client.call(&coordinator, VERIFY_VERSION, &request).await {
         Ok(response) => verify_results(&response, partitions),
         Err(e) => {
-            tracing::warn!(transactional_id, coordinator = coordinator.id, error = %e, "verifying a transactional produce");
+            tracing::warn!(transactional_id, coordinator = coordinator.id, ?how, error = %e, "asking a transaction's coordinator for a transactional write");
             Err(e.code())
         }
     }
 }
 
-/// AddPartitionsToTxn (v4+) verifying `partitions` for one transaction, adding nothing.
-fn verify_request(
+/// AddPartitionsToTxn (v4+) verifying (`verify_only`) or adding `partitions` for one
+/// transaction.
+fn enrol_request(
     transactional_id: &str,
     producer_id: i64,
     producer_epoch: i16,
     partitions: &[TopicPartition],
+    how: Enrolment,
 ) -> AddPartitionsToTxnRequest {
     let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
     for tp in partitions {
@@ -564,12 +628,12 @@ fn verify_request(
             .with_transactional_id(TransactionalId(StrBytes::from_string(transactional_id.to_string())))
             .with_producer_id(ProducerId(producer_id))
             .with_producer_epoch(producer_epoch)
-            .with_verify_only(true)
+            .with_verify_only(how == Enrolment::Verify)
             .with_topics(topics),
     ])
 }
 
-/// The coordinator's answer to `verify_request`, per partition in the order of `partitions`;
+/// The coordinator's answer to `enrol_request`, per partition in the order of `partitions`;
 /// a top-level error is every partition's, and a partition the answer leaves out gets
 /// UNKNOWN_SERVER_ERROR.
 fn verify_results(response: &AddPartitionsToTxnResponse, partitions: &[TopicPartition]) -> Result<Vec<i16>, i16> {
@@ -626,9 +690,9 @@ mod tests {
     const NOW: i64 = 1_700_000_000_000;
 
     #[test]
-    fn a_remote_verification_asks_verify_only_for_every_partition_at_once() {
-        // Kafka's AddPartitionsToTxnManager: one AddPartitionsToTxn v4+ per transaction,
-        // verify_only, the partitions grouped by topic.
+    fn a_remote_check_asks_for_every_partition_at_once_verify_only_unless_adding() {
+        // Kafka's AddPartitionsToTxnManager: one AddPartitionsToTxn v4+ per transaction, the
+        // partitions grouped by topic; verify_only unless transaction version 2 adds them.
         let tps = [
             TopicPartition {
                 topic: "b".into(),
@@ -643,24 +707,26 @@ mod tests {
                 partition: 0,
             },
         ];
-        let req = verify_request("txn", 5, 9, &tps);
-        assert_eq!(req.transactions.len(), 1);
-        let t = &req.transactions[0];
-        assert_eq!(
-            (
-                t.transactional_id.0.as_str(),
-                t.producer_id.0,
-                t.producer_epoch,
-                t.verify_only
-            ),
-            ("txn", 5, 9, true)
-        );
-        let topics: Vec<(&str, Vec<i32>)> = t
-            .topics
-            .iter()
-            .map(|t| (t.name.0.as_str(), t.partitions.clone()))
-            .collect();
-        assert_eq!(topics, vec![("a", vec![0]), ("b", vec![2, 0])]);
+        for (how, verify_only) in [(Enrolment::Verify, true), (Enrolment::Add, false)] {
+            let req = enrol_request("txn", 5, 9, &tps, how);
+            assert_eq!(req.transactions.len(), 1);
+            let t = &req.transactions[0];
+            assert_eq!(
+                (
+                    t.transactional_id.0.as_str(),
+                    t.producer_id.0,
+                    t.producer_epoch,
+                    t.verify_only
+                ),
+                ("txn", 5, 9, verify_only)
+            );
+            let topics: Vec<(&str, Vec<i32>)> = t
+                .topics
+                .iter()
+                .map(|t| (t.name.0.as_str(), t.partitions.clone()))
+                .collect();
+            assert_eq!(topics, vec![("a", vec![0]), ("b", vec![2, 0])]);
+        }
     }
 
     #[test]

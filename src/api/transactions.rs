@@ -31,7 +31,8 @@ use kafka_protocol::messages::txn_offset_commit_response::{
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
-use super::coordinator_routing::{KeyKind, NOT_COORDINATOR, coordinator_here, is_coordinator};
+use super::coordinator_routing::{KeyKind, NOT_COORDINATOR, coordinator_here};
+use super::produce::Enrolment;
 use super::{Ctx, Versions, topic_name};
 use crate::acl::{Operation, ResourceType};
 use crate::coordinator::records::partition_for;
@@ -387,45 +388,28 @@ pub async fn txn_offset_commit(ctx: &Ctx, req: TxnOffsetCommitRequest, version: 
         Err(code(ResponseError::CoordinatorNotAvailable))
     } else {
         let tp = offsets_partition(ctx, &group);
-        let txn = &req.transactional_id.0;
-        let txn_led_here = is_coordinator(&ctx.controller.image(), ctx.config.node_id, KeyKind::Transaction, txn);
-        if version >= 5 && txn_led_here && !coordinator_here(ctx, KeyKind::Transaction, txn) {
-            // Coordinated here, its state still loading: the client retries.
-            Err(NOT_COORDINATOR)
-        } else if version >= 5 && !txn_led_here {
-            // v5 (transaction version 2) adds the offsets partition to the transaction here;
-            // with the transaction's coordinator on another broker that needs an adding
-            // AddPartitionsToTxn, not built (Sluice finalizes transaction.version 1, so
-            // clients do not send v5): the transaction is aborted rather than left with
-            // offsets no marker would settle.
-            Err(code(ResponseError::TransactionAbortable))
-        } else if version >= 5 {
-            ctx.transactions
-                .add_partitions(
-                    txn,
-                    req.producer_id.0,
-                    req.producer_epoch,
-                    std::slice::from_ref(&tp),
-                    true,
-                )
-                .await
-        } else {
-            // The transaction's coordinator, here or on another broker (AddPartitionsToTxn
-            // verify_only, as Kafka's AddPartitionsToTxnManager).
-            super::produce::verify_in_transaction(
-                ctx,
-                txn,
-                req.producer_id.0,
-                req.producer_epoch,
-                std::slice::from_ref(&tp),
-            )
-            .await
-            .and_then(|codes| match codes.first() {
-                Some(0) => Ok(()),
-                Some(c) => Err(*c),
-                None => Err(code(ResponseError::UnknownServerError)),
-            })
-        }
+        // v5 (transaction version 2) adds the offsets partition to the transaction; before,
+        // the client added it and the coordinator verifies that. Either way the transaction's
+        // coordinator is asked, here or on another broker (AddPartitionsToTxn v5, as Kafka's
+        // AddPartitionsToTxnManager).
+        let how = match version >= 5 {
+            true => Enrolment::Add,
+            false => Enrolment::Verify,
+        };
+        super::produce::check_in_transaction(
+            ctx,
+            &req.transactional_id.0,
+            req.producer_id.0,
+            req.producer_epoch,
+            std::slice::from_ref(&tp),
+            how,
+        )
+        .await
+        .and_then(|codes| match codes.first() {
+            Some(0) => Ok(()),
+            Some(c) => Err(*c),
+            None => Err(code(ResponseError::UnknownServerError)),
+        })
     };
     let codes = match checked {
         // Every topic refused: nothing for the coordinator (Kafka does not call it).
