@@ -27,13 +27,16 @@
 #   LAT_RATE=1000  LAT_MSGS=10000  LAT_SKIP=100
 #   TIMEOUT=120       seconds allowed per scenario (then SIGINT: partial result)
 #   TOOLS=/tmp/sluice-bench-tools    build.sh's output (built when missing)
+#   PERF=TOOLS/bin/rdkafka_performance  the load generator (CURRENT=1 build.sh also
+#                     builds rdkafka_performance-<version> of the rdkafka crate's librdkafka)
 #   OUT=/tmp/sluice-bench/<label>-<time>   raw logs, latency samples (*.us),
 #                     runs.tsv (every run), summary.tsv and table.txt (medians)
 #   LABEL=sluice      name in the header and OUT
 #   BROKER_PID=       the broker's pid, for its CPU column (brk%)
 #   EXTRA_X="-X k=v"  extra librdkafka properties for every client
 #   SCENARIOS="produce consume latency"   the ones to run (consume reads what
-#                     produce wrote, so it needs produce)
+#                     produce wrote, so it needs produce); "idempotence" runs only
+#                     1 KiB acks=all plain, then idempotent, per run
 #   ADMIN_ADDR=HOST:PORT  where topics are created (sluice_mktopic takes no -X,
 #                     so a plaintext listener of the same broker when ADDR is
 #                     TLS or SASL); defaults to ADDR
@@ -67,7 +70,7 @@ SCENARIOS=" ${SCENARIOS:-produce consume latency} "
 ADMIN_ADDR=${ADMIN_ADDR:-$ADDR}
 want() { [[ $SCENARIOS == *" $1 "* ]]; }
 
-PERF=$TOOLS/bin/rdkafka_performance
+PERF=${PERF:-$TOOLS/bin/rdkafka_performance}
 MKTOPIC=$TOOLS/bin/sluice_mktopic
 if [[ ! -x $PERF || ! -x $MKTOPIC ]]; then
     "$HERE/build.sh" "$TOOLS" || exit 1
@@ -246,6 +249,11 @@ for ((r = 1; r <= RUNS; r++)); do
             produce "$r" "$size" all
         done
         # Idempotence costs within the same run as plain acks=all (issue 8: within 10 %).
+        produce "$r" 1024 idem
+    fi
+    if want idempotence; then
+        # Only the pair issue 8 compares: 1 KiB acks=all, plain then idempotent.
+        produce "$r" 1024 all
         produce "$r" 1024 idem
     fi
     if want consume; then

@@ -230,6 +230,27 @@ if [[ ! -x $DIR/bin/sluice_mktopic || $MK_C -nt $DIR/bin/sluice_mktopic ||
         -lpthread -lm -ldl -lrt >>"$LOG" 2>&1 || die "cc sluice_mktopic"
 fi
 
+# 7. Optional (CURRENT=1): rdkafka_performance of the librdkafka that the rdkafka
+#    crate bundles (the version Rust users of `rdkafka` run, far newer than
+#    Debian's), from cargo's own copy of the crate source: no download. Installed
+#    as DIR/bin/rdkafka_performance-<version>; bench.sh takes it as PERF=.
+if [[ ${CURRENT:-0} == 1 ]]; then
+    CARGO_SRC=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/rdkafka-sys-*/librdkafka 2>/dev/null | sort -V | tail -n 1)
+    [[ -x $CARGO_SRC/configure ]] || die "no rdkafka-sys source in cargo's registry (run cargo build first)"
+    CUR_VER=$(sed -n 's/.*rdkafka-sys-[^+]*+\([0-9.]*\)\/librdkafka$/\1/p' <<<"$CARGO_SRC")
+    CUR_SRC=$DIR/src/librdkafka-$CUR_VER
+    if [[ ! -x $DIR/bin/rdkafka_performance-$CUR_VER ]]; then
+        say "librdkafka $CUR_VER from $CARGO_SRC"
+        rm -rf "$CUR_SRC" && cp -a "$CARGO_SRC" "$CUR_SRC"
+        (cd "$CUR_SRC" && ./configure --no-download --disable-curl --install-deps=no) >>"$LOG" 2>&1 ||
+            (cd "$CUR_SRC" && ./configure --no-download --disable-curl) >>"$LOG" 2>&1 || die "configure $CUR_VER"
+        make -C "$CUR_SRC/src" -j"$JOBS" >>"$LOG" 2>&1 || die "make librdkafka $CUR_VER"
+        make -C "$CUR_SRC/examples" rdkafka_performance >>"$LOG" 2>&1 || die "make rdkafka_performance $CUR_VER"
+        install -m 0755 "$CUR_SRC/examples/rdkafka_performance" "$DIR/bin/rdkafka_performance-$CUR_VER"
+    fi
+    echo "build.sh: ready: $DIR/bin/rdkafka_performance-$CUR_VER (librdkafka $CUR_VER, unmodified)"
+fi
+
 # (rdkafka_performance prints its version in the usage text and exits 1.)
 v=$({ "$DIR/bin/rdkafka_performance" -h 2>&1 || true; } | sed -n 's/^librdkafka version \([^ ]*\).*/\1/p' | head -n1)
 echo "build.sh: ready: $DIR/bin (rdkafka_performance, librdkafka ${v:-?} + tagged-field fix; sluice_mktopic)"

@@ -12,7 +12,9 @@
 #
 #   protocol-tests/bench/replication.sh      (RUNS=3 MSGS=200000 LAT_RATE=1000 LAT_MSGS=5000 FAILOVERS=10
 #                                             SLUICE_BIN=<a sluice binary>; LAT_MSGS=0 or
-#                                             FAILOVERS=0 skips that part)
+#                                             FAILOVERS=0 skips that part; DROP_CACHES=1
+#                                             empties the page cache before each produce run,
+#                                             DROP_CACHES=sync only writes it back)
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -115,6 +117,12 @@ cpu_ticks() { # user + system clock ticks of the three nodes so far
 perf() { # topic -> "MB/s CPU-s/GB": payload MB/s from rdkafka_performance's final line, and
     # the three nodes' CPU seconds per GB of payload while it ran
     local line n ms before after
+    # DROP_CACHES=1: every run starts from an empty page cache (the previous runs' pages
+    # written back first, outside the measured window); DROP_CACHES=sync: written back only.
+    case ${DROP_CACHES:-0} in
+        1) sync; echo 3 >/proc/sys/vm/drop_caches ;;
+        sync) sync ;;
+    esac
     before=$(cpu_ticks)
     line=$("$PERF" -P -t "$1" -s 1024 -c "$MSGS" -b "$ALL" -a -1 -X linger.ms=5 -i 1000 2>&1 |
         grep ' messages produced ' | tail -n 1)
