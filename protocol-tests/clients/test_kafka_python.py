@@ -629,19 +629,19 @@ def broker_version_and_features(admin):
     """kafka-python infers the broker's release from the ApiVersions table
     (infer_broker_version_from_api_versions: Produce v13 means 4.1) and reads the
     KIP-584 features of ApiVersions v3+ (describe_features): Sluice's are
-    group.version 1 (KIP-848 groups) and transaction.version 1, not Kafka 4.1's 2
-    (see src/api/api_versions.rs)."""
+    group.version 1 (KIP-848 groups) and transaction.version 2 (KIP-890 part 2),
+    as Kafka 4.1 finalizes them (see src/api/api_versions.rs)."""
     version = admin._manager.broker_version
     print(f"  info: kafka-python detected broker version {version}", flush=True)
     expect(version == (4, 1), f"kafka-python infers Kafka 4.1 from ApiVersions, not {version}")
     ok("broker version inferred as 4.1")
     features = admin.describe_features()
     expected = {
-        "group.version": {"supported": (0, 1), "finalized": (1, 1), "finalized_epoch": 1},
-        "transaction.version": {"supported": (0, 1), "finalized": (1, 1), "finalized_epoch": 1},
+        "group.version": {"supported": (0, 1), "finalized": (1, 1), "finalized_epoch": 2},
+        "transaction.version": {"supported": (0, 2), "finalized": (2, 2), "finalized_epoch": 2},
     }
     expect(features == expected, f"describe_features: {features}")
-    ok("features: group.version 1, transaction.version 1 (epoch 1)")
+    ok("features: group.version 1, transaction.version 2 (epoch 2)")
 
 
 def main():

@@ -84,8 +84,9 @@ SCENARIO=${TEST_SCENARIO:-default}
 # an early return), not only message counts: they always run in full mode.
 # Tests that run with no other beside them when RDK_PARALLEL > 1: bound to timings that another
 # test's load can push over (0102's max.poll.interval phase failed in the first parallel run,
-# beside other group tests; 0049, 0059, 0061 and 0086 are the timing-bound ones retried below).
-SOLO=" 0049 0059 0061 0086 0102 "
+# beside other group tests; 0049, 0055, 0059, 0061 and 0086 are the timing-bound ones retried
+# below).
+SOLO=" 0049 0055 0059 0061 0086 0102 "
 QUICK_DROPS_CASES=" 0018 0019 0022 0026 0030 0045 0055 0061 0081 0082 0094 0098 0102 0103 0113 0122 0126 0132 0137 "
 
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
@@ -424,6 +425,10 @@ run_one() {
     # 0061 compares each statistics event's consumer_lag_stored with the lag the application
     # computed after its last consume(); an event generated just before the offset was stored
     # but served after reads one more (seen once in a loaded full run; 3 of 3 alone pass).
+    # 0055 bounds each case's average produce latency by linger.ms + 5 ms and counts broker
+    # wake-ups in a 100 ms statistics callback; acks=all waits for the fsync (1-8 ms on this
+    # disk under load): 8 of 8 passed on 2026-12-03/04 (6 alone, 2 in three-node runs);
+    # 2 of 9 failed on a loaded machine before.
     # 0086's remote case expects its first ProduceRequest to carry messages 0-9 (batch.num.messages
     # 10, linger.ms 500) and purges while it is in flight; in about one run in twelve librdkafka
     # sends message 0 alone, and 1-9 are purged from the queue instead. The broker only answers
@@ -431,6 +436,7 @@ run_one() {
     # snapshot-read changes (1 failure in 12 runs each).
     if [[ $res == FAIL && $attempt == 1 && ($reason == *"timed out"* || $reason == *"() timeout"* ||
         ($t == 0061 && $reason == *"Stats consumer_lag"*) ||
+        ($t == 0055 && ($reason == *"is outside range"* || $reason == *"wakeups out of range"*)) ||
         ($t == 0086 && $reason == *"Purged in queue"*)) ]]; then
         echo "RETRY $t $name (${secs}s): $reason"
         continue
