@@ -11,6 +11,7 @@
 #
 # Environment: MSGS=2000000 SIZE=1024 READS=3 ROUNDS=2 (binaries alternate each round)
 #   TOOLS=/tmp/sluice-bench-tools (protocol-tests/bench/build.sh)
+#   PERF=TOOLS/bin/rdkafka_performance (e.g. rdkafka_performance-2.12.1, CURRENT=1 build.sh)
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 (($#)) || { sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
@@ -21,7 +22,7 @@ ROUNDS=${ROUNDS:-2}
 TOOLS=${TOOLS:-${SLUICE_BENCH_TOOLS:-/tmp/sluice-bench-tools}}
 [[ -x $TOOLS/bin/rdkafka_performance ]] || "$HERE/build.sh" "$TOOLS" >/dev/null
 command -v iperf3 >/dev/null || { echo "consume.sh: needs iperf3 (apt-get install iperf3)" >&2; exit 1; }
-PERF=$TOOLS/bin/rdkafka_performance
+PERF=${PERF:-$TOOLS/bin/rdkafka_performance}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/sluice-consume.XXXXXX")
 PID=
 cleanup() {
