@@ -165,11 +165,14 @@ pub async fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcom
         return refuse_all(req, ResponseError::TransactionalIdAuthorizationFailed, version);
     }
     let mut image = ctx.controller.image();
-    if may_lag(ctx, &image, &req, version)
-        && let Some(current) = ctx.controller.catch_up_with_leader(METADATA_WAIT).await
-    {
-        ctx.replicas.applied(&current, METADATA_WAIT).await;
-        image = current;
+    if may_lag(ctx, &image, &req, version) {
+        let started = std::time::Instant::now();
+        if let Some(current) = ctx.controller.catch_up_with_leader(METADATA_WAIT).await {
+            ctx.replicas
+                .applied(&current, METADATA_WAIT.saturating_sub(started.elapsed()))
+                .await;
+            image = current;
+        }
     }
     let now_ms = crate::replica::now_ms();
     let mut topics: Vec<TopicSlots> = req
