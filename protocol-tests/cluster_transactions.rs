@@ -415,6 +415,24 @@ async fn init_at(cluster: &Cluster, coordinator: i32, version: i16, id: &str) ->
     (resp.producer_id.0, resp.producer_epoch)
 }
 
+/// EndTxn `version` of (transactional id, producer id, epoch) at `coordinator`.
+async fn end_txn_at(
+    cluster: &Cluster,
+    coordinator: i32,
+    version: i16,
+    (id, pid, epoch): (&str, i64, i16),
+    commit: bool,
+) -> EndTxnResponse {
+    let end = EndTxnRequest::default()
+        .with_transactional_id(TransactionalId(s(id)))
+        .with_producer_id(ProducerId(pid))
+        .with_producer_epoch(epoch)
+        .with_committed(commit);
+    try_call(cluster.addr(coordinator), version, &end, POLL_REQUEST_TIMEOUT)
+        .await
+        .unwrap()
+}
+
 /// A transactional Produce (acks=all) of `records` to `name`/`partition`, sent to node `to`:
 /// the partition's code.
 async fn produce_txn(
@@ -516,14 +534,7 @@ async fn a_leader_verifies_transactional_produce_with_the_coordinator_on_another
         "the open transaction holds the last stable offset"
     );
 
-    let end = EndTxnRequest::default()
-        .with_transactional_id(TransactionalId(s(&id)))
-        .with_producer_id(ProducerId(pid))
-        .with_producer_epoch(epoch)
-        .with_committed(false);
-    let resp = try_call(cluster.addr(coordinator), 3, &end, POLL_REQUEST_TIMEOUT)
-        .await
-        .unwrap();
+    let resp = end_txn_at(&cluster, coordinator, 3, (&id, pid, epoch), false).await;
     assert_eq!(resp.error_code, 0, "EndTxn (abort)");
     assert_eq!(
         end_and_stable(&cluster, leader, &name, partition).await,
@@ -617,14 +628,7 @@ async fn transaction_version_2_writes_are_added_by_the_coordinator_on_another_no
     );
     assert_eq!(end_and_stable(&cluster, leader, &out, partition).await, (1, 0));
 
-    let end = EndTxnRequest::default()
-        .with_transactional_id(TransactionalId(s(&id)))
-        .with_producer_id(ProducerId(pid))
-        .with_producer_epoch(epoch)
-        .with_committed(true);
-    let resp = try_call(cluster.addr(coordinator), 5, &end, POLL_REQUEST_TIMEOUT)
-        .await
-        .unwrap();
+    let resp = end_txn_at(&cluster, coordinator, 5, (&id, pid, epoch), true).await;
     assert_eq!((resp.error_code, resp.producer_epoch), (0, epoch + 1), "EndTxn v5");
     assert_eq!(
         end_and_stable(&cluster, leader, &out, partition).await,
