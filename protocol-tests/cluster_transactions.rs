@@ -603,13 +603,20 @@ async fn transaction_version_2_writes_are_added_by_the_coordinator_on_another_no
                         .with_committed_leader_epoch(-1),
                 ]),
         ]);
-    let resp = try_call(cluster.addr(group_coordinator), 5, &commit, POLL_REQUEST_TIMEOUT)
-        .await
-        .unwrap();
-    assert_eq!(
-        resp.topics[0].partitions[0].error_code, 0,
-        "TxnOffsetCommit v5 at node {group_coordinator}"
-    );
+    // The group's coordinator may still be loading its new `__consumer_offsets` partition:
+    // NOT_COORDINATOR (16) or COORDINATOR_LOAD_IN_PROGRESS (14), which clients retry.
+    let deadline = Instant::now() + SETUP_WAIT;
+    let code = loop {
+        let resp = try_call(cluster.addr(group_coordinator), 5, &commit, POLL_REQUEST_TIMEOUT)
+            .await
+            .unwrap();
+        let code = resp.topics[0].partitions[0].error_code;
+        if !matches!(code, 14 | 16) || Instant::now() >= deadline {
+            break code;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(code, 0, "TxnOffsetCommit v5 at node {group_coordinator}");
     let describe = DescribeTransactionsRequest::default().with_transactional_ids(vec![TransactionalId(s(&id))]);
     let resp = try_call(cluster.addr(coordinator), 0, &describe, POLL_REQUEST_TIMEOUT)
         .await
