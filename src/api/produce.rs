@@ -165,13 +165,19 @@ pub async fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcom
         return refuse_all(req, ResponseError::TransactionalIdAuthorizationFailed, version);
     }
     let mut image = ctx.controller.image();
-    if may_lag(ctx, &image, &req, version) {
-        let started = std::time::Instant::now();
-        if let Some(current) = ctx.controller.catch_up_with_leader(METADATA_WAIT).await {
-            ctx.replicas
-                .applied(&current, METADATA_WAIT.saturating_sub(started.elapsed()))
-                .await;
-            image = current;
+    match lag(ctx, &image, &req, version) {
+        Lag::None => {}
+        Lag::Replicas => {
+            ctx.replicas.applied(&image, METADATA_WAIT).await;
+        }
+        Lag::Image => {
+            let started = std::time::Instant::now();
+            if let Some(current) = ctx.controller.catch_up_with_leader(METADATA_WAIT).await {
+                ctx.replicas
+                    .applied(&current, METADATA_WAIT.saturating_sub(started.elapsed()))
+                    .await;
+                image = current;
+            }
         }
     }
     let now_ms = crate::replica::now_ms();
@@ -315,28 +321,44 @@ pub async fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcom
 }
 
 /// How long a Produce naming a topic or partition this node does not serve yet may wait for
-/// its metadata to catch up (`may_lag`); normally a round trip to the quorum's leader.
+/// its metadata to catch up (`lag`); normally a round trip to the quorum's leader.
 const METADATA_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Whether this node's metadata may lag what a client already learned from another node: a
-/// topic of `req` is missing from the image, or the image names this node a partition's
-/// leader before the replica manager has opened it. Refused, such a partition is retried by
-/// the client while the requests pipelined behind it append: a producer without idempotence
-/// would reorder its records. Waiting instead (the dispatcher reads this connection's next
-/// request only after this one) keeps them in order.
-fn may_lag(ctx: &Ctx, image: &MetadataImage, req: &ProduceRequest, version: i16) -> bool {
-    req.topic_data.iter().any(|topic| {
+/// How this node's metadata may lag what a client already learned from another node.
+enum Lag {
+    None,
+    /// A topic of the request is missing from the image: the quorum may have committed it.
+    Image,
+    /// The image names this node a partition's leader, and the replica manager has not applied
+    /// that image yet (it opens what an image holds before it reports the image applied).
+    Replicas,
+}
+
+/// Refused, such a partition is retried by the client while the requests pipelined behind it
+/// append: a producer without idempotence would reorder its records. Waiting instead (the
+/// dispatcher reads this connection's next request only after this one) keeps them in order.
+/// Once the image is applied, as almost always, no partition is looked up here.
+fn lag(ctx: &Ctx, image: &MetadataImage, req: &ProduceRequest, version: i16) -> Lag {
+    let applied = ctx.replicas.has_applied(image);
+    let mut opening = false;
+    for topic in &req.topic_data {
         let info = match version >= 13 {
             true => image.topic_by_id(&topic.topic_id),
             false => image.topic(topic.name.0.as_str()),
         };
-        let Some(info) = info else { return true };
-        topic.partition_data.iter().any(|p| {
-            (0..info.partitions).contains(&p.index)
-                && info.leader(p.index) == ctx.config.node_id
-                && ctx.replicas.get(&info.name, p.index).is_none()
-        })
-    })
+        let Some(info) = info else { return Lag::Image };
+        opening = opening
+            || !applied
+                && topic.partition_data.iter().any(|p| {
+                    (0..info.partitions).contains(&p.index)
+                        && info.leader(p.index) == ctx.config.node_id
+                        && ctx.replicas.get(&info.name, p.index).is_none()
+                });
+    }
+    match opening {
+        true => Lag::Replicas,
+        false => Lag::None,
+    }
 }
 
 /// Everything Produce checks of one topic's partitions before any of them is written: acks,

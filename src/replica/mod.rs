@@ -836,6 +836,12 @@ impl ReplicaManager {
         self.applied.send_replace(Some(image.offset));
     }
 
+    /// Whether `image` (or a later one) is applied: every partition it names is open here or
+    /// marked offline.
+    pub fn has_applied(&self, image: &MetadataImage) -> bool {
+        self.applied.borrow().is_some_and(|applied| applied >= image.offset)
+    }
+
     /// `catch_up` for async callers, up to `within`: whether `image` (or a later one) was
     /// applied, successfully or not, in time.
     pub async fn applied(&self, image: &MetadataImage, within: Duration) -> bool {
