@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
+use futures::FutureExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
@@ -574,7 +575,19 @@ async fn write_responses<W: ResponseSink>(
     while let Some((reply, _request_bytes, timing)) = rx.recv().await {
         let frame = match reply {
             Reply::Now(frame) => frame,
-            Reply::Later(pending) => pending.await,
+            Reply::Later(mut pending) => match (&mut pending).now_or_never() {
+                Some(frame) => frame,
+                None => {
+                    // This answer waits (acks=all until durable, a long-polling fetch): the
+                    // ones already written go out first. A client that pipelines produces
+                    // frees its in-flight window (5 requests for an idempotent producer) as
+                    // each answer arrives, so holding them until this one is ready would
+                    // shrink that window to the answers the flusher happens to batch.
+                    activity.watch(out.flush()).await?;
+                    record_times(metrics.as_deref(), &mut unflushed);
+                    pending.await
+                }
+            },
             Reply::Spliced(spliced) => {
                 write_spliced(&mut out, spliced, &activity).await?;
                 None
@@ -1125,6 +1138,40 @@ mod tests {
         );
         assert!(tx.is_closed(), "the reader sees the writer gone");
         drop(client);
+    }
+
+    /// Pipelined acks=all produces: an answer already written goes out while the next one
+    /// still waits for its fsync, so the client's in-flight window frees as early as it can.
+    #[tokio::test]
+    async fn an_answer_is_sent_while_the_next_one_still_waits() {
+        let (mut client, server) = tokio::io::duplex(8 * 1024);
+        let activity = Arc::new(Activity::new(Some(Duration::from_millis(30_000))));
+        let (tx, rx) = mpsc::channel(4);
+        let (durable, waiting) = tokio::sync::oneshot::channel::<()>();
+        activity.request_read();
+        tx.send((Reply::Now(Some(Bytes::from_static(b"first"))), None, None))
+            .await
+            .unwrap();
+        activity.request_read();
+        let later = Reply::Later(Box::pin(async move {
+            waiting.await.ok();
+            Some(Bytes::from_static(b"second"))
+        }));
+        tx.send((later, None, None)).await.unwrap();
+        // Both are queued before the writer runs: it sees the second waiting behind the first.
+        let writer = tokio::spawn(write_responses(rx, server, activity.clone(), None));
+        let mut got = [0u8; 5];
+        tokio::time::timeout(Duration::from_secs(5), client.read_exact(&mut got))
+            .await
+            .expect("the first answer was held back until the second was ready")
+            .unwrap();
+        assert_eq!(&got, b"first");
+        durable.send(()).unwrap();
+        drop(tx);
+        let mut rest = Vec::new();
+        client.read_to_end(&mut rest).await.unwrap();
+        assert_eq!(rest, b"second");
+        writer.await.unwrap().unwrap();
     }
 
     /// A spliced Fetch response (records regions among encoded bytes) for `write_responses`,
