@@ -49,7 +49,7 @@ pub use batch::{ValidBatch, validate_batches};
 pub use checkpoint::EpochEntry;
 pub use config::{LogConfig, TimestampType};
 pub use retention::RetentionOutcome;
-pub use segment::FileRegion;
+pub use segment::{FileRegion, Writeback};
 pub use snapshot::{LogReader, LogSnapshot};
 
 use batch::{BatchHeader, HEADER_LEN, LOG_OVERHEAD};
@@ -97,6 +97,13 @@ impl FlushHandle {
         }
         Ok(())
     }
+}
+
+/// The end of a log's active segment at some moment (`Log::write_position`).
+#[derive(Clone, Copy, Debug)]
+pub struct WritePosition {
+    segment_base_offset: i64,
+    size: u64,
 }
 
 /// A partition's log. Not `Sync`-shared by itself: the caller wraps it in a lock.
@@ -543,6 +550,25 @@ impl Log {
         self.active.next_offset
     }
 
+    /// Where appends go now: the active segment and its size, for `writeback_since`.
+    pub fn write_position(&self) -> WritePosition {
+        WritePosition {
+            segment_base_offset: self.active.base_offset,
+            size: self.active.size,
+        }
+    }
+
+    /// The bytes appended to the active segment since `mark` (from its start if it rolled
+    /// since; a rolled segment's tail is left to the fsync), for early write-back.
+    pub fn writeback_since(&self, mark: WritePosition) -> Option<segment::Writeback> {
+        let from = if mark.segment_base_offset == self.active.base_offset {
+            mark.size
+        } else {
+            0
+        };
+        self.active.writeback_from(from)
+    }
+
     /// The latest leader epoch in the leader-epoch checkpoint (-1 when none).
     pub fn latest_epoch(&self) -> i32 {
         self.epochs.latest_epoch()
@@ -877,6 +903,39 @@ mod tests {
         let fds = open_files_under(&dir_path);
         assert_eq!(fds.len(), sealed + 1, "after reopen, one per segment: {fds:?}");
         assert_eq!(ranges(&log.read(61, 120, 1, true).unwrap()), vec![(60, 62)]);
+    }
+
+    /// Early write-back covers exactly the bytes an append wrote to the active segment, and
+    /// the new segment from its start when the append rolled.
+    #[test]
+    fn writeback_covers_the_bytes_appended_since_the_mark() {
+        let dir = TempDir::new().unwrap();
+        let mut log = Log::open(dir.path(), small_segments(), NOW).unwrap();
+        let mark = log.write_position();
+        assert!(log.writeback_since(mark).is_none(), "nothing appended");
+        log.append(batch(3, 0), 0, NOW).unwrap();
+        let after_first = log.write_position();
+        let first = log.writeback_since(mark).unwrap();
+        assert_eq!((first.from(), first.to()), (0, after_first.size));
+        first.start();
+        log.append(batch(3, 1), 0, NOW).unwrap();
+        let second = log.writeback_since(after_first).unwrap();
+        assert_eq!(
+            (second.from(), second.to()),
+            (after_first.size, log.write_position().size)
+        );
+        second.start();
+        // Appends until one lands in a new segment (segments of 2,000 bytes).
+        let mut mark = log.write_position();
+        while log.write_position().segment_base_offset == mark.segment_base_offset {
+            mark = log.write_position();
+            log.append(batch(3, 2), 0, NOW).unwrap();
+        }
+        let rolled = log.writeback_since(mark).unwrap();
+        assert_eq!((rolled.from(), rolled.to()), (0, log.write_position().size));
+        rolled.start();
+        // Write-back asks for nothing to be durable: the fsync still decides.
+        assert_eq!(log.recovery_point(), 0);
     }
 
     #[test]

@@ -210,6 +210,48 @@ impl SegmentRef {
     }
 }
 
+/// Bytes just written to a log file that an fsync will soon have to wait for: taken under the
+/// log's lock (`Log::writeback_since`), started outside it.
+pub struct Writeback {
+    file: Arc<File>,
+    from: u64,
+    to: u64,
+}
+
+impl Writeback {
+    /// The range's first file position.
+    pub fn from(&self) -> u64 {
+        self.from
+    }
+
+    /// The file position after the range.
+    pub fn to(&self) -> u64 {
+        self.to
+    }
+
+    /// Asks the kernel to start writing the range to disk now, without waiting for it
+    /// (`sync_file_range` with SYNC_FILE_RANGE_WRITE only: pages already being written are
+    /// skipped). An acks=all append that lands while the flusher's fsync runs would otherwise
+    /// reach the disk only when the next fsync starts, after that one returns; started here,
+    /// its pages are written while the first fsync waits on its journal commit, and the next
+    /// fsync finds them done or in flight. It proves nothing and orders nothing, so it is best
+    /// effort: an error here is the fsync's to report (the kernel records write-back errors
+    /// for the next fsync of the file), and durability is still only what an fsync returned.
+    pub fn start(&self) {
+        use std::os::fd::AsRawFd;
+        let (Ok(from), Ok(to)) = (libc::off64_t::try_from(self.from), libc::off64_t::try_from(self.to)) else {
+            return;
+        };
+        // SAFETY: the descriptor is open (the Arc holds the file) for the call; the call only
+        // reads the range's page-cache state.
+        let started =
+            unsafe { libc::sync_file_range(self.file.as_raw_fd(), from, to - from, libc::SYNC_FILE_RANGE_WRITE) };
+        if started != 0 {
+            tracing::trace!("sync_file_range: {}", std::io::Error::last_os_error());
+        }
+    }
+}
+
 /// Whole batches of one segment, located but not read: a Fetch answer whose bytes the
 /// connection's writer sends straight from the file (`sendfile`, Kafka's `FileRecords.writeTo`)
 /// or reads just before sending. The bytes are below the high watermark when located, so they
@@ -478,6 +520,16 @@ impl Segment {
 
     pub fn log_file(&self) -> (Arc<File>, PathBuf) {
         (Arc::clone(&self.shared.log), self.shared.log_path.clone())
+    }
+
+    /// The bytes written from file position `from` to the segment's end, for `Writeback::start`;
+    /// None when there are none.
+    pub fn writeback_from(&self, from: u64) -> Option<Writeback> {
+        (self.size > from).then(|| Writeback {
+            file: Arc::clone(&self.shared.log),
+            from,
+            to: self.size,
+        })
     }
 
     /// Makes everything accounted so far visible to readers. Called once the bytes are written

@@ -116,6 +116,9 @@ pub struct Partition {
     flush_before_ack: AtomicBool,
     /// `log.flush.interval.ms`: the flusher's period, read at each round.
     flush_interval_ms: AtomicU64,
+    /// True while the flusher's fsync runs: an acks=all append made meanwhile starts its own
+    /// bytes' write-back (`Writeback`) instead of leaving them all to the next fsync.
+    fsync_running: AtomicBool,
     closing: AtomicBool,
     /// Set when an fsync failed: the partition stops acknowledging (Kafka takes the log dir
     /// offline: KAFKA_STORAGE_ERROR).
@@ -181,6 +184,7 @@ impl Partition {
             flush_needed: Notify::new(),
             flush_before_ack: AtomicBool::new(live.log_flush_interval_messages <= 1),
             flush_interval_ms: AtomicU64::new(live.log_flush_interval_ms.max(1) as u64),
+            fsync_running: AtomicBool::new(false),
             closing: AtomicBool::new(false),
             failed: AtomicBool::new(false),
         }
@@ -267,19 +271,29 @@ impl Partition {
     /// The append itself, on the writer thread: write, then publish the high watermark, then
     /// ask for the fsync (the durable offset moves only once it returns).
     fn append_now(&self, batches: Vec<ValidBatch>, durable: bool, origin: Origin) -> Result<AppendInfo> {
-        let info = self.with_log(|log| {
+        let waits_for_fsync = durable && self.flush_before_ack.load(Ordering::Acquire);
+        let (info, writeback) = self.with_log(|log| {
             // Under the log's lock, which role changes take: nothing is appended once this
             // node stopped leading, whenever the request found it leading.
             if !self.is_leader() {
                 return Err(Error::NotLeader(self.tp.to_string()));
             }
+            let mark = log.write_position();
             let info = log.append_from(batches, self.leader_epoch(), now_ms(), origin)?;
+            let mut writeback = None;
             if !info.duplicate {
                 self.appended(log.log_end_offset());
+                // An idle flusher starts its fsync at once, which writes these bytes itself.
+                if waits_for_fsync && self.fsync_running.load(Ordering::Acquire) {
+                    writeback = log.writeback_since(mark);
+                }
             }
-            Ok(info)
+            Ok((info, writeback))
         })?;
-        if durable && self.flush_before_ack.load(Ordering::Acquire) && !info.duplicate {
+        if let Some(writeback) = writeback {
+            writeback.start();
+        }
+        if waits_for_fsync && !info.duplicate {
             self.flush_needed.notify_one();
         }
         Ok(info)
@@ -690,6 +704,7 @@ impl Partition {
             }
             let me = self.clone();
             let fsync = fsync.clone();
+            self.fsync_running.store(true, Ordering::Release);
             let result = tokio::task::spawn_blocking(move || {
                 let start = std::time::Instant::now();
                 let flushed = me.flush_once();
@@ -697,6 +712,7 @@ impl Partition {
                 flushed
             })
             .await;
+            self.fsync_running.store(false, Ordering::Release);
             let failure = match result {
                 Ok(Ok(())) => None,
                 Ok(Err(e)) => Some(e.to_string()),
