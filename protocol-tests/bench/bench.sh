@@ -36,7 +36,12 @@
 #   EXTRA_X="-X k=v"  extra librdkafka properties for every client
 #   SCENARIOS="produce consume latency"   the ones to run (consume reads what
 #                     produce wrote, so it needs produce); "idempotence" runs only
-#                     1 KiB acks=all plain, then idempotent, per run
+#                     1 KiB acks=all plain, then idempotent, per run, then idempotent
+#                     again with WINDOW_PERF when that exists
+#   WINDOW_PERF=TOOLS/bin/rdkafka_performance-reqwindow  librdkafka 2.0.2 whose
+#                     idempotent producer keeps up to 5 requests in flight per
+#                     partition, as the Java client does (IDEMP_WINDOW=1 build.sh;
+#                     stock librdkafka waits for every answer before sending again)
 #   ADMIN_ADDR=HOST:PORT  where topics are created (sluice_mktopic takes no -X,
 #                     so a plaintext listener of the same broker when ADDR is
 #                     TLS or SASL); defaults to ADDR
@@ -71,6 +76,7 @@ ADMIN_ADDR=${ADMIN_ADDR:-$ADDR}
 want() { [[ $SCENARIOS == *" $1 "* ]]; }
 
 PERF=${PERF:-$TOOLS/bin/rdkafka_performance}
+WINDOW_PERF=${WINDOW_PERF:-$TOOLS/bin/rdkafka_performance-reqwindow}
 MKTOPIC=$TOOLS/bin/sluice_mktopic
 if [[ ! -x $PERF || ! -x $MKTOPIC ]]; then
     "$HERE/build.sh" "$TOOLS" || exit 1
@@ -140,13 +146,14 @@ new_topic() { # topic -> 0 when the topic exists with a leader
 
 # --- scenarios --------------------------------------------------------------
 
-produce() { # run size acks(1|all|idem: acks=all with enable.idempotence=true)
+produce() { # run size acks(1|all|idem: acks=all with enable.idempotence=true|idemw: idem by WINDOW_PERF)
     local run=$1 size=$2 acks=$3 topic=$TOPIC_BASE-r$1-s$2-a$3 name="produce ${2}B acks=$3"
-    local log=$DIR/produce-s$size-a$acks.log note t0 t1 line n ms failed idem=()
+    local log=$DIR/produce-s$size-a$acks.log note t0 t1 line n ms failed idem=() perf=$PERF
     [[ $acks == idem ]] && { idem=(-X enable.idempotence=true); name="produce ${2}B acks=all idempotent"; }
+    [[ $acks == idemw ]] && { idem=(-X enable.idempotence=true); name="produce ${2}B acks=all idempotent 5-window"; perf=$WINDOW_PERF; }
     new_topic "$topic" || { row "$run" "$name" 0 - - - - - - - - "FAIL create topic"; return; }
     t0=$(broker_ticks)
-    run_client "$log" "$PERF" -P -t "$topic" -p 0 -b "$ADDR" -s "$size" -c "$MSGS" \
+    run_client "$log" "$perf" -P -t "$topic" -p 0 -b "$ADDR" -s "$size" -c "$MSGS" \
         -a "$([[ $acks == 1 ]] && echo 1 || echo -1)" -X linger.ms=5 -i 1000 "${idem[@]}" "${XTRA[@]}"
     t1=$(broker_ticks)
     note=$(rc_note $RC)
@@ -255,6 +262,7 @@ for ((r = 1; r <= RUNS; r++)); do
         # Only the pair issue 8 compares: 1 KiB acks=all, plain then idempotent.
         produce "$r" 1024 all
         produce "$r" 1024 idem
+        [[ -x $WINDOW_PERF ]] && produce "$r" 1024 idemw
     fi
     if want consume; then
         consume "$r" 100

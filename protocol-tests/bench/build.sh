@@ -251,6 +251,48 @@ if [[ ${CURRENT:-0} == 1 ]]; then
     echo "build.sh: ready: $DIR/bin/rdkafka_performance-$CUR_VER (librdkafka $CUR_VER, unmodified)"
 fi
 
+# 8. Optional (IDEMP_WINDOW=1): rdkafka_performance-reqwindow, librdkafka 2.0.2 whose
+#    idempotent producer counts its 5-request window in requests. Stock librdkafka
+#    (2.0.2 up to at least 2.12.1) subtracts the partition's in-flight *message* count
+#    from 5 (rd_kafka_toppar_producer_serve), so with batches of more than 5 messages
+#    it waits for every answer before it sends again: one request round trip at a
+#    time, where the Java client keeps 5 requests in flight per partition
+#    (max.in.flight.requests.per.connection). Upstream PR confluentinc/librdkafka#4989
+#    proposes the same change. This build shows what the broker does for a client that
+#    pipelines as the Java client does; it is a benchmark variant, never a test client.
+#    The change: one more per-partition counter, raised when a batch is handed to a
+#    ProduceRequest (rd_kafka_msgbatch_ready_produce) and lowered when its result is
+#    handled (rd_kafka_msgbatch_handle_Produce_result), read in place of the message
+#    count where the window is computed.
+if [[ ${IDEMP_WINDOW:-0} == 1 ]]; then
+    WIN_SRC=$DIR/src/librdkafka-$VER-reqwindow
+    if [[ ! -x $DIR/bin/rdkafka_performance-reqwindow ]]; then
+        say "librdkafka $VER with a request-counted idempotent window"
+        rm -rf "$WIN_SRC" && cp -a "$SRC" "$WIN_SRC"
+        make -C "$WIN_SRC" clean >>"$LOG" 2>&1 || true
+        rm -f "$WIN_SRC/Makefile.config"
+        s=$WIN_SRC/src
+        # The field, before the message count; zeroed with the partition (rd_calloc).
+        sed -i 's|^\(\s*\)rd_atomic32_t rktp_msgs_inflight;|\1rd_atomic32_t rktp_reqs_inflight; /* sluice bench: requests in flight */\n&|' \
+            "$s/rdkafka_partition.h"
+        sed -i 's|^\(\s*\)if (rd_atomic32_add(&rktp->rktp_msgs_inflight,|\1rd_atomic32_add(\&rktp->rktp_reqs_inflight, 1);\n&|' \
+            "$s/rdkafka_msg.c"
+        sed -i 's|^\(\s*\)last_inflight = !rd_atomic32_sub(&rktp->rktp_msgs_inflight,|\1rd_atomic32_sub(\&rktp->rktp_reqs_inflight, 1);\n&|' \
+            "$s/rdkafka_request.c"
+        sed -i 's|RD_KAFKA_IDEMP_MAX_INFLIGHT - inflight);|RD_KAFKA_IDEMP_MAX_INFLIGHT - rd_atomic32_get(\&rktp->rktp_reqs_inflight));|' \
+            "$s/rdkafka_broker.c"
+        for f in rdkafka_partition.h rdkafka_msg.c rdkafka_request.c rdkafka_broker.c; do
+            grep -q rktp_reqs_inflight "$s/$f" || die "request-window patch did not apply to $f"
+        done
+        (cd "$WIN_SRC" && ./configure --no-download --disable-curl) >>"$LOG" 2>&1 || die "configure reqwindow"
+        make -C "$WIN_SRC/src" -j"$JOBS" >>"$LOG" 2>&1 || die "make librdkafka reqwindow"
+        rm -f "$WIN_SRC/examples/rdkafka_performance"
+        make -C "$WIN_SRC/examples" rdkafka_performance >>"$LOG" 2>&1 || die "make rdkafka_performance reqwindow"
+        install -m 0755 "$WIN_SRC/examples/rdkafka_performance" "$DIR/bin/rdkafka_performance-reqwindow"
+    fi
+    echo "build.sh: ready: $DIR/bin/rdkafka_performance-reqwindow (librdkafka $VER, idempotent window in requests)"
+fi
+
 # (rdkafka_performance prints its version in the usage text and exits 1.)
 v=$({ "$DIR/bin/rdkafka_performance" -h 2>&1 || true; } | sed -n 's/^librdkafka version \([^ ]*\).*/\1/p' | head -n1)
 echo "build.sh: ready: $DIR/bin (rdkafka_performance, librdkafka ${v:-?} + tagged-field fix; sluice_mktopic)"
