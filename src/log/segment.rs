@@ -220,11 +220,13 @@ pub struct Writeback {
 
 impl Writeback {
     /// The range's first file position.
+    #[cfg(test)]
     pub fn from(&self) -> u64 {
         self.from
     }
 
     /// The file position after the range.
+    #[cfg(test)]
     pub fn to(&self) -> u64 {
         self.to
     }
@@ -242,8 +244,8 @@ impl Writeback {
         let (Ok(from), Ok(to)) = (libc::off64_t::try_from(self.from), libc::off64_t::try_from(self.to)) else {
             return;
         };
-        // SAFETY: the descriptor is open (the Arc holds the file) for the call; the call only
-        // reads the range's page-cache state.
+        // SAFETY: the descriptor is open (the Arc holds the file) for the call, which takes
+        // no pointer: it only queues the range's dirty pages for writing.
         let started =
             unsafe { libc::sync_file_range(self.file.as_raw_fd(), from, to - from, libc::SYNC_FILE_RANGE_WRITE) };
         if started != 0 {
