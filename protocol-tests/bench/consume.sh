@@ -23,16 +23,11 @@ TOOLS=${TOOLS:-${SLUICE_BENCH_TOOLS:-/tmp/sluice-bench-tools}}
 [[ -x $TOOLS/bin/rdkafka_performance ]] || "$HERE/build.sh" "$TOOLS" >/dev/null
 command -v iperf3 >/dev/null || { echo "consume.sh: needs iperf3 (apt-get install iperf3)" >&2; exit 1; }
 PERF=${PERF:-$TOOLS/bin/rdkafka_performance}
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/sluice-consume.XXXXXX")
-PID=
-cleanup() {
-    [[ -n $PID ]] && kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+BENCH_NAME=consume
+# shellcheck source=fresh_broker.sh
+. "$HERE/fresh_broker.sh"
 TICKS=$(getconf CLK_TCK)
 ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
-port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 loopback() {
     local p
@@ -46,14 +41,8 @@ loopback() {
 
 run_binary() { # label bin
     local label=$1 bin=$2 addr log t0 t1 line bytes ms
-    addr=127.0.0.1:$(port)
-    rm -rf "$WORK/data"
-    "$bin" serve --listen "$addr" --data-dir "$WORK/data" --set num.partitions=1 >"$WORK/broker.log" 2>&1 &
-    PID=$!
-    for _ in $(seq 100); do
-        (exec 3<>"/dev/tcp/${addr%:*}/${addr##*:}") 2>/dev/null && break
-        sleep 0.1
-    done
+    start_broker "$bin" --set num.partitions=1
+    addr=$ADDR
     "$PERF" -P -t c -p 0 -b "$addr" -s "$SIZE" -c "$MSGS" -a 1 -X linger.ms=5 >"$WORK/produce.log" 2>&1
     for r in $(seq "$READS"); do
         log=$WORK/consume.log
@@ -66,9 +55,7 @@ run_binary() { # label bin
         awk -v l="$label" -v r="$r" -v b="$bytes" -v ms="$ms" -v c=$((t1 - t0)) -v hz="$TICKS" \
             'BEGIN { printf "%s\tread %d\t%.0f MB/s\t%.3f broker CPU-s/GB\n", l, r, b / ms / 1000, c / hz / (b / 1e9) }'
     done
-    kill "$PID"
-    wait "$PID" 2>/dev/null || true
-    PID=
+    stop_broker
 }
 
 out=$WORK/runs.tsv

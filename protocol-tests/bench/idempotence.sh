@@ -18,32 +18,22 @@ MSGS=${MSGS:-1000000}
 TOOLS=${TOOLS:-/tmp/sluice-bench-tools}
 [[ -x $TOOLS/bin/rdkafka_performance ]] || "$HERE/build.sh" "$TOOLS" || exit 1
 if [[ -n ${SLUICE_BIN:-} ]]; then BIN=$SLUICE_BIN; else (cd "$ROOT" && cargo build --release --quiet) || exit 1; BIN=$ROOT/target/release/sluice; fi
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/sluice-idempotence-bench.XXXXXX")
-PID=
-cleanup() {
-    [[ -n $PID ]] && kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+BENCH_NAME=idempotence
+# shellcheck source=fresh_broker.sh
+. "$HERE/fresh_broker.sh"
 
 # run LABEL PERF [-X ...]: prints "LABEL MB/s" (0 when the run failed)
 run() {
-    local label=$1 perf=$2 port log mb
+    local label=$1 perf=$2 log mb
     shift 2
     sync
     echo 3 >/proc/sys/vm/drop_caches
-    rm -rf "$WORK/data"
-    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    "$BIN" serve --listen "127.0.0.1:$port" --data-dir "$WORK/data" >"$WORK/broker.log" 2>&1 &
-    PID=$!
-    for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+    start_broker "$BIN"
     log=$WORK/$label.log
-    "$TOOLS/bin/sluice_mktopic" -b "127.0.0.1:$port" -t bench >"$log" 2>&1 &&
-        timeout -s INT -k 10 120 "$perf" -P -t bench -p 0 -b "127.0.0.1:$port" -s 1024 -c "$MSGS" \
+    "$TOOLS/bin/sluice_mktopic" -b "$ADDR" -t bench >"$log" 2>&1 &&
+        timeout -s INT -k 10 120 "$perf" -P -t bench -p 0 -b "$ADDR" -s 1024 -c "$MSGS" \
             -a -1 -X linger.ms=5 -i 1000 "$@" >>"$log" 2>&1
-    kill "$PID" 2>/dev/null
-    wait "$PID" 2>/dev/null
-    PID=
+    stop_broker
     # "% N messages produced (B bytes), N delivered (...) in Tms: R msgs/s and M MB/s, ..."
     mb=$(grep ' messages produced ' "$log" | tail -n 1 | sed -n 's/.* and \([0-9.]*\) MB\/s.*/\1/p')
     echo "$label ${mb:-0}"
