@@ -1419,3 +1419,87 @@ async fn produce_takes_exactly_one_batch_per_partition_and_zstd_from_v7() {
     assert_eq!(resp.responses[0].partition_responses[0].error_code, 0, "zstd from v7");
     assert_eq!(latest_offset(&mut raw, "one-batch").await, 1);
 }
+
+/// Decodes a response frame read with `Raw::read_frame`, checking its correlation id.
+fn decode_as<R: kafka_protocol::protocol::Decodable + kafka_protocol::protocol::HeaderVersion>(
+    mut body: Bytes,
+    version: i16,
+    correlation_id: i32,
+) -> R {
+    use bytes::Buf;
+    use kafka_protocol::protocol::Decodable;
+    let header = ResponseHeader::decode(&mut body, R::header_version(version)).unwrap();
+    assert_eq!(
+        header.correlation_id, correlation_id,
+        "answers come back in request order"
+    );
+    let response = R::decode(&mut body, version).unwrap();
+    assert_eq!(body.remaining(), 0);
+    response
+}
+
+#[tokio::test]
+async fn pipelined_produces_take_effect_in_order_before_the_next_other_request() {
+    // A producer's pipelined requests are read while earlier ones are still written (the
+    // appends are queued on the partition's writer). Offsets still follow request order, and a
+    // request of another kind sent right behind them, without waiting for their answers, sees
+    // everything they wrote, as if the connection's requests ran one at a time (Kafka's order).
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    let name = unique("pipelined");
+    assert_eq!(create(&mut raw, &name, 1, &[]).await, 0);
+    const REQUESTS: i64 = 40;
+    const RECORDS: i64 = 100;
+    // 40 requests of 100 records of 4 KiB (16 MB), sent in one write, then ListOffsets and a
+    // Fetch of the last batch.
+    let records = batch(RECORDS as usize, 4096, 1_000);
+    let mut frames = Vec::new();
+    for _ in 0..REQUESTS {
+        frames.extend_from_slice(&raw.encode(9, &produce_request(&name, 0, records.clone(), 1)));
+    }
+    let first_produce = raw.last_correlation_id() - REQUESTS as i32 + 1;
+    let list = ListOffsetsRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_topics(vec![
+            ListOffsetsTopic::default()
+                .with_name(topic(&name))
+                .with_partitions(vec![
+                    ListOffsetsPartition::default()
+                        .with_partition_index(0)
+                        .with_timestamp(-1),
+                ]),
+        ]);
+    frames.extend_from_slice(&raw.encode(7, &list));
+    let list_id = raw.last_correlation_id();
+    let last = (REQUESTS - 1) * RECORDS;
+    frames.extend_from_slice(&raw.encode(11, &fetch_request(&name, last, 1 << 20, 1 << 20)));
+    let fetch_id = raw.last_correlation_id();
+    raw.send_bytes(&frames).await;
+
+    for i in 0..REQUESTS {
+        let body = raw.read_frame().await.expect("a produce answer");
+        let resp: ProduceResponse = decode_as(body, 9, first_produce + i as i32);
+        let p = &resp.responses[0].partition_responses[0];
+        assert_eq!(p.error_code, 0);
+        assert_eq!(
+            p.base_offset,
+            i * RECORDS,
+            "request {i} got its offsets in request order"
+        );
+    }
+    let body = raw.read_frame().await.expect("a ListOffsets answer");
+    let resp: ListOffsetsResponse = decode_as(body, 7, list_id);
+    assert_eq!(
+        resp.topics[0].partitions[0].offset,
+        REQUESTS * RECORDS,
+        "ListOffsets saw every produce before it"
+    );
+    let body = raw.read_frame().await.expect("a Fetch answer");
+    let resp: FetchResponse = decode_as(body, 11, fetch_id);
+    let p = &resp.responses[0].partitions[0];
+    assert_eq!(p.error_code, 0);
+    assert_eq!(p.high_watermark, REQUESTS * RECORDS);
+    let mut fetched = p.records.clone().expect("the last batch");
+    let batches = RecordBatchDecoder::decode_all(&mut fetched).unwrap();
+    assert_eq!(batches[0].records[0].offset, last, "Fetch read the last produce");
+}

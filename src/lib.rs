@@ -453,6 +453,8 @@ impl Broker {
                 count: config.quota_window_num,
                 span: std::time::Duration::from_secs(config.quota_window_size_seconds.into()),
             })),
+            // Replaced per connection (`server::connection`).
+            appends: Default::default(),
         });
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();

@@ -189,6 +189,11 @@ impl Raw {
         frame.freeze()
     }
 
+    /// The correlation id `encode` gave its last frame.
+    pub fn last_correlation_id(&self) -> i32 {
+        self.correlation_id
+    }
+
     pub async fn send_bytes(&mut self, bytes: &[u8]) {
         self.stream.write_all(bytes).await.expect("write");
     }

@@ -76,6 +76,8 @@ pub struct Ctx {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// The rates of clients with quotas.
     pub quotas: Arc<crate::quota::QuotaManager>,
+    /// The connection's appends not yet run: each connection gets its own (`server`).
+    pub appends: Arc<produce::PendingAppends>,
 }
 
 impl Ctx {

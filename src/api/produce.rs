@@ -19,7 +19,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+
+use futures::FutureExt;
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::add_partitions_to_txn_request::{AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction};
@@ -189,9 +192,10 @@ pub async fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcom
     let transactional_id = req.transactional_id.as_ref().map(|id| id.0.as_str());
     verify_transactions(ctx, transactional_id, &mut topics, version).await;
 
-    let mut delayed = DelayedProduce::default();
-    // Where each watched partition's answer sits: (topic, partition) in the response.
-    let mut waiting = Vec::new();
+    // Every append is queued on its partition's writer before this returns, in request order;
+    // their results are awaited in the reply (`finish`), so the connection's next request is
+    // read and checked while these are written.
+    let mut queued = Vec::new();
     let mut responses = Vec::with_capacity(topics.len());
     for (ti, topic) in topics.into_iter().enumerate() {
         let mut partitions = Vec::with_capacity(topic.slots.len());
@@ -237,39 +241,18 @@ pub async fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcom
                 let (b, r) = crate::metrics::batch_totals(b.bytes());
                 (bytes + b, records + r)
             });
-            match partition.append(batches, acks == -1).await {
-                Ok(info) => {
-                    ctx.metrics.produced(&topic.name, bytes, records);
-                    let mut p = PartitionProduceResponse::default()
-                        .with_index(index)
-                        .with_base_offset(info.base_offset)
-                        .with_log_append_time_ms(info.log_append_time_ms);
-                    if version >= 5 {
-                        p.log_start_offset = partition.offsets().map(|o| o.log_start_offset).unwrap_or(-1);
-                    }
-                    if acks == -1 {
-                        delayed.watch(partition, info.last_offset);
-                        waiting.push((ti, pi));
-                    }
-                    partitions.push(p);
-                }
-                Err(e @ crate::error::Error::OutOfOrderSequence { .. }) => {
-                    // Fatal to an idempotent producer (librdkafka stops; Java bumps its epoch):
-                    // worth an operator's eye, with what the leader held.
-                    tracing::warn!(
-                        partition = %format!("{}-{index}", topic.name),
-                        leader_epoch = partition.leader_epoch(),
-                        log_end_offset = partition.offsets().map(|o| o.log_end_offset).unwrap_or(-1),
-                        error = %e,
-                        "produce refused: out of order sequence"
-                    );
-                    partitions.push(error_response(index, e.code(), Some(e.to_string()), version));
-                }
-                Err(e) => {
-                    tracing::debug!(partition = %format!("{}-{index}", topic.name), error = %e, "produce refused");
-                    partitions.push(error_response(index, e.code(), Some(e.to_string()), version));
-                }
-            }
+            let ran = ctx.appends.ticket();
+            let result = Box::pin(partition.queue_append(batches, acks == -1, ran).await);
+            queued.push(QueuedAppend {
+                at: (ti, pi),
+                topic: topic.name.clone(),
+                partition,
+                bytes,
+                records,
+                result,
+            });
+            // Filled in by `finish`.
+            partitions.push(PartitionProduceResponse::default().with_index(index));
         }
         let mut answer = TopicProduceResponse::default().with_partition_responses(partitions);
         if version >= 13 {
@@ -279,11 +262,13 @@ pub async fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcom
         }
         responses.push(answer);
     }
-    let mut response = ProduceResponse::default().with_responses(responses);
-    if version >= 10 {
-        point_to_leaders(&image, &ctx.listener, &mut response, version);
-    }
+    let response = ProduceResponse::default().with_responses(responses);
+    let timeout = Duration::from_millis(u64::try_from(req.timeout_ms).unwrap_or(0));
+    let nothing_queued = queued.is_empty();
+    let mut finish = Box::pin(finish(ctx.clone(), image, queued, response, acks, version, timeout));
     if acks == 0 {
+        // Nothing is answered, but a refusal closes the connection: known only once written.
+        let response = finish.await;
         let refused = response
             .responses
             .iter()
@@ -294,30 +279,145 @@ pub async fn handle(ctx: &Arc<Ctx>, req: ProduceRequest, version: i16) -> Outcom
             false => Outcome::NoResponse,
         };
     }
-    if delayed.is_empty() {
-        return Outcome::Done(response);
+    if nothing_queued {
+        // Nothing to wait for: the answer is ready (`finish` returns without suspending).
+        return match (&mut finish).now_or_never() {
+            Some(response) => Outcome::Done(response),
+            None => Outcome::Wait(finish),
+        };
     }
-    let timeout = Duration::from_millis(u64::try_from(req.timeout_ms).unwrap_or(0));
-    Outcome::Wait(Box::pin(async move {
-        let mut response = response;
-        let results = delayed.complete(tokio::time::Instant::now() + timeout).await;
-        for ((topic, partition), result) in waiting.into_iter().zip(results) {
-            let code = match result {
-                Ok(()) => continue,
-                Err(Some(e)) => e.code(),
-                Err(None) => ResponseError::RequestTimedOut.code(),
-            };
-            if let Some(p) = response
-                .responses
-                .get_mut(topic)
-                .and_then(|t| t.partition_responses.get_mut(partition))
-            {
-                p.error_code = code;
-                p.base_offset = -1;
+    Outcome::Wait(finish)
+}
+
+/// A connection's appends queued by `handle` and not yet run. Its next request other than a
+/// Produce waits until there are none (`idle`), so that it sees what the Produce requests before
+/// it wrote: a connection's requests take effect in order, as Kafka handles them one at a time.
+/// (Produce requests need no wait: a partition's writer runs its appends in queue order.)
+#[derive(Default)]
+pub struct PendingAppends {
+    count: AtomicUsize,
+    idle: tokio::sync::Notify,
+}
+
+impl PendingAppends {
+    /// Counts one more append until the ticket is dropped.
+    fn ticket(self: &Arc<Self>) -> AppendTicket {
+        self.count.fetch_add(1, Ordering::SeqCst);
+        AppendTicket(self.clone())
+    }
+
+    /// Returns once every append counted so far has run.
+    pub async fn idle(&self) {
+        loop {
+            // Created before the count is read: `notify_waiters` wakes it even if not yet polled.
+            let notified = self.idle.notified();
+            if self.count.load(Ordering::SeqCst) == 0 {
+                return;
             }
+            notified.await;
         }
-        response
-    }))
+    }
+}
+
+/// One append counted in `PendingAppends`; dropped on the writer once the append has run.
+struct AppendTicket(Arc<PendingAppends>);
+
+impl Drop for AppendTicket {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+/// An append queued by `handle`, and where its answer goes in the response.
+struct QueuedAppend {
+    /// (topic, partition) in the response.
+    at: (usize, usize),
+    topic: String,
+    partition: Arc<Partition>,
+    bytes: u64,
+    records: u64,
+    result: Pin<Box<dyn Future<Output = crate::error::Result<crate::log::AppendInfo>> + Send>>,
+}
+
+/// The rest of a Produce once its appends are queued: each append's answer in request order,
+/// leaders named for partitions this node no longer leads (v10+), then for acks=all the wait
+/// until the appended records are durable (REQUEST_TIMED_OUT after `timeout`).
+#[allow(clippy::too_many_arguments)]
+async fn finish(
+    ctx: Arc<Ctx>,
+    image: Arc<MetadataImage>,
+    queued: Vec<QueuedAppend>,
+    mut response: ProduceResponse,
+    acks: i16,
+    version: i16,
+    timeout: Duration,
+) -> ProduceResponse {
+    let mut delayed = DelayedProduce::default();
+    // Where each watched partition's answer sits: (topic, partition) in the response.
+    let mut waiting = Vec::new();
+    for append in queued {
+        let (ti, pi) = append.at;
+        let index = response.responses[ti].partition_responses[pi].index;
+        let answer = match append.result.await {
+            Ok(info) => {
+                ctx.metrics.produced(&append.topic, append.bytes, append.records);
+                let mut p = PartitionProduceResponse::default()
+                    .with_index(index)
+                    .with_base_offset(info.base_offset)
+                    .with_log_append_time_ms(info.log_append_time_ms);
+                if version >= 5 {
+                    p.log_start_offset = append.partition.offsets().map(|o| o.log_start_offset).unwrap_or(-1);
+                }
+                if acks == -1 {
+                    delayed.watch(append.partition, info.last_offset);
+                    waiting.push((ti, pi));
+                }
+                p
+            }
+            Err(e @ crate::error::Error::OutOfOrderSequence { .. }) => {
+                // Fatal to an idempotent producer (librdkafka stops; Java bumps its epoch):
+                // worth an operator's eye, with what the leader held.
+                tracing::warn!(
+                    partition = %format!("{}-{index}", append.topic),
+                    leader_epoch = append.partition.leader_epoch(),
+                    log_end_offset = append.partition.offsets().map(|o| o.log_end_offset).unwrap_or(-1),
+                    error = %e,
+                    "produce refused: out of order sequence"
+                );
+                error_response(index, e.code(), Some(e.to_string()), version)
+            }
+            Err(e) => {
+                tracing::debug!(partition = %format!("{}-{index}", append.topic), error = %e, "produce refused");
+                error_response(index, e.code(), Some(e.to_string()), version)
+            }
+        };
+        response.responses[ti].partition_responses[pi] = answer;
+    }
+    if version >= 10 {
+        point_to_leaders(&image, &ctx.listener, &mut response, version);
+    }
+    if delayed.is_empty() {
+        return response;
+    }
+    let results = delayed.complete(tokio::time::Instant::now() + timeout).await;
+    for ((topic, partition), result) in waiting.into_iter().zip(results) {
+        let code = match result {
+            Ok(()) => continue,
+            Err(Some(e)) => e.code(),
+            Err(None) => ResponseError::RequestTimedOut.code(),
+        };
+        if let Some(p) = response
+            .responses
+            .get_mut(topic)
+            .and_then(|t| t.partition_responses.get_mut(partition))
+        {
+            p.error_code = code;
+            p.base_offset = -1;
+        }
+    }
+    response
 }
 
 /// How long a Produce naming a topic or partition this node does not serve yet may wait for

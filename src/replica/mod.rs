@@ -24,6 +24,7 @@ pub mod purgatory;
 pub mod writer;
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
@@ -266,6 +267,38 @@ impl Partition {
         origin: Origin,
     ) -> Result<AppendInfo> {
         self.write(move |p| p.append_now(batches, durable, origin)).await
+    }
+
+    /// `append` in two steps: returns once the append is queued on the partition's writer, with
+    /// the wait for its result. Appends queued one after another get offsets in that order, so
+    /// a connection may read its next request while this one is written. `ran` is dropped on
+    /// the writer as soon as the append has run (or when it never will).
+    pub async fn queue_append(
+        self: &Arc<Self>,
+        batches: Vec<ValidBatch>,
+        durable: bool,
+        ran: impl Send + 'static,
+    ) -> impl Future<Output = Result<AppendInfo>> + Send + 'static {
+        let me = self.clone();
+        let queued = self
+            .writer
+            .queue(move || {
+                let result = me.append_now(batches, durable, Origin::Client);
+                drop(ran);
+                result
+            })
+            .await;
+        let me = self.clone();
+        async move {
+            let answer = match queued {
+                Ok(answer) => answer.await,
+                Err(gone) => Err(gone),
+            };
+            match answer {
+                Ok(result) => result,
+                Err(WriterGone) => Err(me.writer_gone()),
+            }
+        }
     }
 
     /// The append itself, on the writer thread: write, then publish the high watermark, then

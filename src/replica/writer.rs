@@ -76,6 +76,19 @@ pub struct Writer {
     jobs: mpsc::Sender<Job>,
 }
 
+/// The result of a queued job, once the shard has run it.
+pub struct Answer<T>(oneshot::Receiver<T>);
+
+impl<T> Future for Answer<T> {
+    type Output = Result<T, WriterGone>;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0)
+            .poll(cx)
+            .map(|r| r.map_err(|_| WriterGone))
+    }
+}
+
 /// The shard thread is gone, or the job died before answering.
 #[derive(Debug, PartialEq, Eq)]
 pub struct WriterGone;
@@ -88,6 +101,18 @@ impl Writer {
         &self,
         op: impl FnOnce() -> T + Send + 'static,
     ) -> impl Future<Output = Result<T, WriterGone>> + Send + 'static {
+        let queued = self.queue(op);
+        async move { queued.await?.await }
+    }
+
+    /// Queues `op` (waiting for room in the queue, as `run`) and returns once it is queued,
+    /// with the wait for its result: the caller may go on, and what it queues later on this
+    /// shard runs after `op`. A produce handler queues its appends this way, so the connection's
+    /// next request is read while they are written.
+    pub fn queue<T: Send + 'static>(
+        &self,
+        op: impl FnOnce() -> T + Send + 'static,
+    ) -> impl Future<Output = Result<Answer<T>, WriterGone>> + Send + 'static {
         let jobs = self.jobs.clone();
         async move {
             let (tx, rx) = oneshot::channel();
@@ -96,7 +121,7 @@ impl Writer {
                 let _ = tx.send(op());
             });
             jobs.send(job).await.map_err(|_| WriterGone)?;
-            rx.await.map_err(|_| WriterGone)
+            Ok(Answer(rx))
         }
     }
 

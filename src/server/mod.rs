@@ -380,13 +380,15 @@ where
         request_memory,
         shutdown,
     } = conn;
-    if ctx.authorizer.enabled() {
-        // ACLs name hosts by address.
-        ctx = Arc::new(Ctx {
-            host: Arc::from(crate::acl::host_of(peer.ip()).as_str()),
-            ..(*ctx).clone()
-        });
-    }
+    // The connection's own count of appends not yet run; ACLs name hosts by address.
+    ctx = Arc::new(Ctx {
+        appends: Default::default(),
+        host: match ctx.authorizer.enabled() {
+            true => Arc::from(crate::acl::host_of(peer.ip()).as_str()),
+            false => ctx.host.clone(),
+        },
+        ..(*ctx).clone()
+    });
     // A SASL listener's connection authenticates first; until then its frames are bounded by
     // sasl.server.max.receive.size.
     let mut auth = sasl.map(Authenticator::new);
@@ -468,6 +470,10 @@ where
                 Ok(()) => continue,
                 Err(close) => break close,
             }
+        }
+        if key != ApiKey::Produce {
+            // What this connection's Produce requests queued is written first.
+            ctx.appends.idle().await;
         }
         let started = Instant::now();
         match api::dispatch(&ctx, key, header, body, peer).await {
