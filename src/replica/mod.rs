@@ -208,10 +208,7 @@ impl Partition {
         op: impl FnOnce(&Partition) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let me = self.clone();
-        match self.writer.run(move || op(&me)).await {
-            Ok(result) => result,
-            Err(WriterGone) => Err(self.writer_gone()),
-        }
+        self.answered(self.writer.run(move || op(&me)).await)
     }
 
     /// `write` for callers on a blocking thread (retention, the cleaner, the replica manager).
@@ -220,10 +217,12 @@ impl Partition {
         op: impl FnOnce(&Partition) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let me = self.clone();
-        match self.writer.run_blocking(move || op(&me)) {
-            Ok(result) => result,
-            Err(WriterGone) => Err(self.writer_gone()),
-        }
+        self.answered(self.writer.run_blocking(move || op(&me)))
+    }
+
+    /// A writer job's result, or KAFKA_STORAGE_ERROR when the writer never answered.
+    fn answered<T>(&self, answer: std::result::Result<Result<T>, WriterGone>) -> Result<T> {
+        answer.unwrap_or_else(|WriterGone| Err(self.writer_gone()))
     }
 
     /// The writer thread is gone or its job died: the partition's storage is unusable
@@ -294,10 +293,7 @@ impl Partition {
                 Ok(answer) => answer.await,
                 Err(gone) => Err(gone),
             };
-            match answer {
-                Ok(result) => result,
-                Err(WriterGone) => Err(me.writer_gone()),
-            }
+            me.answered(answer)
         }
     }
 
