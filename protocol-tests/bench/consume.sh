@@ -7,7 +7,11 @@
 # For each binary: start it on a fresh data dir, produce MSGS x SIZE B (acks=1) to one
 # partition, then read it from offset 0 to its end with rdkafka_performance's simple consumer
 # READS times; between binaries, iperf3 measures one loopback stream for 5 s. Prints each run's
-# MB/s (payload), the broker's CPU seconds per GB read, and medians.
+# MB/s (payload), the broker's and the client's CPU seconds per GB read, the share of the
+# machine's CPU time left idle during the read, and medians. A read that leaves the machine idle
+# while neither side is saturated is bound by the fetch round trip: librdkafka keeps one Fetch
+# in flight per broker, so its parse of one answer and the broker's sending of the next take
+# turns.
 #
 # Environment: MSGS=2000000 SIZE=1024 READS=3 ROUNDS=2 (binaries alternate each round)
 #   TOOLS=/tmp/sluice-bench-tools (protocol-tests/bench/build.sh)
@@ -28,6 +32,8 @@ BENCH_NAME=consume
 . "$HERE/fresh_broker.sh"
 TICKS=$(getconf CLK_TCK)
 ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+# all CPUs' idle and total ticks
+idle_total() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print $5 + $6, t }' /proc/stat; }
 
 loopback() {
     local p
@@ -40,20 +46,29 @@ loopback() {
 }
 
 run_binary() { # label bin
-    local label=$1 bin=$2 addr log t0 t1 line bytes ms
+    local label=$1 bin=$2 addr log t0 t1 s0 s1 cli line bytes ms
     start_broker "$bin" --set num.partitions=1
     addr=$ADDR
     "$PERF" -P -t c -p 0 -b "$addr" -s "$SIZE" -c "$MSGS" -a 1 -X linger.ms=5 >"$WORK/produce.log" 2>&1
     for r in $(seq "$READS"); do
         log=$WORK/consume.log
         t0=$(ticks "$PID")
-        "$PERF" -C -t c -p 0 -b "$addr" -o beginning -e -c "$MSGS" -i 1000 >"$log" 2>&1 || true
+        s0=$(idle_total)
+        # the client's CPU: its own utime + stime at exit, from bash's times of a subshell
+        cli=$( { TIMEFORMAT='%U %S'; time "$PERF" -C -t c -p 0 -b "$addr" -o beginning -e -c "$MSGS" -i 1000 \
+            >"$log" 2>&1; } 2>&1 | awk '{ print $1 + $2 }')
         t1=$(ticks "$PID")
+        s1=$(idle_total)
         line=$(grep ' consumed in ' "$log" | tail -n 1)
         bytes=$(sed -n 's/^% [0-9]* messages (\([0-9]*\) bytes).*/\1/p' <<<"$line")
         ms=$(sed -n 's/.* consumed in \([0-9]*\)ms.*/\1/p' <<<"$line")
-        awk -v l="$label" -v r="$r" -v b="$bytes" -v ms="$ms" -v c=$((t1 - t0)) -v hz="$TICKS" \
-            'BEGIN { printf "%s\tread %d\t%.0f MB/s\t%.3f broker CPU-s/GB\n", l, r, b / ms / 1000, c / hz / (b / 1e9) }'
+        [[ -n $bytes && -n $ms ]] || { echo "$label read $r: failed (see $log)" >&2; continue; }
+        awk -v l="$label" -v r="$r" -v b="$bytes" -v ms="$ms" -v c=$((t1 - t0)) -v hz="$TICKS" -v cli="${cli:-0}" \
+            -v s0="$s0" -v s1="$s1" 'BEGIN {
+                split(s0, a, " "); split(s1, z, " "); gb = b / 1e9
+                printf "%s\tread %d\t%.0f MB/s\t%.3f broker CPU-s/GB\t%.3f client CPU-s/GB\t%.0f %% idle\n",
+                    l, r, b / ms / 1000, c / hz / gb, cli / gb, 100 * (z[1] - a[1]) / (z[2] - a[2])
+            }'
     done
     stop_broker
 }
@@ -77,5 +92,8 @@ print(f"loopback\t{loop:.0f} MB/s")
 for k, v in runs.items():
     mb = statistics.median(r[0] for r in v)
     cpu = statistics.median(r[1] for r in v)
-    print(f"{k}\t{mb:.0f} MB/s\t{mb / loop:.2f} of loopback\t{cpu:.3f} broker CPU-s/GB\t({len(v)} reads)")
+    cli = statistics.median(r[2] for r in v)
+    idle = statistics.median(r[3] for r in v)
+    print(f"{k}\t{mb:.0f} MB/s\t{mb / loop:.2f} of loopback\t{cpu:.3f} broker CPU-s/GB\t"
+          f"{cli:.3f} client CPU-s/GB\t{idle:.0f} % idle\t({len(v)} reads)")
 PY

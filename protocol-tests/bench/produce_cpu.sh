@@ -44,19 +44,9 @@ busy_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
 RESULTS=$WORK/results.tsv
 : >"$RESULTS"
 
-ORDER=/sys/module/page_reporting/parameters/page_reporting_order
-reporting="not reported (no $ORDER)"
-if [[ -w $ORDER ]]; then
-    reporting="free page reporting on (order $(cat "$ORDER"))"
-    if [[ ${PAGE_REPORTING:-on} == off ]]; then
-        was=$(cat "$ORDER")
-        trap 'echo "$was" >"$ORDER"; cleanup' EXIT
-        echo 11 >"$ORDER"  # past MAX_PAGE_ORDER (10): no free block is reported
-        dd if=/dev/zero of=/dev/shm/sluice-warm bs=1M count=$((${WARM_GIB:-14} * 1024)) status=none
-        rm -f /dev/shm/sluice-warm
-        reporting="free page reporting off for the runs, ${WARM_GIB:-14} GiB touched first"
-    fi
-fi
+# shellcheck source=page_reporting.sh
+. "$HERE/page_reporting.sh"
+page_reporting_setup cleanup
 
 run() { # label bin acks
     local label=$1 bin=$2 acks=$3 log b0 b1 c0 c1 cli mb bytes ms
@@ -86,7 +76,7 @@ run() { # label bin acks
         }' | tee -a "$RESULTS"
 }
 
-echo "# produce_cpu.sh: $(date -u +%FT%TZ), $ROUNDS rounds x $# binaries x acks 1/all, $MSGS x $SIZE B, $(uname -r), $reporting"
+echo "# produce_cpu.sh: $(date -u +%FT%TZ), $ROUNDS rounds x $# binaries x acks 1/all, $MSGS x $SIZE B, $(uname -r), $REPORTING"
 for r in $(seq "$ROUNDS"); do
     i=0
     for bin in "$@"; do
