@@ -550,6 +550,20 @@ impl Log {
         self.active.next_offset
     }
 
+    /// Whether `batches`, appended now, would all land in the active segment without a roll
+    /// (conservative: each batch counted as one entry in both indexes).
+    pub fn takes_without_roll(&self, batches: &[ValidBatch], now_ms: i64) -> bool {
+        let bytes: u64 = batches.iter().map(|b| b.bytes().len() as u64).sum();
+        let offsets: i64 = batches.iter().map(ValidBatch::offset_count).sum();
+        self.active.takes_without_roll(
+            bytes,
+            batches.len(),
+            self.log_end_offset().saturating_add(offsets),
+            now_ms,
+            &self.config,
+        )
+    }
+
     /// Where appends go now: the active segment and its size, for `writeback_since`.
     pub fn write_position(&self) -> WritePosition {
         WritePosition {
@@ -713,6 +727,52 @@ mod tests {
         let log = Log::open(dir.path(), config, NOW).unwrap();
         assert_eq!(log.log_end_offset(), end);
         assert_eq!(log.read(0, end, usize::MAX, true).unwrap(), all);
+    }
+
+    /// `takes_without_roll` answers for the appends a caller may run off the writer thread: when
+    /// it says yes, the append rolls no segment, whichever limit (size, age, index entries) is
+    /// near; and it says yes for most appends, no only near a limit.
+    #[test]
+    fn takes_without_roll_is_true_only_for_appends_that_do_not_roll() {
+        let configs = [
+            LogConfig {
+                segment_bytes: 3_000,
+                ..LogConfig::default()
+            },
+            LogConfig {
+                index_interval_bytes: 1,
+                segment_index_bytes: 8 * 40,
+                ..LogConfig::default()
+            },
+            LogConfig {
+                segment_ms: 50,
+                ..LogConfig::default()
+            },
+        ];
+        for config in configs {
+            let dir = TempDir::new().unwrap();
+            let mut log = Log::open(dir.path(), config.clone(), NOW).unwrap();
+            let (mut yes, mut no) = (0, 0);
+            for i in 0..200_i64 {
+                // One to three batches of one to four records, time moving 7 ms per append.
+                let now = NOW + 7 * i;
+                let mut batches = batch(usize::try_from(i % 4 + 1).unwrap(), now);
+                for _ in 0..i % 3 {
+                    batches.extend(batch(1, now));
+                }
+                let takes = log.takes_without_roll(&batches, now);
+                let segments = log.segments.len();
+                log.append(batches, 0, now).unwrap();
+                if takes {
+                    assert_eq!(log.segments.len(), segments, "append {i} rolled ({config:?})");
+                    yes += 1;
+                } else {
+                    no += 1;
+                }
+            }
+            assert!(log.segments.len() > 3, "{config:?}: too few rolls to tell");
+            assert!(yes > 2 * no, "{config:?}: {yes} yes, {no} no");
+        }
     }
 
     #[test]

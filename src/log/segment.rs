@@ -828,6 +828,31 @@ impl Segment {
             || self.size + batch_size as u64 > u64::from(u32::MAX)
     }
 
+    /// Whether `batches` batches of `bytes` in all, ending before `next_offset`, fit this
+    /// segment without any of them rolling it (`should_roll` false for each), counting one
+    /// entry per batch in each index.
+    pub fn takes_without_roll(
+        &self,
+        bytes: u64,
+        batches: usize,
+        next_offset: i64,
+        now_ms: i64,
+        config: &LogConfig,
+    ) -> bool {
+        let size = self.size.saturating_add(bytes);
+        let entries = |index_len: usize, entry_len: usize| {
+            (index_len.saturating_add(batches) as u64) < config.segment_index_bytes / entry_len as u64
+        };
+        size <= config.segment_bytes
+            && size <= u64::from(u32::MAX)
+            && self
+                .first_append_ms
+                .is_none_or(|t| now_ms.saturating_sub(t) <= config.segment_ms)
+            && entries(self.offset_index.len(), super::index::OFFSET_ENTRY_LEN)
+            && entries(self.time_index.len(), super::index::TIME_ENTRY_LEN)
+            && next_offset.saturating_sub(1).saturating_sub(self.base_offset) <= i64::from(i32::MAX)
+    }
+
     /// Moves the next offset up to `offset`, the base offset of a batch that follows offsets
     /// a log cleaner removed (its own, or on a follower its leader's): the segment then spans
     /// them, as a cleaned segment spans up to the next one. Called before `account`, once

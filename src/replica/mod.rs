@@ -31,6 +31,7 @@ use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::future::Either;
 use tokio::sync::{Notify, watch};
 use uuid::Uuid;
 
@@ -273,6 +274,43 @@ impl Partition {
     /// a connection may read its next request while this one is written. `ran` is dropped on
     /// the writer as soon as the append has run (or when it never will).
     pub async fn queue_append(
+        self: &Arc<Self>,
+        batches: Vec<ValidBatch>,
+        durable: bool,
+        ran: impl Send + 'static,
+    ) -> impl Future<Output = Result<AppendInfo>> + Send + 'static {
+        // An idle writer: append here, unless the append would roll a segment (a roll writes
+        // and fsyncs files, which an async worker must not wait for).
+        let batches = match self.writer.claim_soon().await {
+            Some(_claim) => match self.append_here(batches, durable) {
+                Ok(result) => return Either::Left(std::future::ready(result)),
+                Err(batches) => batches,
+            },
+            None => batches,
+        };
+        Either::Right(self.queue_append_now(batches, durable, ran).await)
+    }
+
+    /// The append of `queue_append` on the caller's thread, when the active segment takes it
+    /// without a roll; otherwise the batches are given back.
+    fn append_here(
+        &self,
+        batches: Vec<ValidBatch>,
+        durable: bool,
+    ) -> std::result::Result<Result<AppendInfo>, Vec<ValidBatch>> {
+        let fits = self
+            .lock()
+            .as_ref()
+            .is_some_and(|log| log.takes_without_roll(&batches, now_ms()));
+        if !fits {
+            return Err(batches);
+        }
+        // No roll can come between: the claim keeps the writer's jobs out.
+        Ok(self.append_now(batches, durable, Origin::Client))
+    }
+
+    /// `queue_append` through the writer's queue.
+    async fn queue_append_now(
         self: &Arc<Self>,
         batches: Vec<ValidBatch>,
         durable: bool,
