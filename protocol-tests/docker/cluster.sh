@@ -24,9 +24,22 @@ source "$repo/protocol-tests/docker/lib.sh"
 command -v python3 >/dev/null || fail "python3 is missing (free ports, the CreateTopics step)"
 nodes=(1 2 3)
 declare -A port
+# Whether another node already has node $1's port.
+port_taken() {
+    local m
+    for m in "${!port[@]}"; do
+        [[ $m != "$1" && ${port[$m]} == "${port[$1]}" ]] && return 0
+    done
+    return 1
+}
 for n in "${nodes[@]}"; do
     var="SLUICE_PORT$n"
     port[$n]="${!var:-$(free_port)}"
+    # Ports picked one at a time can repeat: pick again (a few times) when this one is taken.
+    for _ in 1 2 3 4 5; do
+        [[ -z ${!var:-} ]] && port_taken "$n" || break
+        port[$n]=$(free_port)
+    done
     export "SLUICE_PORT$n=${port[$n]}"
 done
 [[ ${port[1]} != "${port[2]}" && ${port[1]} != "${port[3]}" && ${port[2]} != "${port[3]}" ]] ||

@@ -226,9 +226,20 @@ stop_broker() {
 trap 'stop_broker; [[ -z ${OIDC_PID:-} ]] || kill "$OIDC_PID" 2>/dev/null; rm -rf "$DATA"' EXIT
 trap 'exit 130' INT TERM
 
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-declare -a PORTS=() CPORTS=() IPORTS=()
-for ((n = 1; n <= NODES; n++)); do PORTS+=("$(free_port)"); CPORTS+=("$(free_port)"); IPORTS+=("$(free_port)"); done
+# All ports from one process, each socket held until every one is bound: ports picked one at a
+# time (bind, close, bind again) can repeat, and two listeners of one node then collide.
+free_ports() {
+    python3 -c 'import socket, sys
+held = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in held:
+    s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in held))' "$1"
+}
+read -ra ALL_PORTS <<<"$(free_ports $((3 * NODES)))"
+((${#ALL_PORTS[@]} == 3 * NODES)) || { echo "run.sh: could not pick $((3 * NODES)) free ports" >&2; exit 2; }
+PORTS=("${ALL_PORTS[@]:0:NODES}")
+CPORTS=("${ALL_PORTS[@]:NODES:NODES}")
+IPORTS=("${ALL_PORTS[@]:2*NODES:NODES}")
 OAUTH_JAAS="org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
 BROKERS=$(printf '127.0.0.1:%s,' "${PORTS[@]}"); BROKERS=${BROKERS%,}
 VOTERS=
