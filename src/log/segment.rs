@@ -17,9 +17,6 @@ use crate::error::{Error, Result};
 /// Bytes read at a time when scanning headers from an index position (about one index
 /// interval, so a lookup costs one or two reads).
 const SCAN_CHUNK_BYTES: usize = 4096;
-/// Bounds of how far an active segment's blocks are reserved ahead of its end (`preallocate`).
-const PREALLOCATE_MIN_BYTES: u64 = 16 << 10;
-const PREALLOCATE_MAX_BYTES: u64 = 32 << 20;
 /// Bytes read at a time when recovery validates whole batches.
 const RECOVERY_CHUNK_BYTES: usize = 1 << 20;
 
@@ -362,10 +359,11 @@ pub(crate) struct Segment {
     first_append_ms: Option<i64>,
     /// Created by a roll in this process: its directory entry is not yet known to be durable.
     pub created_by_roll: bool,
-    /// How far the log file's blocks are reserved (`preallocate`); u64::MAX once reserving
-    /// failed, so it is not tried again for this segment.
-    reserved: AtomicU64,
 }
+
+/// Allocation past a file's length that `release_reserved` leaves alone: file systems round
+/// a file's blocks up to their own block size (ext4 4 KiB, XFS up to 64 KiB).
+const RESERVED_SLACK_BYTES: u64 = 64 << 10;
 
 /// The append-side state before an append, to undo it when the write fails.
 #[derive(Clone, Copy)]
@@ -506,7 +504,6 @@ impl Segment {
             bytes_since_last_index_entry: 0,
             first_append_ms: None,
             created_by_roll,
-            reserved: AtomicU64::new(0),
         }
     }
 
@@ -782,8 +779,6 @@ impl Segment {
         let log_path = &self.shared.log_path;
         log.set_len(position)
             .map_err(|e| Error::storage("truncate", log_path, e))?;
-        // The cut freed the reserved blocks past it too.
-        self.reserved.store(position, Ordering::Relaxed);
         log.sync_data().map_err(|e| Error::storage("fsync", log_path, e))?;
         Ok(true)
     }
@@ -921,7 +916,6 @@ impl Segment {
     /// append does not land after a torn batch. The batches must be accounted already: once
     /// written they are published to readers (the end moves only after the bytes are in).
     pub fn write_all(&self, slices: &mut [IoSlice<'_>], cut_to: u64) -> Result<()> {
-        self.preallocate(self.size);
         let mut slices = slices;
         IoSlice::advance_slices(&mut slices, 0);
         while !slices.is_empty() {
@@ -940,54 +934,31 @@ impl Segment {
         Ok(())
     }
 
-    /// Cuts a failed write back. Readers never saw its bytes: the end is published only after
-    /// a write completes.
-    /// Reserves the log file's blocks ahead of `end` (`fallocate` with FALLOC_FL_KEEP_SIZE, so
-    /// the file's length stays the bytes written): appends then land in blocks already
-    /// allocated, instead of ext4 reserving and later allocating each page written (delayed
-    /// allocation), which cost more CPU than copying the bytes. The reservation grows with the
-    /// segment, as much again as it holds, between `PREALLOCATE_MIN_BYTES` and
-    /// `PREALLOCATE_MAX_BYTES` ahead, so an idle partition reserves little; `seal` gives back
-    /// what the segment did not use. Best effort: a file system that cannot reserve (or a full
-    /// disk, which the write itself then reports) just appends as before.
-    fn preallocate(&self, end: u64) {
-        let reserved = self.reserved.load(Ordering::Relaxed);
-        if end <= reserved {
-            return;
-        }
-        let to = end + end.clamp(PREALLOCATE_MIN_BYTES, PREALLOCATE_MAX_BYTES);
-        let (Ok(from), Ok(len)) = (libc::off_t::try_from(reserved), libc::off_t::try_from(to - reserved)) else {
-            return;
-        };
-        use std::os::fd::AsRawFd;
-        // SAFETY: the descriptor is open (borrowed from the segment's file) for the call.
-        let done = unsafe { libc::fallocate(self.shared.log.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, from, len) };
-        if done == 0 {
-            self.reserved.store(to, Ordering::Relaxed);
-        } else {
-            let e = std::io::Error::last_os_error();
-            tracing::debug!(segment = %self.shared.log_path.display(), "cannot reserve blocks ahead of appends: {e}");
-            self.reserved.store(u64::MAX, Ordering::Relaxed);
-        }
-    }
-
-    /// Gives back the blocks reserved past the end (`preallocate`): ext4 and XFS free a file's
-    /// blocks beyond its length when it is truncated to that length. Only when the file's
-    /// length is the segment's size, so no byte is ever cut here.
+    /// Gives back blocks allocated past the end of the file: a build before this one reserved
+    /// an active segment's blocks ahead of its appends (`fallocate` FALLOC_FL_KEEP_SIZE), and
+    /// ext4 and XFS free a file's blocks past its length when it is truncated to that length.
+    /// Appends no longer reserve: on a busy ext4 journal the `fallocate` blocked for up to
+    /// 0.56 s, on an async worker when the append ran in place, and every append into reserved
+    /// blocks must journal the file's new size, where an append under delayed allocation takes
+    /// no journal handle at all. Only when the file's length is the segment's size and its
+    /// blocks pass the length's last page, so no byte is ever cut here and an ordinary file
+    /// costs one `stat`.
     fn release_reserved(&self) -> Result<()> {
+        use std::os::unix::fs::MetadataExt;
         let log = &self.shared.log;
-        let len = log
+        let meta = log
             .metadata()
-            .map_err(|e| Error::storage("stat", &self.shared.log_path, e))?
-            .len();
-        if len == self.size {
-            log.set_len(len)
+            .map_err(|e| Error::storage("stat", &self.shared.log_path, e))?;
+        let allocated = meta.blocks().saturating_mul(512);
+        if meta.len() == self.size && allocated > meta.len().next_multiple_of(RESERVED_SLACK_BYTES) {
+            log.set_len(meta.len())
                 .map_err(|e| Error::storage("truncate", &self.shared.log_path, e))?;
         }
-        self.reserved.store(len, Ordering::Relaxed);
         Ok(())
     }
 
+    /// Cuts a failed write back. Readers never saw its bytes: the end is published only after
+    /// a write completes.
     fn undo_write(&self, e: std::io::Error, cut_to: u64) -> Error {
         if let Err(cut) = self.shared.log.set_len(cut_to) {
             tracing::error!(segment = %self.shared.log_path.display(), "cannot cut a failed write: {cut}");
