@@ -934,15 +934,11 @@ impl Segment {
         Ok(())
     }
 
-    /// Gives back blocks allocated past the end of the file: a build before this one reserved
-    /// an active segment's blocks ahead of its appends (`fallocate` FALLOC_FL_KEEP_SIZE), and
-    /// ext4 and XFS free a file's blocks past its length when it is truncated to that length.
-    /// Appends no longer reserve: on a busy ext4 journal the `fallocate` blocked for up to
-    /// 0.56 s, on an async worker when the append ran in place, and every append into reserved
-    /// blocks must journal the file's new size, where an append under delayed allocation takes
-    /// no journal handle at all. Only when the file's length is the segment's size and its
-    /// blocks pass the length's last page, so no byte is ever cut here and an ordinary file
-    /// costs one `stat`.
+    /// Gives back blocks allocated past the end of the file, which builds before 1f25b49 reserved
+    /// ahead of an active segment's appends (`fallocate` FALLOC_FL_KEEP_SIZE): ext4 and XFS free
+    /// a file's blocks past its length when it is truncated to that length. Only when the
+    /// file's length is the segment's size and its blocks pass that length rounded up to
+    /// `RESERVED_SLACK_BYTES`, so no byte is ever cut here and an ordinary file costs one `stat`.
     fn release_reserved(&self) -> Result<()> {
         use std::os::unix::fs::MetadataExt;
         let log = &self.shared.log;
