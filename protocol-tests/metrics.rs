@@ -204,6 +204,10 @@ async fn metrics_count_what_clients_did_and_promtool_accepts_them() {
     assert_eq!(sample(&all, &format!("kafka_consumergroup_lag{{{g}}}")), 6.0);
     assert!(sample(&all, "kafka_coordinator_group_groups{state=\"Empty\"}") >= 1.0);
     assert!(sample(&all, "kafka_log_logflushstats_logflush_seconds_count") >= 1.0);
+    // The producer's first append finds its partition's writer idle and runs in place.
+    assert!(sample(&all, "sluice_log_append_in_place_seconds_count") >= 1.0);
+    // Present (sample panics otherwise), whether or not that append slept.
+    assert!(sample(&all, "sluice_log_append_in_place_slept_total") >= 0.0);
     assert!(sample(&all, "kafka_server_replicamanager_leadercount") >= 1.0);
     assert_eq!(
         sample(&all, "kafka_server_replicamanager_underreplicatedpartitions"),

@@ -68,6 +68,11 @@ pub(crate) fn fsync_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.000_05, 2.0, 16))
 }
 
+/// In-place append buckets: 10 µs to ~1.3 s, doubling.
+pub(crate) fn append_in_place_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.000_01, 2.0, 18))
+}
+
 /// What one broker counts. Cheap to clone handles out of; shared by `Arc`.
 pub struct Metrics {
     registry: Registry,
@@ -86,6 +91,11 @@ pub struct Metrics {
     connections_created: Family<ListenerLabels, Counter>,
     /// The log flush time (Kafka's LogFlushRateAndTimeMs), in seconds.
     pub fsync: Histogram,
+    /// How long async workers held a partition's writer to append in place
+    /// (`replica::writer::Claim`), in seconds: the writes that ran on the network side.
+    pub append_in_place: Histogram,
+    /// In-place appends during which the worker's thread slept (each starts a back-off).
+    pub append_in_place_slept: Counter,
     pub isr_shrinks: Counter,
     pub isr_expands: Counter,
     pub retention_segments_deleted: Counter,
@@ -120,6 +130,8 @@ impl Metrics {
             connections: Family::default(),
             connections_created: Family::default(),
             fsync: fsync_histogram(),
+            append_in_place: append_in_place_histogram(),
+            append_in_place_slept: Counter::default(),
             isr_shrinks: Counter::default(),
             isr_expands: Counter::default(),
             retention_segments_deleted: Counter::default(),
@@ -200,6 +212,16 @@ impl Metrics {
             "kafka_log_logflushstats_logflush_seconds",
             "Time of one partition's fsync (LogFlushRateAndTimeMs)",
             metrics.fsync.clone(),
+        );
+        r.register(
+            "sluice_log_append_in_place_seconds",
+            "Time an async worker held a partition's writer to append a Produce request itself instead of handing it to the log-writer thread: write(2) run on the network side, which should stay in microseconds",
+            metrics.append_in_place.clone(),
+        );
+        r.register(
+            "sluice_log_append_in_place_slept",
+            "In-place appends during which the worker thread slept (the disk, dirty-page throttling, a lock); each sends the shard's next appends to its log-writer thread for a back-off",
+            metrics.append_in_place_slept.clone(),
         );
         r.register(
             "kafka_server_replicamanager_isrshrinks",

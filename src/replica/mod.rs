@@ -853,6 +853,11 @@ struct Applied {
 
 impl ReplicaManager {
     pub fn new(config: Arc<BrokerConfig>) -> ReplicaManager {
+        let metrics = Arc::new(crate::metrics::Metrics::new());
+        let claims = writer::ClaimStats {
+            held: metrics.append_in_place.clone(),
+            slept: metrics.append_in_place_slept.clone(),
+        };
         ReplicaManager {
             partitions: RwLock::new(HashMap::new()),
             applying: Mutex::new(Applied::default()),
@@ -861,10 +866,10 @@ impl ReplicaManager {
             progressed: Condvar::new(),
             applied: watch::Sender::new(None),
             stopped: AtomicBool::new(false),
-            writers: Writers::start(WRITER_SHARDS, WRITER_QUEUE_JOBS),
+            writers: Writers::start_counted(WRITER_SHARDS, WRITER_QUEUE_JOBS, &claims),
             controller: std::sync::OnceLock::new(),
             fetchers: fetcher::Fetchers::new(&config),
-            metrics: Arc::new(crate::metrics::Metrics::new()),
+            metrics,
             config,
         }
     }

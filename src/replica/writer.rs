@@ -26,6 +26,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::histogram::Histogram;
 use tokio::sync::{Notify, mpsc, oneshot};
 
 use super::TopicPartition;
@@ -47,6 +49,24 @@ pub struct Writers {
     shards: Vec<(mpsc::Sender<Job>, Arc<Shard>)>,
 }
 
+/// Where claims are counted: the broker's `sluice_log_append_in_place_*` metrics.
+#[derive(Clone)]
+pub struct ClaimStats {
+    /// How long each claim was held, in seconds.
+    pub held: Histogram,
+    /// Claims during which the thread slept.
+    pub slept: Counter,
+}
+
+impl Default for ClaimStats {
+    fn default() -> Self {
+        ClaimStats {
+            held: crate::metrics::append_in_place_histogram(),
+            slept: Counter::default(),
+        }
+    }
+}
+
 /// What a shard's callers share with its thread to tell whether it is idle.
 #[derive(Default)]
 struct Shard {
@@ -63,6 +83,8 @@ struct Shard {
     slept_in_a_row: AtomicU32,
     /// Woken each time the shard has run everything queued (`pending` back to 0).
     idle: Notify,
+    /// Where claims are counted.
+    stats: ClaimStats,
 }
 
 /// How long after the first claim that slept the shard thread takes every job again; each
@@ -100,10 +122,18 @@ impl Writers {
     /// spawned leaves its shard without a receiver: its partitions answer KAFKA_STORAGE_ERROR
     /// (the error is logged here) while the others work.
     pub fn start(shards: usize, queue_jobs: usize) -> Writers {
+        Writers::start_counted(shards, queue_jobs, &ClaimStats::default())
+    }
+
+    /// `start`, with the claims counted in `stats`.
+    pub fn start_counted(shards: usize, queue_jobs: usize, stats: &ClaimStats) -> Writers {
         let shards = (0..shards.max(1))
             .map(|n| {
                 let (tx, rx) = mpsc::channel::<Job>(queue_jobs.max(1));
-                let shard = Arc::new(Shard::default());
+                let shard = Arc::new(Shard {
+                    stats: stats.clone(),
+                    ..Shard::default()
+                });
                 let state = shard.clone();
                 let spawned = std::thread::Builder::new()
                     .name(format!("log-writer-{n}"))
@@ -146,14 +176,18 @@ pub struct Claim<'a> {
     shard: &'a Shard,
     /// The thread's voluntary context switches when the claim was given.
     slept_before: i64,
+    /// When the claim was given.
+    since: Instant,
     _running: MutexGuard<'a, ()>,
 }
 
 impl Drop for Claim<'_> {
     fn drop(&mut self) {
+        self.shard.stats.held.observe(self.since.elapsed().as_secs_f64());
         // A voluntary switch is a sleep: blocked on the disk, a lock or the kernel's dirty-page
         // throttle. Being preempted (an involuntary one) is no reason to back off.
         if voluntary_switches() > self.slept_before {
+            self.shard.stats.slept.inc();
             let n = self
                 .shard
                 .slept_in_a_row
@@ -223,6 +257,7 @@ impl Writer {
         (self.shard.pending.load(Ordering::Acquire) == 0).then(|| Claim {
             shard: &self.shard,
             slept_before: voluntary_switches(),
+            since: Instant::now(),
             _running: guard,
         })
     }
@@ -515,7 +550,8 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_idle_shard_lets_the_caller_run_in_its_place_and_keeps_queue_order() {
-        let writers = Writers::start(1, 1);
+        let stats = ClaimStats::default();
+        let writers = Writers::start_counted(1, 1, &stats);
         let writer = writers.for_partition(&TopicPartition {
             topic: "t".into(),
             partition: 0,
@@ -559,6 +595,27 @@ mod tests {
         // That claim slept: the shard takes the next jobs itself a while.
         assert!(writer.claim_if_idle().is_none(), "no back-off after a claim that slept");
         assert_eq!(writer.shard.slept_in_a_row.load(Ordering::Acquire), 1);
+        // Counted: three claims (two given back at once, one held across a 20 ms sleep), one
+        // of which slept.
+        let (count, sum) = observed(&stats.held);
+        assert_eq!(count, 3);
+        assert!(sum >= 0.02, "the held claim's 20 ms: {sum}");
+        assert_eq!(stats.slept.get(), 1);
+    }
+
+    /// A histogram's count and sum, from its text exposition.
+    fn observed(histogram: &Histogram) -> (u64, f64) {
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register("h", "h", histogram.clone());
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let value = |name: &str| {
+            text.lines()
+                .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+                .unwrap_or_else(|| panic!("no {name} in {text}"))
+                .to_string()
+        };
+        (value("h_count").parse().unwrap(), value("h_sum").parse().unwrap())
     }
 
     #[test]
