@@ -40,8 +40,16 @@ mod sendfile;
 
 use sendfile::ResponseSink;
 
-/// Socket buffer sizes for reads and writes; big enough for a produce batch in one syscall.
+/// The write buffer of a connection's replies; big enough for a produce batch in one syscall.
 const SOCKET_BUFFER_BYTES: usize = 256 * 1024;
+
+/// The read buffer of a connection. Small frames (several pipelined requests, a frame's length
+/// prefix) come through it, a few per syscall. A read of at least this many bytes, when the
+/// buffer is empty, goes straight into the frame's own buffer (tokio's `BufReader` bypass), so
+/// this also bounds what of a large frame is copied twice: at most its last bytes and the start
+/// read with the previous frame. At 256 KiB a quarter of 1 MiB Produce frames' bytes took the
+/// extra copy (3 % of the broker's CPU under acks=1 load).
+const READ_BUFFER_BYTES: usize = 16 * 1024;
 
 /// Why a connection was closed by the broker.
 #[derive(Debug)]
@@ -398,7 +406,7 @@ where
         .map(Duration::from_millis);
     let activity = Arc::new(Activity::new(idle_max));
     let mut frames = FrameReader {
-        reader: BufReader::with_capacity(SOCKET_BUFFER_BYTES, read_half),
+        reader: BufReader::with_capacity(READ_BUFFER_BYTES, read_half),
         request_bytes_max: auth
             .as_ref()
             .map_or(ctx.config.socket_request_max_bytes, |a| a.settings().max_receive),
