@@ -544,7 +544,9 @@ fn check_topic(
     }
     TopicSlots {
         name,
-        wire_name: topic.name,
+        // Copied: the request's name is a slice of its frame, and the response would hold
+        // the whole frame (a MiB of records) until it is written.
+        wire_name: TopicName(StrBytes::from_string(topic.name.0.to_string())),
         topic_id: topic.topic_id,
         rules,
         slots,
@@ -920,5 +922,118 @@ mod tests {
         );
         assert!(p.record_errors.is_empty());
         assert_eq!(p.error_message, None);
+    }
+
+    /// A request frame that tells when it is freed.
+    struct Frame(Vec<u8>, Arc<std::sync::atomic::AtomicBool>);
+
+    impl AsRef<[u8]> for Frame {
+        fn as_ref(&self) -> &[u8] {
+            &self.0
+        }
+    }
+
+    impl Drop for Frame {
+        fn drop(&mut self) {
+            self.1.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// A broker's handlers over `dir`, with topic `t` (1 partition) led here.
+    fn broker_ctx(dir: &std::path::Path) -> Arc<Ctx> {
+        use crate::cluster::{BrokerInfo, Controller};
+        use crate::config::BrokerConfig;
+        use crate::coordinator::GroupCoordinator;
+        use crate::coordinator::transactions::TransactionCoordinator;
+        use crate::replica::ReplicaManager;
+        let config = Arc::new(BrokerConfig {
+            data_dir: dir.to_path_buf(),
+            offsets_topic_num_partitions: 1,
+            transaction_state_log_num_partitions: 1,
+            ..BrokerConfig::default()
+        });
+        let controller = Arc::new(Controller::open(dir, BrokerInfo::new(1, "localhost", 9092)).unwrap());
+        let replicas = Arc::new(ReplicaManager::new(config.clone()));
+        replicas.start_applier(controller.subscribe()).unwrap();
+        controller.create_topic("t", 1, 1, BTreeMap::new()).unwrap();
+        replicas.catch_up(&controller.image()).unwrap();
+        let groups = Arc::new(GroupCoordinator::new(
+            config.clone(),
+            controller.clone(),
+            replicas.clone(),
+        ));
+        let transactions = Arc::new(TransactionCoordinator::new(
+            config.clone(),
+            controller.clone(),
+            replicas.clone(),
+            groups.clone(),
+        ));
+        Arc::new(Ctx {
+            listener: Arc::from("PLAINTEXT"),
+            principal: Arc::from(crate::sasl::ANONYMOUS),
+            host: Arc::from(""),
+            authorizer: Arc::new(crate::acl::Authorizer::new(&config)),
+            config,
+            controller,
+            metrics: replicas.metrics.clone(),
+            replicas,
+            coordinator: groups,
+            transactions,
+            quotas: Arc::new(crate::quota::QuotaManager::new(crate::quota::Windows::default())),
+            appends: Arc::default(),
+        })
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_waiting_answer_does_not_hold_the_request_frame() {
+        // The decoded request's names and records are slices of its frame. An answer that kept
+        // one (the topic name it echoes) kept the whole frame, a MiB of records, until it was
+        // written: with acks=all until the fsync, and at acks=1 long enough for the connection
+        // to read its next frames into fresh memory (1.14x the broker's CPU per GB at acks=1).
+        use kafka_protocol::messages::produce_request::PartitionProduceData;
+        use kafka_protocol::protocol::{Decodable, Encodable};
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = broker_ctx(dir.path());
+        let records = encode_records(
+            &[(None, Some(Bytes::from(vec![7u8; 64 * 1024])), NOW)],
+            Compression::None,
+        )
+        .unwrap();
+        let version = 9;
+        let request = ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(30_000)
+            .with_topic_data(vec![
+                TopicProduceData::default()
+                    .with_name(super::super::topic_name("t"))
+                    .with_partition_data(vec![PartitionProduceData::default().with_records(Some(records))]),
+            ]);
+        let mut encoded = bytes::BytesMut::new();
+        request.encode(&mut encoded, version).unwrap();
+        let freed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut frame = Bytes::from_owner(Frame(encoded.to_vec(), freed.clone()));
+        let request = ProduceRequest::decode(&mut frame, version).unwrap();
+        drop(frame);
+        assert!(!freed.load(Ordering::SeqCst), "the decoded request holds its frame");
+
+        let Outcome::Wait(answer) = handle(&ctx, request, version).await else {
+            panic!("acks=all waits for the fsync");
+        };
+        // Once the append has run, only the answer could still hold the frame.
+        ctx.appends.idle().await;
+        assert!(
+            freed.load(Ordering::SeqCst),
+            "the waiting answer holds the request frame"
+        );
+        let response = answer.await;
+        let topic = &response.responses[0];
+        assert_eq!(topic.name.0.as_str(), "t");
+        assert_eq!(
+            (
+                topic.partition_responses[0].error_code,
+                topic.partition_responses[0].base_offset
+            ),
+            (0, 0)
+        );
     }
 }
