@@ -30,31 +30,30 @@ impl<T: AsyncWrite + Send + 'static> ResponseSink for WriteHalf<T> {}
 
 impl ResponseSink for DuplexStream {}
 
-/// Sends `len` bytes of `region` from `at` bytes into it; returns once all are in the socket.
-pub(super) async fn send(socket: &TcpStream, region: &FileRegion, at: usize, len: usize) -> io::Result<()> {
+/// Sends what the socket takes of the `len` bytes of `region` from `at` bytes into it, in one
+/// `sendfile` once the socket is writable: how many bytes went (at least one).
+pub(super) async fn send_some(socket: &TcpStream, region: &FileRegion, at: usize, len: usize) -> io::Result<usize> {
     let (file, start) = region.file();
     let mut offset = libc::off_t::try_from(start + at as u64).map_err(|_| io::Error::other("region past off_t"))?;
-    let mut left = len;
-    while left > 0 {
+    loop {
         socket.writable().await?;
         let sent = socket.try_io(Interest::WRITABLE, || {
             // SAFETY: both descriptors are open for the call (the socket and the file are
             // borrowed), and `offset` is a valid off_t the kernel advances.
-            let n = unsafe { libc::sendfile(socket.as_raw_fd(), file.as_raw_fd(), &mut offset, left) };
+            let n = unsafe { libc::sendfile(socket.as_raw_fd(), file.as_raw_fd(), &mut offset, len) };
             usize::try_from(n).map_err(|_| io::Error::last_os_error())
         });
         match sent {
-            Ok(0) => {
+            Ok(0) if len > 0 => {
                 return Err(io::Error::new(
                     ErrorKind::UnexpectedEof,
                     "the log file ended inside the region being sent",
                 ));
             }
-            Ok(n) => left -= n.min(left),
+            Ok(n) => return Ok(n.min(len)),
             Err(e) if e.kind() == ErrorKind::WouldBlock => {}
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
     }
-    Ok(())
 }
