@@ -40,7 +40,8 @@ mod sendfile;
 
 use sendfile::ResponseSink;
 
-/// The write buffer of a connection's replies; big enough for a produce batch in one syscall.
+/// The write buffer of a connection's replies: small answers are gathered in it and written a
+/// few per syscall; larger ones go straight to the socket (`write_watched`).
 const SOCKET_BUFFER_BYTES: usize = 256 * 1024;
 
 /// The read buffer of a connection. Small frames (several pipelined requests, a frame's length
