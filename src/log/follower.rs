@@ -110,6 +110,32 @@ impl Log {
         }))
     }
 
+    /// Whether `append_as_follower(records)`, run now, would write only into the active
+    /// segment: no roll, and no leader epoch but the latest (recording one writes and fsyncs the epoch
+    /// checkpoint). Conservative as `takes_without_roll`: framing read from the headers only
+    /// (a batch the append would refuse counts as not taken), each batch one index entry.
+    pub fn follower_takes_without_roll(&self, records: &Bytes, now_ms: i64) -> bool {
+        let latest_epoch = self.epochs.latest_epoch();
+        let (mut bytes, mut count, mut next_offset) = (0u64, 0usize, self.log_end_offset());
+        for found in batch::batches(records) {
+            let Ok((header, whole)) = found else {
+                return false;
+            };
+            let Some(next) = header.checked_next_offset() else {
+                return false;
+            };
+            let epoch = batch::be_i32(&whole, batch::PARTITION_LEADER_EPOCH);
+            if epoch >= 0 && epoch != latest_epoch {
+                return false;
+            }
+            bytes += header.size as u64;
+            count += 1;
+            next_offset = next_offset.max(next);
+        }
+        self.active
+            .takes_without_roll(bytes, count, next_offset, now_ms, &self.config)
+    }
+
     /// Cuts the log so that it ends at or below `offset`, at a batch boundary: a batch holding
     /// `offset` goes whole (Kafka's `LogSegment.truncateTo`). Nothing happens when the log
     /// ends at or below `offset`; when `offset` is at or below the first segment's base
@@ -377,6 +403,47 @@ mod tests {
                 .unwrap();
             follower.append_as_follower(read, NOW).unwrap().unwrap();
         }
+    }
+
+    /// `follower_takes_without_roll` answers for the follower appends a fetcher runs off the
+    /// writer thread: when it says yes, the append rolls no segment and records no leader
+    /// epoch (either writes and fsyncs files); it says no at each new epoch and near a roll,
+    /// and yes for most appends.
+    #[test]
+    fn follower_takes_without_roll_only_when_the_append_rolls_nothing_and_keeps_the_epoch() {
+        let leader_dir = TempDir::new().unwrap();
+        let leader = leader_log(leader_dir.path());
+        for max_bytes in [1, 250] {
+            let dir = TempDir::new().unwrap();
+            let mut follower = Log::open(dir.path(), small_segments(), NOW).unwrap();
+            let (mut yes, mut no) = (0, 0);
+            while follower.log_end_offset() < leader.log_end_offset() {
+                let read = leader
+                    .snapshot()
+                    .read(follower.log_end_offset(), leader.log_end_offset(), max_bytes, true)
+                    .unwrap();
+                let takes = follower.follower_takes_without_roll(&read, NOW);
+                let segments = follower.segments.len();
+                let epochs = follower.leader_epochs().to_vec();
+                follower.append_as_follower(read, NOW).unwrap().unwrap();
+                if takes {
+                    assert_eq!(follower.segments.len(), segments, "max_bytes {max_bytes}: rolled");
+                    assert_eq!(follower.leader_epochs(), epochs, "max_bytes {max_bytes}: new epoch");
+                    yes += 1;
+                } else {
+                    no += 1;
+                }
+            }
+            assert_eq!(all_bytes(&follower), all_bytes(&leader));
+            assert!(follower.segments.len() > 1, "max_bytes {max_bytes}: no roll to tell");
+            // Epochs 0, 2 and 5 each begin with an append that records it.
+            assert!(no >= 3, "max_bytes {max_bytes}: {no} no");
+            assert!(yes > no, "max_bytes {max_bytes}: {yes} yes, {no} no");
+        }
+        // Framing that the append would refuse is not taken here either.
+        let dir = TempDir::new().unwrap();
+        let follower = Log::open(dir.path(), small_segments(), NOW).unwrap();
+        assert!(!follower.follower_takes_without_roll(&Bytes::from(vec![0xff; 80]), NOW));
     }
 
     /// What a producer's state amounts to after a reload (a snapshot keeps the last batch).

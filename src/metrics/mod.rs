@@ -215,7 +215,7 @@ impl Metrics {
         );
         r.register(
             "sluice_log_append_in_place_seconds",
-            "Time an async worker held a partition's writer to append a Produce request itself instead of handing it to the log-writer thread: write(2) run on the network side, which should stay in microseconds",
+            "Time an async worker held a partition's writer to append a Produce request, or a follower's fetched batches, itself instead of handing it to the log-writer thread: write(2) run on the network side, which should stay in microseconds",
             metrics.append_in_place.clone(),
         );
         r.register(

@@ -31,22 +31,39 @@ impl Partition {
     /// checked under the log's lock, which role changes take too (Kafka's
     /// `leaderIsrUpdateLock`): a fetch answered by a deposed leader never lands in the log of
     /// the replica that replaced it.
+    ///
+    /// When the writer is idle and the append lands in the active segment alone
+    /// (`Log::follower_takes_without_roll`), it runs here, on the fetcher's thread, where the
+    /// fetched bytes are still in cache, as a Produce append does (`queue_append`).
     pub async fn append_as_follower(self: &Arc<Self>, records: Bytes, leader_epoch: i32) -> Result<Option<AppendInfo>> {
-        self.write(move |p| {
-            let info = p.with_log(|log| {
-                p.check_following_at(leader_epoch)?;
-                let info = log.append_as_follower(records, now_ms())?;
-                if info.is_some() {
-                    p.appended(log.log_end_offset());
-                }
-                Ok(info)
-            })?;
-            if info.is_some() && p.flush_before_ack.load(Ordering::Acquire) {
-                p.flush_needed.notify_one();
+        if let Some(_claim) = self.writer.claim_soon().await {
+            let fits = self
+                .lock()
+                .as_ref()
+                .is_some_and(|log| log.follower_takes_without_roll(&records, now_ms()));
+            if fits {
+                // No roll can come between: the claim keeps the writer's jobs out.
+                return self.append_as_follower_now(records, leader_epoch);
+            }
+        }
+        self.write(move |p| p.append_as_follower_now(records, leader_epoch))
+            .await
+    }
+
+    /// The append of `append_as_follower`, under the writer's claim or on its thread.
+    fn append_as_follower_now(&self, records: Bytes, leader_epoch: i32) -> Result<Option<AppendInfo>> {
+        let info = self.with_log(|log| {
+            self.check_following_at(leader_epoch)?;
+            let info = log.append_as_follower(records, now_ms())?;
+            if info.is_some() {
+                self.appended(log.log_end_offset());
             }
             Ok(info)
-        })
-        .await
+        })?;
+        if info.is_some() && self.flush_before_ack.load(Ordering::Acquire) {
+            self.flush_needed.notify_one();
+        }
+        Ok(info)
     }
 
     /// Cuts the log so that it ends at `offset` or below, at a batch boundary (no-op when it
