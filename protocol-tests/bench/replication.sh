@@ -14,7 +14,9 @@
 #                                             SLUICE_BIN=<a sluice binary>; LAT_MSGS=0 or
 #                                             FAILOVERS=0 skips that part; DROP_CACHES=1
 #                                             empties the page cache before each produce run,
-#                                             DROP_CACHES=sync only writes it back)
+#                                             DROP_CACHES=sync only writes it back;
+#                                             PROFILE=FILE records `perf record -g` of the three
+#                                             nodes during the RF 3 runs into FILE)
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -26,6 +28,7 @@ LAT_MSGS=${LAT_MSGS:-5000}
 FAILOVERS=${FAILOVERS:-10}
 TOOLS=${TOOLS:-/tmp/sluice-bench-tools}
 [[ -x $TOOLS/bin/rdkafka_performance ]] || "$HERE/build.sh"
+command -v kcat >/dev/null || { echo "replication.sh reads metadata with kcat: apt-get install kcat" >&2; exit 1; }
 # SLUICE_BIN: a broker binary to measure instead of this tree's release build.
 if [[ -n ${SLUICE_BIN:-} ]]; then BIN=$SLUICE_BIN; else cargo build --release --quiet; BIN=$ROOT/target/release/sluice; fi
 PERF=$TOOLS/bin/rdkafka_performance
@@ -123,10 +126,17 @@ perf() { # topic -> "MB/s CPU-s/GB": payload MB/s from rdkafka_performance's fin
         1) sync; echo 3 >/proc/sys/vm/drop_caches ;;
         sync) sync ;;
     esac
+    local rec=
+    if [[ -n ${PROFILE:-} && $1 == rf3 ]]; then
+        command perf record -q -g -o "$PROFILE" -p "$(IFS=,; echo "${PID[*]}")" >/dev/null 2>&1 &
+        rec=$!
+        sleep 0.5
+    fi
     before=$(cpu_ticks)
     line=$("$PERF" -P -t "$1" -s 1024 -c "$MSGS" -b "$ALL" -a -1 -X linger.ms=5 -i 1000 2>&1 |
         grep ' messages produced ' | tail -n 1)
     after=$(cpu_ticks)
+    if [[ -n $rec ]]; then kill -INT "$rec"; wait "$rec" || true; fi
     n=$(sed -n 's/.*, \([0-9]*\) delivered .*/\1/p' <<<"$line")
     ms=$(sed -n 's/.* in \([0-9]*\)ms:.*/\1/p' <<<"$line")
     awk -v n="${n:-0}" -v ms="${ms:-0}" -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" \
