@@ -9,6 +9,7 @@ pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod coordinator;
+pub mod crc;
 pub mod error;
 pub mod log;
 pub mod meta_properties;

@@ -11,7 +11,7 @@ pub(crate) fn encode_frame(body: &[u8], out: &mut Vec<u8>) -> Result<()> {
         .map_err(|_| Error::InvalidRequest(format!("a frame of {} bytes is too large", body.len())))?;
     out.reserve(FRAME_HEADER_BYTES + body.len());
     out.extend_from_slice(&len.to_be_bytes());
-    out.extend_from_slice(&crc32c::crc32c(body).to_be_bytes());
+    out.extend_from_slice(&crate::crc::crc32c(body).to_be_bytes());
     out.extend_from_slice(body);
     Ok(())
 }
@@ -24,7 +24,7 @@ pub(crate) fn decode_frame(bytes: &[u8], body_bytes_max: usize) -> Option<(&[u8]
     let crc = u32::from_be_bytes([header[4], header[5], header[6], header[7]]);
     let len = usize::try_from(len).ok().filter(|len| *len <= body_bytes_max)?;
     let body = bytes.get(FRAME_HEADER_BYTES..FRAME_HEADER_BYTES + len)?;
-    (crc32c::crc32c(body) == crc).then_some((body, FRAME_HEADER_BYTES + len))
+    (crate::crc::crc32c(body) == crc).then_some((body, FRAME_HEADER_BYTES + len))
 }
 
 #[cfg(test)]

@@ -354,7 +354,7 @@ pub(crate) fn check_compacted(batch: &[u8]) -> Result<BatchHeader> {
         )));
     }
     let stored = be_u32(batch, CRC);
-    let computed = crc32c::crc32c(&batch[ATTRIBUTES..]);
+    let computed = crate::crc::crc32c(&batch[ATTRIBUTES..]);
     if stored != computed {
         return Err(Error::CorruptBatch(format!(
             "CRC32C mismatch: stored {stored:#010x}, computed {computed:#010x}"
@@ -403,7 +403,7 @@ pub(crate) fn set_last_offset_delta(batch: &mut [u8], delta: i32) {
 
 /// Recomputes the CRC32C of a batch whose fields after the CRC changed.
 pub(crate) fn seal_crc(batch: &mut [u8]) {
-    let crc = crc32c::crc32c(&batch[ATTRIBUTES..]);
+    let crc = crate::crc::crc32c(&batch[ATTRIBUTES..]);
     batch[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
 }
 
@@ -448,7 +448,7 @@ pub(crate) fn stamped_header(
         let attributes = be_i16(&header, ATTRIBUTES) | TIMESTAMP_TYPE_LOG_APPEND;
         header[ATTRIBUTES..ATTRIBUTES + 2].copy_from_slice(&attributes.to_be_bytes());
         header[MAX_TIMESTAMP..MAX_TIMESTAMP + 8].copy_from_slice(&now_ms.to_be_bytes());
-        let crc = crc32c::crc32c_append(crc32c::crc32c(&header[ATTRIBUTES..]), &bytes[HEADER_LEN..]);
+        let crc = crate::crc::crc32c_of_parts(&[&header[ATTRIBUTES..], &bytes[HEADER_LEN..]]);
         header[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
     }
     header
@@ -495,7 +495,7 @@ pub fn recompress(batch: &ValidBatch, codec: i16, max_message_bytes: usize) -> R
     out[BATCH_LENGTH..BATCH_LENGTH + 4].copy_from_slice(&batch_length.to_be_bytes());
     let attributes = (be_i16(&out, ATTRIBUTES) & !0x07) | codec;
     out[ATTRIBUTES..ATTRIBUTES + 2].copy_from_slice(&attributes.to_be_bytes());
-    let crc = crc32c::crc32c(&out[ATTRIBUTES..]);
+    let crc = crate::crc::crc32c(&out[ATTRIBUTES..]);
     out[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
     let mut batches = validate_batches(&out.freeze(), max_message_bytes)?;
     batches

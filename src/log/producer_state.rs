@@ -369,7 +369,7 @@ impl ProducerState {
         }
         let mut out = BytesMut::with_capacity(6 + body.len());
         out.put_i16(SNAPSHOT_VERSION);
-        out.put_u32(crc32c::crc32c(&body));
+        out.put_u32(crate::crc::crc32c(&body));
         out.put_slice(&body);
         out.freeze()
     }
@@ -386,7 +386,7 @@ impl ProducerState {
             return Err(corrupt(&format!("version {version}")));
         }
         let crc = u32::from_be_bytes([bytes[2], bytes[3], bytes[4], bytes[5]]);
-        if crc32c::crc32c(&bytes[6..]) != crc {
+        if crate::crc::crc32c(&bytes[6..]) != crc {
             return Err(corrupt("CRC mismatch"));
         }
         let count = i32::from_be_bytes([bytes[6], bytes[7], bytes[8], bytes[9]]);
@@ -684,7 +684,7 @@ pub fn encode_marker(producer_id: i64, epoch: i16, marker: Marker, timestamp: i6
     out.put_slice(&record);
     let length = (out.len() - batch::LOG_OVERHEAD) as i32;
     out[8..12].copy_from_slice(&length.to_be_bytes());
-    let crc = crc32c::crc32c(&out[batch::ATTRIBUTES..]);
+    let crc = crate::crc::crc32c(&out[batch::ATTRIBUTES..]);
     out[batch::CRC..batch::CRC + 4].copy_from_slice(&crc.to_be_bytes());
     out.freeze()
 }
