@@ -10,7 +10,13 @@
 # from rdkafka_performance (linger.ms=5, default batching). Prints MB/s (payload) and the ratio to
 # the same round's disk figure, then medians. Needs root (drop_caches).
 #
+# On a VM whose balloon reports free pages to the host, the broker's first touch of each page-cache
+# page costs several times the copy into it (see produce_cpu.sh), and the broker, which shares the
+# two cores with the client, falls to a third of the disk while dd does not. PAGE_REPORTING=off
+# stops the reporting for the runs (page_reporting.sh); the header says which state was measured.
+#
 # Environment: ROUNDS=3 MSGS=5000000 SIZE=1024 GIB=2 TOOLS=/tmp/sluice-bench-tools
+#   PAGE_REPORTING=on|off WARM_GIB=14
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 (($#)) || { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
@@ -25,6 +31,9 @@ BENCH_NAME=sustained
 . "$HERE/fresh_broker.sh"
 RESULTS=$WORK/results.tsv
 : >"$RESULTS"
+# shellcheck source=page_reporting.sh
+. "$HERE/page_reporting.sh"
+page_reporting_setup cleanup
 drop() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 
 disk() { # MB/s of GIB GiB in 1 MiB writes then fdatasync, in WORK (the brokers' file system)
@@ -51,7 +60,7 @@ produce() { # bin: MB/s of MSGS x SIZE B at acks=all
         awk -v msgs="$MSGS" '$2 == msgs { printf "%.0f\n", $1 / $3 / 1000 }'
 }
 
-echo "# sustained.sh: $(date -u +%FT%TZ), $ROUNDS rounds, $MSGS x $SIZE B acks=all per binary, disk: $GIB GiB + fdatasync in $WORK ($(stat -f -c %T "$WORK")), $(uname -r)"
+echo "# sustained.sh: $(date -u +%FT%TZ), $ROUNDS rounds, $MSGS x $SIZE B acks=all per binary, disk: $GIB GiB + fdatasync in $WORK ($(stat -f -c %T "$WORK")), $(uname -r), $REPORTING"
 for _ in $(seq "$ROUNDS"); do
     d=$(disk) || { echo "disk: dd failed" >&2; exit 1; }
     echo "disk	$d MB/s" | tee -a "$RESULTS"
