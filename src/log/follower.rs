@@ -111,9 +111,10 @@ impl Log {
     }
 
     /// Whether `append_as_follower(records)`, run now, would write only into the active
-    /// segment: no roll, and no leader epoch but the latest (recording one writes and fsyncs the epoch
-    /// checkpoint). Conservative as `takes_without_roll`: framing read from the headers only
-    /// (a batch the append would refuse counts as not taken), each batch one index entry.
+    /// segment: no roll, and no leader epoch but the latest (recording one writes and fsyncs
+    /// the epoch checkpoint). Conservative as `takes_without_roll`: framing read from the
+    /// headers only (a batch the append would refuse counts as not taken), each batch one
+    /// index entry.
     pub fn follower_takes_without_roll(&self, records: &Bytes, now_ms: i64) -> bool {
         let latest_epoch = self.epochs.latest_epoch();
         let (mut bytes, mut count, mut next_offset) = (0u64, 0usize, self.log_end_offset());
