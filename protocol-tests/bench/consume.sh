@@ -13,7 +13,15 @@
 # in flight per broker, so its parse of one answer and the broker's sending of the next take
 # turns.
 #
+# The TCP congestion control decides both sides of the ratio on loopback. These VMs default to
+# BBR, whose pacing arms a timer per transmit: iperf3 reached 2.6 GB/s with it against 6.7 with
+# CUBIC, and the broker's CPU per GB read was bimodal with it, 0.12 or 0.5 CPU-s/GB for one
+# binary in one sitting (0.13-0.16 on every read with CUBIC). CONGESTION=cubic sets the
+# system's default for the runs and puts it back at exit; the header says which was used.
+# PAGE_REPORTING=off stops free page reporting for the runs (page_reporting.sh).
+#
 # Environment: MSGS=2000000 SIZE=1024 READS=3 ROUNDS=2 (binaries alternate each round)
+#   PAGE_REPORTING=on|off WARM_GIB=14  CONGESTION=<a net.ipv4.tcp_congestion_control value>
 #   TOOLS=/tmp/sluice-bench-tools (protocol-tests/bench/build.sh)
 #   PERF=TOOLS/bin/rdkafka_performance (e.g. rdkafka_performance-2.12.1, CURRENT=1 build.sh)
 set -euo pipefail
@@ -30,6 +38,18 @@ PERF=${PERF:-$TOOLS/bin/rdkafka_performance}
 BENCH_NAME=consume
 # shellcheck source=fresh_broker.sh
 . "$HERE/fresh_broker.sh"
+# shellcheck source=page_reporting.sh
+. "$HERE/page_reporting.sh"
+page_reporting_setup cleanup
+CC_KEY=/proc/sys/net/ipv4/tcp_congestion_control
+if [[ -n ${CONGESTION:-} ]]; then
+    CC_WAS=$(cat "$CC_KEY")
+    echo "$CONGESTION" >"$CC_KEY" || exit 1
+    # page_reporting_setup's trap, if any, then the congestion control put back
+    # shellcheck disable=SC2064 # the values are meant to be fixed now
+    trap "$(trap -p EXIT | sed "s/^trap -- '\(.*\)' EXIT$/\1/"); echo $CC_WAS >$CC_KEY" EXIT
+fi
+echo "# consume.sh: $(date -u +%FT%TZ), $ROUNDS rounds x $READS reads of $MSGS x $SIZE B, $(uname -r), $REPORTING, TCP congestion control $(cat "$CC_KEY")"
 TICKS=$(getconf CLK_TCK)
 ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 # all CPUs' idle and total ticks
