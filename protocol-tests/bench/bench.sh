@@ -20,11 +20,15 @@
 #            waiting in Fetch (acks=all; its producer's ack latency is shown
 #            too, as "+consumer"). The first LAT_SKIP samples (connection and
 #            metadata set-up) are left out.
+#            rdkafka_performance paces -r by polling without a timeout, so its
+#            main thread spins on a core the broker shares. The same three rows
+#            come again as "paced": build.sh's sluice_latency, which sleeps
+#            until each send is due, producing (LAT_PACED=0 leaves them out).
 #
 # Environment (all optional):
 #   RUNS=1            repeat everything n times; the table shows medians
 #   MSGS=1000000      messages per produce scenario
-#   LAT_RATE=1000  LAT_MSGS=10000  LAT_SKIP=100
+#   LAT_RATE=1000  LAT_MSGS=10000  LAT_SKIP=100  LAT_PACED=1
 #   TIMEOUT=120       seconds allowed per scenario (then SIGINT: partial result)
 #   TOOLS=/tmp/sluice-bench-tools    build.sh's output (built when missing)
 #   PERF=TOOLS/bin/rdkafka_performance  the load generator (CURRENT=1 build.sh also
@@ -63,6 +67,7 @@ MSGS=${MSGS:-1000000}
 LAT_RATE=${LAT_RATE:-1000}
 LAT_MSGS=${LAT_MSGS:-10000}
 LAT_SKIP=${LAT_SKIP:-100}
+LAT_PACED=${LAT_PACED:-1}
 TIMEOUT=${TIMEOUT:-120}
 TOOLS=${TOOLS:-${SLUICE_BENCH_TOOLS:-/tmp/sluice-bench-tools}}
 LABEL=${LABEL:-sluice}
@@ -78,7 +83,8 @@ want() { [[ $SCENARIOS == *" $1 "* ]]; }
 PERF=${PERF:-$TOOLS/bin/rdkafka_performance}
 WINDOW_PERF=${WINDOW_PERF:-$TOOLS/bin/rdkafka_performance-reqwindow}
 MKTOPIC=$TOOLS/bin/sluice_mktopic
-if [[ ! -x $PERF || ! -x $MKTOPIC ]]; then
+PACED=$TOOLS/bin/sluice_latency
+if [[ ! -x $PERF || ! -x $MKTOPIC || ($LAT_PACED == 1 && ! -x $PACED) ]]; then
     "$HERE/build.sh" "$TOOLS" || exit 1
 fi
 mkdir -p "$OUT" || exit 1
@@ -133,7 +139,7 @@ rate() { awk -v n="$1" -v ms="$2" -v f="$3" 'BEGIN { printf (ms > 0 ? f : "-"), 
 
 row() { # run scenario msgs secs msgs/s MB/s p50 p99 max brk cli note
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$RUNS_TSV"
-    printf '  run %s: %-28s %9s msgs %8s msgs/s %8s MB/s  p50 %s p99 %s max %s  %s\n' \
+    printf '  run %s: %-32s %9s msgs %8s msgs/s %8s MB/s  p50 %s p99 %s max %s  %s\n' \
         "$1" "$2" "$3" "$5" "$6" "$7" "$8" "$9" "${12}" >&2
 }
 
@@ -199,11 +205,11 @@ consume() { # run size
         - - - "$(cpu_pct "$t0" "$t1" "$WALL")" "$CLI" "${note# }"
 }
 
-latency() { # run acks(1|all) with_consumer(0|1)
-    local run=$1 acks=$2 e2e=$3 topic=$TOPIC_BASE-r$1-lat-a$2-c$3 tag=lat-a$2-c$3
+latency() { # run acks(1|all) with_consumer(0|1) [paced]
+    local run=$1 acks=$2 e2e=$3 paced=${4:-} topic=$TOPIC_BASE-r$1-lat${4:-}-a$2-c$3 tag=lat${4:-}-a$2-c$3
     local plog=$DIR/$tag-producer.log pus=$DIR/$tag-producer.us
     local clog=$DIR/$tag-consumer.log cus=$DIR/$tag-consumer.us cpid= crc=0 note t0 t1 n p50 p99 max
-    local name="lat ack acks=$acks"
+    local name="lat ${paced:+$paced }ack acks=$acks" lat=lat${paced:+ $paced}
     ((e2e)) && name="$name +consumer"
     new_topic "$topic" || { row "$run" "$name" 0 - - - - - - - - "FAIL create topic"; return; }
     t0=$(broker_ticks)
@@ -215,9 +221,15 @@ latency() { # run acks(1|all) with_consumer(0|1)
         cpid=$!
         sleep 2
     fi
-    run_client "$plog" "$PERF" -P -t "$topic" -p 0 -b "$ADDR" -s 100 -c "$LAT_MSGS" \
-        -a "$([[ $acks == all ]] && echo -1 || echo 1)" -r "$LAT_RATE" -l -A "$pus" \
-        -X linger.ms=0 -i 1000 "${XTRA[@]}"
+    local a; a=$([[ $acks == all ]] && echo -1 || echo 1)
+    if [[ -n $paced ]]; then
+        # linger.ms=0 is its own default; the same payload, so the consumer times it too.
+        run_client "$plog" "$PACED" -t "$topic" -p 0 -b "$ADDR" -s 100 -c "$LAT_MSGS" \
+            -a "$a" -r "$LAT_RATE" -A "$pus" "${XTRA[@]}"
+    else
+        run_client "$plog" "$PERF" -P -t "$topic" -p 0 -b "$ADDR" -s 100 -c "$LAT_MSGS" \
+            -a "$a" -r "$LAT_RATE" -l -A "$pus" -X linger.ms=0 -i 1000 "${XTRA[@]}"
+    fi
     local prc=$RC pwall=$WALL pcli=$CLI
     if [[ -n $cpid ]]; then wait "$cpid"; crc=$?; fi
     t1=$(broker_ticks)
@@ -234,7 +246,7 @@ latency() { # run acks(1|all) with_consumer(0|1)
         n=$(wc -l <"$cus" 2>/dev/null || echo 0)
         ((n < LAT_MSGS)) && note="$note PARTIAL($n/$LAT_MSGS)"
         read -r p50 p99 max < <(percentiles "$cus")
-        row "$run" "lat e2e acks=$acks" "$n" - - - "$p50" "$p99" "$max" - - "${note# }"
+        row "$run" "$lat e2e acks=$acks" "$n" - - - "$p50" "$p99" "$max" - - "${note# }"
     fi
 }
 
@@ -242,7 +254,7 @@ latency() { # run acks(1|all) with_consumer(0|1)
 
 VERSION=$({ "$PERF" -h 2>&1 || true; } | sed -n 's/^librdkafka version \([^ ]*\).*/\1/p' | head -n 1)
 HEAD="# $LABEL at $ADDR, $(date -u +%Y-%m-%dT%H:%M:%SZ), rdkafka_performance (librdkafka $VERSION + tagged-field fix), $(nproc) cores
-# SCENARIOS='${SCENARIOS# }' RUNS=$RUNS MSGS=$MSGS LAT_RATE=$LAT_RATE LAT_MSGS=$LAT_MSGS LAT_SKIP=$LAT_SKIP TIMEOUT=${TIMEOUT}s EXTRA_X='${EXTRA_X:-}'
+# SCENARIOS='${SCENARIOS# }' RUNS=$RUNS MSGS=$MSGS LAT_RATE=$LAT_RATE LAT_MSGS=$LAT_MSGS LAT_SKIP=$LAT_SKIP LAT_PACED=$LAT_PACED TIMEOUT=${TIMEOUT}s EXTRA_X='${EXTRA_X:-}'
 # raw: $OUT"
 echo "$HEAD" >&2
 declare -A DONE TOPIC
@@ -272,6 +284,11 @@ for ((r = 1; r <= RUNS; r++)); do
         latency "$r" 1 0
         latency "$r" all 0
         latency "$r" all 1
+        if ((LAT_PACED)); then
+            latency "$r" 1 0 paced
+            latency "$r" all 0 paced
+            latency "$r" all 1 paced
+        fi
     fi
 done
 
@@ -301,7 +318,7 @@ awk -F'\t' -v OFS='\t' -v runs="$RUNS" '
 {
     echo "$HEAD"
     ((RUNS > 1)) && echo "# medians of $RUNS runs (every run: runs.tsv)"
-    awk -F'\t' '{ printf "%-28s %9s %7s %9s %8s %8s %8s %8s %5s %5s  %s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 }' "$OUT/summary.tsv"
+    awk -F'\t' '{ printf "%-32s %9s %7s %9s %8s %8s %8s %8s %5s %5s  %s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 }' "$OUT/summary.tsv"
 } | tee "$OUT/table.txt"
 
 # Non-zero when any scenario failed outright, so scripts can notice.

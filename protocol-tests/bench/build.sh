@@ -4,8 +4,9 @@
 #   protocol-tests/bench/build.sh [DIR]     DIR defaults to $SLUICE_BENCH_TOOLS,
 #                                           else /tmp/sluice-bench-tools
 #
-# Produces DIR/bin/rdkafka_performance (librdkafka's own load generator) and
-# DIR/bin/sluice_mktopic (CreateTopics + wait for leaders), both statically
+# Produces DIR/bin/rdkafka_performance (librdkafka's own load generator),
+# DIR/bin/sluice_mktopic (CreateTopics + wait for leaders) and DIR/bin/sluice_latency
+# (a producer paced by sleeping, for the latency rows), all statically
 # linked against librdkafka built from Debian's source package, so the numbers
 # come from the same client code that Debian users run (librdkafka 2.0.2 on
 # bookworm), with exactly one upstream fix applied (see step 3).
@@ -230,6 +231,172 @@ if [[ ! -x $DIR/bin/sluice_mktopic || $MK_C -nt $DIR/bin/sluice_mktopic ||
         -lpthread -lm -ldl -lrt >>"$LOG" 2>&1 || die "cc sluice_mktopic"
 fi
 
+# 6b. sluice_latency: a producer paced by sleeping. rdkafka_performance -r
+#     paces by calling rd_kafka_poll(rk, 0) until the next send is due, so at
+#     1,000 msg/s its main thread spins on one of this machine's two cores and
+#     the broker's threads wait behind it for a core (`perf sched`: wake-ups
+#     waiting up to 2 ms). This one sleeps until each send is due
+#     (clock_nanosleep), and a second thread blocks in rd_kafka_poll, so each
+#     delivery report is timed as it arrives. Same payload ("LATENCY:<wall
+#     clock us>", padded), so rdkafka_performance -C -l times it end to end.
+LAT_C=$DIR/src/sluice_latency.c
+cat >"$LAT_C.new" <<'EOF'
+/* sluice_latency -b ADDR -t TOPIC [-p PARTITION] [-s SIZE] [-c COUNT] [-r RATE]
+ *                [-a ACKS] [-A FILE] [-X key=value]...
+ * Produces COUNT messages of SIZE bytes at RATE msg/s (linger.ms=0), each sent
+ * when due, and writes each one's produce() -> delivery report time in
+ * microseconds to FILE, one per line, in delivery order. Exit 0 when every
+ * message was delivered without error, 1 otherwise. */
+#define _GNU_SOURCE
+#include <librdkafka/rdkafka.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+static FILE *out;
+static atomic_long delivered, failed;
+static atomic_int stop;
+
+static uint64_t wall_us(void) {
+        struct timeval tv;
+        gettimeofday(&tv, NULL);
+        return (uint64_t)tv.tv_sec * 1000000 + (uint64_t)tv.tv_usec;
+}
+
+static void dr(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
+        uint64_t now = wall_us(), sent = (uint64_t)(uintptr_t)m->_private;
+        (void)rk, (void)opaque;
+        if (m->err) {
+                if (atomic_fetch_add(&failed, 1) < 5)
+                        fprintf(stderr, "sluice_latency: delivery failed: %s\n", rd_kafka_err2str(m->err));
+                return;
+        }
+        atomic_fetch_add(&delivered, 1);
+        if (out)
+                fprintf(out, "%" PRIu64 "\n", now - sent);
+}
+
+/* Serves delivery reports as they arrive: rd_kafka_poll blocks until one is there. */
+static void *poller(void *arg) {
+        rd_kafka_t *rk = arg;
+        while (!atomic_load(&stop))
+                rd_kafka_poll(rk, 100);
+        return NULL;
+}
+
+static void set(rd_kafka_conf_t *conf, const char *k, const char *v) {
+        char err[512];
+        if (rd_kafka_conf_set(conf, k, v, err, sizeof err) != RD_KAFKA_CONF_OK) {
+                fprintf(stderr, "sluice_latency: %s\n", err);
+                exit(1);
+        }
+}
+
+int main(int argc, char **argv) {
+        const char *addr = NULL, *topic = NULL, *file = NULL, *acks = "-1";
+        int partition = 0, size = 100, c;
+        long count = 10000;
+        double rate = 1000;
+        rd_kafka_conf_t *conf = rd_kafka_conf_new();
+        set(conf, "linger.ms", "0");
+        while ((c = getopt(argc, argv, "b:t:p:s:c:r:a:A:X:")) != -1) {
+                char *eq;
+                switch (c) {
+                case 'b': addr = optarg; break;
+                case 't': topic = optarg; break;
+                case 'p': partition = atoi(optarg); break;
+                case 's': size = atoi(optarg); break;
+                case 'c': count = atol(optarg); break;
+                case 'r': rate = atof(optarg); break;
+                case 'a': acks = optarg; break;
+                case 'A': file = optarg; break;
+                case 'X':
+                        if (!(eq = strchr(optarg, '='))) {
+                                fprintf(stderr, "sluice_latency: -X wants key=value\n");
+                                return 1;
+                        }
+                        *eq = '\0';
+                        set(conf, optarg, eq + 1);
+                        break;
+                default: return 1;
+                }
+        }
+        if (!addr || !topic || size < 32 || count < 1 || rate <= 0) {
+                fprintf(stderr, "usage: sluice_latency -b ADDR -t TOPIC [-p P] [-s SIZE>=32] [-c N] [-r RATE] "
+                                "[-a ACKS] [-A FILE] [-X k=v]...\n");
+                return 1;
+        }
+        set(conf, "bootstrap.servers", addr);
+        set(conf, "acks", acks);
+        rd_kafka_conf_set_dr_msg_cb(conf, dr);
+        if (file && !(out = fopen(file, "w"))) {
+                perror(file);
+                return 1;
+        }
+        char err[512];
+        rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
+        if (!rk) {
+                fprintf(stderr, "sluice_latency: %s\n", err);
+                return 1;
+        }
+        pthread_t th;
+        pthread_create(&th, NULL, poller, rk);
+        char *buf = malloc((size_t)size);
+        struct timespec due;
+        clock_gettime(CLOCK_MONOTONIC, &due);
+        const long step_ns = (long)(1e9 / rate);
+        for (long i = 0; i < count; i++) {
+                clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &due, NULL);
+                uint64_t now = wall_us();
+                int n = snprintf(buf, (size_t)size, "LATENCY:%" PRIu64, now);
+                memset(buf + n, ' ', (size_t)(size - n));
+                rd_kafka_resp_err_t e;
+                while ((e = rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_PARTITION(partition),
+                                              RD_KAFKA_V_VALUE(buf, (size_t)size),
+                                              RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                                              RD_KAFKA_V_OPAQUE((void *)(uintptr_t)now), RD_KAFKA_V_END)) ==
+                       RD_KAFKA_RESP_ERR__QUEUE_FULL)
+                        usleep(1000);
+                if (e) {
+                        fprintf(stderr, "sluice_latency: produce: %s\n", rd_kafka_err2str(e));
+                        atomic_fetch_add(&failed, 1);
+                }
+                due.tv_nsec += step_ns;
+                while (due.tv_nsec >= 1000000000L) {
+                        due.tv_nsec -= 1000000000L;
+                        due.tv_sec++;
+                }
+        }
+        rd_kafka_flush(rk, 60 * 1000);
+        atomic_store(&stop, 1);
+        pthread_join(th, NULL);
+        long ok = atomic_load(&delivered), bad = atomic_load(&failed);
+        fprintf(stderr, "sluice_latency: %ld delivered, %ld failed, of %ld\n", ok, bad, count);
+        if (out)
+                fclose(out);
+        rd_kafka_destroy(rk);
+        free(buf);
+        return ok == count && bad == 0 ? 0 : 1;
+}
+EOF
+cmp -s "$LAT_C.new" "$LAT_C" && rm -f "$LAT_C.new" || mv "$LAT_C.new" "$LAT_C"
+if [[ ! -x $DIR/bin/sluice_latency || $LAT_C -nt $DIR/bin/sluice_latency ||
+      $PREFIX/lib/librdkafka.a -nt $DIR/bin/sluice_latency ]]; then
+    say "cc sluice_latency"
+    # shellcheck disable=SC2046
+    gcc -O2 -Wall -std=gnu11 -I"$PREFIX/include" -o "$DIR/bin/sluice_latency" "$LAT_C" \
+        "$PREFIX/lib/librdkafka.a" \
+        $(PKG_CONFIG_PATH=$PREFIX/lib/pkgconfig pkg-config --static --libs-only-l --libs-only-L rdkafka-static 2>/dev/null |
+          sed 's/-lrdkafka\b//') \
+        -lpthread -lm -ldl -lrt >>"$LOG" 2>&1 || die "cc sluice_latency"
+fi
+
 # 7. Optional (CURRENT=1): rdkafka_performance of the librdkafka that the rdkafka
 #    crate bundles (the version Rust users of `rdkafka` run, far newer than
 #    Debian's), from cargo's own copy of the crate source: no download. Installed
@@ -295,4 +462,4 @@ fi
 
 # (rdkafka_performance prints its version in the usage text and exits 1.)
 v=$({ "$DIR/bin/rdkafka_performance" -h 2>&1 || true; } | sed -n 's/^librdkafka version \([^ ]*\).*/\1/p' | head -n1)
-echo "build.sh: ready: $DIR/bin (rdkafka_performance, librdkafka ${v:-?} + tagged-field fix; sluice_mktopic)"
+echo "build.sh: ready: $DIR/bin (rdkafka_performance, librdkafka ${v:-?} + tagged-field fix; sluice_mktopic, sluice_latency)"

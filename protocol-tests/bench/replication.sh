@@ -3,7 +3,9 @@
 #   1. produce 1 KiB acks=all, MSGS messages, rdkafka_performance: a 6-partition topic with
 #      replication factor 3 against one with replication factor 1, on the same cluster,
 #      alternating, RUNS pairs (ratios);
-#   2. produce->ack latency at LAT_RATE msg/s, acks=all, replication factor 3 vs 1 (p50, p99);
+#   2. produce->ack latency at LAT_RATE msg/s, acks=all, replication factor 3 vs 1 (p50, p99),
+#      by rdkafka_performance (whose -r pacing spins on a core) and by build.sh's
+#      sluice_latency (paced by sleeping);
 #   3. failover: kill -9 of partition 0's leader, then the time until an acks=all produce to
 #      it is acknowledged by the new leader (kcat with librdkafka's retries), FAILOVERS times,
 #      the killed node restarted and back in the ISR between runs.
@@ -27,7 +29,7 @@ LAT_RATE=${LAT_RATE:-1000}
 LAT_MSGS=${LAT_MSGS:-5000}
 FAILOVERS=${FAILOVERS:-10}
 TOOLS=${TOOLS:-/tmp/sluice-bench-tools}
-[[ -x $TOOLS/bin/rdkafka_performance ]] || "$HERE/build.sh"
+[[ -x $TOOLS/bin/rdkafka_performance && -x $TOOLS/bin/sluice_latency ]] || "$HERE/build.sh"
 command -v kcat >/dev/null || { echo "replication.sh reads metadata with kcat: apt-get install kcat" >&2; exit 1; }
 # SLUICE_BIN: a broker binary to measure instead of this tree's release build.
 if [[ -n ${SLUICE_BIN:-} ]]; then BIN=$SLUICE_BIN; else cargo build --release --quiet; BIN=$ROOT/target/release/sluice; fi
@@ -159,6 +161,9 @@ for r in $(seq 1 "$((LAT_MSGS > 0 ? RUNS : 0))"); do
         "$PERF" -P -t "$t" -p 0 -b "$ALL" -s 100 -c "$LAT_MSGS" -a -1 -r "$LAT_RATE" -l -A "$WORK/$t-$r.us" \
             -X linger.ms=0 -i 1000 >"$WORK/$t-$r-lat.log" 2>&1 || true
         echo "run $r $t: $(percentiles "$WORK/$t-$r.us")"
+        "$TOOLS/bin/sluice_latency" -t "$t" -p 0 -b "$ALL" -s 100 -c "$LAT_MSGS" -a -1 -r "$LAT_RATE" \
+            -A "$WORK/$t-$r-paced.us" >"$WORK/$t-$r-paced.log" 2>&1 || true
+        echo "run $r $t paced: $(percentiles "$WORK/$t-$r-paced.us")"
     done
 done
 
