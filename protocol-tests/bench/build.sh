@@ -120,6 +120,24 @@ if [[ ! -x $DIR/bin/rdkafka_performance || $PREFIX/lib/librdkafka.a -nt $DIR/bin
     install -m 0755 "$SRC/examples/rdkafka_performance" "$DIR/bin/"
 fi
 
+# helper SRC NAME: SRC.new (just written) replaces SRC only when it differs, so
+# the mtime check stays meaningful; then DIR/bin/NAME is compiled from it when
+# missing or older than SRC or the library. The static archive's own link flags
+# (ssl, sasl, zstd, lz4, z) come from the pkg-config file that make install wrote.
+helper() {
+    local src=$1 name=$2
+    cmp -s "$src.new" "$src" && rm -f "$src.new" || mv "$src.new" "$src"
+    if [[ ! -x $DIR/bin/$name || $src -nt $DIR/bin/$name || $PREFIX/lib/librdkafka.a -nt $DIR/bin/$name ]]; then
+        say "cc $name"
+        # shellcheck disable=SC2046
+        gcc -O2 -Wall -std=gnu11 -I"$PREFIX/include" -o "$DIR/bin/$name" "$src" \
+            "$PREFIX/lib/librdkafka.a" \
+            $(PKG_CONFIG_PATH=$PREFIX/lib/pkgconfig pkg-config --static --libs-only-l --libs-only-L rdkafka-static 2>/dev/null |
+              sed 's/-lrdkafka\b//') \
+            -lpthread -lm -ldl -lrt >>"$LOG" 2>&1 || die "cc $name"
+    fi
+}
+
 # 6. sluice_mktopic: bench.sh wants every topic created explicitly with one
 #    partition (not auto-created with the broker's num.partitions), and wants
 #    to start producing only once the partition has a leader.
@@ -216,20 +234,7 @@ out:
         return rc;
 }
 EOF
-# Rewrite only on change so the mtime check below stays meaningful.
-cmp -s "$MK_C.new" "$MK_C" && rm -f "$MK_C.new" || mv "$MK_C.new" "$MK_C"
-if [[ ! -x $DIR/bin/sluice_mktopic || $MK_C -nt $DIR/bin/sluice_mktopic ||
-      $PREFIX/lib/librdkafka.a -nt $DIR/bin/sluice_mktopic ]]; then
-    say "cc sluice_mktopic"
-    # The static archive's own link flags (ssl, sasl, zstd, lz4, z) come from
-    # the pkg-config file that make install wrote.
-    # shellcheck disable=SC2046
-    gcc -O2 -Wall -std=gnu99 -I"$PREFIX/include" -o "$DIR/bin/sluice_mktopic" "$MK_C" \
-        "$PREFIX/lib/librdkafka.a" \
-        $(PKG_CONFIG_PATH=$PREFIX/lib/pkgconfig pkg-config --static --libs-only-l --libs-only-L rdkafka-static 2>/dev/null |
-          sed 's/-lrdkafka\b//') \
-        -lpthread -lm -ldl -lrt >>"$LOG" 2>&1 || die "cc sluice_mktopic"
-fi
+helper "$MK_C" sluice_mktopic
 
 # 6b. sluice_latency: a producer paced by sleeping. rdkafka_performance -r
 #     paces by calling rd_kafka_poll(rk, 0) until the next send is due, so at
@@ -385,17 +390,7 @@ int main(int argc, char **argv) {
         return ok == count && bad == 0 ? 0 : 1;
 }
 EOF
-cmp -s "$LAT_C.new" "$LAT_C" && rm -f "$LAT_C.new" || mv "$LAT_C.new" "$LAT_C"
-if [[ ! -x $DIR/bin/sluice_latency || $LAT_C -nt $DIR/bin/sluice_latency ||
-      $PREFIX/lib/librdkafka.a -nt $DIR/bin/sluice_latency ]]; then
-    say "cc sluice_latency"
-    # shellcheck disable=SC2046
-    gcc -O2 -Wall -std=gnu11 -I"$PREFIX/include" -o "$DIR/bin/sluice_latency" "$LAT_C" \
-        "$PREFIX/lib/librdkafka.a" \
-        $(PKG_CONFIG_PATH=$PREFIX/lib/pkgconfig pkg-config --static --libs-only-l --libs-only-L rdkafka-static 2>/dev/null |
-          sed 's/-lrdkafka\b//') \
-        -lpthread -lm -ldl -lrt >>"$LOG" 2>&1 || die "cc sluice_latency"
-fi
+helper "$LAT_C" sluice_latency
 
 # 7. Optional (CURRENT=1): rdkafka_performance of the librdkafka that the rdkafka
 #    crate bundles (the version Rust users of `rdkafka` run, far newer than
