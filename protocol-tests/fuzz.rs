@@ -1028,6 +1028,43 @@ fn arbitrary_record_batches_are_refused_or_validated_without_panics_or_hangs() {
     assert!(stats.valid > 0 && stats.refused > 0);
 }
 
+/// Found by `fuzz.sh`: a batch whose base offset and first timestamp sit at `i64::MAX` puts its
+/// second record's past it. Decoding, scanning and recompressing it must not panic (they did in
+/// builds with overflow checks); the records' offsets and timestamps wrap, as Kafka's Java
+/// `DefaultRecord` computes them, and survive a recompression unchanged.
+#[test]
+fn a_batch_whose_deltas_pass_i64_max_decodes_and_recompresses_without_panicking() {
+    let records = vec![
+        (None, Some(Bytes::from_static(b"first")), NOW),
+        (None, Some(Bytes::from_static(b"second")), NOW + 1),
+    ];
+    for codec in [Compression::None, Compression::Gzip] {
+        let mut bytes = encode_records(&records, codec).expect("encode").to_vec();
+        bytes[0..8].copy_from_slice(&i64::MAX.to_be_bytes()); // base offset
+        bytes[27..35].copy_from_slice(&i64::MAX.to_be_bytes()); // first timestamp
+        fix_frame(&mut bytes);
+        let input = Bytes::from(bytes);
+        let Ok(batches) = validate_batches(&input, 1 << 20) else {
+            continue; // refused with an error: as good as validated
+        };
+        for b in &batches {
+            let mut seen = 0;
+            scan_records(b.bytes(), 1 << 20, |_| seen += 1).expect("scan");
+            assert_eq!(seen, 2);
+            let decoded = decode_records(b.bytes()).expect("decode");
+            let at: Vec<(i64, i64)> = decoded.records.iter().map(|r| (r.offset, r.timestamp)).collect();
+            assert_eq!(at, [(i64::MAX, i64::MAX), (i64::MIN, i64::MIN)], "{codec:?}");
+            for target in 0..=4 {
+                if let Ok(again) = recompress(b, target, 1 << 20) {
+                    let redecoded = decode_records(again.bytes()).expect("decode recompressed");
+                    let again_at: Vec<(i64, i64)> = redecoded.records.iter().map(|r| (r.offset, r.timestamp)).collect();
+                    assert_eq!(again_at, at, "{codec:?} recompressed to {target}");
+                }
+            }
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Target 3: log recovery from damaged files.
 

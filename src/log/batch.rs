@@ -265,8 +265,11 @@ impl BatchHeader {
         })
     }
 
+    /// The batch's last offset, saturating: a header read from a damaged file below the
+    /// recovery point (which recovery does not validate) may claim offsets past `i64::MAX`, and
+    /// a read that scans it must not panic (`checked_next_offset` tells such a batch apart).
     pub fn last_offset(&self) -> i64 {
-        self.base_offset + i64::from(self.last_offset_delta)
+        self.base_offset.saturating_add(i64::from(self.last_offset_delta))
     }
 
     /// The offset after the batch, None when its offsets are negative or do not fit in an
@@ -825,6 +828,21 @@ pub(crate) mod tests {
     use super::*;
     use bytes::BytesMut;
     use kafka_protocol::records::Compression;
+
+    /// A header read from a damaged segment below the recovery point may claim offsets past
+    /// `i64::MAX` (found by `fuzz.sh`: a read that scanned it panicked with overflow checks on).
+    #[test]
+    fn a_header_whose_offsets_pass_i64_max_saturates_and_has_no_next_offset() {
+        let mut header = encode_batch(&[1, 2, 3], 10).to_vec();
+        header[..8].copy_from_slice(&(i64::MAX - 1).to_be_bytes());
+        let parsed = BatchHeader::parse(&header).unwrap();
+        assert_eq!(parsed.last_offset_delta, 2);
+        assert_eq!(parsed.last_offset(), i64::MAX);
+        assert_eq!(parsed.checked_next_offset(), None);
+        header[..8].copy_from_slice(&7i64.to_be_bytes());
+        let parsed = BatchHeader::parse(&header).unwrap();
+        assert_eq!((parsed.last_offset(), parsed.checked_next_offset()), (9, Some(10)));
+    }
 
     /// Encodes one batch of `count` records with timestamps `timestamps[i]` (or `ts0 + i`).
     pub(crate) fn encode_batch(timestamps: &[i64], value_len: usize) -> Bytes {

@@ -307,7 +307,7 @@ impl RecordBatchEncoder {
             .expect("Batch contains at least one element");
         let base_sequence = first_record
             .sequence
-            .wrapping_sub((first_record.offset - min_offset) as i32);
+            .wrapping_sub(first_record.offset.wrapping_sub(min_offset) as i32);
 
         // Base offset
         types::Int64.encode(buf, min_offset)?;
@@ -340,7 +340,7 @@ impl RecordBatchEncoder {
         types::Int16.encode(buf, attributes)?;
 
         // Last offset delta
-        types::Int32.encode(buf, (max_offset - min_offset) as i32)?;
+        types::Int32.encode(buf, max_offset.wrapping_sub(min_offset) as i32)?;
 
         // First timestamp
         types::Int64.encode(buf, min_timestamp)?;
@@ -689,11 +689,11 @@ impl Record {
         types::Int8.encode(buf, 0)?;
 
         // Timestamp delta
-        let timestamp_delta = self.timestamp - min_timestamp;
+        let timestamp_delta = self.timestamp.wrapping_sub(min_timestamp);
         types::VarLong.encode(buf, timestamp_delta)?;
 
         // Offset delta
-        let offset_delta = self.offset - min_offset;
+        let offset_delta = self.offset.wrapping_sub(min_offset);
         if offset_delta > i32::MAX as i64 || offset_delta < i32::MIN as i64 {
             bail!(
                 "Timestamps within batch are too far apart ({}, {})",
@@ -772,11 +772,11 @@ impl Record {
         total_size += types::Int8.compute_size(0)?;
 
         // Timestamp delta
-        let timestamp_delta = self.timestamp - min_timestamp;
+        let timestamp_delta = self.timestamp.wrapping_sub(min_timestamp);
         total_size += types::VarLong.compute_size(timestamp_delta)?;
 
         // Offset delta
-        let offset_delta = self.offset - min_offset;
+        let offset_delta = self.offset.wrapping_sub(min_offset);
         if offset_delta > i32::MAX as i64 || offset_delta < i32::MIN as i64 {
             bail!(
                 "Timestamps within batch are too far apart ({}, {})",
@@ -862,11 +862,13 @@ impl Record {
 
         // Timestamp delta
         let timestamp_delta: i64 = types::VarLong.decode(buf)?;
-        let timestamp = batch_decode_info.min_timestamp + timestamp_delta;
+        // Sluice patch (see README.md): wrapping, as Kafka's `DefaultRecord.readFrom` adds; a
+        // peer's base and delta must not panic a build with overflow checks.
+        let timestamp = batch_decode_info.min_timestamp.wrapping_add(timestamp_delta);
 
         // Offset delta
         let offset_delta: i32 = types::VarInt.decode(buf)?;
-        let offset = batch_decode_info.min_offset + offset_delta as i64;
+        let offset = batch_decode_info.min_offset.wrapping_add(offset_delta as i64);
         let sequence = batch_decode_info.base_sequence.wrapping_add(offset_delta);
 
         // Key
