@@ -206,7 +206,8 @@ consume() { # run size
 }
 
 latency() { # run acks(1|all) with_consumer(0|1) [paced]
-    local run=$1 acks=$2 e2e=$3 paced=${4:-} topic=$TOPIC_BASE-r$1-lat${4:-}-a$2-c$3 tag=lat${4:-}-a$2-c$3
+    local run=$1 acks=$2 e2e=$3 paced=${4:-}
+    local topic=$TOPIC_BASE-r$run-lat$paced-a$acks-c$e2e tag=lat$paced-a$acks-c$e2e
     local plog=$DIR/$tag-producer.log pus=$DIR/$tag-producer.us
     local clog=$DIR/$tag-consumer.log cus=$DIR/$tag-consumer.us cpid= crc=0 note t0 t1 n p50 p99 max
     local name="lat ${paced:+$paced }ack acks=$acks" lat=lat${paced:+ $paced}
