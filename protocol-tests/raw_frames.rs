@@ -389,6 +389,47 @@ async fn metadata_auto_creates_only_when_enabled() {
 }
 
 #[tokio::test]
+async fn metadata_by_topic_id_ignores_the_names_beside_the_ids() {
+    // Kafka's Java admin client (describeTopics by id, 4.x) sends each id with an empty name,
+    // not a null one. Kafka's KafkaApis looks a request up by id as soon as one topic carries
+    // a non-zero id: names are ignored, ids are looked up once each, and an unknown id is
+    // UNKNOWN_TOPIC_ID (100) under that id with a null name.
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    assert_eq!(create(&mut raw, "named", 2, &[]).await, 0);
+    let id = topic_id(&mut raw, "named").await;
+    let unknown = uuid::Uuid::new_v4();
+    let by_id = |id: uuid::Uuid, name: &str| {
+        MetadataRequestTopic::default()
+            .with_topic_id(id)
+            .with_name(Some(topic(name)))
+    };
+    let req = MetadataRequest::default()
+        .with_topics(Some(vec![
+            by_id(id, ""),
+            by_id(unknown, "named"),
+            by_id(id, "other"),
+            by_id(uuid::Uuid::nil(), "named"),
+        ]))
+        .with_allow_auto_topic_creation(false);
+    for version in [12, 13] {
+        let resp = raw.call(version, &req).await;
+        let got: Vec<_> = resp
+            .topics
+            .iter()
+            .map(|t| (t.topic_id, t.name.as_ref().map(|n| n.0.to_string()), t.error_code))
+            .collect();
+        assert_eq!(
+            got,
+            vec![(id, Some("named".to_string()), 0), (unknown, None, 100)],
+            "v{version}"
+        );
+        assert_eq!(resp.topics[0].partitions.len(), 2);
+    }
+    broker.handle.shutdown().await;
+}
+
+#[tokio::test]
 async fn create_and_delete_topics_validate_like_kafka() {
     let broker = TestBroker::start(&[]).await;
     let mut raw = Raw::connect(broker.addr).await;

@@ -48,9 +48,18 @@ pub async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> MetadataRe
             .collect(),
         None => Vec::new(),
         Some(list) => {
+            // As Kafka decides: a request naming any topic id (v12+) looks every topic up by
+            // id, each id once, and ignores names; the Java client sends an empty name, not a
+            // null one, beside each id.
+            let by_id = version >= 12 && list.iter().any(|t| !t.topic_id.is_nil());
+            let mut seen_ids = std::collections::HashSet::new();
             let mut out = Vec::with_capacity(list.len());
             for wanted in list {
-                match wanted.name {
+                if by_id && (wanted.topic_id.is_nil() || !seen_ids.insert(wanted.topic_id)) {
+                    continue;
+                }
+                let name = if by_id { None } else { wanted.name };
+                match name {
                     Some(name) => {
                         let name = name.0.to_string();
                         // Kafka checks DESCRIBE before existence, so that an unauthorized
