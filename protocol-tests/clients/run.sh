@@ -4,8 +4,8 @@
 #
 #   protocol-tests/clients/run.sh [TEST...]     TEST: confluent kafka_python aiokafka kcat
 #                                               idempotence transactions txn_checker
-#                                               quixstreams sarama ssl sasl acl quotas
-#                                               (default: all)
+#                                               quixstreams sarama java ssl sasl acl
+#                                               quotas (default: all)
 # Environment:
 #   SLUICE_BIN=target/release/sluice   the broker binary (build it first:
 #                                      cargo build --release)
@@ -24,7 +24,7 @@ cd "$ROOT"
 BIN=${SLUICE_BIN:-target/release/sluice}
 VENV=${SLUICE_VENV:-.venv}
 TESTS=("$@")
-((${#TESTS[@]})) || TESTS=(confluent kafka_python aiokafka kcat idempotence transactions txn_checker quixstreams sarama ssl sasl acl quotas)
+((${#TESTS[@]})) || TESTS=(confluent kafka_python aiokafka kcat idempotence transactions txn_checker quixstreams sarama java ssl sasl acl quotas)
 
 # Exact versions, so a client release cannot change the result behind our
 # back; bump deliberately. (confluent-kafka bundles its own librdkafka.)
@@ -117,6 +117,8 @@ run_one() { # name -> exit status of the test
             timeout 180 "$VENV/bin/python" "$HERE/test_$1.py" "$ADDR" ;;
         kcat)
             timeout 180 bash "$HERE/test_kcat.sh" "$ADDR" ;;
+        java) # Apache Kafka's Java client: this broker, then a three-node cluster of its own
+            timeout 480 bash "$HERE/test_java.sh" "$ADDR" ;;
         ssl) # its own broker, with TLS listeners
             timeout 180 bash "$HERE/test_ssl.sh" ;;
         sasl) # its own broker, with SASL_PLAINTEXT and SASL_SSL listeners

@@ -1,0 +1,567 @@
+// Apache Kafka's own Java client (kafka-clients, see ../test_java.sh for where the jar comes
+// from) against Sluice, each client with its default settings unless a check says otherwise:
+// the idempotent producer (acks=all, 5 requests in flight), the classic and the KIP-848
+// consumer group protocols, transactions with sendOffsetsToTransaction and a read_committed
+// consumer, every compression codec, and the admin client's topic, config, offset, record and
+// group calls.
+//
+// usage: java -cp 'JARS/*' JavaClient.java HOST:PORT[,...] [REPLICATION_FACTOR [NODE=PID,...]]
+//        with NODE=PID pairs it runs only the failover check (see failover()).
+//
+// Prints "ok: ..." per check and exits 1 at the first one that fails.
+
+import java.time.Duration;
+import java.util.*;
+import java.util.concurrent.*;
+import java.util.stream.*;
+
+import org.apache.kafka.clients.admin.*;
+import org.apache.kafka.clients.consumer.*;
+import org.apache.kafka.clients.producer.*;
+import org.apache.kafka.common.*;
+import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.errors.*;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.serialization.*;
+
+public class JavaClient {
+    static String addr;
+    static Optional<Short> rf = Optional.empty();
+    static final String RUN = UUID.randomUUID().toString().substring(0, 8);
+
+    static void expect(boolean ok, String what) {
+        if (!ok) {
+            System.out.println("FAIL: " + what);
+            System.out.flush();
+            System.exit(1);
+        }
+    }
+
+    static void ok(String what) {
+        System.out.println("ok: " + what);
+        System.out.flush();
+    }
+
+    static Properties base() {
+        Properties p = new Properties();
+        p.put("bootstrap.servers", addr);
+        return p;
+    }
+
+    static KafkaProducer<String, String> producer(Properties extra) {
+        Properties p = base();
+        p.put("key.serializer", StringSerializer.class.getName());
+        p.put("value.serializer", StringSerializer.class.getName());
+        p.putAll(extra);
+        return new KafkaProducer<>(p);
+    }
+
+    static KafkaConsumer<String, String> consumer(Properties extra) {
+        Properties p = base();
+        p.put("key.deserializer", StringDeserializer.class.getName());
+        p.put("value.deserializer", StringDeserializer.class.getName());
+        p.putAll(extra);
+        return new KafkaConsumer<>(p);
+    }
+
+    /**
+     * Waits up to 10 s for `cond`. A node other than the one that committed an admin change
+     * may answer from metadata a moment older, as in Kafka, and the admin client asks any node.
+     */
+    static void eventually(Callable<Boolean> cond, String what) throws Exception {
+        expect(retrying(cond, what), what);
+    }
+
+    /** `call`'s result once it is true or it stops throwing (errors retried up to 10 s). */
+    static <T> T retrying(Callable<T> call, String what) throws Exception {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        while (true) {
+            try {
+                T v = call.call();
+                if (!Boolean.FALSE.equals(v) || System.nanoTime() > deadline) return v;
+            } catch (ExecutionException e) {
+                if (System.nanoTime() > deadline) throw e;
+            }
+            Thread.sleep(100);
+        }
+    }
+
+    static Properties props(String... kv) {
+        Properties p = new Properties();
+        for (int i = 0; i < kv.length; i += 2) p.put(kv[i], kv[i + 1]);
+        return p;
+    }
+
+    static void createTopic(Admin admin, String name, int partitions, Map<String, String> configs)
+            throws Exception {
+        NewTopic t = new NewTopic(name, Optional.of(partitions), rf);
+        if (configs != null) t.configs(configs);
+        admin.createTopics(List.of(t)).all().get(30, TimeUnit.SECONDS);
+    }
+
+    /** Reads until `want` records arrived or 60 s passed; returns them in arrival order. */
+    static List<ConsumerRecord<String, String>> readAll(KafkaConsumer<String, String> c, int want) {
+        List<ConsumerRecord<String, String>> got = new ArrayList<>();
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+        while (got.size() < want && System.nanoTime() < deadline) {
+            for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) got.add(r);
+        }
+        return got;
+    }
+
+    // ---------------------------------------------------------------------------------------
+
+    /** Cluster and topic administration; returns the topic the later checks use. */
+    static String admin(Admin admin) throws Exception {
+        DescribeClusterResult dc = admin.describeCluster();
+        String clusterId = dc.clusterId().get();
+        Collection<Node> nodes = dc.nodes().get();
+        Node controller = dc.controller().get();
+        expect(clusterId != null && !clusterId.isEmpty(), "describeCluster: a cluster id");
+        expect(!nodes.isEmpty() && controller != null, "describeCluster: nodes and a controller");
+        ok("describeCluster: id " + clusterId + ", " + nodes.size() + " node(s), controller "
+                + controller.id());
+
+        String topic = "java-" + RUN;
+        createTopic(admin, topic, 3, null);
+        eventually(() -> admin.listTopics().names().get().contains(topic), "listTopics names " + topic);
+        TopicDescription td = retrying(() -> admin.describeTopics(List.of(topic)).allTopicNames().get()
+                .get(topic), "describeTopics " + topic);
+        expect(td.partitions().size() == 3, "describeTopics: 3 partitions, got " + td.partitions());
+        expect(td.topicId() != null && !td.topicId().equals(Uuid.ZERO_UUID), "a topic id");
+        for (TopicPartitionInfo p : td.partitions()) {
+            expect(p.leader() != null && !p.isr().isEmpty(), "partition " + p + " has a leader");
+        }
+        // The same topic by id (Metadata by topic id).
+        TopicDescription byId = retrying(() -> admin.describeTopics(TopicCollection.ofTopicIds(
+                List.of(td.topicId()))).allTopicIds().get().get(td.topicId()), "describeTopics by id");
+        expect(byId.name().equals(topic), "describeTopics by id names " + byId.name());
+        ok("createTopics, listTopics, describeTopics by name and id: " + topic + " " + td.topicId());
+
+        // A second create of the same name is refused with Kafka's error.
+        try {
+            createTopic(admin, topic, 3, null);
+            expect(false, "a second createTopics of " + topic + " succeeded");
+        } catch (ExecutionException e) {
+            expect(e.getCause() instanceof TopicExistsException, "TopicExistsException, got " + e.getCause());
+        }
+        ok("createTopics of an existing name: TopicExistsException");
+
+        ConfigResource res = new ConfigResource(ConfigResource.Type.TOPIC, topic);
+        admin.incrementalAlterConfigs(Map.of(res, List.of(
+                new AlterConfigOp(new ConfigEntry("retention.ms", "86400000"), AlterConfigOp.OpType.SET))))
+                .all().get();
+        eventually(() -> "86400000".equals(admin.describeConfigs(List.of(res)).all().get().get(res)
+                .get("retention.ms").value()), "retention.ms described after incrementalAlterConfigs");
+        Config cfg = admin.describeConfigs(List.of(res)).all().get().get(res);
+        ConfigEntry ret = cfg.get("retention.ms");
+        expect(ret != null && ret.value().equals("86400000")
+                        && ret.source() == ConfigEntry.ConfigSource.DYNAMIC_TOPIC_CONFIG,
+                "retention.ms after incrementalAlterConfigs: " + ret);
+        ConfigEntry cp = cfg.get("cleanup.policy");
+        expect(cp != null && cp.value().equals("delete"), "cleanup.policy default: " + cp);
+        ok("incrementalAlterConfigs and describeConfigs on the topic (retention.ms "
+                + ret.value() + ", " + ret.source() + ")");
+
+        // Broker configs: the cluster-wide default (empty name) and one broker.
+        ConfigResource broker = new ConfigResource(ConfigResource.Type.BROKER,
+                String.valueOf(controller.id()));
+        Config bc = admin.describeConfigs(List.of(broker)).all().get().get(broker);
+        ConfigEntry mmb = bc.get("message.max.bytes");
+        expect(mmb != null && Integer.parseInt(mmb.value()) > 0, "broker message.max.bytes: " + mmb);
+        ok("describeConfigs on broker " + controller.id() + ": " + bc.entries().size()
+                + " entries, message.max.bytes " + mmb.value());
+
+        // Invalid config values and unknown keys get Kafka's errors.
+        try {
+            admin.incrementalAlterConfigs(Map.of(res, List.of(new AlterConfigOp(
+                    new ConfigEntry("retention.ms", "soon"), AlterConfigOp.OpType.SET)))).all().get();
+            expect(false, "retention.ms=soon accepted");
+        } catch (ExecutionException e) {
+            expect(e.getCause() instanceof InvalidConfigurationException
+                    || e.getCause() instanceof InvalidRequestException, "retention.ms=soon: " + e.getCause());
+        }
+        ok("incrementalAlterConfigs with a bad value: " + "refused");
+
+        FeatureMetadata fm = admin.describeFeatures().featureMetadata().get();
+        // Sluice finalizes the features it serves (compat-matrix.md, Features).
+        FinalizedVersionRange tv = fm.finalizedFeatures().get("transaction.version");
+        FinalizedVersionRange gv = fm.finalizedFeatures().get("group.version");
+        expect(tv != null && tv.maxVersionLevel() == 2 && gv != null && gv.maxVersionLevel() == 1,
+                "describeFeatures: transaction.version 2 and group.version 1, got " + fm.finalizedFeatures());
+        ok("describeFeatures: " + fm.finalizedFeatures().keySet());
+        return topic;
+    }
+
+    /** The default producer: idempotent, acks=all. Returns the records' count per partition. */
+    static Map<Integer, Integer> produceDefault(Admin admin, String topic, int n) throws Exception {
+        Map<Integer, Integer> counts = new TreeMap<>();
+        try (KafkaProducer<String, String> p = producer(new Properties())) {
+            List<Future<RecordMetadata>> fs = new ArrayList<>();
+            for (int i = 0; i < n; i++) {
+                ProducerRecord<String, String> r = new ProducerRecord<>(topic, "k" + i, "v" + i);
+                r.headers().add("seq", Integer.toString(i).getBytes());
+                fs.add(p.send(r));
+            }
+            p.flush();
+            Map<Integer, Long> next = new HashMap<>();
+            for (int i = 0; i < n; i++) {
+                RecordMetadata md = fs.get(i).get();
+                // Per partition, offsets are assigned in send order without gaps.
+                long want = next.getOrDefault(md.partition(), 0L);
+                expect(md.offset() == want, "record " + i + " at " + md + ", expected offset " + want);
+                next.put(md.partition(), want + 1);
+                counts.merge(md.partition(), 1, Integer::sum);
+            }
+        }
+        ok("default producer (idempotent, acks=all): " + n + " records, offsets contiguous per partition " + counts);
+
+        // The producer really was idempotent: the broker tracked its sequences.
+        List<TopicPartition> tps = counts.keySet().stream().map(p -> new TopicPartition(topic, p))
+                .collect(Collectors.toList());
+        Map<TopicPartition, DescribeProducersResult.PartitionProducerState> ps =
+                admin.describeProducers(tps).all().get();
+        for (TopicPartition tp : tps) {
+            List<ProducerState> states = ps.get(tp).activeProducers();
+            expect(states.size() == 1, tp + ": one producer, got " + states);
+            expect(states.get(0).lastSequence() == counts.get(tp.partition()) - 1,
+                    tp + ": last sequence " + states.get(0).lastSequence());
+        }
+        ok("describeProducers: one producer per partition, last sequence = records - 1");
+        return counts;
+    }
+
+    static void checkRecords(List<ConsumerRecord<String, String>> got, int n, String what) {
+        expect(got.size() == n, what + ": " + got.size() + " records, expected " + n);
+        Set<String> values = new HashSet<>();
+        Map<Integer, Long> next = new HashMap<>();
+        for (ConsumerRecord<String, String> r : got) {
+            String i = r.key().substring(1);
+            expect(r.value().equals("v" + i), what + ": key " + r.key() + " value " + r.value());
+            Header h = r.headers().lastHeader("seq");
+            expect(h != null && new String(h.value()).equals(i), what + ": header of " + r.key());
+            long want = next.getOrDefault(r.partition(), 0L);
+            expect(r.offset() == want, what + ": offset " + r.offset() + " in " + r.partition()
+                    + ", expected " + want);
+            next.put(r.partition(), want + 1);
+            values.add(r.value());
+        }
+        expect(values.size() == n, what + ": duplicates");
+    }
+
+    static void consumeClassic(Admin admin, String topic, int n) throws Exception {
+        String group = "java-classic-" + RUN;
+        try (KafkaConsumer<String, String> c = consumer(props("group.id", group,
+                "auto.offset.reset", "earliest"))) {
+            c.subscribe(List.of(topic));
+            List<ConsumerRecord<String, String>> got = readAll(c, n);
+            checkRecords(got, n, "classic consumer");
+            c.commitSync();
+        }
+        Map<TopicPartition, OffsetAndMetadata> committed =
+                admin.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata().get();
+        Map<TopicPartition, ListOffsetsResult.ListOffsetsResultInfo> ends = admin.listOffsets(
+                committed.keySet().stream().collect(Collectors.toMap(tp -> tp, tp -> OffsetSpec.latest())))
+                .all().get();
+        expect(committed.size() == 3, "committed offsets for 3 partitions: " + committed);
+        for (TopicPartition tp : committed.keySet()) {
+            expect(committed.get(tp).offset() == ends.get(tp).offset(),
+                    tp + " committed " + committed.get(tp) + ", end " + ends.get(tp).offset());
+        }
+        ConsumerGroupDescription gd = admin.describeConsumerGroups(List.of(group)).all().get().get(group);
+        expect(gd.groupState() == GroupState.EMPTY, "group " + group + " after close: " + gd.groupState());
+        ok("classic consumer group: read all " + n + " in order, committed the end offsets, group EMPTY");
+
+        // A new member of the group starts from the committed offsets: nothing to read.
+        try (KafkaConsumer<String, String> c = consumer(props("group.id", group,
+                "auto.offset.reset", "earliest"))) {
+            c.subscribe(List.of(topic));
+            int seen = 0;
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(4);
+            while (System.nanoTime() < deadline) seen += c.poll(Duration.ofMillis(200)).count();
+            expect(seen == 0, "a rejoined member read " + seen + " records past the committed offsets");
+            expect(c.assignment().size() == 3, "rejoined member assigned " + c.assignment());
+        }
+        ok("classic group: a new member resumes at the committed offsets");
+    }
+
+    static void consumeKip848(Admin admin, String topic, int n) throws Exception {
+        String group = "java-848-" + RUN;
+        Properties pr = props("group.id", group, "group.protocol", "consumer",
+                "auto.offset.reset", "earliest");
+        ExecutorService ex = Executors.newFixedThreadPool(2);
+        CountDownLatch done = new CountDownLatch(1);
+        Set<String> seen = ConcurrentHashMap.newKeySet();
+        List<Future<Set<TopicPartition>>> fs = new ArrayList<>();
+        for (int m = 0; m < 2; m++) {
+            fs.add(ex.submit(() -> {
+                try (KafkaConsumer<String, String> c = consumer(pr)) {
+                    c.subscribe(List.of(topic));
+                    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+                    Set<TopicPartition> last = Set.of();
+                    while (System.nanoTime() < deadline) {
+                        for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) seen.add(r.value());
+                        last = new HashSet<>(c.assignment());
+                        if (done.await(0, TimeUnit.MILLISECONDS)) break;
+                    }
+                    return last;
+                }
+            }));
+        }
+        // Both members hold partitions and every record was read: the group is balanced.
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+        ConsumerGroupDescription gd = null;
+        while (System.nanoTime() < deadline) {
+            try {
+                gd = admin.describeConsumerGroups(List.of(group)).all().get().get(group);
+            } catch (ExecutionException e) {
+                // Until the first member's heartbeat the group does not exist, as in Kafka 4.
+                expect(e.getCause() instanceof GroupIdNotFoundException, "describe: " + e.getCause());
+                Thread.sleep(200);
+                continue;
+            }
+            boolean balanced = gd.members().size() == 2
+                    && gd.members().stream().allMatch(mm -> !mm.assignment().topicPartitions().isEmpty());
+            if (balanced && seen.size() == n) break;
+            Thread.sleep(200);
+        }
+        expect(gd != null, "the group was never described");
+        expect(gd.type() == GroupType.CONSUMER, "group type " + gd.type());
+        expect(gd.members().size() == 2, "2 members, got " + gd.members());
+        Set<TopicPartition> union = new HashSet<>();
+        int sum = 0;
+        for (MemberDescription md : gd.members()) {
+            union.addAll(md.assignment().topicPartitions());
+            sum += md.assignment().topicPartitions().size();
+        }
+        expect(union.size() == 3 && sum == 3, "assignments disjoint and covering: " + gd.members());
+        expect(seen.size() == n, "KIP-848 members read " + seen.size() + " of " + n);
+        done.countDown();
+        for (Future<Set<TopicPartition>> f : fs) f.get(60, TimeUnit.SECONDS);
+        ex.shutdown();
+        ok("KIP-848 consumer group (group.protocol=consumer): 2 members split 3 partitions, read all " + n);
+    }
+
+    static void transactions(Admin admin) throws Exception {
+        String in = "java-txn-" + RUN;
+        createTopic(admin, in, 1, null);
+        String group = "java-txn-group-" + RUN;
+        try (KafkaProducer<String, String> p = producer(props("transactional.id", "java-tx-" + RUN));
+             KafkaConsumer<String, String> meta = consumer(props("group.id", group))) {
+            p.initTransactions();
+            p.beginTransaction();
+            for (int i = 0; i < 10; i++) p.send(new ProducerRecord<>(in, "c" + i, "committed-" + i));
+            p.commitTransaction();
+            p.beginTransaction();
+            for (int i = 0; i < 10; i++) p.send(new ProducerRecord<>(in, "a" + i, "aborted-" + i));
+            p.flush();
+            p.abortTransaction();
+            p.beginTransaction();
+            for (int i = 10; i < 15; i++) p.send(new ProducerRecord<>(in, "c" + i, "committed-" + i));
+            p.sendOffsetsToTransaction(Map.of(new TopicPartition(in, 0), new OffsetAndMetadata(7)),
+                    meta.groupMetadata());
+            p.commitTransaction();
+        }
+        try (KafkaConsumer<String, String> c = consumer(props("group.id", "java-rc-" + RUN,
+                "auto.offset.reset", "earliest", "isolation.level", "read_committed"))) {
+            c.subscribe(List.of(in));
+            List<ConsumerRecord<String, String>> got = readAll(c, 15);
+            // Nothing more arrives: the aborted records stay hidden.
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(2);
+            while (System.nanoTime() < deadline) {
+                for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) got.add(r);
+            }
+            List<String> values = got.stream().map(ConsumerRecord::value).collect(Collectors.toList());
+            List<String> want = IntStream.range(0, 15).mapToObj(i -> "committed-" + i)
+                    .collect(Collectors.toList());
+            expect(values.equals(want), "read_committed read " + values);
+        }
+        // read_uncommitted sees the aborted ones too (25 data records).
+        try (KafkaConsumer<String, String> c = consumer(props("auto.offset.reset", "earliest"))) {
+            c.assign(List.of(new TopicPartition(in, 0)));
+            List<ConsumerRecord<String, String>> got = readAll(c, 25);
+            expect(got.size() == 25, "read_uncommitted read " + got.size() + " of 25");
+        }
+        OffsetAndMetadata om = admin.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata().get()
+                .get(new TopicPartition(in, 0));
+        expect(om != null && om.offset() == 7, "offset committed in the transaction: " + om);
+        ok("transactions: commit, abort, sendOffsetsToTransaction; read_committed sees the 15 committed");
+    }
+
+    static void compression(Admin admin) throws Exception {
+        for (String codec : List.of("gzip", "snappy", "lz4", "zstd")) {
+            String t = "java-" + codec + "-" + RUN;
+            createTopic(admin, t, 1, null);
+            int n = 500;
+            try (KafkaProducer<String, String> p = producer(props("compression.type", codec,
+                    "linger.ms", "20"))) {
+                for (int i = 0; i < n; i++) {
+                    ProducerRecord<String, String> r = new ProducerRecord<>(t, "k" + i,
+                            "v" + i);
+                    r.headers().add("seq", Integer.toString(i).getBytes());
+                    p.send(r);
+                }
+                p.flush();
+            }
+            try (KafkaConsumer<String, String> c = consumer(props("auto.offset.reset", "earliest"))) {
+                c.assign(List.of(new TopicPartition(t, 0)));
+                checkRecords(readAll(c, n), n, codec);
+            }
+            ok("compression.type=" + codec + ": " + n + " records back");
+        }
+    }
+
+    static void offsetsAndDeletes(Admin admin, String topic, Map<Integer, Integer> counts) throws Exception {
+        TopicPartition tp = new TopicPartition(topic, counts.keySet().iterator().next());
+        int count = counts.get(tp.partition());
+        Map<TopicPartition, ListOffsetsResult.ListOffsetsResultInfo> r;
+        r = admin.listOffsets(Map.of(tp, OffsetSpec.earliest())).all().get();
+        expect(r.get(tp).offset() == 0, "earliest " + r.get(tp));
+        r = admin.listOffsets(Map.of(tp, OffsetSpec.latest())).all().get();
+        expect(r.get(tp).offset() == count, "latest " + r.get(tp) + ", expected " + count);
+        r = admin.listOffsets(Map.of(tp, OffsetSpec.maxTimestamp())).all().get();
+        expect(r.get(tp).offset() >= 0 && r.get(tp).offset() < count, "max timestamp " + r.get(tp));
+        long ts = r.get(tp).timestamp();
+        r = admin.listOffsets(Map.of(tp, OffsetSpec.forTimestamp(ts))).all().get();
+        expect(r.get(tp).offset() >= 0 && r.get(tp).offset() < count && r.get(tp).timestamp() == ts,
+                "for timestamp " + ts + ": " + r.get(tp));
+        ok("listOffsets: earliest 0, latest " + count + ", max timestamp and for timestamp");
+
+        long cut = count / 2;
+        DeleteRecordsResult dr = admin.deleteRecords(Map.of(tp, RecordsToDelete.beforeOffset(cut)));
+        expect(dr.lowWatermarks().get(tp).get().lowWatermark() == cut, "deleteRecords low watermark");
+        r = admin.listOffsets(Map.of(tp, OffsetSpec.earliest())).all().get();
+        expect(r.get(tp).offset() == cut, "earliest after deleteRecords " + r.get(tp));
+        try (KafkaConsumer<String, String> c = consumer(props("auto.offset.reset", "earliest"))) {
+            c.assign(List.of(tp));
+            c.seekToBeginning(List.of(tp));
+            List<ConsumerRecord<String, String>> got = readAll(c, (int) (count - cut));
+            expect(got.size() == count - cut && got.get(0).offset() == cut,
+                    "after deleteRecords read " + got.size() + " from " + (got.isEmpty() ? -1 : got.get(0).offset()));
+        }
+        ok("deleteRecords before " + cut + ": earliest moves, a consumer from the start reads from " + cut);
+
+        // Partitions can be added; the topic can be deleted.
+        admin.createPartitions(Map.of(topic, NewPartitions.increaseTo(4))).all().get();
+        eventually(() -> admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic)
+                .partitions().size() == 4, "4 partitions described after createPartitions");
+        ok("createPartitions to 4");
+    }
+
+    static void groupsAdmin(Admin admin, String topic) throws Exception {
+        Collection<GroupListing> groups = admin.listGroups().all().get();
+        Set<String> ids = groups.stream().map(GroupListing::groupId).collect(Collectors.toSet());
+        String classic = "java-classic-" + RUN;
+        expect(ids.contains(classic), "listGroups lists " + classic + ": " + ids);
+        TopicPartition tp = new TopicPartition(topic, 0);
+        admin.alterConsumerGroupOffsets(classic, Map.of(tp, new OffsetAndMetadata(1))).all().get();
+        OffsetAndMetadata om = admin.listConsumerGroupOffsets(classic).partitionsToOffsetAndMetadata().get().get(tp);
+        expect(om.offset() == 1, "after alterConsumerGroupOffsets: " + om);
+        admin.deleteConsumerGroupOffsets(classic, Set.of(tp)).all().get();
+        om = admin.listConsumerGroupOffsets(classic).partitionsToOffsetAndMetadata().get().get(tp);
+        expect(om == null, "after deleteConsumerGroupOffsets: " + om);
+        admin.deleteConsumerGroups(List.of(classic)).all().get();
+        ids = admin.listGroups().all().get().stream().map(GroupListing::groupId).collect(Collectors.toSet());
+        expect(!ids.contains(classic), "deleted group still listed");
+        ok("listGroups, alterConsumerGroupOffsets, deleteConsumerGroupOffsets, deleteConsumerGroups");
+
+        admin.deleteTopics(List.of(topic)).all().get();
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        while (admin.listTopics().names().get().contains(topic) && System.nanoTime() < deadline) {
+            Thread.sleep(100);
+        }
+        expect(!admin.listTopics().names().get().contains(topic), "deleted topic still listed");
+        ok("deleteTopics");
+    }
+
+    /**
+     * The default producer (idempotent, acks=all, retries within delivery.timeout.ms) writes
+     * to a partition of replication factor 3 while the node leading it is killed (SIGKILL, by
+     * pid): every record is acknowledged once the new leader takes over, and the partition
+     * then holds each acknowledged record once, at the offset it was acknowledged with.
+     */
+    static void failover(Admin admin, Map<Integer, Long> pids) throws Exception {
+        String topic = "java-failover-" + RUN;
+        createTopic(admin, topic, 1, null);
+        TopicPartition tp = new TopicPartition(topic, 0);
+        int n = 20000;
+        Map<Long, String> acked = new ConcurrentHashMap<>();
+        List<Exception> errors = Collections.synchronizedList(new ArrayList<>());
+        int killed;
+        try (KafkaProducer<String, String> p = producer(new Properties())) {
+            for (int i = 0; i < n / 4; i++) send(p, topic, i, acked, errors);
+            p.flush();
+            killed = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic)
+                    .partitions().get(0).leader().id();
+            expect(ProcessHandle.of(pids.get(killed)).map(ProcessHandle::destroyForcibly).orElse(false),
+                    "kill -9 of node " + killed);
+            for (int i = n / 4; i < n; i++) send(p, topic, i, acked, errors);
+            p.flush();
+        }
+        expect(errors.isEmpty(), "sends failed across the failover: " + errors.subList(0, Math.min(3, errors.size())));
+        expect(acked.size() == n, "acknowledged " + acked.size() + " of " + n);
+        int leader = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic)
+                .partitions().get(0).leader().id();
+        expect(leader != killed, "leader still " + killed);
+        try (KafkaConsumer<String, String> c = consumer(props("auto.offset.reset", "earliest"))) {
+            c.assign(List.of(tp));
+            List<ConsumerRecord<String, String>> got = readAll(c, n);
+            expect(got.size() == n, "read " + got.size() + " of " + n + " records (duplicates or loss)");
+            for (ConsumerRecord<String, String> r : got) {
+                expect(r.value().equals(acked.get(r.offset())), "offset " + r.offset() + " holds "
+                        + r.value() + ", acknowledged " + acked.get(r.offset()));
+            }
+        }
+        ok("failover: node " + killed + " (the leader) killed after " + (n / 4) + " of " + n
+                + " records; all acknowledged, node " + leader + " leads, each record once at its offset");
+    }
+
+    static void send(KafkaProducer<String, String> p, String topic, int i, Map<Long, String> acked,
+                     List<Exception> errors) {
+        String v = "v" + i;
+        p.send(new ProducerRecord<>(topic, 0, "k" + i, v), (md, e) -> {
+            if (e != null) errors.add(e);
+            else if (acked.putIfAbsent(md.offset(), v) != null) errors.add(new IllegalStateException("offset " + md.offset() + " acknowledged twice"));
+        });
+    }
+
+    public static void main(String[] args) {
+        try {
+            run(args);
+        } catch (Throwable e) {
+            e.printStackTrace();
+            expect(false, "threw " + e);
+        }
+        // Consumer threads of a failed check must not keep the JVM alive.
+        System.exit(0);
+    }
+
+    static void run(String[] args) throws Exception {
+        addr = args[0];
+        if (args.length > 1) rf = Optional.of(Short.parseShort(args[1]));
+        if (args.length > 2) {
+            // NODE=PID,...: the cluster's processes, for the failover check only.
+            Map<Integer, Long> pids = new HashMap<>();
+            for (String kv : args[2].split(",")) {
+                String[] p = kv.split("=");
+                pids.put(Integer.parseInt(p[0]), Long.parseLong(p[1]));
+            }
+            try (Admin admin = Admin.create(base())) {
+                failover(admin, pids);
+            }
+            return;
+        }
+        try (Admin admin = Admin.create(base())) {
+            String topic = admin(admin);
+            int n = 3000;
+            Map<Integer, Integer> counts = produceDefault(admin, topic, n);
+            consumeClassic(admin, topic, n);
+            consumeKip848(admin, topic, n);
+            transactions(admin);
+            compression(admin);
+            offsetsAndDeletes(admin, topic, counts);
+            groupsAdmin(admin, topic);
+        }
+        System.out.println("all checks passed");
+    }
+}

