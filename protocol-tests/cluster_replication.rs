@@ -449,6 +449,26 @@ async fn delete_records_on_the_leader_reaches_its_followers() {
     assert_eq!((p.error_code, p.low_watermark), (0, 6), "{resp:?}");
     // The followers learn the new log start at their next fetch (at most replica.fetch.wait.max.ms).
     tokio::time::sleep(Duration::from_secs(2)).await;
+    // Every node lists its replica in DescribeLogDirs, follower or leader, as Kafka's
+    // `ReplicaManager.describeLogDirs` does (Kafka's Java admin client sums these per broker).
+    use kafka_protocol::messages::DescribeLogDirsRequest;
+    use kafka_protocol::messages::describe_log_dirs_request::DescribableLogDirTopic;
+    let dirs = DescribeLogDirsRequest::default().with_topics(Some(vec![
+        DescribableLogDirTopic::default()
+            .with_topic(topic(&name))
+            .with_partitions(vec![0]),
+    ]));
+    for id in cluster.ids() {
+        let resp = try_call(cluster.addr(id), 4, &dirs, POLL_REQUEST_TIMEOUT)
+            .await
+            .unwrap();
+        let listed: Vec<(i32, bool)> = resp.results[0]
+            .topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| (p.partition_index, p.partition_size > 0)))
+            .collect();
+        assert_eq!(listed, vec![(0, true)], "node {id} (leader {}): {resp:?}", v.leader);
+    }
     cluster.kill(v.leader);
     let next = wait_view(&cluster, &name, 0, "led by a survivor", |w| {
         w.leader > 0 && w.leader != v.leader

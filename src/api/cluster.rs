@@ -96,11 +96,12 @@ pub async fn describe_log_dirs(ctx: &Ctx, req: DescribeLogDirsRequest, version: 
     let topics = wanted
         .into_iter()
         .filter_map(|(name, partitions)| {
-            // Partitions this node does not host are left out, as Kafka does.
+            // Every replica this node hosts, leader or follower; the others are left out, as
+            // Kafka does.
             let found: Vec<DescribeLogDirsPartition> = partitions
                 .into_iter()
                 .filter_map(|p| {
-                    let partition = ctx.replicas.get(&name, p)?;
+                    let partition = ctx.replicas.hosted(&name, p)?;
                     let size = partition.size_bytes().ok()?;
                     Some(
                         DescribeLogDirsPartition::default()
