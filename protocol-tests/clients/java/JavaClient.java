@@ -21,6 +21,7 @@ import org.apache.kafka.clients.producer.*;
 import org.apache.kafka.common.*;
 import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.errors.*;
+import org.apache.kafka.common.quota.*;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.serialization.*;
 
@@ -474,6 +475,115 @@ public class JavaClient {
         ok("deleteTopics");
     }
 
+    /** The rest of the admin client's surface: quorum, log dirs, transactions, quotas, SCRAM
+     *  users, dynamic broker configs and loggers; on a cluster, a reassignment and an election. */
+    static void moreAdmin(Admin admin, String topic) throws Exception {
+        QuorumInfo q = admin.describeMetadataQuorum().quorumInfo().get();
+        int nodes = admin.describeCluster().nodes().get().size();
+        expect(q.leaderId() >= 0 && q.voters().size() == nodes, "describeMetadataQuorum: " + q);
+        ok("describeMetadataQuorum: leader " + q.leaderId() + ", " + q.voters().size() + " voter(s)");
+
+        List<Integer> ids = admin.describeCluster().nodes().get().stream().map(Node::id).collect(Collectors.toList());
+        Map<Integer, Map<String, LogDirDescription>> dirs = admin.describeLogDirs(ids).allDescriptions().get();
+        long replicas = dirs.values().stream().flatMap(m -> m.values().stream())
+                .flatMap(d -> d.replicaInfos().keySet().stream()).filter(tp -> tp.topic().equals(topic)).count();
+        expect(replicas == 3L * rf.orElse((short) 1), "describeLogDirs: " + replicas + " replicas of " + topic
+                + ": " + dirs.entrySet().stream().map(e -> e.getKey() + "=" + e.getValue().values().stream()
+                .map(d -> d.replicaInfos().keySet().toString()).collect(Collectors.joining()))
+                .collect(Collectors.joining("; ")));
+        ok("describeLogDirs: " + replicas + " replicas of " + topic + " over " + dirs.size() + " node(s)");
+
+        Collection<TransactionListing> txns = admin.listTransactions().all().get();
+        String txid = "java-tx-" + RUN;
+        expect(txns.stream().anyMatch(t -> t.transactionalId().equals(txid)), "listTransactions: " + txns);
+        TransactionDescription td = admin.describeTransactions(List.of(txid)).all().get().get(txid);
+        expect(td.state() == TransactionState.COMPLETE_COMMIT, "describeTransactions: " + td);
+        ok("listTransactions and describeTransactions: " + txid + " " + td.state());
+
+        ClientQuotaEntity user = new ClientQuotaEntity(Map.of(ClientQuotaEntity.USER, "java-" + RUN));
+        admin.alterClientQuotas(List.of(new ClientQuotaAlteration(user,
+                List.of(new ClientQuotaAlteration.Op("producer_byte_rate", 1048576.0))))).all().get();
+        eventually(() -> Double.valueOf(1048576.0).equals(admin.describeClientQuotas(ClientQuotaFilter.containsOnly(
+                List.of(ClientQuotaFilterComponent.ofEntity(ClientQuotaEntity.USER, "java-" + RUN))))
+                .entities().get().getOrDefault(user, Map.of()).get("producer_byte_rate")), "describeClientQuotas");
+        admin.alterClientQuotas(List.of(new ClientQuotaAlteration(user,
+                List.of(new ClientQuotaAlteration.Op("producer_byte_rate", null))))).all().get();
+        ok("alterClientQuotas and describeClientQuotas: producer_byte_rate for a user set and removed");
+
+        String scramUser = "java-" + RUN;
+        admin.alterUserScramCredentials(List.of(new UserScramCredentialUpsertion(scramUser,
+                new ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192), "secret"))).all().get();
+        eventually(() -> {
+            try {
+                UserScramCredentialsDescription d = admin.describeUserScramCredentials(List.of(scramUser))
+                        .description(scramUser).get();
+                return d.credentialInfos().size() == 1
+                        && d.credentialInfos().get(0).mechanism() == ScramMechanism.SCRAM_SHA_256
+                        && d.credentialInfos().get(0).iterations() == 8192;
+            } catch (ExecutionException e) {
+                return false;
+            }
+        }, "describeUserScramCredentials lists " + scramUser);
+        admin.alterUserScramCredentials(List.of(new UserScramCredentialDeletion(scramUser,
+                ScramMechanism.SCRAM_SHA_256))).all().get();
+        ok("alterUserScramCredentials and describeUserScramCredentials: SCRAM-SHA-256 added and deleted");
+
+        // A dynamic cluster-wide broker default, set and removed.
+        ConfigResource defaults = new ConfigResource(ConfigResource.Type.BROKER, "");
+        ConfigResource one = new ConfigResource(ConfigResource.Type.BROKER, String.valueOf(ids.get(0)));
+        admin.incrementalAlterConfigs(Map.of(defaults, List.of(new AlterConfigOp(
+                new ConfigEntry("log.retention.ms", "172800000"), AlterConfigOp.OpType.SET)))).all().get();
+        eventually(() -> {
+            ConfigEntry e = admin.describeConfigs(List.of(one)).all().get().get(one).get("log.retention.ms");
+            return e != null && e.value().equals("172800000")
+                    && e.source() == ConfigEntry.ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG;
+        }, "log.retention.ms as a dynamic default on broker " + ids.get(0));
+        try {
+            admin.incrementalAlterConfigs(Map.of(one, List.of(new AlterConfigOp(
+                    new ConfigEntry("log.dirs", "/elsewhere"), AlterConfigOp.OpType.SET)))).all().get();
+            expect(false, "log.dirs changed at runtime");
+        } catch (ExecutionException e) {
+            expect(e.getCause() instanceof InvalidRequestException || e.getCause() instanceof InvalidConfigurationException,
+                    "log.dirs: " + e.getCause());
+        }
+        admin.incrementalAlterConfigs(Map.of(defaults, List.of(new AlterConfigOp(
+                new ConfigEntry("log.retention.ms", ""), AlterConfigOp.OpType.DELETE)))).all().get();
+        ok("incrementalAlterConfigs on BROKER \"\": log.retention.ms a dynamic default on broker "
+                + ids.get(0) + ", then removed; log.dirs refused");
+
+        ConfigResource logger = new ConfigResource(ConfigResource.Type.BROKER_LOGGER, String.valueOf(ids.get(0)));
+        Config loggers = admin.describeConfigs(List.of(logger)).all().get().get(logger);
+        expect(!loggers.entries().isEmpty(), "BROKER_LOGGER lists loggers");
+        String name = loggers.entries().iterator().next().name();
+        admin.incrementalAlterConfigs(Map.of(logger, List.of(new AlterConfigOp(
+                new ConfigEntry(name, "DEBUG"), AlterConfigOp.OpType.SET)))).all().get();
+        ConfigEntry level = admin.describeConfigs(List.of(logger)).all().get().get(logger).get(name);
+        expect(level.value().equals("DEBUG"), "logger " + name + " at " + level.value());
+        admin.incrementalAlterConfigs(Map.of(logger, List.of(new AlterConfigOp(
+                new ConfigEntry(name, ""), AlterConfigOp.OpType.DELETE)))).all().get();
+        ok("BROKER_LOGGER: " + loggers.entries().size() + " loggers, " + name + " set to DEBUG and back");
+
+        if (rf.isEmpty() || nodes < 3) return;
+        // Reorder partition 0's replicas so another node is preferred, then elect it.
+        TopicPartition tp = new TopicPartition(topic, 0);
+        TopicPartitionInfo before = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic).partitions().get(0);
+        List<Integer> order = before.replicas().stream().map(Node::id).collect(Collectors.toList());
+        Collections.rotate(order, 1);
+        admin.alterPartitionReassignments(Map.of(tp, Optional.of(new NewPartitionReassignment(order)))).all().get();
+        eventually(() -> admin.listPartitionReassignments().reassignments().get().isEmpty()
+                && admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic).partitions().get(0)
+                .replicas().stream().map(Node::id).collect(Collectors.toList()).equals(order),
+                "replicas reordered to " + order);
+        int preferred = order.get(0);
+        if (before.leader().id() != preferred) {
+            admin.electLeaders(ElectionType.PREFERRED, Set.of(tp)).all().get();
+        }
+        eventually(() -> admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic).partitions().get(0)
+                .leader().id() == preferred, "node " + preferred + " leads after electLeaders");
+        ok("alterPartitionReassignments to " + order + ", listPartitionReassignments, electLeaders(PREFERRED): node "
+                + preferred + " leads");
+    }
+
     /**
      * The default producer (idempotent, acks=all, retries within delivery.timeout.ms) writes
      * to a partition of replication factor 3 while the node leading it is killed (SIGKILL, by
@@ -559,6 +669,7 @@ public class JavaClient {
             consumeKip848(admin, topic, n);
             transactions(admin);
             compression(admin);
+            moreAdmin(admin, topic);
             offsetsAndDeletes(admin, topic, counts);
             groupsAdmin(admin, topic);
         }
