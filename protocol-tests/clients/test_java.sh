@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Apache Kafka's own Java client, kafka-clients 4.3.0, against Sluice (java/JavaClient.java):
-# first against run.sh's broker, then against a three-node cluster of its own (replication
+# first against run.sh's broker, then over SASL_SSL (PLAIN, SCRAM-SHA-512, re-authentication)
+# against a broker of its own, then against a three-node cluster of its own (replication
 # factor 3), where the default producer also writes through a kill -9 of the partition's
 # leader.
 #
@@ -71,6 +72,36 @@ jclient() { timeout 300 java -cp "$LIBS/*" "$HERE/java/JavaClient.java" "$@" 2>&
 
 echo "  -- one node ($ADDR)"
 jclient "$ADDR" || fail "Java client against one node"
+
+# A broker of its own with a SASL_SSL listener (PLAIN users from the JAAS line, SCRAM users
+# made over PLAIN) whose sessions last 1.5 s (connections.max.reauth.ms, KIP-368).
+command -v openssl >/dev/null || fail "no openssl (the SASL_SSL broker's certificates)"
+(
+    cd "$TMP"
+    ossl() { openssl "$@" 2>>openssl.log; }
+    ossl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=sluice test CA" -keyout ca.key -out ca.pem
+    printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >server.ext
+    ossl req -newkey rsa:2048 -nodes -subj "/CN=broker" -keyout broker.key -out broker.csr
+    ossl x509 -req -in broker.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile server.ext -out broker.crt
+    cat broker.key broker.crt ca.pem >broker-keystore.pem
+) || fail "openssl: $(tail -n 3 "$TMP/openssl.log")"
+SASLS=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+JAAS='org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="admin-secret" user_admin="admin-secret";'
+"$BIN" serve --data-dir "$TMP/sasl-data" --set "listeners=SASL_SSL://127.0.0.1:$SASLS" \
+    --set sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512 --set "listener.name.sasl_ssl.plain.sasl.jaas.config=$JAAS" \
+    --set ssl.keystore.type=PEM --set "ssl.keystore.location=$TMP/broker-keystore.pem" \
+    --set connections.max.reauth.ms=1500 >"$TMP/node-sasl.log" 2>&1 &
+PIDS[sasl]=$!
+up=0
+for _ in $(seq 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$SASLS") 2>/dev/null && { up=1; break; }
+    sleep 0.1
+done
+((up)) || fail "the SASL_SSL broker did not start"
+echo "  -- SASL_SSL (127.0.0.1:$SASLS)"
+jclient "127.0.0.1:$SASLS" sasl "$TMP/ca.pem" || fail "Java client over SASL_SSL"
+kill "${PIDS[sasl]}" && { wait "${PIDS[sasl]}"; } 2>/dev/null
+unset 'PIDS[sasl]'
 
 # A cluster of three nodes, each broker and controller, on free loopback ports.
 read -ra P <<<"$("$PY" -c '

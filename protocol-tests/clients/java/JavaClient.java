@@ -6,7 +6,8 @@
 // group calls.
 //
 // usage: java -cp 'JARS/*' JavaClient.java HOST:PORT[,...] [REPLICATION_FACTOR [NODE=PID,...]]
-//        with NODE=PID pairs it runs only the failover check (see failover()).
+//        with NODE=PID pairs it runs only the failover check (see failover());
+//        java -cp 'JARS/*' JavaClient.java HOST:PORT sasl CA.pem: the SASL_SSL checks (sasl()).
 //
 // Prints "ok: ..." per check and exits 1 at the first one that fails.
 
@@ -635,6 +636,74 @@ public class JavaClient {
         });
     }
 
+    /**
+     * SASL_SSL (a PEM CA as truststore, KIP-651): an admin over PLAIN creates a SCRAM-SHA-512
+     * user, whose producer and consumer then work over SCRAM with default settings. The broker
+     * ends sessions after `connections.max.reauth.ms`; the Java client re-authenticates on its
+     * connection (KIP-368), which its metrics count. A wrong password is refused.
+     */
+    static void sasl(String ca) throws Exception {
+        Properties tls = props("security.protocol", "SASL_SSL", "ssl.truststore.type", "PEM",
+                "ssl.truststore.location", ca);
+        Properties plain = new Properties();
+        plain.putAll(tls);
+        plain.putAll(props("sasl.mechanism", "PLAIN", "sasl.jaas.config",
+                "org.apache.kafka.common.security.plain.PlainLoginModule required username=\"admin\" password=\"admin-secret\";"));
+        Properties scram = new Properties();
+        scram.putAll(tls);
+        scram.putAll(props("sasl.mechanism", "SCRAM-SHA-512", "sasl.jaas.config",
+                "org.apache.kafka.common.security.scram.ScramLoginModule required username=\"bob\" password=\"bob-secret\";"));
+        String topic = "java-sasl-" + RUN;
+        Properties adminProps = base();
+        adminProps.putAll(plain);
+        try (Admin admin = Admin.create(adminProps)) {
+            admin.alterUserScramCredentials(List.of(new UserScramCredentialUpsertion("bob",
+                    new ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), "bob-secret"))).all().get();
+            createTopic(admin, topic, 1, null);
+        }
+        ok("admin over SASL_SSL/PLAIN: SCRAM-SHA-512 user bob and topic " + topic);
+
+        int n = 40;
+        try (KafkaProducer<String, String> p = producer(scram)) {
+            for (int i = 0; i < n; i++) {
+                ProducerRecord<String, String> r = new ProducerRecord<>(topic, "k" + i, "v" + i);
+                r.headers().add("seq", Integer.toString(i).getBytes());
+                p.send(r).get();
+                Thread.sleep(100); // 4 s of sends: sessions of 1.5 s end twice or more
+            }
+            double reauth = metric(p.metrics(), "successful-reauthentication-total");
+            double failed = metric(p.metrics(), "failed-reauthentication-total");
+            expect(reauth >= 2 && failed == 0, "re-authentications: " + reauth + " succeeded, " + failed + " failed");
+            ok("producer over SASL_SSL/SCRAM-SHA-512: " + n + " records acknowledged across " + (long) reauth
+                    + " re-authentications (KIP-368), none failed");
+        }
+        try (KafkaConsumer<String, String> c = consumer(scram)) {
+            c.assign(List.of(new TopicPartition(topic, 0)));
+            c.seekToBeginning(List.of(new TopicPartition(topic, 0)));
+            checkRecords(readAll(c, n), n, "consumer over SASL_SSL/SCRAM-SHA-512");
+        }
+        ok("consumer over SASL_SSL/SCRAM-SHA-512: all " + n + " back");
+
+        Properties wrong = new Properties();
+        wrong.putAll(scram);
+        wrong.put("sasl.jaas.config",
+                "org.apache.kafka.common.security.scram.ScramLoginModule required username=\"bob\" password=\"guess\";");
+        Properties wrongAdmin = base();
+        wrongAdmin.putAll(wrong);
+        try (Admin admin = Admin.create(wrongAdmin)) {
+            admin.listTopics().names().get(30, TimeUnit.SECONDS);
+            expect(false, "a wrong SCRAM password listed topics");
+        } catch (ExecutionException e) {
+            expect(e.getCause() instanceof SaslAuthenticationException, "wrong password: " + e.getCause());
+        }
+        ok("a wrong SCRAM password: SaslAuthenticationException");
+    }
+
+    static double metric(Map<MetricName, ? extends Metric> metrics, String name) {
+        return metrics.entrySet().stream().filter(e -> e.getKey().name().equals(name))
+                .mapToDouble(e -> ((Number) e.getValue().metricValue()).doubleValue()).sum();
+    }
+
     public static void main(String[] args) {
         try {
             run(args);
@@ -648,6 +717,10 @@ public class JavaClient {
 
     static void run(String[] args) throws Exception {
         addr = args[0];
+        if (args.length > 2 && args[1].equals("sasl")) {
+            sasl(args[2]);
+            return;
+        }
         if (args.length > 1) rf = Optional.of(Short.parseShort(args[1]));
         if (args.length > 2) {
             // NODE=PID,...: the cluster's processes, for the failover check only.
