@@ -598,17 +598,50 @@ public class JavaClient {
         int n = 20000;
         Map<Long, String> acked = new ConcurrentHashMap<>();
         List<Exception> errors = Collections.synchronizedList(new ArrayList<>());
+        // A consumer group reads another topic meanwhile, its coordinator on the same node.
+        String read = "java-failover-read-" + RUN;
+        createTopic(admin, read, 3, null);
+        int m = 3000;
+        try (KafkaProducer<String, String> p = producer(new Properties())) {
+            for (int i = 0; i < m; i++) p.send(new ProducerRecord<>(read, "k" + i, "v" + i));
+        }
         int killed;
+        String group;
+        Set<String> seen = new HashSet<>();
         try (KafkaProducer<String, String> p = producer(new Properties())) {
             for (int i = 0; i < n / 4; i++) send(p, topic, i, acked, errors);
             p.flush();
             killed = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic)
                     .partitions().get(0).leader().id();
-            expect(ProcessHandle.of(pids.get(killed)).map(ProcessHandle::destroyForcibly).orElse(false),
-                    "kill -9 of node " + killed);
-            for (int i = n / 4; i < n; i++) send(p, topic, i, acked, errors);
+            group = groupCoordinatedBy(admin, killed);
+            try (KafkaConsumer<String, String> c = consumer(props("group.id", group,
+                    "auto.offset.reset", "earliest", "max.poll.records", "100"))) {
+                c.subscribe(List.of(read));
+                while (seen.size() < m / 3) {
+                    for (ConsumerRecord<String, String> r : readAll(c, 1)) seen.add(r.value());
+                    c.commitSync();
+                }
+                expect(ProcessHandle.of(pids.get(killed)).map(ProcessHandle::destroyForcibly).orElse(false),
+                        "kill -9 of node " + killed);
+                for (int i = n / 4; i < n; i++) send(p, topic, i, acked, errors);
+                // The group's coordinator moves; the consumer finds it, and commits there.
+                long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(90);
+                while (seen.size() < m && System.nanoTime() < deadline) {
+                    for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) seen.add(r.value());
+                }
+                c.commitSync(Duration.ofSeconds(60));
+            }
             p.flush();
         }
+        expect(seen.size() == m, "the group read " + seen.size() + " of " + m + " across the failover");
+        Map<TopicPartition, OffsetAndMetadata> committed =
+                admin.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata().get();
+        long total = committed.values().stream().mapToLong(OffsetAndMetadata::offset).sum();
+        expect(total == m, "committed offsets sum to " + total + ": " + committed);
+        Node coordinator = admin.describeConsumerGroups(List.of(group)).all().get().get(group).coordinator();
+        expect(coordinator.id() != killed, "coordinator still " + coordinator);
+        ok("failover: group " + group + " (coordinated by node " + killed + ") read all " + m
+                + " and committed the end offsets at node " + coordinator.id());
         expect(errors.isEmpty(), "sends failed across the failover: " + errors.subList(0, Math.min(3, errors.size())));
         expect(acked.size() == n, "acknowledged " + acked.size() + " of " + n);
         int leader = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic)
@@ -625,6 +658,24 @@ public class JavaClient {
         }
         ok("failover: node " + killed + " (the leader) killed after " + (n / 4) + " of " + n
                 + " records; all acknowledged, node " + leader + " leads, each record once at its offset");
+    }
+
+    /** A group id whose coordinator is `node`: Kafka places a group on the leader of
+     *  `__consumer_offsets` partition abs(hashCode) % partitions. */
+    static String groupCoordinatedBy(Admin admin, int node) throws Exception {
+        TopicDescription offsets = retrying(() -> admin.describeTopics(List.of("__consumer_offsets"))
+                .allTopicNames().get().get("__consumer_offsets"), "describe __consumer_offsets");
+        int count = offsets.partitions().size();
+        for (int k = 0; k < 10000; k++) {
+            String g = "java-fo-" + RUN + "-" + k;
+            int h = g.hashCode();
+            int partition = (h == Integer.MIN_VALUE ? 0 : Math.abs(h)) % count;
+            Node leader = offsets.partitions().stream().filter(i -> i.partition() == partition)
+                    .findFirst().orElseThrow().leader();
+            if (leader != null && leader.id() == node) return g;
+        }
+        expect(false, "no group id coordinated by node " + node);
+        return null;
     }
 
     static void send(KafkaProducer<String, String> p, String topic, int i, Map<Long, String> acked,
