@@ -605,6 +605,10 @@ public class JavaClient {
         try (KafkaProducer<String, String> p = producer(new Properties())) {
             for (int i = 0; i < m; i++) p.send(new ProducerRecord<>(read, "k" + i, "v" + i));
         }
+        String txTopic = "java-failover-txn-" + RUN;
+        createTopic(admin, txTopic, 1, null);
+        String txid;
+        KafkaProducer<String, String> tx;
         int killed;
         String group;
         Set<String> seen = new HashSet<>();
@@ -617,6 +621,13 @@ public class JavaClient {
             try (KafkaConsumer<String, String> c = consumer(props("group.id", group,
                     "auto.offset.reset", "earliest", "max.poll.records", "100"))) {
                 c.subscribe(List.of(read));
+                // And a transaction is open across the kill, its coordinator on that node too.
+                txid = transactionCoordinatedBy(admin, killed);
+                tx = producer(props("transactional.id", txid));
+                tx.initTransactions();
+                tx.beginTransaction();
+                for (int i = 0; i < 100; i++) tx.send(new ProducerRecord<>(txTopic, "t" + i, "before-" + i));
+                tx.flush();
                 while (seen.size() < m / 3) {
                     for (ConsumerRecord<String, String> r : readAll(c, 1)) seen.add(r.value());
                     c.commitSync();
@@ -633,6 +644,24 @@ public class JavaClient {
             }
             p.flush();
         }
+        // The transaction goes on with its new coordinator, which has its state from the
+        // replicated __transaction_state, and commits.
+        for (int i = 0; i < 100; i++) tx.send(new ProducerRecord<>(txTopic, "t" + i, "after-" + i));
+        tx.commitTransaction();
+        tx.close();
+        try (KafkaConsumer<String, String> c = consumer(props("auto.offset.reset", "earliest",
+                "isolation.level", "read_committed"))) {
+            c.assign(List.of(new TopicPartition(txTopic, 0)));
+            List<ConsumerRecord<String, String>> got = readAll(c, 200);
+            expect(got.size() == 200 && got.get(0).value().equals("before-0")
+                    && got.get(199).value().equals("after-99"), "read_committed after the failover: "
+                    + got.size() + " records");
+        }
+        TransactionDescription td = admin.describeTransactions(List.of(txid)).all().get().get(txid);
+        expect(td.coordinatorId() != killed && td.state() == TransactionState.COMPLETE_COMMIT,
+                "transaction after the failover: " + td);
+        ok("failover: transaction " + txid + " (coordinated by node " + killed + ") open across the kill, "
+                + "committed through node " + td.coordinatorId() + ", all 200 records read_committed");
         expect(seen.size() == m, "the group read " + seen.size() + " of " + m + " across the failover");
         Map<TopicPartition, OffsetAndMetadata> committed =
                 admin.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata().get();
@@ -675,6 +704,23 @@ public class JavaClient {
             if (leader != null && leader.id() == node) return g;
         }
         expect(false, "no group id coordinated by node " + node);
+        return null;
+    }
+
+    /** A transactional id whose coordinator is `node` (the leader of its `__transaction_state`
+     *  partition, placed as groups are). The topic is made by the first InitProducerId. */
+    static String transactionCoordinatedBy(Admin admin, int node) throws Exception {
+        TopicDescription state = retrying(() -> admin.describeTopics(List.of("__transaction_state"))
+                .allTopicNames().get().get("__transaction_state"), "describe __transaction_state");
+        for (int k = 0; k < 10000; k++) {
+            String t = "java-fo-tx-" + RUN + "-" + k;
+            int h = t.hashCode();
+            int partition = (h == Integer.MIN_VALUE ? 0 : Math.abs(h)) % state.partitions().size();
+            Node leader = state.partitions().stream().filter(i -> i.partition() == partition)
+                    .findFirst().orElseThrow().leader();
+            if (leader != null && leader.id() == node) return t;
+        }
+        expect(false, "no transactional id coordinated by node " + node);
         return null;
     }
 
