@@ -476,6 +476,79 @@ public class JavaClient {
         ok("deleteTopics");
     }
 
+    /** KIP-848 regular expressions (evaluated by the broker), a record over
+     *  `message.max.bytes`, and the last stable offset under an open transaction. */
+    static void moreClients(Admin admin) throws Exception {
+        String prefix = "java-re-" + RUN + "-";
+        createTopic(admin, prefix + "a", 1, null);
+        createTopic(admin, prefix + "b", 2, null);
+        try (KafkaProducer<String, String> p = producer(new Properties())) {
+            for (String t : List.of("a", "b")) {
+                for (int i = 0; i < 10; i++) p.send(new ProducerRecord<>(prefix + t, "k" + i, t + i));
+            }
+        }
+        try (KafkaConsumer<String, String> c = consumer(props("group.id", "java-re-" + RUN,
+                "group.protocol", "consumer", "auto.offset.reset", "earliest"))) {
+            // SubscriptionPattern is resolved by the broker (RE2J in Kafka); a java.util.regex
+            // Pattern would be resolved by the client against its metadata instead.
+            c.subscribe(new SubscriptionPattern(prefix + ".*"));
+            Set<String> got = readAll(c, 20).stream().map(ConsumerRecord::value).collect(Collectors.toSet());
+            expect(got.size() == 20, "regex subscription read " + got);
+            // A topic created later that matches joins the subscription.
+            createTopic(admin, prefix + "c", 1, null);
+            try (KafkaProducer<String, String> p = producer(new Properties())) {
+                for (int i = 0; i < 10; i++) p.send(new ProducerRecord<>(prefix + "c", "k" + i, "c" + i));
+            }
+            Set<String> later = readAll(c, 10).stream().map(ConsumerRecord::value).collect(Collectors.toSet());
+            expect(later.size() == 10 && later.contains("c0"), "the new topic's records: " + later);
+        }
+        ok("KIP-848 regex subscription: 2 matching topics read, a third created later joins");
+
+        String big = "java-big-" + RUN;
+        createTopic(admin, big, 1, null);
+        try (KafkaProducer<String, String> p = producer(props("max.request.size", "3145728"))) {
+            try {
+                p.send(new ProducerRecord<>(big, "k", "x".repeat(2 << 20))).get();
+                expect(false, "a 2 MiB record was accepted over message.max.bytes");
+            } catch (ExecutionException e) {
+                expect(e.getCause() instanceof RecordTooLargeException, "2 MiB record: " + e.getCause());
+            }
+            RecordMetadata md = p.send(new ProducerRecord<>(big, "k", "small")).get();
+            expect(md.offset() == 0, "the next record at " + md.offset());
+        }
+        ok("a 2 MiB record: RecordTooLargeException; the next record is written at offset 0");
+
+        String lso = "java-lso-" + RUN;
+        createTopic(admin, lso, 1, null);
+        TopicPartition tp = new TopicPartition(lso, 0);
+        try (KafkaProducer<String, String> plain = producer(new Properties());
+             KafkaProducer<String, String> tx = producer(props("transactional.id", "java-lso-" + RUN))) {
+            for (int i = 0; i < 5; i++) plain.send(new ProducerRecord<>(lso, "p" + i)).get();
+            tx.initTransactions();
+            tx.beginTransaction();
+            tx.send(new ProducerRecord<>(lso, "open")).get();
+            for (int i = 5; i < 8; i++) plain.send(new ProducerRecord<>(lso, "p" + i)).get();
+            try (KafkaConsumer<String, String> rc = consumer(props("isolation.level", "read_committed"));
+                 KafkaConsumer<String, String> ru = consumer(new Properties())) {
+                long committedEnd = rc.endOffsets(List.of(tp)).get(tp);
+                long end = ru.endOffsets(List.of(tp)).get(tp);
+                expect(committedEnd == 5 && end == 9, "end offsets under an open transaction: read_committed "
+                        + committedEnd + ", read_uncommitted " + end);
+                rc.assign(List.of(tp));
+                rc.seekToBeginning(List.of(tp));
+                List<ConsumerRecord<String, String>> got = readAll(rc, 5);
+                expect(got.size() == 5 && rc.poll(Duration.ofMillis(500)).isEmpty(),
+                        "read_committed read past the open transaction");
+                tx.commitTransaction();
+                long after = rc.endOffsets(List.of(tp)).get(tp);
+                expect(after == 10, "read_committed end offset after the commit: " + after);
+                List<String> rest = readAll(rc, 4).stream().map(ConsumerRecord::value).collect(Collectors.toList());
+                expect(rest.equals(List.of("open", "p5", "p6", "p7")), "after the commit: " + rest);
+            }
+        }
+        ok("an open transaction holds read_committed at the last stable offset (5 of 9), its commit releases it");
+    }
+
     /** The rest of the admin client's surface: quorum, log dirs, transactions, quotas, SCRAM
      *  users, dynamic broker configs and loggers; on a cluster, a reassignment and an election. */
     static void moreAdmin(Admin admin, String topic) throws Exception {
@@ -840,6 +913,7 @@ public class JavaClient {
             transactions(admin);
             compression(admin);
             moreAdmin(admin, topic);
+            moreClients(admin);
             offsetsAndDeletes(admin, topic, counts);
             groupsAdmin(admin, topic);
         }
