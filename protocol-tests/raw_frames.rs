@@ -331,6 +331,15 @@ async fn list_offsets_by_timestamp_and_max_timestamp() {
         resp.topics[0].partitions[0].offset, -1,
         "no record at or after the timestamp"
     );
+    // KIP-405/1005 without tiered storage: earliest-local (-4, v8+) is the log start and
+    // latest-tiered (-5, v9+) has no offset; below v9, -5 is not a spec (INVALID_REQUEST).
+    let answer = |resp: &ListOffsetsResponse| {
+        let p = &resp.topics[0].partitions[0];
+        (p.error_code, p.offset, p.timestamp)
+    };
+    assert_eq!(answer(&raw.call(8, &lookup(-4)).await), (0, 0, -1), "earliest-local");
+    assert_eq!(answer(&raw.call(10, &lookup(-5)).await), (0, -1, -1), "latest-tiered");
+    assert_eq!(answer(&raw.call(8, &lookup(-5)).await).0, 42, "-5 in v8");
     broker.handle.shutdown().await;
 }
 

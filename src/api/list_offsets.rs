@@ -1,8 +1,10 @@
 //! ListOffsets (key 2): the earliest, latest or at-timestamp offset of a partition.
 //! v1 baseline (one offset per partition) · v2 isolation level · v4 leader epoch fencing and the
 //! epoch in answers · v6 flexible · v7 max-timestamp spec (-3) · v8 earliest-local spec (-4: no
-//! tiered storage, so the log start) · v9 earliest-pending-upload spec (-5: no tiered storage,
-//! so no offset) · v10 timeout_ms (nothing here waits for a remote tier).
+//! tiered storage, so the log start) · v9 latest-tiered spec (-5, KIP-1005: no tiered storage,
+//! so no offset, -1, as Kafka answers for a topic without remote storage) · v10 timeout_ms
+//! (nothing here waits for a remote tier). v11's earliest-pending-upload spec (-6, KIP-1023) is
+//! not served.
 
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
 use kafka_protocol::messages::{ApiKey, ListOffsetsRequest, ListOffsetsResponse};
@@ -18,7 +20,7 @@ const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
 const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
-const EARLIEST_PENDING_UPLOAD: i64 = -5;
+const LATEST_TIERED: i64 = -5;
 
 pub async fn handle(ctx: &Ctx, req: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
     let mut topics = Vec::with_capacity(req.topics.len());
@@ -99,7 +101,7 @@ fn lookup(
             Some((timestamp, offset)) => (offset, timestamp, epoch),
             None => none,
         },
-        EARLIEST_PENDING_UPLOAD if version >= 9 => none,
+        LATEST_TIERED if version >= 9 => none,
         t if t >= 0 => match p.offset_for_timestamp(t)? {
             // Kafka's fetchOffsetByTimestamp: read_committed finds only offsets below the LSO.
             Some((offset, _)) if read_committed && offset >= offsets.last_stable_offset => none,

@@ -434,6 +434,11 @@ public class JavaClient {
         expect(dr.lowWatermarks().get(tp).get().lowWatermark() == cut, "deleteRecords low watermark");
         r = admin.listOffsets(Map.of(tp, OffsetSpec.earliest())).all().get();
         expect(r.get(tp).offset() == cut, "earliest after deleteRecords " + r.get(tp));
+        // Without tiered storage the local log start is the log start, and nothing is tiered.
+        r = admin.listOffsets(Map.of(tp, OffsetSpec.earliestLocal())).all().get();
+        expect(r.get(tp).offset() == cut, "earliestLocal after deleteRecords " + r.get(tp));
+        r = admin.listOffsets(Map.of(tp, OffsetSpec.latestTiered())).all().get();
+        expect(r.get(tp).offset() == -1, "latestTiered " + r.get(tp));
         try (KafkaConsumer<String, String> c = consumer(props("auto.offset.reset", "earliest"))) {
             c.assign(List.of(tp));
             c.seekToBeginning(List.of(tp));
@@ -441,7 +446,8 @@ public class JavaClient {
             expect(got.size() == count - cut && got.get(0).offset() == cut,
                     "after deleteRecords read " + got.size() + " from " + (got.isEmpty() ? -1 : got.get(0).offset()));
         }
-        ok("deleteRecords before " + cut + ": earliest moves, a consumer from the start reads from " + cut);
+        ok("deleteRecords before " + cut + ": earliest and earliestLocal move, a consumer from the start reads from "
+                + cut + "; latestTiered -1");
 
         // Partitions can be added; the topic can be deleted.
         admin.createPartitions(Map.of(topic, NewPartitions.increaseTo(4))).all().get();
