@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Apache Kafka's own Java client, kafka-clients 4.3.0, against Sluice (java/JavaClient.java):
 # first against run.sh's broker, then over SASL_SSL (PLAIN, SCRAM-SHA-512, re-authentication)
-# against a broker of its own, then against a three-node cluster of its own (replication
+# against a broker of its own, then through a kill -9 and restart of another, then against a three-node cluster of its own (replication
 # factor 3), where the default producer also writes through a kill -9 of the partition's
 # leader.
 #
@@ -102,6 +102,42 @@ echo "  -- SASL_SSL (127.0.0.1:$SASLS)"
 jclient "127.0.0.1:$SASLS" sasl "$TMP/ca.pem" || fail "Java client over SASL_SSL"
 kill "${PIDS[sasl]}" && { wait "${PIDS[sasl]}"; } 2>/dev/null
 unset 'PIDS[sasl]'
+
+# A broker of its own, on its defaults, killed (kill -9) and started again on the same data
+# while the default producer writes to it (auto-creating its topic).
+RPORT=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+start_restart_broker() {
+    "$BIN" serve --listen "127.0.0.1:$RPORT" --data-dir "$TMP/restart-data" >>"$TMP/node-restart.log" 2>&1 &
+    PIDS[restart]=$!
+    for _ in $(seq 100); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$RPORT") 2>/dev/null && return 0
+        sleep 0.1
+    done
+    fail "the broker on :$RPORT did not start"
+}
+echo "  -- kill -9 and restart of a broker (127.0.0.1:$RPORT) under the default producer"
+start_restart_broker
+jclient "127.0.0.1:$RPORT" restart java-restart >"$TMP/restart.out" &
+JPID=$!
+# Killed once about 100 KiB of the 30,000 records (~580 KB) are on disk.
+logged() { cat "$TMP"/restart-data/java-restart-0/*.log 2>/dev/null | wc -c; }
+for _ in $(seq 300); do
+    (($(logged) > 102400)) && break
+    sleep 0.1
+done
+kill -9 "${PIDS[restart]}"
+{ wait "${PIDS[restart]}"; } 2>/dev/null || true
+AT_KILL=$(logged)
+sleep 0.5
+start_restart_broker
+wait "$JPID" || { cat "$TMP/restart.out"; fail "Java client across a broker restart"; }
+cat "$TMP/restart.out"
+# The kill came while records were still being written.
+AFTER=$(logged)
+((AT_KILL > 0 && AFTER > AT_KILL)) || fail "the log held $AT_KILL bytes at the kill and $AFTER after: the kill missed the writes"
+echo "  ok: the log held $AT_KILL bytes at the kill, $AFTER at the end"
+kill "${PIDS[restart]}" && { wait "${PIDS[restart]}"; } 2>/dev/null
+unset 'PIDS[restart]'
 
 # A cluster of three nodes, each broker and controller, on free loopback ports.
 read -ra P <<<"$("$PY" -c '

@@ -7,7 +7,8 @@
 //
 // usage: java -cp 'JARS/*' JavaClient.java HOST:PORT[,...] [REPLICATION_FACTOR [NODE=PID,...]]
 //        with NODE=PID pairs it runs only the failover check (see failover());
-//        java -cp 'JARS/*' JavaClient.java HOST:PORT sasl CA.pem: the SASL_SSL checks (sasl()).
+//        java -cp 'JARS/*' JavaClient.java HOST:PORT sasl CA.pem: the SASL_SSL checks (sasl());
+//        java -cp 'JARS/*' JavaClient.java HOST:PORT restart TOPIC: see restart().
 //
 // Prints "ok: ..." per check and exits 1 at the first one that fails.
 
@@ -880,6 +881,43 @@ public class JavaClient {
                 .mapToDouble(e -> ((Number) e.getValue().metricValue()).doubleValue()).sum();
     }
 
+    /**
+     * The default producer writes 30,000 records at about 5,000 a second while test_java.sh
+     * kills its broker (kill -9) and starts it again on the same data: every record is
+     * acknowledged within delivery.timeout.ms, and the partition then holds each once, at the
+     * offset it was acknowledged with (the broker recovered the producer's sequences).
+     */
+    static void restart(String topic) throws Exception {
+        int n = 30000;
+        Map<Long, String> acked = new ConcurrentHashMap<>();
+        List<Exception> errors = Collections.synchronizedList(new ArrayList<>());
+        try (KafkaProducer<String, String> p = producer(new Properties())) {
+            long start = System.nanoTime();
+            for (int i = 0; i < n; i++) {
+                send(p, topic, i, acked, errors);
+                if (i % 50 == 49) {
+                    long due = start + TimeUnit.MILLISECONDS.toNanos(i / 5);
+                    long wait = due - System.nanoTime();
+                    if (wait > 0) Thread.sleep(wait / 1_000_000, (int) (wait % 1_000_000));
+                }
+            }
+            p.flush();
+        }
+        expect(errors.isEmpty(), "sends failed across the restart: " + errors.subList(0, Math.min(3, errors.size())));
+        expect(acked.size() == n, "acknowledged " + acked.size() + " of " + n);
+        try (KafkaConsumer<String, String> c = consumer(props("auto.offset.reset", "earliest"))) {
+            c.assign(List.of(new TopicPartition(topic, 0)));
+            List<ConsumerRecord<String, String>> got = readAll(c, n);
+            expect(got.size() == n, "read " + got.size() + " of " + n + " records (duplicates or loss)");
+            for (ConsumerRecord<String, String> r : got) {
+                expect(r.value().equals(acked.get(r.offset())), "offset " + r.offset() + " holds "
+                        + r.value() + ", acknowledged " + acked.get(r.offset()));
+            }
+        }
+        ok("broker kill -9 and restart under the default producer: all " + n
+                + " records acknowledged, each once at its offset");
+    }
+
     public static void main(String[] args) {
         try {
             run(args);
@@ -893,6 +931,10 @@ public class JavaClient {
 
     static void run(String[] args) throws Exception {
         addr = args[0];
+        if (args.length > 2 && args[1].equals("restart")) {
+            restart(args[2]);
+            return;
+        }
         if (args.length > 2 && args[1].equals("sasl")) {
             sasl(args[2]);
             return;
