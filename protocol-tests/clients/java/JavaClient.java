@@ -288,49 +288,61 @@ public class JavaClient {
         ok("classic group: a new member resumes at the committed offsets");
     }
 
-    static void consumeKip848(Admin admin, String topic, int n) throws Exception {
-        String group = "java-848-" + RUN;
-        Properties pr = props("group.id", group, "group.protocol", "consumer",
-                "auto.offset.reset", "earliest");
-        ExecutorService ex = Executors.newFixedThreadPool(2);
-        CountDownLatch done = new CountDownLatch(1);
-        Set<String> seen = ConcurrentHashMap.newKeySet();
-        List<Future<Set<TopicPartition>>> fs = new ArrayList<>();
-        for (int m = 0; m < 2; m++) {
-            fs.add(ex.submit(() -> {
-                try (KafkaConsumer<String, String> c = consumer(pr)) {
-                    c.subscribe(List.of(topic));
-                    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
-                    Set<TopicPartition> last = Set.of();
-                    while (System.nanoTime() < deadline) {
-                        for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) seen.add(r.value());
-                        last = new HashSet<>(c.assignment());
-                        if (done.await(0, TimeUnit.MILLISECONDS)) break;
-                    }
-                    return last;
-                }
-            }));
-        }
-        // Both members hold partitions and every record was read: the group is balanced.
+    /** The group's description once `ready` holds for it (the group may not exist yet: until
+     *  its first member's join or heartbeat Kafka 4 answers GROUP_ID_NOT_FOUND). */
+    static ConsumerGroupDescription describeUntil(Admin admin, String group,
+            java.util.function.Predicate<ConsumerGroupDescription> ready, String what) throws Exception {
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
         ConsumerGroupDescription gd = null;
         while (System.nanoTime() < deadline) {
             try {
                 gd = admin.describeConsumerGroups(List.of(group)).all().get().get(group);
+                if (ready.test(gd)) return gd;
             } catch (ExecutionException e) {
-                // Until the first member's heartbeat the group does not exist, as in Kafka 4.
                 expect(e.getCause() instanceof GroupIdNotFoundException, "describe: " + e.getCause());
-                Thread.sleep(200);
-                continue;
             }
-            boolean balanced = gd.members().size() == 2
-                    && gd.members().stream().allMatch(mm -> !mm.assignment().topicPartitions().isEmpty());
-            if (balanced && seen.size() == n) break;
             Thread.sleep(200);
         }
-        expect(gd != null, "the group was never described");
-        expect(gd.type() == GroupType.CONSUMER, "group type " + gd.type());
-        expect(gd.members().size() == 2, "2 members, got " + gd.members());
+        expect(false, what + ": " + gd);
+        return gd;
+    }
+
+    /**
+     * Two members of one group (`group.protocol` classic, with the Java client's default
+     * assignors, or consumer, KIP-848) split a topic's 3 partitions and read everything; when
+     * one closes, the other takes all 3 partitions and reads what is written next.
+     */
+    static void twoMembers(Admin admin, int n, String protocol) throws Exception {
+        String group = "java-two-" + protocol + "-" + RUN;
+        String topic = group;
+        createTopic(admin, topic, 3, null);
+        try (KafkaProducer<String, String> p = producer(new Properties())) {
+            for (int i = 0; i < n; i++) p.send(new ProducerRecord<>(topic, "k" + i, "v" + i));
+        }
+        Properties pr = props("group.id", group, "group.protocol", protocol, "auto.offset.reset", "earliest");
+        ExecutorService ex = Executors.newFixedThreadPool(2);
+        List<CountDownLatch> stop = List.of(new CountDownLatch(1), new CountDownLatch(1));
+        Set<String> seen = ConcurrentHashMap.newKeySet();
+        List<Future<?>> fs = new ArrayList<>();
+        for (int m = 0; m < 2; m++) {
+            CountDownLatch mine = stop.get(m);
+            fs.add(ex.submit(() -> {
+                try (KafkaConsumer<String, String> c = consumer(pr)) {
+                    c.subscribe(List.of(topic));
+                    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(120);
+                    while (System.nanoTime() < deadline && !mine.await(0, TimeUnit.MILLISECONDS)) {
+                        for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) seen.add(r.value());
+                    }
+                }
+                return null;
+            }));
+        }
+        GroupType type = protocol.equals("consumer") ? GroupType.CONSUMER : GroupType.CLASSIC;
+        // Both members hold partitions and every record was read: the group is balanced.
+        ConsumerGroupDescription gd = describeUntil(admin, group, d -> d.members().size() == 2
+                && d.members().stream().allMatch(mm -> !mm.assignment().topicPartitions().isEmpty())
+                && seen.size() == n, "2 members holding partitions, " + n + " records read");
+        expect(gd.type() == type, "group type " + gd.type());
         Set<TopicPartition> union = new HashSet<>();
         int sum = 0;
         for (MemberDescription md : gd.members()) {
@@ -338,11 +350,23 @@ public class JavaClient {
             sum += md.assignment().topicPartitions().size();
         }
         expect(union.size() == 3 && sum == 3, "assignments disjoint and covering: " + gd.members());
-        expect(seen.size() == n, "KIP-848 members read " + seen.size() + " of " + n);
-        done.countDown();
-        for (Future<Set<TopicPartition>> f : fs) f.get(60, TimeUnit.SECONDS);
+        // One member leaves: the other takes everything and reads what comes next.
+        stop.get(0).countDown();
+        fs.get(0).get(60, TimeUnit.SECONDS);
+        describeUntil(admin, group, d -> d.members().size() == 1
+                && d.members().iterator().next().assignment().topicPartitions().size() == 3,
+                "1 member holding all 3 partitions");
+        try (KafkaProducer<String, String> p = producer(new Properties())) {
+            for (int i = 0; i < 300; i++) p.send(new ProducerRecord<>(topic, "w" + i, "w" + i));
+        }
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+        while (seen.size() < n + 300 && System.nanoTime() < deadline) Thread.sleep(100);
+        expect(seen.size() == n + 300, "the remaining member read " + (seen.size() - n) + " of 300 new records");
+        stop.get(1).countDown();
+        fs.get(1).get(60, TimeUnit.SECONDS);
         ex.shutdown();
-        ok("KIP-848 consumer group (group.protocol=consumer): 2 members split 3 partitions, read all " + n);
+        ok("group.protocol=" + protocol + " (" + type + "): 2 members split 3 partitions and read all " + n
+                + "; one left, the other took all 3 and read 300 more");
     }
 
     static void transactions(Admin admin) throws Exception {
@@ -957,7 +981,8 @@ public class JavaClient {
             int n = 3000;
             Map<Integer, Integer> counts = produceDefault(admin, topic, n);
             consumeClassic(admin, topic, n);
-            consumeKip848(admin, topic, n);
+            twoMembers(admin, n, "classic");
+            twoMembers(admin, n, "consumer");
             transactions(admin);
             compression(admin);
             moreAdmin(admin, topic);
