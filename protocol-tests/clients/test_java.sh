@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Apache Kafka's own Java client, kafka-clients 4.3.0, against Sluice (java/JavaClient.java):
 # first against run.sh's broker, then over SASL_SSL (PLAIN, SCRAM-SHA-512, re-authentication)
-# against a broker of its own, then through a kill -9 and restart of another, then against a three-node cluster of its own (replication
-# factor 3), where the default producer also writes through a kill -9 of the partition's
-# leader.
+# against a broker of its own, then through a kill -9 and restart of another, then against a
+# three-node cluster of its own (replication factor 3): the checks again, a kill -9 of a
+# partition leader that also coordinates a group and a transaction, and (the killed node back)
+# a rolling restart under a producer and a consumer group.
 #
 #   test_java.sh HOST:PORT
 #
@@ -14,7 +15,8 @@
 # JDK 17+ (`java` runs the source file directly; .ci/run installs default-jdk-headless).
 #
 # Environment: SLUICE_BIN (the broker, set by run.sh), SLUICE_PYTHON (a python with pip),
-# SLUICE_JAVA_LIBS (default ~/.cache/sluice-java-4.3.0).
+# SLUICE_JAVA_LIBS (default ~/.cache/sluice-java-4.3.0), SLUICE_KEEP=1 (keep the brokers' data
+# and logs).
 set -euo pipefail
 ADDR=${1:?usage: test_java.sh HOST:PORT}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -37,7 +39,7 @@ cleanup() {
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
     # The braces take bash's "Killed" notice of the node the failover killed.
     for p in "${PIDS[@]}"; do { wait "$p"; } 2>/dev/null || true; done
-    rm -rf "$TMP"
+    if [[ ${SLUICE_KEEP:-0} == 1 ]]; then echo "  kept $TMP"; else rm -rf "$TMP"; fi
 }
 trap cleanup EXIT
 fail() {
@@ -147,30 +149,72 @@ for s in socks: s.bind(("127.0.0.1", 0))
 print(" ".join(str(s.getsockname()[1]) for s in socks))')"
 VOTERS="1@127.0.0.1:${P[3]},2@127.0.0.1:${P[4]},3@127.0.0.1:${P[5]}"
 BROKERS="127.0.0.1:${P[0]},127.0.0.1:${P[1]},127.0.0.1:${P[2]}"
-for n in 1 2 3; do
-    port=${P[n - 1]} cport=${P[n + 2]}
+start_node() {
+    local n=$1 port=${P[$1 - 1]} cport=${P[$1 + 2]}
     # `group.initial.rebalance.delay.ms=0`, as run.sh's broker: a group's first rebalance
     # does not wait 3 s for more members.
     "$BIN" serve --node-id "$n" --data-dir "$TMP/d$n" --set process.roles=broker,controller \
         --set "listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport" \
         --set "advertised.listeners=PLAINTEXT://127.0.0.1:$port" --set controller.listener.names=CONTROLLER \
         --set "controller.quorum.voters=$VOTERS" --set group.initial.rebalance.delay.ms=0 \
-        >"$TMP/node$n.log" 2>&1 &
+        >>"$TMP/node$n.log" 2>&1 &
     PIDS[$n]=$!
-done
-for n in 1 2 3; do
-    up=0
+}
+wait_node() {
     for _ in $(seq 100); do
-        (exec 3<>"/dev/tcp/127.0.0.1/${P[n - 1]}") 2>/dev/null && { up=1; break; }
+        (exec 3<>"/dev/tcp/127.0.0.1/${P[$1 - 1]}") 2>/dev/null && return 0
         sleep 0.1
     done
-    ((up)) || fail "node $n did not start"
-done
+    fail "node $1 did not start"
+}
+for n in 1 2 3; do start_node "$n"; done
+for n in 1 2 3; do wait_node "$n"; done
 echo "  -- three nodes ($BROKERS), replication factor 3"
 jclient "$BROKERS" 3 || fail "Java client against three nodes"
 # jclient merges the client's stderr into its output; the braces take only bash's "Killed"
 # notice of the node the check kills.
 { jclient "$BROKERS" 3 "1=${PIDS[1]},2=${PIDS[2]},3=${PIDS[3]}"; } 2>/dev/null || fail "Java client through a failover"
+# The killed node starts again on its data and catches up.
+for n in 1 2 3; do
+    kill -0 "${PIDS[$n]}" 2>/dev/null && continue
+    { wait "${PIDS[$n]}"; } 2>/dev/null || true
+    start_node "$n"
+    wait_node "$n"
+    echo "  ok: node $n (killed) started again"
+done
+
+# A rolling restart: each node in turn stopped with SIGTERM (a controlled shutdown) and
+# started again once every partition of the topic has all 3 replicas in sync, while the
+# default producer and a consumer group work on it.
+echo "  -- rolling restart under the default producer and a consumer group"
+ROLLED=$TMP/rolled
+jclient "$BROKERS" rolling java-rolling "$ROLLED" >"$TMP/rolling.out" &
+JPID=$!
+rolling_meta() { # java-rolling's lines of kcat -L (all topics: naming it would auto-create it)
+    timeout 10 kcat -L -b "$BROKERS" 2>/dev/null | awk '/^  topic /{on = /"java-rolling"/} on'
+}
+all_in_sync() { # every partition of java-rolling lists 3 in-sync replicas
+    local meta
+    meta=$(rolling_meta) || return 1
+    [[ $(grep -c 'partition ' <<<"$meta") == 3 && $(grep -Ec 'isrs: [0-9]+,[0-9]+,[0-9]+$' <<<"$meta") == 3 ]]
+}
+wait_in_sync() {
+    for _ in $(seq 120); do all_in_sync && return 0; sleep 0.5; done
+    fail "java-rolling did not get 3 in-sync replicas on every partition: $(rolling_meta | tr -s ' \n' ' ')"
+}
+wait_in_sync
+sleep 2
+for n in 1 2 3; do
+    kill -TERM "${PIDS[$n]}"
+    { wait "${PIDS[$n]}"; } 2>/dev/null || true
+    start_node "$n"
+    wait_node "$n"
+    wait_in_sync
+    sleep 1
+done
+touch "$ROLLED"
+wait "$JPID" || { cat "$TMP/rolling.out"; fail "Java client through a rolling restart"; }
+cat "$TMP/rolling.out"
 for n in 1 2 3; do
     ! grep -qi 'panick' "$TMP/node$n.log" || fail "node $n panicked"
 done

@@ -8,7 +8,8 @@
 // usage: java -cp 'JARS/*' JavaClient.java HOST:PORT[,...] [REPLICATION_FACTOR [NODE=PID,...]]
 //        with NODE=PID pairs it runs only the failover check (see failover());
 //        java -cp 'JARS/*' JavaClient.java HOST:PORT sasl CA.pem: the SASL_SSL checks (sasl());
-//        java -cp 'JARS/*' JavaClient.java HOST:PORT restart TOPIC: see restart().
+//        java -cp 'JARS/*' JavaClient.java HOST:PORT restart TOPIC: see restart();
+//        java -cp 'JARS/*' JavaClient.java HOST:PORT,... rolling TOPIC STOP_FILE: see rolling().
 //
 // Prints "ok: ..." per check and exits 1 at the first one that fails.
 
@@ -942,6 +943,77 @@ public class JavaClient {
                 + " records acknowledged, each once at its offset");
     }
 
+    /**
+     * A rolling restart (test_java.sh stops each node with SIGTERM, a controlled shutdown, and
+     * starts it again, one at a time) under the default producer and a classic consumer group,
+     * on a topic of 3 partitions with replication factor 3 and min.insync.replicas=2. The
+     * producer writes until `stopFile` exists; then every record is acknowledged, each is in
+     * its partition once at its acknowledged offset, and the group read all of them.
+     */
+    static void rolling(String topic, java.nio.file.Path stopFile) throws Exception {
+        rf = Optional.of((short) 3);
+        try (Admin admin = Admin.create(base())) {
+            createTopic(admin, topic, 3, Map.of("min.insync.replicas", "2"));
+            retrying(() -> admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic),
+                    "describe " + topic);
+        }
+        Map<TopicPartition, Map<Long, String>> acked = new ConcurrentHashMap<>();
+        List<Exception> errors = Collections.synchronizedList(new ArrayList<>());
+        Set<String> seen = ConcurrentHashMap.newKeySet();
+        CountDownLatch stop = new CountDownLatch(1);
+        ExecutorService ex = Executors.newSingleThreadExecutor();
+        Future<?> reader = ex.submit(() -> {
+            try (KafkaConsumer<String, String> c = consumer(props("group.id", "java-rolling-" + RUN,
+                    "auto.offset.reset", "earliest"))) {
+                c.subscribe(List.of(topic));
+                while (!stop.await(0, TimeUnit.MILLISECONDS)) {
+                    for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) seen.add(r.value());
+                }
+            }
+            return null;
+        });
+        int sent = 0;
+        try (KafkaProducer<String, String> p = producer(new Properties())) {
+            long start = System.nanoTime();
+            long limit = start + TimeUnit.SECONDS.toNanos(180);
+            while (!java.nio.file.Files.exists(stopFile) && System.nanoTime() < limit) {
+                String v = "r" + sent;
+                p.send(new ProducerRecord<>(topic, "k" + sent, v), (md, e) -> {
+                    if (e != null) errors.add(e);
+                    else acked.computeIfAbsent(new TopicPartition(md.topic(), md.partition()),
+                            tp -> new ConcurrentHashMap<>()).put(md.offset(), v);
+                });
+                sent++;
+                if (sent % 20 == 0) Thread.sleep(10); // about 2,000 records a second
+            }
+            p.flush();
+        }
+        expect(java.nio.file.Files.exists(stopFile), "the rolling restart did not finish within 180 s");
+        expect(errors.isEmpty(), "sends failed during the rolling restart: "
+                + errors.subList(0, Math.min(3, errors.size())));
+        int total = acked.values().stream().mapToInt(Map::size).sum();
+        expect(total == sent, "acknowledged " + total + " of " + sent);
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+        while (seen.size() < sent && System.nanoTime() < deadline) Thread.sleep(100);
+        stop.countDown();
+        reader.get(60, TimeUnit.SECONDS);
+        ex.shutdown();
+        expect(seen.size() == sent, "the group read " + seen.size() + " of " + sent);
+        for (Map.Entry<TopicPartition, Map<Long, String>> e : acked.entrySet()) {
+            try (KafkaConsumer<String, String> c = consumer(props("auto.offset.reset", "earliest"))) {
+                c.assign(List.of(e.getKey()));
+                List<ConsumerRecord<String, String>> got = readAll(c, e.getValue().size());
+                expect(got.size() == e.getValue().size(), e.getKey() + ": read " + got.size() + " of "
+                        + e.getValue().size() + " (duplicates or loss)");
+                for (ConsumerRecord<String, String> r : got) {
+                    expect(r.value().equals(e.getValue().get(r.offset())), "offset " + r.offset() + " of "
+                            + e.getKey() + " holds " + r.value() + ", acknowledged " + e.getValue().get(r.offset()));
+                }
+            }
+        }
+        ok("rolling restart of 3 nodes: " + sent + " records acknowledged, each once at its offset, all read by the group");
+    }
+
     public static void main(String[] args) {
         try {
             run(args);
@@ -955,6 +1027,10 @@ public class JavaClient {
 
     static void run(String[] args) throws Exception {
         addr = args[0];
+        if (args.length > 3 && args[1].equals("rolling")) {
+            rolling(args[2], java.nio.file.Path.of(args[3]));
+            return;
+        }
         if (args.length > 2 && args[1].equals("restart")) {
             restart(args[2]);
             return;
