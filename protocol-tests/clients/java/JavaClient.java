@@ -185,7 +185,7 @@ public class JavaClient {
             expect(e.getCause() instanceof InvalidConfigurationException
                     || e.getCause() instanceof InvalidRequestException, "retention.ms=soon: " + e.getCause());
         }
-        ok("incrementalAlterConfigs with a bad value: " + "refused");
+        ok("incrementalAlterConfigs with a bad value (retention.ms=soon): refused");
 
         FeatureMetadata fm = admin.describeFeatures().featureMetadata().get();
         // Sluice finalizes the features it serves (compat-matrix.md, Features).
