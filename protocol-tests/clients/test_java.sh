@@ -72,34 +72,37 @@ fi
 # logger is left out.
 jclient() { timeout 300 java -cp "$LIBS/*" "$HERE/java/JavaClient.java" "$@" 2>&1 | grep -v '^SLF4J' | sed 's/^/  /'; }
 
+# Free loopback ports, picked at once so that none is picked twice: 0-5 the cluster's
+# (client, then controller listeners), 6 the SASL_SSL broker's, 7 the restarted broker's.
+read -ra PORTS <<<"$("$PY" -c '
+import socket
+socks = [socket.socket() for _ in range(8)]
+for s in socks: s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in socks))')"
+wait_port() { # PORT WHAT: until something accepts on 127.0.0.1:PORT (10 s)
+    for _ in $(seq 100); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+        sleep 0.1
+    done
+    fail "$2 did not start"
+}
+
 echo "  -- one node ($ADDR)"
 jclient "$ADDR" || fail "Java client against one node"
 
 # A broker of its own with a SASL_SSL listener (PLAIN users from the JAAS line, SCRAM users
 # made over PLAIN) whose sessions last 1.5 s (connections.max.reauth.ms, KIP-368).
 command -v openssl >/dev/null || fail "no openssl (the SASL_SSL broker's certificates)"
-(
-    cd "$TMP"
-    ossl() { openssl "$@" 2>>openssl.log; }
-    ossl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=sluice test CA" -keyout ca.key -out ca.pem
-    printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >server.ext
-    ossl req -newkey rsa:2048 -nodes -subj "/CN=broker" -keyout broker.key -out broker.csr
-    ossl x509 -req -in broker.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile server.ext -out broker.crt
-    cat broker.key broker.crt ca.pem >broker-keystore.pem
-) || fail "openssl: $(tail -n 3 "$TMP/openssl.log")"
-SASLS=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+source "$HERE/certs_common.sh"
+make_broker_certs "$TMP" "$TMP/openssl.log" || fail "openssl: $(tail -n 3 "$TMP/openssl.log")"
+SASLS=${PORTS[6]}
 JAAS='org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="admin-secret" user_admin="admin-secret";'
 "$BIN" serve --data-dir "$TMP/sasl-data" --set "listeners=SASL_SSL://127.0.0.1:$SASLS" \
     --set sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512 --set "listener.name.sasl_ssl.plain.sasl.jaas.config=$JAAS" \
     --set ssl.keystore.type=PEM --set "ssl.keystore.location=$TMP/broker-keystore.pem" \
     --set connections.max.reauth.ms=1500 >"$TMP/node-sasl.log" 2>&1 &
 PIDS[sasl]=$!
-up=0
-for _ in $(seq 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$SASLS") 2>/dev/null && { up=1; break; }
-    sleep 0.1
-done
-((up)) || fail "the SASL_SSL broker did not start"
+wait_port "$SASLS" "the SASL_SSL broker"
 echo "  -- SASL_SSL (127.0.0.1:$SASLS)"
 jclient "127.0.0.1:$SASLS" sasl "$TMP/ca.pem" || fail "Java client over SASL_SSL"
 kill "${PIDS[sasl]}" && { wait "${PIDS[sasl]}"; } 2>/dev/null
@@ -107,15 +110,11 @@ unset 'PIDS[sasl]'
 
 # A broker of its own, on its defaults, killed (kill -9) and started again on the same data
 # while the default producer writes to it (auto-creating its topic).
-RPORT=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+RPORT=${PORTS[7]}
 start_restart_broker() {
     "$BIN" serve --listen "127.0.0.1:$RPORT" --data-dir "$TMP/restart-data" >>"$TMP/node-restart.log" 2>&1 &
     PIDS[restart]=$!
-    for _ in $(seq 100); do
-        (exec 3<>"/dev/tcp/127.0.0.1/$RPORT") 2>/dev/null && return 0
-        sleep 0.1
-    done
-    fail "the broker on :$RPORT did not start"
+    wait_port "$RPORT" "the broker on :$RPORT"
 }
 echo "  -- kill -9 and restart of a broker (127.0.0.1:$RPORT) under the default producer"
 start_restart_broker
@@ -142,11 +141,7 @@ kill "${PIDS[restart]}" && { wait "${PIDS[restart]}"; } 2>/dev/null
 unset 'PIDS[restart]'
 
 # A cluster of three nodes, each broker and controller, on free loopback ports.
-read -ra P <<<"$("$PY" -c '
-import socket
-socks = [socket.socket() for _ in range(6)]
-for s in socks: s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in socks))')"
+P=("${PORTS[@]:0:6}")
 VOTERS="1@127.0.0.1:${P[3]},2@127.0.0.1:${P[4]},3@127.0.0.1:${P[5]}"
 BROKERS="127.0.0.1:${P[0]},127.0.0.1:${P[1]},127.0.0.1:${P[2]}"
 start_node() {
@@ -160,13 +155,7 @@ start_node() {
         >>"$TMP/node$n.log" 2>&1 &
     PIDS[$n]=$!
 }
-wait_node() {
-    for _ in $(seq 100); do
-        (exec 3<>"/dev/tcp/127.0.0.1/${P[$1 - 1]}") 2>/dev/null && return 0
-        sleep 0.1
-    done
-    fail "node $1 did not start"
-}
+wait_node() { wait_port "${P[$1 - 1]}" "node $1"; }
 for n in 1 2 3; do start_node "$n"; done
 for n in 1 2 3; do wait_node "$n"; done
 echo "  -- three nodes ($BROKERS), replication factor 3"

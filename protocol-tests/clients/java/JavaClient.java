@@ -722,12 +722,12 @@ public class JavaClient {
             p.flush();
             killed = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic)
                     .partitions().get(0).leader().id();
-            group = groupCoordinatedBy(admin, killed);
+            group = idCoordinatedBy(admin, "__consumer_offsets", "java-fo-" + RUN + "-", killed);
             try (KafkaConsumer<String, String> c = consumer(props("group.id", group,
                     "auto.offset.reset", "earliest", "max.poll.records", "100"))) {
                 c.subscribe(List.of(read));
                 // And a transaction is open across the kill, its coordinator on that node too.
-                txid = transactionCoordinatedBy(admin, killed);
+                txid = idCoordinatedBy(admin, "__transaction_state", "java-fo-tx-" + RUN + "-", killed);
                 tx = producer(props("transactional.id", txid));
                 tx.initTransactions();
                 tx.beginTransaction();
@@ -781,52 +781,41 @@ public class JavaClient {
         int leader = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic)
                 .partitions().get(0).leader().id();
         expect(leader != killed, "leader still " + killed);
-        try (KafkaConsumer<String, String> c = consumer(props("auto.offset.reset", "earliest"))) {
-            c.assign(List.of(tp));
-            List<ConsumerRecord<String, String>> got = readAll(c, n);
-            expect(got.size() == n, "read " + got.size() + " of " + n + " records (duplicates or loss)");
-            for (ConsumerRecord<String, String> r : got) {
-                expect(r.value().equals(acked.get(r.offset())), "offset " + r.offset() + " holds "
-                        + r.value() + ", acknowledged " + acked.get(r.offset()));
-            }
-        }
+        expectAcknowledged(tp, acked);
         ok("failover: node " + killed + " (the leader) killed after " + (n / 4) + " of " + n
                 + " records; all acknowledged, node " + leader + " leads, each record once at its offset");
     }
 
-    /** A group id whose coordinator is `node`: Kafka places a group on the leader of
-     *  `__consumer_offsets` partition abs(hashCode) % partitions. */
-    static String groupCoordinatedBy(Admin admin, int node) throws Exception {
-        TopicDescription offsets = retrying(() -> admin.describeTopics(List.of("__consumer_offsets"))
-                .allTopicNames().get().get("__consumer_offsets"), "describe __consumer_offsets");
-        int count = offsets.partitions().size();
+    /** An id (`prefix` and a number) whose coordinator is `node`: Kafka places a group or a
+     *  transactional id on the leader of partition abs(hashCode) % partitions of its internal
+     *  topic (`__consumer_offsets`, `__transaction_state`). */
+    static String idCoordinatedBy(Admin admin, String internal, String prefix, int node) throws Exception {
+        TopicDescription td = retrying(() -> admin.describeTopics(List.of(internal)).allTopicNames().get()
+                .get(internal), "describe " + internal);
         for (int k = 0; k < 10000; k++) {
-            String g = "java-fo-" + RUN + "-" + k;
-            int h = g.hashCode();
-            int partition = (h == Integer.MIN_VALUE ? 0 : Math.abs(h)) % count;
-            Node leader = offsets.partitions().stream().filter(i -> i.partition() == partition)
+            String id = prefix + k;
+            int h = id.hashCode();
+            int partition = (h == Integer.MIN_VALUE ? 0 : Math.abs(h)) % td.partitions().size();
+            Node leader = td.partitions().stream().filter(i -> i.partition() == partition)
                     .findFirst().orElseThrow().leader();
-            if (leader != null && leader.id() == node) return g;
+            if (leader != null && leader.id() == node) return id;
         }
-        expect(false, "no group id coordinated by node " + node);
+        expect(false, "no id placed on node " + node + " in " + internal);
         return null;
     }
 
-    /** A transactional id whose coordinator is `node` (the leader of its `__transaction_state`
-     *  partition, placed as groups are). The topic is made by the first InitProducerId. */
-    static String transactionCoordinatedBy(Admin admin, int node) throws Exception {
-        TopicDescription state = retrying(() -> admin.describeTopics(List.of("__transaction_state"))
-                .allTopicNames().get().get("__transaction_state"), "describe __transaction_state");
-        for (int k = 0; k < 10000; k++) {
-            String t = "java-fo-tx-" + RUN + "-" + k;
-            int h = t.hashCode();
-            int partition = (h == Integer.MIN_VALUE ? 0 : Math.abs(h)) % state.partitions().size();
-            Node leader = state.partitions().stream().filter(i -> i.partition() == partition)
-                    .findFirst().orElseThrow().leader();
-            if (leader != null && leader.id() == node) return t;
+    /** Reads `tp` from its start: exactly the acknowledged records, each at its offset. */
+    static void expectAcknowledged(TopicPartition tp, Map<Long, String> acked) {
+        try (KafkaConsumer<String, String> c = consumer(props("auto.offset.reset", "earliest"))) {
+            c.assign(List.of(tp));
+            List<ConsumerRecord<String, String>> got = readAll(c, acked.size());
+            expect(got.size() == acked.size(), tp + ": read " + got.size() + " of " + acked.size()
+                    + " records (duplicates or loss)");
+            for (ConsumerRecord<String, String> r : got) {
+                expect(r.value().equals(acked.get(r.offset())), "offset " + r.offset() + " of " + tp
+                        + " holds " + r.value() + ", acknowledged " + acked.get(r.offset()));
+            }
         }
-        expect(false, "no transactional id coordinated by node " + node);
-        return null;
     }
 
     static void send(KafkaProducer<String, String> p, String topic, int i, Map<Long, String> acked,
@@ -930,15 +919,7 @@ public class JavaClient {
         }
         expect(errors.isEmpty(), "sends failed across the restart: " + errors.subList(0, Math.min(3, errors.size())));
         expect(acked.size() == n, "acknowledged " + acked.size() + " of " + n);
-        try (KafkaConsumer<String, String> c = consumer(props("auto.offset.reset", "earliest"))) {
-            c.assign(List.of(new TopicPartition(topic, 0)));
-            List<ConsumerRecord<String, String>> got = readAll(c, n);
-            expect(got.size() == n, "read " + got.size() + " of " + n + " records (duplicates or loss)");
-            for (ConsumerRecord<String, String> r : got) {
-                expect(r.value().equals(acked.get(r.offset())), "offset " + r.offset() + " holds "
-                        + r.value() + ", acknowledged " + acked.get(r.offset()));
-            }
-        }
+        expectAcknowledged(new TopicPartition(topic, 0), acked);
         ok("broker kill -9 and restart under the default producer: all " + n
                 + " records acknowledged, each once at its offset");
     }
@@ -999,18 +980,7 @@ public class JavaClient {
         reader.get(60, TimeUnit.SECONDS);
         ex.shutdown();
         expect(seen.size() == sent, "the group read " + seen.size() + " of " + sent);
-        for (Map.Entry<TopicPartition, Map<Long, String>> e : acked.entrySet()) {
-            try (KafkaConsumer<String, String> c = consumer(props("auto.offset.reset", "earliest"))) {
-                c.assign(List.of(e.getKey()));
-                List<ConsumerRecord<String, String>> got = readAll(c, e.getValue().size());
-                expect(got.size() == e.getValue().size(), e.getKey() + ": read " + got.size() + " of "
-                        + e.getValue().size() + " (duplicates or loss)");
-                for (ConsumerRecord<String, String> r : got) {
-                    expect(r.value().equals(e.getValue().get(r.offset())), "offset " + r.offset() + " of "
-                            + e.getKey() + " holds " + r.value() + ", acknowledged " + e.getValue().get(r.offset()));
-                }
-            }
-        }
+        acked.forEach(JavaClient::expectAcknowledged);
         ok("rolling restart of 3 nodes: " + sent + " records acknowledged, each once at its offset, all read by the group");
     }
 
