@@ -118,7 +118,7 @@ run_one() { # name -> exit status of the test
         kcat)
             timeout 180 bash "$HERE/test_kcat.sh" "$ADDR" ;;
         java) # Apache Kafka's Java client: this broker, then a three-node cluster of its own
-            timeout 480 bash "$HERE/test_java.sh" "$ADDR" ;;
+            timeout 600 bash "$HERE/test_java.sh" "$ADDR" ;;
         ssl) # its own broker, with TLS listeners
             timeout 180 bash "$HERE/test_ssl.sh" ;;
         sasl) # its own broker, with SASL_PLAINTEXT and SASL_SSL listeners

