@@ -581,6 +581,55 @@ public class JavaClient {
         ok("an open transaction holds read_committed at the last stable offset (5 of 9), its commit releases it");
     }
 
+    /**
+     * A hanging transaction (KIP-664), found and aborted as `kafka-transactions.sh find-hanging`
+     * and `abort` do: DescribeProducers shows the open transaction's first offset and holds the
+     * last stable offset there; Admin.abortTransaction writes an abort marker to the partition
+     * (WriteTxnMarkers from a client, at the producer's epoch and the coordinator epoch the
+     * partition last saw), which releases read_committed readers and hides the record.
+     */
+    static void hangingTransaction(Admin admin) throws Exception {
+        String topic = "java-hang-" + RUN;
+        createTopic(admin, topic, 1, null);
+        TopicPartition tp = new TopicPartition(topic, 0);
+        try (KafkaProducer<String, String> tx = producer(props("transactional.id", "java-hang-" + RUN))) {
+            tx.initTransactions();
+            tx.beginTransaction();
+            tx.send(new ProducerRecord<>(topic, "committed")).get();
+            tx.commitTransaction();
+            tx.beginTransaction();
+            tx.send(new ProducerRecord<>(topic, "hanging")).get();
+            List<ProducerState> producers = admin.describeProducers(List.of(tp)).partitionResult(tp)
+                    .get(10, TimeUnit.SECONDS).activeProducers();
+            expect(producers.size() == 1 && producers.get(0).currentTransactionStartOffset().isPresent(),
+                    "describeProducers shows the open transaction: " + producers);
+            ProducerState open = producers.get(0);
+            long start = open.currentTransactionStartOffset().getAsLong();
+            ListOffsetsOptions committed = new ListOffsetsOptions(IsolationLevel.READ_COMMITTED);
+            long lso = admin.listOffsets(Map.of(tp, OffsetSpec.latest()), committed).partitionResult(tp).get().offset();
+            expect(start == 2 && lso == start, "the open transaction starts at 2 (" + start + ") and holds the LSO (" + lso + ")");
+
+            admin.abortTransaction(new AbortTransactionSpec(tp, open.producerId(), (short) open.producerEpoch(),
+                    open.coordinatorEpoch().orElse(0))).all().get(10, TimeUnit.SECONDS);
+            long end = admin.listOffsets(Map.of(tp, OffsetSpec.latest())).partitionResult(tp).get().offset();
+            long released = admin.listOffsets(Map.of(tp, OffsetSpec.latest()), committed).partitionResult(tp).get().offset();
+            expect(end == 4 && released == end, "after the abort marker the LSO is the log end: " + released + " of " + end);
+            expect(admin.describeProducers(List.of(tp)).partitionResult(tp).get().activeProducers().stream()
+                    .allMatch(s -> s.currentTransactionStartOffset().isEmpty()), "no open transaction is left");
+            try (KafkaConsumer<String, String> rc = consumer(props("isolation.level", "read_committed"))) {
+                rc.assign(List.of(tp));
+                rc.seekToBeginning(List.of(tp));
+                List<String> got = readAll(rc, 1).stream().map(ConsumerRecord::value).collect(Collectors.toList());
+                rc.poll(Duration.ofMillis(500)).forEach(r -> got.add(r.value()));
+                expect(got.equals(List.of("committed")), "read_committed after the abort: " + got);
+            }
+            // The producer's own end of the transaction: the coordinator still holds it open.
+            tx.abortTransaction();
+        }
+        ok("a hanging transaction: describeProducers found it at offset 2 holding the LSO, abortTransaction "
+                + "(WriteTxnMarkers) released it, read_committed sees only the committed record");
+    }
+
     /** The rest of the admin client's surface: quorum, log dirs, transactions, quotas, SCRAM
      *  users, dynamic broker configs and loggers; on a cluster, a reassignment and an election. */
     static void moreAdmin(Admin admin, String topic) throws Exception {
@@ -1033,6 +1082,7 @@ public class JavaClient {
             compression(admin);
             moreAdmin(admin, topic);
             moreClients(admin);
+            hangingTransaction(admin);
             offsetsAndDeletes(admin, topic, counts);
             groupsAdmin(admin, topic);
         }
