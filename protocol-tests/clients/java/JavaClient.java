@@ -765,16 +765,23 @@ public class JavaClient {
         KafkaProducer<String, String> tx;
         int killed;
         String group;
+        String group848;
         Set<String> seen = new HashSet<>();
+        Set<String> seen848 = new HashSet<>();
         try (KafkaProducer<String, String> p = producer(new Properties())) {
             for (int i = 0; i < n / 4; i++) send(p, topic, i, acked, errors);
             p.flush();
             killed = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic)
                     .partitions().get(0).leader().id();
             group = idCoordinatedBy(admin, "__consumer_offsets", "java-fo-" + RUN + "-", killed);
+            // And a KIP-848 group, whose coordinator is on that node as well.
+            group848 = idCoordinatedBy(admin, "__consumer_offsets", "java-fo848-" + RUN + "-", killed);
             try (KafkaConsumer<String, String> c = consumer(props("group.id", group,
+                    "auto.offset.reset", "earliest", "max.poll.records", "100"));
+                 KafkaConsumer<String, String> c848 = consumer(props("group.id", group848, "group.protocol", "consumer",
                     "auto.offset.reset", "earliest", "max.poll.records", "100"))) {
                 c.subscribe(List.of(read));
+                c848.subscribe(List.of(read));
                 // And a transaction is open across the kill, its coordinator on that node too.
                 txid = idCoordinatedBy(admin, "__transaction_state", "java-fo-tx-" + RUN + "-", killed);
                 tx = producer(props("transactional.id", txid));
@@ -782,19 +789,26 @@ public class JavaClient {
                 tx.beginTransaction();
                 for (int i = 0; i < 100; i++) tx.send(new ProducerRecord<>(txTopic, "t" + i, "before-" + i));
                 tx.flush();
-                while (seen.size() < m / 3) {
-                    for (ConsumerRecord<String, String> r : readAll(c, 1)) seen.add(r.value());
+                long before = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+                while ((seen.size() < m / 3 || seen848.size() < m / 3) && System.nanoTime() < before) {
+                    for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(100))) seen.add(r.value());
+                    for (ConsumerRecord<String, String> r : c848.poll(Duration.ofMillis(100))) seen848.add(r.value());
                     c.commitSync();
+                    c848.commitSync();
                 }
+                expect(seen.size() >= m / 3 && seen848.size() >= m / 3, "both groups read before the kill: "
+                        + seen.size() + " and " + seen848.size());
                 expect(ProcessHandle.of(pids.get(killed)).map(ProcessHandle::destroyForcibly).orElse(false),
                         "kill -9 of node " + killed);
                 for (int i = n / 4; i < n; i++) send(p, topic, i, acked, errors);
                 // The group's coordinator moves; the consumer finds it, and commits there.
                 long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(90);
-                while (seen.size() < m && System.nanoTime() < deadline) {
-                    for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) seen.add(r.value());
+                while ((seen.size() < m || seen848.size() < m) && System.nanoTime() < deadline) {
+                    for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(100))) seen.add(r.value());
+                    for (ConsumerRecord<String, String> r : c848.poll(Duration.ofMillis(100))) seen848.add(r.value());
                 }
                 c.commitSync(Duration.ofSeconds(60));
+                c848.commitSync(Duration.ofSeconds(60));
             }
             p.flush();
         }
@@ -816,15 +830,18 @@ public class JavaClient {
                 "transaction after the failover: " + td);
         ok("failover: transaction " + txid + " (coordinated by node " + killed + ") open across the kill, "
                 + "committed through node " + td.coordinatorId() + ", all 200 records read_committed");
-        expect(seen.size() == m, "the group read " + seen.size() + " of " + m + " across the failover");
-        Map<TopicPartition, OffsetAndMetadata> committed =
-                admin.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata().get();
-        long total = committed.values().stream().mapToLong(OffsetAndMetadata::offset).sum();
-        expect(total == m, "committed offsets sum to " + total + ": " + committed);
-        Node coordinator = admin.describeConsumerGroups(List.of(group)).all().get().get(group).coordinator();
-        expect(coordinator.id() != killed, "coordinator still " + coordinator);
-        ok("failover: group " + group + " (coordinated by node " + killed + ") read all " + m
-                + " and committed the end offsets at node " + coordinator.id());
+        for (Map.Entry<String, Set<String>> g : Map.of(group, seen, group848, seen848).entrySet()) {
+            String id = g.getKey();
+            expect(g.getValue().size() == m, "group " + id + " read " + g.getValue().size() + " of " + m + " across the failover");
+            Map<TopicPartition, OffsetAndMetadata> committed =
+                    admin.listConsumerGroupOffsets(id).partitionsToOffsetAndMetadata().get();
+            long total = committed.values().stream().mapToLong(OffsetAndMetadata::offset).sum();
+            expect(total == m, "group " + id + ": committed offsets sum to " + total + ": " + committed);
+            ConsumerGroupDescription d = admin.describeConsumerGroups(List.of(id)).all().get().get(id);
+            expect(d.coordinator().id() != killed, "coordinator still " + d.coordinator());
+            ok("failover: " + d.type() + " group " + id + " (coordinated by node " + killed + ") read all " + m
+                    + " and committed the end offsets at node " + d.coordinator().id());
+        }
         expect(errors.isEmpty(), "sends failed across the failover: " + errors.subList(0, Math.min(3, errors.size())));
         expect(acked.size() == n, "acknowledged " + acked.size() + " of " + n);
         int leader = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic)
