@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Apache Kafka's own Java client, kafka-clients 4.3.0, against Sluice (java/JavaClient.java):
-# first against run.sh's broker, then over SASL_SSL (PLAIN, SCRAM-SHA-512, re-authentication)
-# against a broker of its own, then through a kill -9 and restart of another, then against a
-# three-node cluster of its own (replication factor 3): the checks again, a kill -9 of a
-# partition leader that also coordinates a group and a transaction, and (the killed node back)
-# a rolling restart under a producer and a consumer group. Kafka Connect 4.3 in distributed
-# mode (java/ConnectClient.java) runs against run.sh's broker and against the cluster.
+# first against run.sh's broker, then over SASL_SSL (PLAIN, SCRAM-SHA-512, OAUTHBEARER,
+# re-authentication) and mutual TLS against a broker of its own, then through a kill -9 and
+# restart of another, then against a three-node cluster of its own (replication factor 3):
+# the checks again, a kill -9 of a partition leader that also coordinates two groups and a
+# transaction, and (the killed node back) a rolling restart under a producer and a consumer
+# group. Kafka Connect 4.3 in distributed mode (java/ConnectClient.java) runs against run.sh's
+# broker and against the cluster.
 #
 #   test_java.sh HOST:PORT
 #
@@ -98,8 +99,11 @@ if ! have_jars; then
     have_jars || fail "a jar in $LIBS does not match its digest"
 fi
 # The source-file launcher compiles JavaClient.java in memory; SLF4J's note that it has no
-# logger is left out.
-jclient() { timeout 300 java -cp "$LIBS/*" "$HERE/java/JavaClient.java" "$@" 2>&1 | grep -v '^SLF4J' | sed 's/^/  /'; }
+# logger is left out. Jackson (in connect/) is the client's optional dependency that its
+# unsecured OAUTHBEARER tokens need.
+jclient() {
+    timeout 300 java -cp "$LIBS/*:$LIBS/connect/*" "$HERE/java/JavaClient.java" "$@" 2>&1 | grep -v '^SLF4J' | sed 's/^/  /'
+}
 # Kafka Connect's workers write their connectors' files under $TMP/connect-*.
 jconnect() {
     local files
@@ -109,10 +113,11 @@ jconnect() {
 }
 
 # Free loopback ports, picked at once so that none is picked twice: 0-5 the cluster's
-# (client, then controller listeners), 6 the SASL_SSL broker's, 7 the restarted broker's.
+# (client, then controller listeners), 6 the SASL_SSL broker's, 7 the restarted broker's,
+# 8 the SASL_SSL broker's mutual-TLS listener.
 read -ra PORTS <<<"$("$PY" -c '
 import socket
-socks = [socket.socket() for _ in range(8)]
+socks = [socket.socket() for _ in range(9)]
 for s in socks: s.bind(("127.0.0.1", 0))
 print(" ".join(str(s.getsockname()[1]) for s in socks))')"
 wait_port() { # PORT WHAT: until something accepts on 127.0.0.1:PORT (10 s)
@@ -129,20 +134,34 @@ echo "  -- Kafka Connect, two distributed workers ($ADDR)"
 jconnect "$ADDR" || fail "Kafka Connect against one node"
 
 # A broker of its own with a SASL_SSL listener (PLAIN users from the JAAS line, SCRAM users
-# made over PLAIN) whose sessions last 1.5 s (connections.max.reauth.ms, KIP-368).
+# made over PLAIN, unsecured OAUTHBEARER tokens) whose sessions last 1.5 s
+# (connections.max.reauth.ms, KIP-368), and a listener that requires a client certificate
+# from the test CA (Java's PEM keystore: the client's key, then its certificate).
 command -v openssl >/dev/null || fail "no openssl (the SASL_SSL broker's certificates)"
 source "$HERE/certs_common.sh"
 make_broker_certs "$TMP" "$TMP/openssl.log" || fail "openssl: $(tail -n 3 "$TMP/openssl.log")"
-SASLS=${PORTS[6]}
+(
+    cd "$TMP" && printf 'extendedKeyUsage=clientAuth\n' >client.ext &&
+        openssl req -newkey rsa:2048 -nodes -subj "/CN=java-client" -keyout client.key -out client.csr &&
+        openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile client.ext -out client.crt &&
+        cat client.key client.crt >client-keystore.pem
+) 2>>"$TMP/openssl.log" || fail "openssl (client certificate): $(tail -n 3 "$TMP/openssl.log")"
+SASLS=${PORTS[6]} MTLSP=${PORTS[8]}
 JAAS='org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="admin-secret" user_admin="admin-secret";'
-"$BIN" serve --data-dir "$TMP/sasl-data" --set "listeners=SASL_SSL://127.0.0.1:$SASLS" \
-    --set sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512 --set "listener.name.sasl_ssl.plain.sasl.jaas.config=$JAAS" \
+OAUTH='org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;'
+"$BIN" serve --data-dir "$TMP/sasl-data" --set "listeners=SASL_SSL://127.0.0.1:$SASLS,MTLS://127.0.0.1:$MTLSP" \
+    --set listener.security.protocol.map=SASL_SSL:SASL_SSL,MTLS:SSL \
+    --set sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512,OAUTHBEARER --set "listener.name.sasl_ssl.plain.sasl.jaas.config=$JAAS" \
+    --set "listener.name.sasl_ssl.oauthbearer.sasl.jaas.config=$OAUTH" \
     --set ssl.keystore.type=PEM --set "ssl.keystore.location=$TMP/broker-keystore.pem" \
+    --set listener.name.mtls.ssl.client.auth=required --set "listener.name.mtls.ssl.truststore.location=$TMP/ca.pem" \
     --set connections.max.reauth.ms=1500 >"$TMP/node-sasl.log" 2>&1 &
 PIDS[sasl]=$!
 wait_port "$SASLS" "the SASL_SSL broker"
-echo "  -- SASL_SSL (127.0.0.1:$SASLS)"
-jclient "127.0.0.1:$SASLS" sasl "$TMP/ca.pem" || fail "Java client over SASL_SSL"
+wait_port "$MTLSP" "the broker's mutual-TLS listener"
+echo "  -- SASL_SSL (127.0.0.1:$SASLS) and mutual TLS (127.0.0.1:$MTLSP)"
+jclient "127.0.0.1:$SASLS" sasl "$TMP/ca.pem" "127.0.0.1:$MTLSP" "$TMP/client-keystore.pem" ||
+    fail "Java client over SASL_SSL and mutual TLS"
 kill "${PIDS[sasl]}" && { wait "${PIDS[sasl]}"; } 2>/dev/null
 unset 'PIDS[sasl]'
 

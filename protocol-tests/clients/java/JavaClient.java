@@ -7,7 +7,8 @@
 //
 // usage: java -cp 'JARS/*' JavaClient.java HOST:PORT[,...] [REPLICATION_FACTOR [NODE=PID,...]]
 //        with NODE=PID pairs it runs only the failover check (see failover());
-//        java -cp 'JARS/*' JavaClient.java HOST:PORT sasl CA.pem: the SASL_SSL checks (sasl());
+//        java -cp 'JARS/*' JavaClient.java HOST:PORT sasl CA.pem MTLS_HOST:PORT KEYSTORE.pem: the
+//        SASL_SSL checks (sasl()), then mutual TLS (mutualTls());
 //        java -cp 'JARS/*' JavaClient.java HOST:PORT restart TOPIC: see restart();
 //        java -cp 'JARS/*' JavaClient.java HOST:PORT,... rolling TOPIC STOP_FILE: see rolling().
 //
@@ -954,6 +955,69 @@ public class JavaClient {
             expect(e.getCause() instanceof SaslAuthenticationException, "wrong password: " + e.getCause());
         }
         ok("a wrong SCRAM password: SaslAuthenticationException");
+
+        // OAUTHBEARER with the client's default login handler: an unsecured JWT for its subject.
+        Properties oauth = new Properties();
+        oauth.putAll(tls);
+        oauth.putAll(props("sasl.mechanism", "OAUTHBEARER", "sasl.jaas.config",
+                "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub=\"carol\";"));
+        double oauthReauth;
+        try (KafkaProducer<String, String> p = producer(oauth)) {
+            for (int i = n; i < n + 20; i++) {
+                p.send(new ProducerRecord<>(topic, "k" + i, "v" + i)).get();
+                Thread.sleep(100); // 2 s of sends: the 1.5 s session ends once or more
+            }
+            oauthReauth = metric(p.metrics(), "successful-reauthentication-total");
+            double failed = metric(p.metrics(), "failed-reauthentication-total");
+            expect(oauthReauth >= 1 && failed == 0, "OAUTHBEARER re-authentications: " + oauthReauth + " succeeded, "
+                    + failed + " failed");
+        }
+        try (KafkaConsumer<String, String> c = consumer(oauth)) {
+            c.assign(List.of(new TopicPartition(topic, 0)));
+            c.seekToBeginning(List.of(new TopicPartition(topic, 0)));
+            List<ConsumerRecord<String, String>> got = readAll(c, n + 20);
+            expect(got.size() == n + 20 && got.get(n + 19).value().equals("v" + (n + 19)),
+                    "consumer over SASL_SSL/OAUTHBEARER read " + got.size() + " of " + (n + 20));
+        }
+        ok("OAUTHBEARER (an unsecured JWT, the client's default login handler) over SASL_SSL: 20 records "
+                + "written across " + (long) oauthReauth + " re-authentication(s), all " + (n + 20) + " read back");
+    }
+
+    /** SSL with a client certificate from a PEM keystore; without one the broker refuses. */
+    static void mutualTls(String mtlsAddr, String ca, String keystore) throws Exception {
+        addr = mtlsAddr;
+        Properties tls = props("security.protocol", "SSL", "ssl.truststore.type", "PEM",
+                "ssl.truststore.location", ca, "ssl.keystore.type", "PEM", "ssl.keystore.location", keystore);
+        String topic = "java-mtls-" + RUN;
+        Properties adminProps = base();
+        adminProps.putAll(tls);
+        try (Admin admin = Admin.create(adminProps)) {
+            expect(admin.describeCluster().nodes().get(30, TimeUnit.SECONDS).iterator().next().port()
+                    == Integer.parseInt(mtlsAddr.split(":")[1]), "describeCluster names the mutual-TLS listener");
+            createTopic(admin, topic, 1, null);
+        }
+        int n = 100;
+        try (KafkaProducer<String, String> p = producer(tls)) {
+            for (int i = 0; i < n; i++) p.send(new ProducerRecord<>(topic, "k" + i, "v" + i));
+        }
+        try (KafkaConsumer<String, String> c = consumer(tls)) {
+            c.assign(List.of(new TopicPartition(topic, 0)));
+            c.seekToBeginning(List.of(new TopicPartition(topic, 0)));
+            List<ConsumerRecord<String, String>> got = readAll(c, n);
+            expect(got.size() == n && got.get(n - 1).value().equals("v" + (n - 1)),
+                    "consumer over mutual TLS read " + got.size() + " of " + n);
+        }
+        ok("mutual TLS (a PEM keystore with the client's certificate): admin, " + n + " records written and read");
+
+        Properties anonymous = base();
+        anonymous.putAll(props("security.protocol", "SSL", "ssl.truststore.type", "PEM", "ssl.truststore.location", ca));
+        try (Admin admin = Admin.create(anonymous)) {
+            admin.listTopics().names().get(30, TimeUnit.SECONDS);
+            expect(false, "a client without a certificate listed topics");
+        } catch (ExecutionException e) {
+            expect(e.getCause() instanceof SslAuthenticationException, "without a certificate: " + e.getCause());
+        }
+        ok("without a client certificate: SslAuthenticationException");
     }
 
     static double metric(Map<MetricName, ? extends Metric> metrics, String name) {
@@ -1071,8 +1135,9 @@ public class JavaClient {
             restart(args[2]);
             return;
         }
-        if (args.length > 2 && args[1].equals("sasl")) {
+        if (args.length > 4 && args[1].equals("sasl")) {
             sasl(args[2]);
+            mutualTls(args[3], args[2], args[4]);
             return;
         }
         if (args.length > 1) rf = Optional.of(Short.parseShort(args[1]));
