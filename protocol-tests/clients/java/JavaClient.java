@@ -114,6 +114,28 @@ public class JavaClient {
         return got;
     }
 
+    /** Partition 0 of `topic` read from its start by a consumer with `extra` (see readAll). */
+    static List<ConsumerRecord<String, String>> readFromStart(Properties extra, String topic, int want) {
+        TopicPartition tp = new TopicPartition(topic, 0);
+        try (KafkaConsumer<String, String> c = consumer(extra)) {
+            c.assign(List.of(tp));
+            c.seekToBeginning(List.of(tp));
+            return readAll(c, want);
+        }
+    }
+
+    /** An admin client with `extra` is refused: its listTopics fails with `refusal`. */
+    static void expectRefused(Properties extra, Class<? extends Throwable> refusal, String what) throws Exception {
+        Properties p = base();
+        p.putAll(extra);
+        try (Admin admin = Admin.create(p)) {
+            admin.listTopics().names().get(30, TimeUnit.SECONDS);
+            expect(false, what + ": listed topics");
+        } catch (ExecutionException e) {
+            expect(refusal.isInstance(e.getCause()), what + ": " + e.getCause());
+        }
+    }
+
     // ---------------------------------------------------------------------------------------
 
     /** Cluster and topic administration; returns the topic the later checks use. */
@@ -935,25 +957,14 @@ public class JavaClient {
             ok("producer over SASL_SSL/SCRAM-SHA-512: " + n + " records acknowledged across " + (long) reauth
                     + " re-authentications (KIP-368), none failed");
         }
-        try (KafkaConsumer<String, String> c = consumer(scram)) {
-            c.assign(List.of(new TopicPartition(topic, 0)));
-            c.seekToBeginning(List.of(new TopicPartition(topic, 0)));
-            checkRecords(readAll(c, n), n, "consumer over SASL_SSL/SCRAM-SHA-512");
-        }
+        checkRecords(readFromStart(scram, topic, n), n, "consumer over SASL_SSL/SCRAM-SHA-512");
         ok("consumer over SASL_SSL/SCRAM-SHA-512: all " + n + " back");
 
         Properties wrong = new Properties();
         wrong.putAll(scram);
         wrong.put("sasl.jaas.config",
                 "org.apache.kafka.common.security.scram.ScramLoginModule required username=\"bob\" password=\"guess\";");
-        Properties wrongAdmin = base();
-        wrongAdmin.putAll(wrong);
-        try (Admin admin = Admin.create(wrongAdmin)) {
-            admin.listTopics().names().get(30, TimeUnit.SECONDS);
-            expect(false, "a wrong SCRAM password listed topics");
-        } catch (ExecutionException e) {
-            expect(e.getCause() instanceof SaslAuthenticationException, "wrong password: " + e.getCause());
-        }
+        expectRefused(wrong, SaslAuthenticationException.class, "a wrong SCRAM password");
         ok("a wrong SCRAM password: SaslAuthenticationException");
 
         // OAUTHBEARER with the client's default login handler: an unsecured JWT for its subject.
@@ -972,13 +983,9 @@ public class JavaClient {
             expect(oauthReauth >= 1 && failed == 0, "OAUTHBEARER re-authentications: " + oauthReauth + " succeeded, "
                     + failed + " failed");
         }
-        try (KafkaConsumer<String, String> c = consumer(oauth)) {
-            c.assign(List.of(new TopicPartition(topic, 0)));
-            c.seekToBeginning(List.of(new TopicPartition(topic, 0)));
-            List<ConsumerRecord<String, String>> got = readAll(c, n + 20);
-            expect(got.size() == n + 20 && got.get(n + 19).value().equals("v" + (n + 19)),
-                    "consumer over SASL_SSL/OAUTHBEARER read " + got.size() + " of " + (n + 20));
-        }
+        List<ConsumerRecord<String, String>> got = readFromStart(oauth, topic, n + 20);
+        expect(got.size() == n + 20 && got.get(n + 19).value().equals("v" + (n + 19)),
+                "consumer over SASL_SSL/OAUTHBEARER read " + got.size() + " of " + (n + 20));
         ok("OAUTHBEARER (an unsecured JWT, the client's default login handler) over SASL_SSL: 20 records "
                 + "written across " + (long) oauthReauth + " re-authentication(s), all " + (n + 20) + " read back");
     }
@@ -1000,23 +1007,13 @@ public class JavaClient {
         try (KafkaProducer<String, String> p = producer(tls)) {
             for (int i = 0; i < n; i++) p.send(new ProducerRecord<>(topic, "k" + i, "v" + i));
         }
-        try (KafkaConsumer<String, String> c = consumer(tls)) {
-            c.assign(List.of(new TopicPartition(topic, 0)));
-            c.seekToBeginning(List.of(new TopicPartition(topic, 0)));
-            List<ConsumerRecord<String, String>> got = readAll(c, n);
-            expect(got.size() == n && got.get(n - 1).value().equals("v" + (n - 1)),
-                    "consumer over mutual TLS read " + got.size() + " of " + n);
-        }
+        List<ConsumerRecord<String, String>> got = readFromStart(tls, topic, n);
+        expect(got.size() == n && got.get(n - 1).value().equals("v" + (n - 1)),
+                "consumer over mutual TLS read " + got.size() + " of " + n);
         ok("mutual TLS (a PEM keystore with the client's certificate): admin, " + n + " records written and read");
 
-        Properties anonymous = base();
-        anonymous.putAll(props("security.protocol", "SSL", "ssl.truststore.type", "PEM", "ssl.truststore.location", ca));
-        try (Admin admin = Admin.create(anonymous)) {
-            admin.listTopics().names().get(30, TimeUnit.SECONDS);
-            expect(false, "a client without a certificate listed topics");
-        } catch (ExecutionException e) {
-            expect(e.getCause() instanceof SslAuthenticationException, "without a certificate: " + e.getCause());
-        }
+        expectRefused(props("security.protocol", "SSL", "ssl.truststore.type", "PEM", "ssl.truststore.location", ca),
+                SslAuthenticationException.class, "a client without a certificate");
         ok("without a client certificate: SslAuthenticationException");
     }
 
