@@ -10,8 +10,9 @@ assignment (group_id=None), ListOffsets via beginning_offsets / end_offsets /
 offsets_for_times; then consumer groups: a subscribed member consuming and
 committing, a second member splitting the partitions, the admin group
 listing/description/offsets, and a new member resuming from the committed
-offsets. Producers keep aiokafka's defaults (not idempotent; test_idempotence.py
-turns it on).
+offsets; then transactions (commit, abort, send_offsets_to_transaction,
+read_committed). Producers keep aiokafka's defaults (not idempotent;
+test_idempotence.py turns it on).
 """
 import asyncio
 import sys
@@ -389,6 +390,57 @@ async def test_group_resume_from_committed(members, first_two):
        f"commits move committed() to {end}")
 
 
+async def test_transactions(admin):
+    """A transactional producer: one transaction committed, one aborted, one committed with
+    an offset for the group (send_offsets_to_transaction, KIP-98's AddOffsetsToTxn and
+    TxnOffsetCommit). read_committed sees exactly the committed records, read_uncommitted
+    all of them, and the group's committed offset is the one the transaction carried."""
+    out, group = f"aio-txn-{uuid.uuid4().hex[:8]}", f"aio-txn-group-{uuid.uuid4().hex[:8]}"
+    await admin.create_topics([NewTopic(out, 1, 1)])
+    p = AIOKafkaProducer(bootstrap_servers=ADDR, transactional_id=f"aio-txn-{uuid.uuid4().hex[:8]}")
+    await p.start()
+    try:
+        async with p.transaction():
+            for i in range(5):
+                await p.send(out, f"out-{i}".encode())
+        await p.begin_transaction()
+        for i in range(5, 10):
+            await p.send(out, f"aborted-{i}".encode())
+        await p.abort_transaction()
+        async with p.transaction():
+            for i in range(5, 10):
+                await p.send(out, f"out-{i}".encode())
+            await p.send_offsets_to_transaction({TopicPartition(out, 0): 7}, group)
+    finally:
+        await p.stop()
+
+    async def read(isolation, want):
+        c = AIOKafkaConsumer(bootstrap_servers=ADDR, isolation_level=isolation, auto_offset_reset="earliest")
+        await c.start()
+        try:
+            c.assign([TopicPartition(out, 0)])
+            got, deadline = [], time.time() + 30
+            while len(got) < want and time.time() < deadline:
+                for recs in (await c.getmany(timeout_ms=200)).values():
+                    got.extend(r.value.decode() for r in recs)
+            # Anything past `want` should not be there: one more fetch to see it.
+            for recs in (await c.getmany(timeout_ms=1000)).values():
+                got.extend(r.value.decode() for r in recs)
+            return got
+        finally:
+            await c.stop()
+
+    committed_values = await read("read_committed", 10)
+    expect(committed_values == [f"out-{i}" for i in range(10)], f"read_committed read {committed_values}")
+    expect(len(await read("read_uncommitted", 15)) == 15, "read_uncommitted sees the 5 aborted records too")
+    offs = await admin.list_consumer_group_offsets(group)
+    got = {tp.partition: om.offset for tp, om in offs.items()}
+    expect(got == {0: 7}, f"the transaction's offset commit: {got}")
+    ok("transactions: commit, abort, send_offsets_to_transaction; read_committed sees the 10 committed, "
+       "read_uncommitted 15; the group's offset is 7")
+    await admin.delete_topics([out], timeout_ms=10000)
+
+
 async def main():
     admin = AIOKafkaAdminClient(bootstrap_servers=ADDR)
     await admin.start()
@@ -411,6 +463,8 @@ async def main():
         await test_group_resume_from_committed([m1, m2], {**first, **second})
         resp = await admin.delete_topics([GTOPIC], timeout_ms=10000)
         expect(codes(resp, "topic_error_codes") == {GTOPIC: NONE}, f"DeleteTopics {GTOPIC}: {resp}")
+
+        await test_transactions(admin)
     finally:
         await c.stop()
         await admin.close()

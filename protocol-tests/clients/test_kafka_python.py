@@ -14,7 +14,8 @@ partitions, and the KafkaAdminClient group APIs (list/describe/delete groups,
 list and delete group offsets); then topic configs (describe with sources and
 synonyms, incremental and legacy alter, INVALID_CONFIG for bad values and
 unknown keys, read-only broker configs), DescribeCluster, DescribeLogDirs,
-DeleteRecords and a lowered retention.ms taking effect.
+DeleteRecords and a lowered retention.ms taking effect; then transactions
+(commit, abort, send_offsets_to_transaction, read_committed).
 
 api_version is left to auto-detection (from ApiVersions): kafka-python then
 picks each request's version from what the broker advertises, which is the
@@ -28,7 +29,7 @@ import time
 import uuid
 from collections import defaultdict
 
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartition
 from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType, NewTopic
 from kafka.errors import (GroupSubscribedToTopicError, InvalidConfigurationError, InvalidTopicError,
                           NoError, OffsetOutOfRangeError, TopicAlreadyExistsError,
@@ -644,6 +645,72 @@ def broker_version_and_features(admin):
     ok("features: group.version 1, transaction.version 2 (epoch 2)")
 
 
+def test_transactions(admin):
+    """A transactional producer (KIP-98) consuming, transforming and producing: one
+    transaction aborted, two committed, the second with the input's offsets
+    (send_offsets_to_transaction with the consumer's group metadata, KIP-447). A
+    read_committed consumer sees exactly the committed records, read_uncommitted all of
+    them, and the group's committed offset is the one the transaction carried."""
+    topic, out = f"kpy-txn-in-{uuid.uuid4().hex[:8]}", f"kpy-txn-out-{uuid.uuid4().hex[:8]}"
+    group = f"kpy-txn-group-{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(t, 1, 1) for t in (topic, out)])
+    src = KafkaProducer(bootstrap_servers=ADDR)
+    for i in range(10):
+        src.send(topic, f"in-{i}".encode())
+    src.flush()
+    src.close()
+    tp = TopicPartition(topic, 0)
+    c = KafkaConsumer(bootstrap_servers=ADDR, group_id=group, enable_auto_commit=False,
+                      auto_offset_reset="earliest")
+    c.assign([tp])
+    inputs = []
+    deadline = time.time() + 30
+    while len(inputs) < 10 and time.time() < deadline:
+        for recs in c.poll(timeout_ms=200).values():
+            inputs.extend(recs)
+    expect(len(inputs) == 10, f"read {len(inputs)} of 10 inputs")
+    p = KafkaProducer(bootstrap_servers=ADDR, transactional_id=f"kpy-txn-{uuid.uuid4().hex[:8]}")
+    p.init_transactions()
+    p.begin_transaction()
+    for r in inputs[:5]:
+        p.send(out, b"out-" + r.value)
+    p.commit_transaction()
+    p.begin_transaction()
+    for r in inputs[5:]:
+        p.send(out, b"aborted-" + r.value)
+    p.flush()
+    p.abort_transaction()
+    p.begin_transaction()
+    for r in inputs[5:]:
+        p.send(out, b"out-" + r.value)
+    p.send_offsets_to_transaction({tp: OffsetAndMetadata(10, "", -1)}, c.group_metadata())
+    p.commit_transaction()
+    p.close()
+    c.close()
+
+    def read(isolation, want):
+        rc = KafkaConsumer(bootstrap_servers=ADDR, isolation_level=isolation, auto_offset_reset="earliest")
+        rc.assign([TopicPartition(out, 0)])
+        got, deadline = [], time.time() + 30
+        while len(got) < want and time.time() < deadline:
+            for recs in rc.poll(timeout_ms=200).values():
+                got.extend(r.value.decode() for r in recs)
+        # Anything past `want` is a record that should not be there: one more poll to see it.
+        for recs in rc.poll(timeout_ms=1000).values():
+            got.extend(r.value.decode() for r in recs)
+        rc.close()
+        return got
+
+    committed_values = read("read_committed", 10)
+    expect(committed_values == [f"out-in-{i}" for i in range(10)], f"read_committed read {committed_values}")
+    expect(len(read("read_uncommitted", 15)) == 15, "read_uncommitted sees the 5 aborted records too")
+    offsets = admin.list_group_offsets({group: None})[group]
+    expect(offsets.get(tp) is not None and offsets[tp].offset == 10, f"the transaction's offset commit: {offsets}")
+    ok("transactions: commit, abort, send_offsets_to_transaction with the consumer's group metadata; "
+       "read_committed sees the 10 committed, read_uncommitted 15; the group's offset is 10")
+    admin.delete_topics([topic, out])
+
+
 def main():
     admin = KafkaAdminClient(bootstrap_servers=ADDR)
     broker_version_and_features(admin)
@@ -665,6 +732,7 @@ def main():
     # Configs, cluster description, log dirs, DeleteRecords, retention.
     test_topic_configs(admin)
     test_log_dirs_delete_records_retention(admin)
+    test_transactions(admin)
     admin.close()
 
 
