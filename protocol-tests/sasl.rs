@@ -453,3 +453,69 @@ fn sasl_listeners_that_cannot_work_stop_start_up_naming_the_key() {
     ])
     .unwrap();
 }
+
+/// The four delegation-token APIs (38-41), every version, on `raw`: each answers `code`;
+/// CreateDelegationToken names its owner (`owner`, else the requester) and `requester`.
+async fn token_requests_answer(raw: &mut Raw, code: i16, requester: &str, owner: Option<&str>) {
+    for version in 1..=3 {
+        let mut req = CreateDelegationTokenRequest::default().with_max_lifetime_ms(-1);
+        if let (Some(owner), true) = (owner, version >= 3) {
+            req = req
+                .with_owner_principal_type(Some(s("User")))
+                .with_owner_principal_name(Some(s(owner)));
+        }
+        let resp: CreateDelegationTokenResponse = raw.call(version, &req).await;
+        let named_owner = if version >= 3 {
+            owner.unwrap_or(requester)
+        } else {
+            requester
+        };
+        assert_eq!(resp.error_code, code, "CreateDelegationToken v{version}");
+        assert_eq!(
+            (resp.principal_type.as_str(), resp.principal_name.as_str()),
+            ("User", named_owner),
+            "CreateDelegationToken v{version} owner"
+        );
+        if version >= 3 {
+            assert_eq!(resp.token_requester_principal_name.as_str(), requester);
+        }
+        assert_eq!((resp.issue_timestamp_ms, resp.expiry_timestamp_ms), (-1, -1));
+        assert!(resp.token_id.is_empty() && resp.hmac.is_empty(), "no token is issued");
+        let resp: DescribeDelegationTokenResponse = raw.call(version, &DescribeDelegationTokenRequest::default()).await;
+        assert_eq!(resp.error_code, code, "DescribeDelegationToken v{version}");
+        assert!(resp.tokens.is_empty());
+    }
+    for version in 1..=2 {
+        let hmac = Bytes::from_static(b"not a token");
+        let resp: RenewDelegationTokenResponse = raw
+            .call(version, &RenewDelegationTokenRequest::default().with_hmac(hmac.clone()))
+            .await;
+        assert_eq!(
+            (resp.error_code, resp.expiry_timestamp_ms),
+            (code, -1),
+            "RenewDelegationToken v{version}"
+        );
+        let resp: ExpireDelegationTokenResponse = raw
+            .call(version, &ExpireDelegationTokenRequest::default().with_hmac(hmac))
+            .await;
+        assert_eq!(
+            (resp.error_code, resp.expiry_timestamp_ms),
+            (code, -1),
+            "ExpireDelegationToken v{version}"
+        );
+    }
+}
+
+/// Sluice issues no delegation tokens, and answers the token APIs as Kafka 4.1 does with tokens
+/// disabled (its default): DELEGATION_TOKEN_REQUEST_NOT_ALLOWED (64) on a PLAINTEXT
+/// connection, DELEGATION_TOKEN_AUTH_DISABLED (61) after SASL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delegation_token_requests_get_kafkas_answers_with_tokens_disabled() {
+    let (broker, sasl) = start_sasl_broker(&[]).await;
+    let mut plaintext = Raw::connect(broker.addr).await;
+    token_requests_answer(&mut plaintext, 64, "ANONYMOUS", None).await;
+    let (mut alice, resp) = plain_login(sasl, "alice", "alice-secret").await;
+    assert_eq!(resp.error_code, 0);
+    token_requests_answer(&mut alice, 61, "alice", Some("bob")).await;
+    token_requests_answer(&mut alice, 61, "alice", None).await;
+}

@@ -16,6 +16,7 @@ pub mod cluster;
 pub mod configs;
 pub mod consumer_groups;
 pub mod coordinator_routing;
+pub mod delegation_tokens;
 pub mod delete_records;
 pub mod describe_producers;
 pub mod describe_quorum;
@@ -185,6 +186,10 @@ pub const SUPPORTED: &[Versions] = &[
     transactions::DESCRIBE_VERSIONS,
     transactions::LIST_VERSIONS,
     describe_producers::VERSIONS,
+    delegation_tokens::CREATE_VERSIONS,
+    delegation_tokens::RENEW_VERSIONS,
+    delegation_tokens::EXPIRE_VERSIONS,
+    delegation_tokens::DESCRIBE_VERSIONS,
     offset_for_leader_epoch::VERSIONS,
     elect_leaders::VERSIONS,
     reassignments::ALTER_VERSIONS,
@@ -348,6 +353,10 @@ pub fn decode_only(key: ApiKey, version: i16, body: &mut Bytes) -> Result<(), Re
         ApiKey::DescribeTransactions => as_!(DescribeTransactionsRequest),
         ApiKey::ListTransactions => as_!(ListTransactionsRequest),
         ApiKey::DescribeProducers => as_!(DescribeProducersRequest),
+        ApiKey::CreateDelegationToken => as_!(CreateDelegationTokenRequest),
+        ApiKey::RenewDelegationToken => as_!(RenewDelegationTokenRequest),
+        ApiKey::ExpireDelegationToken => as_!(ExpireDelegationTokenRequest),
+        ApiKey::DescribeDelegationToken => as_!(DescribeDelegationTokenRequest),
         ApiKey::OffsetForLeaderEpoch => as_!(OffsetForLeaderEpochRequest),
         ApiKey::ElectLeaders => as_!(ElectLeadersRequest),
         ApiKey::AlterPartitionReassignments => as_!(AlterPartitionReassignmentsRequest),
@@ -552,6 +561,10 @@ async fn handle(
         ApiKey::DescribeTransactions => now!(transactions::describe_transactions),
         ApiKey::ListTransactions => now!(transactions::list_transactions),
         ApiKey::DescribeProducers => now!(describe_producers),
+        ApiKey::CreateDelegationToken => now!(delegation_tokens::create),
+        ApiKey::RenewDelegationToken => now!(delegation_tokens::renew),
+        ApiKey::ExpireDelegationToken => now!(delegation_tokens::expire),
+        ApiKey::DescribeDelegationToken => now!(delegation_tokens::describe),
         ApiKey::OffsetForLeaderEpoch => now!(offset_for_leader_epoch),
         ApiKey::ElectLeaders => now!(elect_leaders),
         ApiKey::AlterPartitionReassignments => now!(reassignments::alter_partition_reassignments),
@@ -692,6 +705,10 @@ mod tests {
             ApiKey::DescribeTransactions => DescribeTransactionsRequest::VERSIONS,
             ApiKey::ListTransactions => ListTransactionsRequest::VERSIONS,
             ApiKey::DescribeProducers => DescribeProducersRequest::VERSIONS,
+            ApiKey::CreateDelegationToken => CreateDelegationTokenRequest::VERSIONS,
+            ApiKey::RenewDelegationToken => RenewDelegationTokenRequest::VERSIONS,
+            ApiKey::ExpireDelegationToken => ExpireDelegationTokenRequest::VERSIONS,
+            ApiKey::DescribeDelegationToken => DescribeDelegationTokenRequest::VERSIONS,
             ApiKey::OffsetForLeaderEpoch => OffsetForLeaderEpochRequest::VERSIONS,
             ApiKey::ElectLeaders => ElectLeadersRequest::VERSIONS,
             ApiKey::AlterPartitionReassignments => AlterPartitionReassignmentsRequest::VERSIONS,

@@ -45,6 +45,10 @@ top_level!(
     AddRaftVoterResponse,
     RemoveRaftVoterResponse,
     DescribeAclsResponse,
+    CreateDelegationTokenResponse,
+    RenewDelegationTokenResponse,
+    ExpireDelegationTokenResponse,
+    DescribeDelegationTokenResponse,
 );
 
 codes!(ProduceResponse, |r, c| {

@@ -136,6 +136,23 @@ public class JavaClient {
         }
     }
 
+    /**
+     * Delegation tokens: Sluice issues none and answers as Kafka with tokens disabled, its
+     * default. Both the create and the describe call fail with `refusal`.
+     */
+    static void expectNoTokens(Admin admin, Class<? extends Throwable> refusal, String where) throws Exception {
+        for (KafkaFuture<?> call : List.of(admin.createDelegationToken().delegationToken(),
+                admin.describeDelegationToken().delegationTokens())) {
+            try {
+                call.get(30, TimeUnit.SECONDS);
+                expect(false, "a delegation token call succeeded " + where);
+            } catch (ExecutionException e) {
+                expect(refusal.isInstance(e.getCause()), "delegation tokens " + where + ": " + e.getCause());
+            }
+        }
+        ok("createDelegationToken and describeDelegationToken " + where + ": " + refusal.getSimpleName());
+    }
+
     // ---------------------------------------------------------------------------------------
 
     /** Cluster and topic administration; returns the topic the later checks use. */
@@ -660,6 +677,8 @@ public class JavaClient {
         int nodes = admin.describeCluster().nodes().get().size();
         expect(q.leaderId() >= 0 && q.voters().size() == nodes, "describeMetadataQuorum: " + q);
         ok("describeMetadataQuorum: leader " + q.leaderId() + ", " + q.voters().size() + " voter(s)");
+        // A PLAINTEXT connection may not ask for tokens (DELEGATION_TOKEN_REQUEST_NOT_ALLOWED).
+        expectNoTokens(admin, UnsupportedByAuthenticationException.class, "over PLAINTEXT");
 
         List<Integer> ids = admin.describeCluster().nodes().get().stream().map(Node::id).collect(Collectors.toList());
         Map<Integer, Map<String, LogDirDescription>> dirs = admin.describeLogDirs(ids).allDescriptions().get();
@@ -942,6 +961,9 @@ public class JavaClient {
             createTopic(admin, topic, 1, null);
         }
         ok("admin over SASL_SSL/PLAIN: SCRAM-SHA-512 user bob and topic " + topic);
+        try (Admin admin = Admin.create(adminProps)) {
+            expectNoTokens(admin, DelegationTokenDisabledException.class, "over SASL_SSL");
+        }
 
         int n = 40;
         try (KafkaProducer<String, String> p = producer(scram)) {
