@@ -598,3 +598,35 @@ async fn a_refused_acks_zero_produce_closes_the_connection() {
         "only admin's record was appended"
     );
 }
+
+/// A delegation token for another owner needs CREATE_TOKENS on that user (Kafka checks it
+/// before tokens being disabled): DELEGATION_TOKEN_AUTHORIZATION_FAILED without the ACL,
+/// DELEGATION_TOKEN_AUTH_DISABLED with it and for oneself (Sluice issues no tokens).
+#[tokio::test]
+async fn a_token_for_another_owner_needs_create_tokens_on_that_user() {
+    const USER: i8 = 7;
+    const CREATE_TOKENS: i8 = 13;
+    let (_broker, sasl, _) = start().await;
+    let mut alice = login(sasl, "alice").await;
+    let ask = |owner: Option<&str>| {
+        let req = CreateDelegationTokenRequest::default().with_max_lifetime_ms(-1);
+        match owner {
+            Some(o) => req
+                .with_owner_principal_type(Some(s("User")))
+                .with_owner_principal_name(Some(s(o))),
+            None => req,
+        }
+    };
+    let code = alice.call(3, &ask(Some("bob"))).await.error_code;
+    assert_eq!(code, 65, "for bob without CREATE_TOKENS on User:bob");
+    assert_eq!(alice.call(3, &ask(None)).await.error_code, 61, "for herself");
+    let mut admin = login(sasl, "admin").await;
+    let granted = create_acls(
+        &mut admin,
+        vec![acl(USER, "User:bob", LITERAL, "User:alice", CREATE_TOKENS, ALLOW)],
+    )
+    .await;
+    assert_eq!(granted, [0]);
+    let code = alice.call(3, &ask(Some("bob"))).await.error_code;
+    assert_eq!(code, 61, "for bob with CREATE_TOKENS on User:bob: tokens are disabled");
+}

@@ -5,8 +5,10 @@
 //! Kafka's `KafkaApis` first refuses token requests on connections that may not ask for
 //! tokens (`allowTokenRequests`): PLAINTEXT, SSL without a client certificate (its principal
 //! is ANONYMOUS), and connections authenticated by a token; they get
-//! DELEGATION_TOKEN_REQUEST_NOT_ALLOWED. Any other gets DELEGATION_TOKEN_AUTH_DISABLED (from
-//! the controller for create, renew and expire, from the broker for describe). Clients
+//! DELEGATION_TOKEN_REQUEST_NOT_ALLOWED. A token asked for another owner without
+//! CREATE_TOKENS on that user gets DELEGATION_TOKEN_AUTHORIZATION_FAILED. Any other request
+//! gets DELEGATION_TOKEN_AUTH_DISABLED (from the controller for create, renew and expire, from
+//! the broker for describe). Clients
 //! advertised these APIs (Kafka's brokers always advertise them) get Kafka's errors
 //! (`DelegationTokenDisabledException` in the Java admin client), not UNSUPPORTED_VERSION.
 //! v0 of each was removed in Kafka 4.0 (KIP-896).
@@ -20,6 +22,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::{Ctx, Versions};
+use crate::acl::{Operation, ResourceType};
 
 pub const CREATE_VERSIONS: Versions = Versions::new(ApiKey::CreateDelegationToken, 1, 3);
 pub const RENEW_VERSIONS: Versions = Versions::new(ApiKey::RenewDelegationToken, 1, 2);
@@ -58,8 +61,19 @@ pub async fn create(ctx: &Ctx, req: CreateDelegationTokenRequest, version: i16) 
         (Some(kind), Some(name)) if !name.is_empty() => (kind, name),
         _ => (requester_type.clone(), requester_name.clone()),
     };
+    // A token for another owner needs CREATE_TOKENS on that user, checked before the
+    // request would go to the controller (Kafka's handleCreateTokenRequest).
+    let owner = format!("{}:{}", owner_type.as_str(), owner_name.as_str());
+    let code = match refusal(ctx) {
+        ResponseError::DelegationTokenAuthDisabled
+            if owner != *ctx.principal && !ctx.authorize(Operation::CreateTokens, ResourceType::User, &owner) =>
+        {
+            ResponseError::DelegationTokenAuthorizationFailed
+        }
+        refused => refused,
+    };
     let resp = CreateDelegationTokenResponse::default()
-        .with_error_code(refusal(ctx).code())
+        .with_error_code(code.code())
         .with_principal_type(owner_type)
         .with_principal_name(owner_name)
         .with_issue_timestamp_ms(-1)
