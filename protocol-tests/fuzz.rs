@@ -389,6 +389,9 @@ default_bodies! {
     AlterUserScramCredentials => AlterUserScramCredentialsRequest,
     DescribeAcls => DescribeAclsRequest, CreateAcls => CreateAclsRequest, DeleteAcls => DeleteAclsRequest,
     DescribeClientQuotas => DescribeClientQuotasRequest, AlterClientQuotas => AlterClientQuotasRequest,
+    CreateDelegationToken => CreateDelegationTokenRequest, RenewDelegationToken => RenewDelegationTokenRequest,
+    ExpireDelegationToken => ExpireDelegationTokenRequest,
+    DescribeDelegationToken => DescribeDelegationTokenRequest,
 }
 
 fn name(text: &'static str) -> TopicName {

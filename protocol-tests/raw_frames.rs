@@ -847,6 +847,28 @@ async fn every_advertised_version_answers() {
                     let resp = raw.call(version, &req).await;
                     assert_eq!(resp.entries[0].error_code, 42, "AlterClientQuotas v{version}");
                 }
+                // On PLAINTEXT: DELEGATION_TOKEN_REQUEST_NOT_ALLOWED (64); the SASL answers are
+                // in sasl.rs.
+                ApiKey::CreateDelegationToken => {
+                    use kafka_protocol::messages::CreateDelegationTokenRequest;
+                    let resp = raw.call(version, &CreateDelegationTokenRequest::default()).await;
+                    assert_eq!(resp.error_code, 64, "CreateDelegationToken v{version}");
+                }
+                ApiKey::RenewDelegationToken => {
+                    use kafka_protocol::messages::RenewDelegationTokenRequest;
+                    let resp = raw.call(version, &RenewDelegationTokenRequest::default()).await;
+                    assert_eq!(resp.error_code, 64, "RenewDelegationToken v{version}");
+                }
+                ApiKey::ExpireDelegationToken => {
+                    use kafka_protocol::messages::ExpireDelegationTokenRequest;
+                    let resp = raw.call(version, &ExpireDelegationTokenRequest::default()).await;
+                    assert_eq!(resp.error_code, 64, "ExpireDelegationToken v{version}");
+                }
+                ApiKey::DescribeDelegationToken => {
+                    use kafka_protocol::messages::DescribeDelegationTokenRequest;
+                    let resp = raw.call(version, &DescribeDelegationTokenRequest::default()).await;
+                    assert_eq!(resp.error_code, 64, "DescribeDelegationToken v{version}");
+                }
                 other => panic!("{other:?} is advertised but no test sends every version of it"),
             }
         }
