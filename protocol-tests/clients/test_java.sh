@@ -140,12 +140,8 @@ jconnect "$ADDR" || fail "Kafka Connect against one node"
 command -v openssl >/dev/null || fail "no openssl (the SASL_SSL broker's certificates)"
 source "$HERE/certs_common.sh"
 make_broker_certs "$TMP" "$TMP/openssl.log" || fail "openssl: $(tail -n 3 "$TMP/openssl.log")"
-(
-    cd "$TMP" && printf 'extendedKeyUsage=clientAuth\n' >client.ext &&
-        openssl req -newkey rsa:2048 -nodes -subj "/CN=java-client" -keyout client.key -out client.csr &&
-        openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile client.ext -out client.crt &&
-        cat client.key client.crt >client-keystore.pem
-) 2>>"$TMP/openssl.log" || fail "openssl (client certificate): $(tail -n 3 "$TMP/openssl.log")"
+make_client_cert "$TMP" java-client "$TMP/openssl.log" ||
+    fail "openssl (client certificate): $(tail -n 3 "$TMP/openssl.log")"
 SASLS=${PORTS[6]} MTLSP=${PORTS[8]}
 JAAS='org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="admin-secret" user_admin="admin-secret";'
 OAUTH='org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;'

@@ -17,9 +17,7 @@ NAME=ssl
 source "$(dirname "${BASH_SOURCE[0]}")/tls_common.sh"
 # --- certificates: besides tls_common's CA and broker keystore, a client's and a stranger CA ---
 ossl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=stranger CA" -keyout other-ca.key -out other-ca.pem
-printf 'extendedKeyUsage=clientAuth\n' >client.ext
-ossl req -newkey rsa:2048 -nodes -subj "/CN=alice" -keyout client.key -out client.csr
-ossl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile client.ext -out client.crt
+make_client_cert "$TMP" alice "$TMP/openssl.log"
 ok "certificates made with $(openssl version | cut -d' ' -f1-2)"
 
 # --- the broker -------------------------------------------------------------------------

@@ -8,9 +8,9 @@
 //! DELEGATION_TOKEN_REQUEST_NOT_ALLOWED. A token asked for another owner without
 //! CREATE_TOKENS on that user gets DELEGATION_TOKEN_AUTHORIZATION_FAILED. Any other request
 //! gets DELEGATION_TOKEN_AUTH_DISABLED (from the controller for create, renew and expire, from
-//! the broker for describe). Clients
-//! advertised these APIs (Kafka's brokers always advertise them) get Kafka's errors
-//! (`DelegationTokenDisabledException` in the Java admin client), not UNSUPPORTED_VERSION.
+//! the broker for describe). Kafka's brokers always advertise these APIs, so clients expect
+//! these errors (`DelegationTokenDisabledException` in the Java admin client), not
+//! UNSUPPORTED_VERSION.
 //! v0 of each was removed in Kafka 4.0 (KIP-896).
 
 use kafka_protocol::error::ResponseError;
