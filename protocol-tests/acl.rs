@@ -411,6 +411,24 @@ async fn requests_are_checked_and_nothing_leaks() {
         codes,
         [(TOPIC_AUTHORIZATION_FAILED, 0), (CLUSTER_AUTHORIZATION_FAILED, 0)]
     );
+    // Moving replicas between log directories needs ALTER on the cluster: every partition named
+    // gets the error.
+    let moved = bob
+        .call(
+            2,
+            &AlterReplicaLogDirsRequest::default().with_dirs(vec![
+                kafka_protocol::messages::alter_replica_log_dirs_request::AlterReplicaLogDir::default()
+                    .with_path(s("/anywhere"))
+                    .with_topics(vec![
+                        kafka_protocol::messages::alter_replica_log_dirs_request::AlterReplicaLogDirTopic::default()
+                            .with_name(topic("private"))
+                            .with_partitions(vec![0, 1]),
+                    ]),
+            ]),
+        )
+        .await;
+    let codes: Vec<i16> = moved.results[0].partitions.iter().map(|p| p.error_code).collect();
+    assert_eq!(codes, [CLUSTER_AUTHORIZATION_FAILED; 2]);
     // An idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic.
     let init = bob
         .call(

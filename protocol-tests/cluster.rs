@@ -332,6 +332,9 @@ async fn topics_are_spread_and_served_through_every_broker() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partition_on_another_node_gets_not_leader_or_follower() {
+    use kafka_protocol::messages::alter_replica_log_dirs_request::{AlterReplicaLogDir, AlterReplicaLogDirTopic};
+    use kafka_protocol::messages::{AlterReplicaLogDirsRequest, DescribeLogDirsRequest};
+    const REPLICA_NOT_AVAILABLE: i16 = 9;
     // Kafka's ReplicaManager: a broker that is not a partition's leader answers Produce,
     // ListOffsets and Fetch for it with NOT_LEADER_OR_FOLLOWER, so clients refresh metadata.
     let cluster = Cluster::start(3).await;
@@ -389,6 +392,27 @@ async fn a_partition_on_another_node_gets_not_leader_or_follower() {
                 "{}",
                 at("Fetch (KIP-951 current leader)")
             );
+            // AlterReplicaLogDirs into this node's own log directory: it holds no replica to
+            // move, REPLICA_NOT_AVAILABLE as Kafka keeps for this API; the leader's is moved.
+            for (node, expected) in [(other, REPLICA_NOT_AVAILABLE), (leader, 0)] {
+                let dirs = DescribeLogDirsRequest::default().with_topics(Some(vec![]));
+                let resp = try_call(cluster.addr(node), 4, &dirs, POLL_REQUEST_TIMEOUT)
+                    .await
+                    .unwrap();
+                let dir = resp.results[0].log_dir.clone();
+                let req = AlterReplicaLogDirsRequest::default().with_dirs(vec![
+                    AlterReplicaLogDir::default().with_path(dir).with_topics(vec![
+                        AlterReplicaLogDirTopic::default()
+                            .with_name(topic(&name))
+                            .with_partitions(vec![partition]),
+                    ]),
+                ]);
+                let resp = try_call(cluster.addr(node), 2, &req, POLL_REQUEST_TIMEOUT)
+                    .await
+                    .unwrap();
+                let code = resp.results[0].partitions[0].error_code;
+                assert_eq!(code, expected, "{} at node {node}", at("AlterReplicaLogDirs"));
+            }
             checked += 1;
         }
 

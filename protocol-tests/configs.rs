@@ -334,6 +334,72 @@ async fn describe_cluster_and_log_dirs() {
     broker.handle.shutdown().await;
 }
 
+/// AlterReplicaLogDirs: a broker has one log directory, so moving a replica to it is done
+/// at once (NONE, the files stay where they are); another path is LOG_DIR_NOT_FOUND, a
+/// partition the broker does not host REPLICA_NOT_AVAILABLE, an unknown one
+/// UNKNOWN_TOPIC_OR_PARTITION, and a topic too long for Kafka's future-log name
+/// INVALID_TOPIC_EXCEPTION, as Kafka's ReplicaManager answers each.
+#[tokio::test]
+async fn alter_replica_log_dirs_to_the_one_directory() {
+    use kafka_protocol::messages::alter_replica_log_dirs_request::{AlterReplicaLogDir, AlterReplicaLogDirTopic};
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    create(&mut raw, "moved").await;
+    let long = "l".repeat(230);
+    create(&mut raw, &long).await;
+    let dir = raw
+        .call(4, &DescribeLogDirsRequest::default().with_topics(None))
+        .await
+        .results[0]
+        .log_dir
+        .to_string();
+    let move_to = |path: &str, topics: &[(&str, &[i32])]| {
+        AlterReplicaLogDir::default().with_path(s(path)).with_topics(
+            topics
+                .iter()
+                .map(|(t, p)| {
+                    AlterReplicaLogDirTopic::default()
+                        .with_name(topic(t))
+                        .with_partitions(p.to_vec())
+                })
+                .collect(),
+        )
+    };
+    for version in 1..=2 {
+        let req = AlterReplicaLogDirsRequest::default().with_dirs(vec![
+            move_to(
+                &dir,
+                &[("moved", &[0, 1, 2]), ("nothing-here", &[0]), (long.as_str(), &[0])],
+            ),
+            move_to("/no/such/dir", &[("moved", &[1])]),
+        ]);
+        let resp = raw.call(version, &req).await;
+        let mut codes: Vec<(String, i32, i16)> = resp
+            .results
+            .iter()
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .map(|p| (t.topic_name.0.to_string(), p.partition_index, p.error_code))
+            })
+            .collect();
+        codes.sort();
+        let mut expected = vec![
+            (long.clone(), 0, 17),              // INVALID_TOPIC_EXCEPTION
+            ("moved".to_string(), 0, 0),        // already there
+            ("moved".to_string(), 1, 57),       // the later entry: LOG_DIR_NOT_FOUND
+            ("moved".to_string(), 2, 3),        // no such partition
+            ("nothing-here".to_string(), 0, 3), // UNKNOWN_TOPIC_OR_PARTITION
+        ];
+        expected.sort();
+        assert_eq!(codes, expected, "AlterReplicaLogDirs v{version}");
+    }
+    // The records stay where they were, readable.
+    let listed = raw.call(4, &DescribeLogDirsRequest::default().with_topics(None)).await;
+    assert!(listed.results[0].topics.iter().any(|t| t.name.0.as_str() == "moved"));
+    broker.handle.shutdown().await;
+}
+
 /// KIP-848 group configs: a GROUP resource (type 32) carries a consumer group's own
 /// `consumer.session.timeout.ms` and `consumer.heartbeat.interval.ms`, validated against the
 /// broker's `group.consumer.min/max.*` bounds, stored durably, and used by the group's heartbeats.

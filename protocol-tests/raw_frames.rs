@@ -651,7 +651,8 @@ async fn every_advertised_version_answers() {
                 | ApiKey::IncrementalAlterConfigs
                 | ApiKey::ListConfigResources
                 | ApiKey::DescribeCluster
-                | ApiKey::DescribeLogDirs => {}
+                | ApiKey::DescribeLogDirs
+                | ApiKey::AlterReplicaLogDirs => {}
                 // Every version is exercised in retention.rs.
                 ApiKey::DeleteRecords => {}
                 // Every version of these is exercised in transactions.rs.

@@ -6,8 +6,15 @@
 //! controller listener) · v2 `include_fenced_brokers` adds the fenced ones, `is_fenced` set.
 //! DescribeLogDirs (key 35): v1 baseline here · v2 flexible · v3 top-level error code · v4
 //! total and usable bytes of the directory.
+//! AlterReplicaLogDirs (key 34): v1 baseline here (v0 removed in Kafka 4) · v2 flexible. A
+//! broker has one log directory (`log.dirs`), so a replica can only be "moved" to where it
+//! already is: NONE, with nothing to copy; any other path is LOG_DIR_NOT_FOUND, as Kafka
+//! answers for a directory not in its configuration.
 
 use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::alter_replica_log_dirs_response::{
+    AlterReplicaLogDirPartitionResult, AlterReplicaLogDirTopicResult,
+};
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::describe_log_dirs_response::{
     DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic,
@@ -20,6 +27,7 @@ use crate::acl::Operation;
 
 pub const DESCRIBE_CLUSTER_VERSIONS: Versions = Versions::new(ApiKey::DescribeCluster, 0, 2);
 pub const DESCRIBE_LOG_DIRS_VERSIONS: Versions = Versions::new(ApiKey::DescribeLogDirs, 1, 4);
+pub const ALTER_REPLICA_LOG_DIRS_VERSIONS: Versions = Versions::new(ApiKey::AlterReplicaLogDirs, 1, 2);
 
 const ENDPOINT_BROKERS: i8 = 1;
 
@@ -117,7 +125,7 @@ pub async fn describe_log_dirs(ctx: &Ctx, req: DescribeLogDirsRequest, version: 
             })
         })
         .collect();
-    let dir = std::fs::canonicalize(&ctx.config.data_dir).unwrap_or_else(|_| ctx.config.data_dir.clone());
+    let dir = log_dir(ctx);
     let mut result = DescribeLogDirsResult::default()
         .with_log_dir(StrBytes::from_string(dir.display().to_string()))
         .with_topics(topics);
@@ -127,4 +135,79 @@ pub async fn describe_log_dirs(ctx: &Ctx, req: DescribeLogDirsRequest, version: 
         result.usable_bytes = usable;
     }
     DescribeLogDirsResponse::default().with_results(vec![result])
+}
+
+/// The log directory as DescribeLogDirs names it: the data directory's canonical path.
+fn log_dir(ctx: &Ctx) -> std::path::PathBuf {
+    std::fs::canonicalize(&ctx.config.data_dir).unwrap_or_else(|_| ctx.config.data_dir.clone())
+}
+
+/// Whether `path` names this broker's log directory: as DescribeLogDirs reports it, or as
+/// configured, made absolute (Kafka compares `File.getAbsolutePath`). Not resolved on disk:
+/// another spelling of the same directory is not the configured one, as in Kafka.
+fn is_log_dir(ctx: &Ctx, path: &str) -> bool {
+    let configured = std::path::absolute(&ctx.config.data_dir).unwrap_or_else(|_| ctx.config.data_dir.clone());
+    std::path::Path::new(path) == log_dir(ctx) || std::path::Path::new(path) == configured
+}
+
+/// Kafka moves a replica by writing a "future" log beside it, `<topic>-<partition>.<32 hex
+/// digits>-future`, and refuses a topic whose such name would pass 255 bytes (KAFKA-4893).
+fn future_dir_name_too_long(topic: &str, partition: i32) -> bool {
+    format!("{topic}-{partition}").len() + 1 + 32 + "-future".len() > 255
+}
+
+pub async fn alter_replica_log_dirs(
+    ctx: &Ctx,
+    req: AlterReplicaLogDirsRequest,
+    _version: i16,
+) -> AlterReplicaLogDirsResponse {
+    // Kafka: ALTER on the cluster, else every partition named gets the error.
+    let authorized = ctx.authorize_cluster(Operation::Alter);
+    // Kafka reads the request into a map by partition: one named under two directories is
+    // answered once, for the last.
+    let mut wanted: Vec<((String, i32), String)> = Vec::new();
+    for dir in req.dirs {
+        for topic in dir.topics {
+            for partition in topic.partitions {
+                let key = (topic.name.0.to_string(), partition);
+                wanted.retain(|(k, _)| *k != key);
+                wanted.push((key, dir.path.to_string()));
+            }
+        }
+    }
+    let image = ctx.controller.image();
+    let mut results: Vec<AlterReplicaLogDirTopicResult> = Vec::new();
+    for ((topic, partition), path) in wanted {
+        let code = if !authorized {
+            ResponseError::ClusterAuthorizationFailed.code()
+        } else if future_dir_name_too_long(&topic, partition) {
+            ResponseError::InvalidTopicException.code()
+        } else if !is_log_dir(ctx, &path) {
+            ResponseError::LogDirNotFound.code()
+        } else if ctx.replicas.hosted(&topic, partition).is_some() {
+            // Already in the one directory there is: nothing to move.
+            0
+        } else if image
+            .topic(&topic)
+            .is_some_and(|t| partition >= 0 && partition < t.partitions)
+        {
+            // Kafka keeps REPLICA_NOT_AVAILABLE here for compatibility (its
+            // NOT_LEADER_OR_FOLLOWER for a partition this broker holds no replica of).
+            ResponseError::ReplicaNotAvailable.code()
+        } else {
+            ResponseError::UnknownTopicOrPartition.code()
+        };
+        let result = AlterReplicaLogDirPartitionResult::default()
+            .with_partition_index(partition)
+            .with_error_code(code);
+        match results.iter_mut().find(|t| t.topic_name.0.as_str() == topic) {
+            Some(t) => t.partitions.push(result),
+            None => results.push(
+                AlterReplicaLogDirTopicResult::default()
+                    .with_topic_name(topic_name(&topic))
+                    .with_partitions(vec![result]),
+            ),
+        }
+    }
+    AlterReplicaLogDirsResponse::default().with_results(results)
 }

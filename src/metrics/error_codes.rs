@@ -147,6 +147,11 @@ codes!(IncrementalAlterConfigsResponse, |r, c| r
     .responses
     .iter()
     .for_each(|x| c(x.error_code)));
+codes!(AlterReplicaLogDirsResponse, |r, c| {
+    for t in &r.results {
+        t.partitions.iter().for_each(|p| c(p.error_code));
+    }
+});
 codes!(DescribeLogDirsResponse, |r, c| {
     c(r.error_code);
     r.results.iter().for_each(|d| c(d.error_code));

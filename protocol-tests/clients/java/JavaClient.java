@@ -690,6 +690,30 @@ public class JavaClient {
                 .collect(Collectors.joining("; ")));
         ok("describeLogDirs: " + replicas + " replicas of " + topic + " over " + dirs.size() + " node(s)");
 
+        // kafka-reassign-partitions.sh --reassignment-json-file with "log_dirs": each replica moved
+        // into the directory it is in (a Sluice broker has one) is done at once; another path
+        // is refused with LogDirNotFoundException.
+        Map<TopicPartitionReplica, String> moves = new HashMap<>();
+        dirs.forEach((node, byDir) -> byDir.forEach((dir, d) -> d.replicaInfos().keySet().stream()
+                .filter(tp -> tp.topic().equals(topic))
+                .forEach(tp -> moves.put(new TopicPartitionReplica(topic, tp.partition(), node), dir))));
+        admin.alterReplicaLogDirs(moves).all().get();
+        Map<TopicPartitionReplica, DescribeReplicaLogDirsResult.ReplicaLogDirInfo> where =
+                admin.describeReplicaLogDirs(moves.keySet()).all().get();
+        for (Map.Entry<TopicPartitionReplica, String> m : moves.entrySet()) {
+            expect(m.getValue().equals(where.get(m.getKey()).getCurrentReplicaLogDir()),
+                    "describeReplicaLogDirs: " + m.getKey() + " in " + where.get(m.getKey()));
+        }
+        TopicPartitionReplica first = moves.keySet().iterator().next();
+        try {
+            admin.alterReplicaLogDirs(Map.of(first, "/no/such/log/dir")).all().get();
+            expect(false, "alterReplicaLogDirs to a directory the broker does not have succeeded");
+        } catch (ExecutionException e) {
+            expect(e.getCause() instanceof LogDirNotFoundException, "alterReplicaLogDirs: " + e.getCause());
+        }
+        ok("alterReplicaLogDirs and describeReplicaLogDirs: " + moves.size() + " replica(s) in their log dir; "
+                + "another path refused with LogDirNotFoundException");
+
         Collection<TransactionListing> txns = admin.listTransactions().all().get();
         String txid = "java-tx-" + RUN;
         expect(txns.stream().anyMatch(t -> t.transactionalId().equals(txid)), "listTransactions: " + txns);
