@@ -429,6 +429,22 @@ async fn requests_are_checked_and_nothing_leaks() {
         .await;
     let codes: Vec<i16> = moved.results[0].partitions.iter().map(|p| p.error_code).collect();
     assert_eq!(codes, [CLUSTER_AUTHORIZATION_FAILED; 2]);
+    // So does finalizing feature levels (UpdateFeatures): a top-level error, nothing changed.
+    let features = bob
+        .call(
+            1,
+            &UpdateFeaturesRequest::default().with_feature_updates(vec![
+                kafka_protocol::messages::update_features_request::FeatureUpdateKey::default()
+                    .with_feature(s("group.version"))
+                    .with_max_version_level(0)
+                    .with_upgrade_type(2),
+            ]),
+        )
+        .await;
+    assert_eq!(
+        (features.error_code, features.results.len()),
+        (CLUSTER_AUTHORIZATION_FAILED, 0)
+    );
     // An idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic.
     let init = bob
         .call(

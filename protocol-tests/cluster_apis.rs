@@ -565,3 +565,50 @@ async fn acls_created_on_one_node_are_enforced_by_every_node_and_survive_a_resta
     assert_eq!(described.resources[0].resource_name.as_str(), secret);
     cluster.stop_all().await;
 }
+
+/// UpdateFeatures through a node that does not lead the quorum: the level is written to the
+/// metadata log, so every node reports it, at the same `finalized_features_epoch`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn feature_levels_updated_through_a_follower_are_reported_by_every_node() {
+    use kafka_protocol::messages::update_features_request::FeatureUpdateKey;
+    use kafka_protocol::protocol::StrBytes;
+    let api_versions = || {
+        ApiVersionsRequest::default()
+            .with_client_software_name(StrBytes::from_static_str("sluice-tests"))
+            .with_client_software_version(StrBytes::from_static_str("1.0"))
+    };
+    let cluster = Cluster::start(3).await;
+    let leader = cluster.controller().await;
+    let follower = cluster.ids().into_iter().find(|id| *id != leader).unwrap();
+    let downgrade = UpdateFeaturesRequest::default().with_feature_updates(vec![
+        FeatureUpdateKey::default()
+            .with_feature(StrBytes::from_static_str("transaction.version"))
+            .with_max_version_level(1)
+            .with_upgrade_type(2),
+    ]);
+    let resp = try_call(cluster.addr(follower), 1, &downgrade, POLL_REQUEST_TIMEOUT)
+        .await
+        .unwrap();
+    assert_eq!(resp.error_code, 0, "{resp:?}");
+    let deadline = Instant::now() + CONTROLLER_WAIT;
+    loop {
+        let mut seen = Vec::new();
+        for id in cluster.ids() {
+            if let Ok(resp) = try_call(cluster.addr(id), 4, &api_versions(), POLL_REQUEST_TIMEOUT).await {
+                let levels: Vec<(String, i16)> = resp
+                    .finalized_features
+                    .iter()
+                    .map(|f| (f.name.to_string(), f.max_version_level))
+                    .collect();
+                seen.push((levels, resp.finalized_features_epoch));
+            }
+        }
+        let expected = vec![("group.version".to_string(), 1), ("transaction.version".to_string(), 1)];
+        if seen.len() == 3 && seen.iter().all(|s| s.0 == expected && s.1 == seen[0].1) {
+            assert!(seen[0].1 > 2, "{seen:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the nodes never agreed: {seen:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

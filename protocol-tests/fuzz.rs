@@ -375,7 +375,7 @@ default_bodies! {
     DescribeConfigs => DescribeConfigsRequest, AlterConfigs => AlterConfigsRequest,
     IncrementalAlterConfigs => IncrementalAlterConfigsRequest, DescribeCluster => DescribeClusterRequest,
     DescribeLogDirs => DescribeLogDirsRequest, DeleteRecords => DeleteRecordsRequest,
-    AlterReplicaLogDirs => AlterReplicaLogDirsRequest,
+    AlterReplicaLogDirs => AlterReplicaLogDirsRequest, UpdateFeatures => UpdateFeaturesRequest,
     InitProducerId => InitProducerIdRequest, AddPartitionsToTxn => AddPartitionsToTxnRequest,
     AddOffsetsToTxn => AddOffsetsToTxnRequest, EndTxn => EndTxnRequest, TxnOffsetCommit => TxnOffsetCommitRequest,
     DescribeTransactions => DescribeTransactionsRequest, ListTransactions => ListTransactionsRequest,

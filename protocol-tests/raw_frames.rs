@@ -655,6 +655,8 @@ async fn every_advertised_version_answers() {
                 | ApiKey::AlterReplicaLogDirs => {}
                 // Every version is exercised in retention.rs.
                 ApiKey::DeleteRecords => {}
+                // Every version is exercised in update_features_finalizes_levels_atomically_and_durably.
+                ApiKey::UpdateFeatures => {}
                 // Every version of these is exercised in transactions.rs.
                 ApiKey::InitProducerId
                 | ApiKey::AddPartitionsToTxn
@@ -1447,6 +1449,149 @@ async fn api_versions_reports_the_features_sluice_serves_as_kafka_shapes_them() 
     assert_eq!(resp.error_code, 42);
     assert!(resp.supported_features.is_empty() && resp.finalized_features.is_empty());
     assert_eq!(resp.finalized_features_epoch, -1);
+    broker.handle.shutdown().await;
+}
+
+/// UpdateFeatures (57), as Kafka 4.1's controller answers it: atomic (the first refusal,
+/// INVALID_UPDATE_VERSION with Kafka's message, changes nothing), validate_only writes
+/// nothing, a change shows in ApiVersions at once with a higher epoch and survives a restart;
+/// group.version 0 turns ConsumerGroupHeartbeat and ConsumerGroupDescribe off
+/// (UNSUPPORTED_VERSION), and 1 turns them on again.
+#[tokio::test]
+async fn update_features_finalizes_levels_atomically_and_durably() {
+    use kafka_protocol::messages::update_features_request::FeatureUpdateKey;
+    use kafka_protocol::messages::{
+        ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest, UpdateFeaturesRequest,
+    };
+    const INVALID_UPDATE_VERSION: i16 = 95;
+    let update = |changes: &[(&str, i16, i8)]| {
+        UpdateFeaturesRequest::default()
+            .with_timeout_ms(10_000)
+            .with_feature_updates(
+                changes
+                    .iter()
+                    .map(|(name, level, kind)| {
+                        FeatureUpdateKey::default()
+                            .with_feature(StrBytes::from_string(name.to_string()))
+                            .with_max_version_level(*level)
+                            .with_upgrade_type(*kind)
+                    })
+                    .collect(),
+            )
+    };
+    async fn features(raw: &mut Raw) -> (Vec<(String, i16)>, i64) {
+        let resp = raw.call(4, &api_versions()).await;
+        let levels = resp
+            .finalized_features
+            .iter()
+            .map(|f| (f.name.to_string(), f.max_version_level))
+            .collect();
+        (levels, resp.finalized_features_epoch)
+    }
+    let defaults = vec![("group.version".to_string(), 1), ("transaction.version".to_string(), 2)];
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    assert_eq!(features(&mut raw).await, (defaults.clone(), 2));
+
+    // Refusals, each failing the whole request; the valid update beside them is not applied.
+    const SAFE: i8 = 2;
+    for (changes, why) in [
+        (
+            vec![("group.version", 0, SAFE), ("transaction.version", 3, 1)],
+            "Invalid update version 3 for feature transaction.version. Local controller 1 only supports versions 0-2",
+        ),
+        (
+            vec![("metadata.version", 27, 1)],
+            "Invalid update version 27 for feature metadata.version. Local controller 1 does not support this feature.",
+        ),
+        (
+            vec![("transaction.version", 1, 1)],
+            "Invalid update version 1 for feature transaction.version. Can't downgrade the version of this feature \
+             without setting the upgrade type to either safe or unsafe downgrade.",
+        ),
+        (
+            vec![("transaction.version", 1, 7)],
+            "Invalid update version 1 for feature transaction.version. The controller does not support the given \
+             upgrade type.",
+        ),
+    ] {
+        for version in 1..=2 {
+            let resp = raw.call(version, &update(&changes)).await;
+            assert_eq!(resp.error_code, INVALID_UPDATE_VERSION, "v{version} {changes:?}");
+            assert_eq!(
+                resp.error_message.as_deref(),
+                Some(
+                    format!("The update failed for all features since the following feature had an error: {why}")
+                        .as_str()
+                )
+            );
+            assert!(resp.results.is_empty(), "no per-feature results on failure");
+        }
+    }
+    // v0: a downgrade needs allow_downgrade.
+    let mut v0 = update(&[("group.version", 0, 1)]);
+    assert_eq!(raw.call(0, &v0).await.error_code, INVALID_UPDATE_VERSION);
+    // validate_only (v1+) checks and changes nothing.
+    let resp = raw
+        .call(1, &update(&[("group.version", 0, SAFE)]).with_validate_only(true))
+        .await;
+    assert_eq!((resp.error_code, resp.results.len()), (0, 1));
+    assert_eq!(
+        features(&mut raw).await,
+        (defaults.clone(), 2),
+        "validate_only changed nothing"
+    );
+
+    // group.version 0 (v0, allow_downgrade): the KIP-848 protocol is off, and ApiVersions no
+    // longer lists it as finalized, at a higher epoch.
+    v0.feature_updates[0].allow_downgrade = true;
+    let resp = raw.call(0, &v0).await;
+    assert_eq!(resp.error_code, 0, "{resp:?}");
+    let names: Vec<(String, i16)> = resp
+        .results
+        .iter()
+        .map(|r| (r.feature.to_string(), r.error_code))
+        .collect();
+    assert_eq!(names, vec![("group.version".to_string(), 0)], "v0 lists each feature");
+    let (levels, epoch) = features(&mut raw).await;
+    assert_eq!(levels, vec![("transaction.version".to_string(), 2)]);
+    assert!(epoch > 2, "the epoch grows: {epoch}");
+    let heartbeat = ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str("off")))
+        .with_member_id(StrBytes::from_static_str("m-1"))
+        .with_rebalance_timeout_ms(30_000)
+        .with_subscribed_topic_names(Some(vec![topic("t")]));
+    let resp = raw.call(1, &heartbeat).await;
+    assert_eq!(resp.error_code, 35, "UNSUPPORTED_VERSION: {resp:?}");
+    let describe =
+        ConsumerGroupDescribeRequest::default().with_group_ids(vec![GroupId(StrBytes::from_static_str("off"))]);
+    let resp = raw.call(1, &describe).await;
+    assert_eq!(resp.groups[0].error_code, 35);
+
+    // transaction.version 1 (v2: no per-feature results), then a restart keeps both levels
+    // and the epoch.
+    let resp = raw.call(2, &update(&[("transaction.version", 1, SAFE)])).await;
+    assert_eq!((resp.error_code, resp.results.len()), (0, 0));
+    let (levels, later) = features(&mut raw).await;
+    assert_eq!(levels, vec![("transaction.version".to_string(), 1)]);
+    assert!(later > epoch, "{later} after {epoch}");
+    let broker = broker.restart(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    assert_eq!(
+        features(&mut raw).await,
+        (vec![("transaction.version".to_string(), 1)], later)
+    );
+
+    // Both back up (an upgrade to a level between is fine); the protocol is on again.
+    let resp = raw
+        .call(1, &update(&[("group.version", 1, 1), ("transaction.version", 2, 1)]))
+        .await;
+    assert_eq!(resp.error_code, 0, "{resp:?}");
+    let (levels, last) = features(&mut raw).await;
+    assert_eq!(levels, defaults);
+    assert!(last > later);
+    let resp = raw.call(1, &heartbeat).await;
+    assert_eq!((resp.error_code, resp.member_epoch), (0, 1), "{resp:?}");
     broker.handle.shutdown().await;
 }
 

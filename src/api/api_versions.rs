@@ -40,8 +40,8 @@ pub struct Feature {
     pub finalized_level: i16,
 }
 
-/// The features Sluice serves, with Kafka's names and levels. There is no UpdateFeatures: the
-/// levels are those of the code.
+/// The features Sluice serves, with Kafka's names and levels. `finalized_level` is the level a
+/// cluster runs at until UpdateFeatures finalizes another (`MetadataImage::feature_level`).
 pub const FEATURES: &[Feature] = &[
     // GroupVersion.GV_1: the KIP-848 consumer group protocol (ConsumerGroupHeartbeat and
     // ConsumerGroupDescribe, `consumer_groups.rs`).
@@ -65,11 +65,31 @@ pub const FEATURES: &[Feature] = &[
     },
 ];
 
-/// The epoch of the finalized levels (`finalized_features_epoch`). Clients keep the features of
-/// the highest epoch they have seen (Java's `ApiVersions.update`), so it only grows, and changes
-/// exactly when a finalized level of `FEATURES` does (a unit test pins the pair). Kafka uses the
-/// metadata offset of its image; -1 would say the levels are unknown.
+/// The epoch of the code's finalized levels (`finalized_features_epoch`). Clients keep the
+/// features of the highest epoch they have seen (Java's `ApiVersions.update`), so it only
+/// grows, and changes exactly when a finalized level of `FEATURES` does (a unit test pins the
+/// pair). Kafka uses the metadata offset of its image; an UpdateFeatures sets it to this plus
+/// the metadata offset of its record (`MetadataImage::finalized_features_epoch`). -1 would say
+/// the levels are unknown.
 pub const FINALIZED_FEATURES_EPOCH: i64 = 2;
+
+/// Why this broker cannot run `name` at `level`, in the words of Kafka's
+/// `QuorumFeatures.reasonNotSupported` (its VersionRange written `min-max`); None if it can.
+/// A feature Sluice does not serve supports level 0 only: turning it off changes nothing.
+pub fn level_not_supported(name: &str, level: i16) -> Option<String> {
+    let (min, max) = FEATURES
+        .iter()
+        .find(|f| f.name == name)
+        .map_or((0, 0), |f| (f.min_level, f.max_level));
+    if (min..=max).contains(&level) {
+        return None;
+    }
+    Some(match max {
+        0 => "does not support this feature.".to_string(),
+        _ if min == max => format!("only supports versions {min}"),
+        _ => format!("only supports versions {min}-{max}"),
+    })
+}
 
 fn api_keys() -> Vec<ApiVersion> {
     SUPPORTED
@@ -83,7 +103,7 @@ fn api_keys() -> Vec<ApiVersion> {
         .collect()
 }
 
-pub async fn handle(_ctx: &Ctx, req: ApiVersionsRequest, version: i16) -> ApiVersionsResponse {
+pub async fn handle(ctx: &Ctx, req: ApiVersionsRequest, version: i16) -> ApiVersionsResponse {
     // Kafka's KafkaApis.handleApiVersionsRequest: `!isValid` gets `getErrorResponse` with
     // INVALID_REQUEST, which lists no API (only UNSUPPORTED_VERSION lists ApiVersions' range).
     if version >= 3
@@ -97,10 +117,11 @@ pub async fn handle(_ctx: &Ctx, req: ApiVersionsRequest, version: i16) -> ApiVer
         return response; // the features are tagged fields of v3+
     }
     // Kafka's ApiVersionsResponse.Builder with alterFeatureLevel0 = (version < 4).
+    let image = ctx.controller.image();
     response
         .with_supported_features(supported_features(version))
-        .with_finalized_features_epoch(FINALIZED_FEATURES_EPOCH)
-        .with_finalized_features(finalized_features())
+        .with_finalized_features_epoch(image.finalized_features_epoch())
+        .with_finalized_features(finalized_features(&image))
 }
 
 fn supported_features(version: i16) -> Vec<SupportedFeatureKey> {
@@ -116,15 +137,16 @@ fn supported_features(version: i16) -> Vec<SupportedFeatureKey> {
         .collect()
 }
 
-fn finalized_features() -> Vec<FinalizedFeatureKey> {
+fn finalized_features(image: &crate::cluster::MetadataImage) -> Vec<FinalizedFeatureKey> {
     FEATURES
         .iter()
-        .filter(|f| f.finalized_level > 0)
-        .map(|f| {
+        .map(|f| (f.name, image.feature_level(f.name)))
+        .filter(|(_, level)| *level > 0)
+        .map(|(name, level)| {
             FinalizedFeatureKey::default()
-                .with_name(StrBytes::from_static_str(f.name))
-                .with_min_version_level(f.finalized_level)
-                .with_max_version_level(f.finalized_level)
+                .with_name(StrBytes::from_static_str(name))
+                .with_min_version_level(level)
+                .with_max_version_level(level)
         })
         .collect()
 }

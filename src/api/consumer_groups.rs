@@ -52,6 +52,13 @@ pub async fn heartbeat(
             .with_error_message(message(text))
             .with_member_epoch(-1)
     };
+    // Kafka's isConsumerGroupProtocolEnabled, checked first: group.version 0 (UpdateFeatures)
+    // turns the protocol off.
+    if !protocol_enabled(ctx) {
+        return ConsumerGroupHeartbeatResponse::default()
+            .with_error_code(ResponseError::UnsupportedVersion.code())
+            .with_error_message(message(UNSUPPORTED_VERSION_TEXT));
+    }
     if version >= 1 && req.member_id.is_empty() {
         return refuse("the member id must be set by the member (KIP-1082)");
     }
@@ -118,7 +125,28 @@ pub async fn heartbeat(
         .with_assignment(assignment)
 }
 
+/// Whether the KIP-848 consumer group protocol is on: group.version 1 or more.
+fn protocol_enabled(ctx: &Ctx) -> bool {
+    ctx.controller.image().feature_level("group.version") >= 1
+}
+
+/// `Errors.UNSUPPORTED_VERSION`'s default message, which Kafka's error responses carry.
+const UNSUPPORTED_VERSION_TEXT: &str = "The version of API is not supported.";
+
 pub async fn describe(ctx: &Ctx, req: ConsumerGroupDescribeRequest, version: i16) -> ConsumerGroupDescribeResponse {
+    if !protocol_enabled(ctx) {
+        // Kafka: every group named gets UNSUPPORTED_VERSION.
+        let groups = req
+            .group_ids
+            .iter()
+            .map(|id| {
+                DescribedGroup::default()
+                    .with_group_id(id.clone())
+                    .with_error_code(ResponseError::UnsupportedVersion.code())
+            })
+            .collect();
+        return ConsumerGroupDescribeResponse::default().with_groups(groups);
+    }
     let image = ctx.controller.image();
     let names = |set: &BTreeSet<Tp>| -> DescribedAssignment {
         let topic_partitions = by_topic(set)

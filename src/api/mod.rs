@@ -22,6 +22,7 @@ pub mod describe_producers;
 pub mod describe_quorum;
 pub mod describe_topic_partitions;
 pub mod elect_leaders;
+pub mod features;
 pub mod fetch;
 pub mod groups;
 mod leader_hints;
@@ -178,6 +179,7 @@ pub const SUPPORTED: &[Versions] = &[
     cluster::DESCRIBE_CLUSTER_VERSIONS,
     cluster::DESCRIBE_LOG_DIRS_VERSIONS,
     cluster::ALTER_REPLICA_LOG_DIRS_VERSIONS,
+    features::VERSIONS,
     delete_records::VERSIONS,
     transactions::INIT_PRODUCER_ID_VERSIONS,
     transactions::ADD_PARTITIONS_VERSIONS,
@@ -346,6 +348,7 @@ pub fn decode_only(key: ApiKey, version: i16, body: &mut Bytes) -> Result<(), Re
         ApiKey::DescribeCluster => as_!(DescribeClusterRequest),
         ApiKey::DescribeLogDirs => as_!(DescribeLogDirsRequest),
         ApiKey::AlterReplicaLogDirs => as_!(AlterReplicaLogDirsRequest),
+        ApiKey::UpdateFeatures => as_!(UpdateFeaturesRequest),
         ApiKey::DeleteRecords => as_!(DeleteRecordsRequest),
         ApiKey::InitProducerId => as_!(InitProducerIdRequest),
         ApiKey::AddPartitionsToTxn => as_!(AddPartitionsToTxnRequest),
@@ -555,6 +558,7 @@ async fn handle(
         ApiKey::DescribeCluster => now!(cluster::describe_cluster),
         ApiKey::DescribeLogDirs => now!(cluster::describe_log_dirs),
         ApiKey::AlterReplicaLogDirs => now!(cluster::alter_replica_log_dirs),
+        ApiKey::UpdateFeatures => now!(features::update_features),
         ApiKey::DeleteRecords => now!(delete_records),
         ApiKey::InitProducerId => now!(transactions::init_producer_id),
         ApiKey::AddPartitionsToTxn => now!(transactions::add_partitions_to_txn),
@@ -700,6 +704,7 @@ mod tests {
             ApiKey::DescribeCluster => DescribeClusterRequest::VERSIONS,
             ApiKey::DescribeLogDirs => DescribeLogDirsRequest::VERSIONS,
             ApiKey::AlterReplicaLogDirs => AlterReplicaLogDirsRequest::VERSIONS,
+            ApiKey::UpdateFeatures => UpdateFeaturesRequest::VERSIONS,
             ApiKey::DeleteRecords => DeleteRecordsRequest::VERSIONS,
             ApiKey::InitProducerId => InitProducerIdRequest::VERSIONS,
             ApiKey::AddPartitionsToTxn => AddPartitionsToTxnRequest::VERSIONS,

@@ -134,6 +134,16 @@ pub enum MetadataRecord {
     ClientQuotas {
         changes: Vec<crate::quota::QuotaChange>,
     },
+    /// KIP-584 feature levels are finalized (Kafka's FeatureLevelRecord, one per feature): an
+    /// UpdateFeatures request. A level of 0 turns the feature off. `epoch` is set only in a
+    /// snapshot, which carries the finalized-features epoch the image had; otherwise applying
+    /// the record sets it from the record's metadata offset, as Kafka's epoch is its image's
+    /// offset.
+    SetFeatureLevels {
+        levels: BTreeMap<String, i16>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        epoch: Option<i64>,
+    },
 }
 
 /// A user's SCRAM credential for one mechanism: salt, StoredKey and ServerKey in base64, never
@@ -398,6 +408,11 @@ pub struct MetadataImage {
     pub acls: Acls,
     /// The client quotas in force, by entity.
     pub client_quotas: crate::quota::ClientQuotas,
+    /// Feature levels finalized by UpdateFeatures, by name; a feature not here runs at the
+    /// code's level (`api_versions::FEATURES`).
+    pub feature_levels: OrdMap<String, i16>,
+    /// The finalized-features epoch of the last UpdateFeatures (None: the code's).
+    pub features_epoch: Option<i64>,
 }
 
 impl MetadataImage {
@@ -406,6 +421,24 @@ impl MetadataImage {
     /// KIP-841); a fenced member already in `current` may stay.
     pub fn ineligible_isr_member(&self, current: &[i32], isr: &[i32]) -> Option<i32> {
         isr.iter().copied().find(|r| !current.contains(r) && !self.is_live(*r))
+    }
+
+    /// The level `name` runs at: as UpdateFeatures finalized it, else the code's (0 for a
+    /// feature Sluice does not know).
+    pub fn feature_level(&self, name: &str) -> i16 {
+        match self.feature_levels.get(name) {
+            Some(level) => *level,
+            None => crate::api::api_versions::FEATURES
+                .iter()
+                .find(|f| f.name == name)
+                .map_or(0, |f| f.finalized_level),
+        }
+    }
+
+    /// The epoch of the finalized feature levels (ApiVersions' `finalized_features_epoch`).
+    pub fn finalized_features_epoch(&self) -> i64 {
+        self.features_epoch
+            .unwrap_or(crate::api::api_versions::FINALIZED_FEATURES_EPOCH)
     }
 
     pub fn topic(&self, name: &str) -> Option<&Arc<TopicInfo>> {
@@ -458,6 +491,8 @@ impl MetadataImage {
             scram_credentials,
             acls,
             client_quotas,
+            feature_levels,
+            features_epoch,
         } = self;
         let mut records =
             Vec::with_capacity(topics.len() + group_configs.len() + broker_configs.len() + 2 * brokers.len() + 3);
@@ -554,6 +589,12 @@ impl MetadataImage {
                 changes: changes.collect(),
             });
         }
+        if !feature_levels.is_empty() {
+            records.push(MetadataRecord::SetFeatureLevels {
+                levels: feature_levels.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+                epoch: *features_epoch,
+            });
+        }
         records
     }
 
@@ -640,6 +681,14 @@ impl MetadataImage {
                 None => Ok(()),
             },
             MetadataRecord::ClientQuotas { .. } => Ok(()),
+            MetadataRecord::SetFeatureLevels { levels, .. } => {
+                for (name, level) in levels {
+                    if let Some(reason) = crate::api::api_versions::level_not_supported(name, *level) {
+                        return Err(Error::InvalidRequest(format!("{name} {level}: {reason}")));
+                    }
+                }
+                Ok(())
+            }
         }
     }
 
@@ -1192,6 +1241,14 @@ impl MetadataImage {
                 for change in changes {
                     crate::quota::apply(&mut self.client_quotas, change);
                 }
+            }
+            MetadataRecord::SetFeatureLevels { levels, epoch } => {
+                for (name, level) in levels {
+                    self.feature_levels.insert(name.clone(), *level);
+                }
+                // Above the code's epoch, and growing with the metadata offset.
+                self.features_epoch =
+                    Some(epoch.unwrap_or(crate::api::api_versions::FINALIZED_FEATURES_EPOCH + self.offset));
             }
             MetadataRecord::SetClusterId { id } => {
                 if self.cluster_id.is_empty() {
@@ -1961,6 +2018,18 @@ impl Controller {
             Ok(MetadataRecord::Acls {
                 add: bindings.iter().filter(|b| !image.acls.contains(*b)).cloned().collect(),
                 remove: Vec::new(),
+            })
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Finalizes feature levels in one record (validated by the caller).
+    pub async fn update_features(&self, levels: BTreeMap<String, i16>) -> Result<()> {
+        self.commit_async(|_| {
+            Ok(MetadataRecord::SetFeatureLevels {
+                levels: levels.clone(),
+                epoch: None,
             })
         })
         .await

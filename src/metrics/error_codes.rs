@@ -51,6 +51,11 @@ top_level!(
     DescribeDelegationTokenResponse,
 );
 
+codes!(UpdateFeaturesResponse, |r, c| {
+    c(r.error_code);
+    r.results.iter().for_each(|f| c(f.error_code));
+});
+
 codes!(ProduceResponse, |r, c| {
     for t in &r.responses {
         t.partition_responses.iter().for_each(|p| c(p.error_code));

@@ -374,6 +374,14 @@ pub(super) mod tests {
                 node: Some(2),
                 configs: configs(&[("message.max.bytes", "2000")]),
             },
+            MetadataRecord::SetFeatureLevels {
+                levels: [("group.version".to_string(), 0)].into_iter().collect(),
+                epoch: None,
+            },
+            MetadataRecord::SetFeatureLevels {
+                levels: [("transaction.version".to_string(), 1)].into_iter().collect(),
+                epoch: None,
+            },
         ]
     }
 
@@ -396,6 +404,15 @@ pub(super) mod tests {
         assert_eq!(rebuilt.group_configs, image.group_configs);
         assert_eq!(rebuilt.broker_default_configs, image.broker_default_configs);
         assert_eq!(rebuilt.broker_configs, image.broker_configs);
+        // The feature levels, and their epoch: the offset of the last change, not of the
+        // snapshot's one record (clients keep the highest epoch they saw).
+        assert_eq!(rebuilt.feature_level("group.version"), 0);
+        assert_eq!(rebuilt.feature_level("transaction.version"), 1);
+        assert_eq!(
+            rebuilt.finalized_features_epoch(),
+            2 + every_kind_of_record().len() as i64
+        );
+        assert_eq!(rebuilt.finalized_features_epoch(), image.finalized_features_epoch());
         // The topic carries every change made to it.
         let topic = rebuilt.topic("orders.v1").unwrap();
         assert_eq!(
