@@ -445,6 +445,10 @@ async fn requests_are_checked_and_nothing_leaks() {
         (features.error_code, features.results.len()),
         (CLUSTER_AUTHORIZATION_FAILED, 0)
     );
+    let unregister = bob
+        .call(0, &UnregisterBrokerRequest::default().with_broker_id(BrokerId(1)))
+        .await;
+    assert_eq!(unregister.error_code, CLUSTER_AUTHORIZATION_FAILED);
     // An idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic.
     let init = bob
         .call(

@@ -612,3 +612,84 @@ async fn feature_levels_updated_through_a_follower_are_reported_by_every_node() 
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// UnregisterBroker (`kafka-cluster.sh unregister`): a dead broker's registration is removed
+/// through any node, so no node lists it any more, even among the fenced; asked again, the id
+/// is BROKER_ID_NOT_REGISTERED. A broker still running registers again at its next heartbeat,
+/// and the dead one does when it returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unregistered_broker_is_forgotten_until_it_registers_again() {
+    use kafka_protocol::messages::UnregisterBrokerRequest;
+    let mut cluster = Cluster::start(3).await;
+    let gone = cluster.controller().await % 3 + 1;
+    cluster.kill(gone);
+    let running = cluster.running();
+    // Every running node's brokers, fenced included: (id, fenced).
+    async fn listed(cluster: &Cluster, nodes: &[i32]) -> Vec<Vec<(i32, bool)>> {
+        let req = DescribeClusterRequest::default().with_include_fenced_brokers(true);
+        let mut all = Vec::new();
+        for id in nodes {
+            let brokers = match try_call(cluster.addr(*id), 2, &req, POLL_REQUEST_TIMEOUT).await {
+                Ok(resp) => resp.brokers.iter().map(|b| (b.broker_id.0, b.is_fenced)).collect(),
+                Err(_) => Vec::new(),
+            };
+            all.push(brokers);
+        }
+        all
+    }
+    async fn until(cluster: &Cluster, nodes: &[i32], what: &str, ok: impl Fn(&[(i32, bool)]) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let seen = listed(cluster, nodes).await;
+            if seen.iter().all(|b| ok(b)) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{what}: {seen:?}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    until(&cluster, &running, "the killed broker fenced", |b| {
+        b.contains(&(gone, true))
+    })
+    .await;
+    let unregister = |id: i32| UnregisterBrokerRequest::default().with_broker_id(BrokerId(id));
+    let resp = try_call(cluster.addr(running[0]), 0, &unregister(gone), POLL_REQUEST_TIMEOUT)
+        .await
+        .unwrap();
+    assert_eq!(resp.error_code, 0, "{resp:?}");
+    until(&cluster, &running, "the unregistered broker gone", |b| {
+        b.len() == 2 && !b.iter().any(|(id, _)| *id == gone)
+    })
+    .await;
+    let resp = try_call(cluster.addr(running[1]), 0, &unregister(gone), POLL_REQUEST_TIMEOUT)
+        .await
+        .unwrap();
+    assert_eq!(
+        (resp.error_code, resp.error_message.as_deref()),
+        (
+            102,
+            Some(format!("Broker ID {gone} is not currently registered").as_str())
+        ),
+        "BROKER_ID_NOT_REGISTERED"
+    );
+    // A running broker unregistered registers again by itself.
+    let resp = try_call(
+        cluster.addr(running[0]),
+        0,
+        &unregister(running[1]),
+        POLL_REQUEST_TIMEOUT,
+    )
+    .await
+    .unwrap();
+    assert_eq!(resp.error_code, 0, "{resp:?}");
+    until(&cluster, &running, "the running broker registered again", |b| {
+        b.contains(&(running[1], false))
+    })
+    .await;
+    // The dead one too, when it returns.
+    cluster.restart(gone).await;
+    until(&cluster, &cluster.ids(), "the returning broker registered", |b| {
+        b.len() == 3 && b.iter().all(|(_, fenced)| !fenced)
+    })
+    .await;
+}

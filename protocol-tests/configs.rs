@@ -315,6 +315,21 @@ async fn describe_cluster_and_log_dirs() {
         .call(1, &DescribeClusterRequest::default().with_endpoint_type(2))
         .await;
     assert_eq!(controllers.error_code, 115, "UNSUPPORTED_ENDPOINT_TYPE");
+    // UnregisterBroker on a single node: itself (a Kafka broker registers again within a
+    // heartbeat, and is still listed), or an id never registered, BROKER_ID_NOT_REGISTERED.
+    let resp = raw
+        .call(0, &UnregisterBrokerRequest::default().with_broker_id(BrokerId(1)))
+        .await;
+    assert_eq!(resp.error_code, 0);
+    let resp = raw
+        .call(0, &UnregisterBrokerRequest::default().with_broker_id(BrokerId(7)))
+        .await;
+    assert_eq!(
+        (resp.error_code, resp.error_message.as_deref()),
+        (102, Some("Broker ID 7 is not currently registered"))
+    );
+    let listed = raw.call(2, &DescribeClusterRequest::default()).await;
+    assert_eq!(listed.brokers.len(), 1);
     for version in 1..=4 {
         let resp = raw
             .call(version, &DescribeLogDirsRequest::default().with_topics(None))

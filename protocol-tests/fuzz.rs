@@ -376,6 +376,7 @@ default_bodies! {
     IncrementalAlterConfigs => IncrementalAlterConfigsRequest, DescribeCluster => DescribeClusterRequest,
     DescribeLogDirs => DescribeLogDirsRequest, DeleteRecords => DeleteRecordsRequest,
     AlterReplicaLogDirs => AlterReplicaLogDirsRequest, UpdateFeatures => UpdateFeaturesRequest,
+    UnregisterBroker => UnregisterBrokerRequest,
     InitProducerId => InitProducerIdRequest, AddPartitionsToTxn => AddPartitionsToTxnRequest,
     AddOffsetsToTxn => AddOffsetsToTxnRequest, EndTxn => EndTxnRequest, TxnOffsetCommit => TxnOffsetCommitRequest,
     DescribeTransactions => DescribeTransactionsRequest, ListTransactions => ListTransactionsRequest,

@@ -657,6 +657,8 @@ async fn every_advertised_version_answers() {
                 ApiKey::DeleteRecords => {}
                 // Every version is exercised in update_features_finalizes_levels_atomically_and_durably.
                 ApiKey::UpdateFeatures => {}
+                // Exercised in configs.rs (one node) and cluster_apis.rs (3 nodes).
+                ApiKey::UnregisterBroker => {}
                 // Every version of these is exercised in transactions.rs.
                 ApiKey::InitProducerId
                 | ApiKey::AddPartitionsToTxn

@@ -6,6 +6,8 @@
 //! controller listener) · v2 `include_fenced_brokers` adds the fenced ones, `is_fenced` set.
 //! DescribeLogDirs (key 35): v1 baseline here · v2 flexible · v3 top-level error code · v4
 //! total and usable bytes of the directory.
+//! UnregisterBroker (key 64): v0. Removes a broker's registration through the metadata quorum
+//! (ALTER on the cluster); BROKER_ID_NOT_REGISTERED for an id that is not registered.
 //! AlterReplicaLogDirs (key 34): v1 baseline here (v0 removed in Kafka 4) · v2 flexible. A
 //! broker has one log directory (`log.dirs`), so a replica can only be "moved" to where it
 //! already is: NONE, with nothing to copy; any other path is LOG_DIR_NOT_FOUND, as Kafka
@@ -28,6 +30,7 @@ use crate::acl::Operation;
 pub const DESCRIBE_CLUSTER_VERSIONS: Versions = Versions::new(ApiKey::DescribeCluster, 0, 2);
 pub const DESCRIBE_LOG_DIRS_VERSIONS: Versions = Versions::new(ApiKey::DescribeLogDirs, 1, 4);
 pub const ALTER_REPLICA_LOG_DIRS_VERSIONS: Versions = Versions::new(ApiKey::AlterReplicaLogDirs, 1, 2);
+pub const UNREGISTER_BROKER_VERSIONS: Versions = Versions::new(ApiKey::UnregisterBroker, 0, 0);
 
 const ENDPOINT_BROKERS: i8 = 1;
 
@@ -210,4 +213,18 @@ pub async fn alter_replica_log_dirs(
         }
     }
     AlterReplicaLogDirsResponse::default().with_results(results)
+}
+
+pub async fn unregister_broker(ctx: &Ctx, req: UnregisterBrokerRequest, _version: i16) -> UnregisterBrokerResponse {
+    if !ctx.authorize_cluster(Operation::Alter) {
+        return UnregisterBrokerResponse::default()
+            .with_error_code(ResponseError::ClusterAuthorizationFailed.code())
+            .with_error_message(message("Cluster authorization failed."));
+    }
+    match ctx.controller.unregister_broker(req.broker_id.0).await {
+        Ok(()) => UnregisterBrokerResponse::default(),
+        Err(e) => UnregisterBrokerResponse::default()
+            .with_error_code(e.code())
+            .with_error_message(message(e)),
+    }
 }

@@ -94,6 +94,13 @@ pub enum MetadataRecord {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         listeners: Vec<Endpoint>,
     },
+    /// A broker's registration is removed (Kafka's UnregisterBrokerRecord): an UnregisterBroker
+    /// request, for a broker taken out of the cluster for good. Like a fenced one, it leaves
+    /// every ISR and leads nothing (the quorum leader's next elections); a broker still running
+    /// registers again at its next heartbeat, as Kafka's does.
+    UnregisterBroker {
+        id: i32,
+    },
     /// A broker missed its session timeout (fenced: Kafka's FenceBrokerRecord) or heartbeats
     /// again (unfenced). A fenced broker is not listed to clients and gets no new partitions.
     SetBrokerFenced {
@@ -189,6 +196,14 @@ impl ScramCredentialEntry {
 pub struct ScramCredentialKey {
     pub user: String,
     pub mechanism: String,
+}
+
+/// BROKER_ID_NOT_REGISTERED, in the words of Kafka's `ReplicationControlManager`.
+fn broker_not_registered(id: i32) -> Error {
+    Error::Controller {
+        code: kafka_protocol::error::ResponseError::BrokerIdNotRegistered.code(),
+        message: format!("Broker ID {id} is not currently registered"),
+    }
 }
 
 /// One partition's new registration (in `MetadataRecord::ChangePartitions`).
@@ -652,6 +667,10 @@ impl MetadataImage {
             MetadataRecord::SetBrokerFenced { id, .. } => match self.brokers.contains_key(id) {
                 true => Ok(()),
                 false => Err(Error::InvalidRequest(format!("broker {id} is not registered"))),
+            },
+            MetadataRecord::UnregisterBroker { id } => match self.brokers.contains_key(id) {
+                true => Ok(()),
+                false => Err(broker_not_registered(*id)),
             },
             MetadataRecord::SetClusterId { .. } if !self.cluster_id.is_empty() => {
                 Err(Error::Stale("the cluster id is set already".into()))
@@ -1215,6 +1234,9 @@ impl MetadataImage {
                 if let Some(broker) = self.brokers.get_mut(id) {
                     Arc::make_mut(broker).fenced = *fenced;
                 }
+            }
+            MetadataRecord::UnregisterBroker { id } => {
+                self.brokers.remove(id);
             }
             MetadataRecord::ScramCredentials { set, remove } => {
                 for key in remove {
@@ -2019,6 +2041,24 @@ impl Controller {
                 add: bindings.iter().filter(|b| !image.acls.contains(*b)).cloned().collect(),
                 remove: Vec::new(),
             })
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Removes broker `id`'s registration (UnregisterBroker). A single node is its own only
+    /// broker and records no registration: unregistering itself changes nothing, as a Kafka
+    /// broker registers again within a heartbeat; any other id is not registered.
+    pub async fn unregister_broker(&self, id: i32) -> Result<()> {
+        if let Backend::Local(_) = &self.backend {
+            return match id == self.node_id {
+                true => Ok(()),
+                false => Err(broker_not_registered(id)),
+            };
+        }
+        self.commit_async(|image| match image.brokers.contains_key(&id) {
+            true => Ok(MetadataRecord::UnregisterBroker { id }),
+            false => Err(broker_not_registered(id)),
         })
         .await
         .map(|_| ())

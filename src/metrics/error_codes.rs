@@ -49,6 +49,7 @@ top_level!(
     RenewDelegationTokenResponse,
     ExpireDelegationTokenResponse,
     DescribeDelegationTokenResponse,
+    UnregisterBrokerResponse,
 );
 
 codes!(UpdateFeaturesResponse, |r, c| {
