@@ -832,3 +832,106 @@ async fn requests_reach_each_partitions_leader_in_a_cluster() {
         "{described}"
     );
 }
+
+/// `sluice feature` (kafka-features.sh) and `sluice cluster unregister` (kafka-cluster.sh):
+/// levels described, a dry run that changes nothing, a downgrade and an upgrade seen in the
+/// next describe, a refused change as one Kafka error line with exit 1, and an unknown
+/// broker id refused the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn features_are_described_and_changed_and_brokers_unregistered() {
+    let broker = TestBroker::start(&[]).await;
+    let b = broker.bootstrap();
+    let level = |doc: &Value, name: &str| -> i64 {
+        doc["features"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == name)
+            .unwrap_or_else(|| panic!("{name} in {doc}"))["finalized"]
+            .as_i64()
+            .unwrap()
+    };
+    let before = json(&b, &["feature", "describe"]).await;
+    assert_eq!(level(&before, "transaction.version"), 2);
+    assert_eq!(level(&before, "group.version"), 1);
+    assert_eq!(before["epoch"], 2);
+    let text = ok(&b, &["feature", "describe"]).await;
+    assert!(text.starts_with("FEATURE"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["transaction.version", "0", "2", "2", "2"]),
+        "{text}"
+    );
+
+    let dry = ok(
+        &b,
+        &[
+            "feature",
+            "downgrade",
+            "--feature",
+            "transaction.version=1",
+            "--dry-run",
+        ],
+    )
+    .await;
+    assert_eq!(dry, "transaction.version can be downgraded to 1.\n");
+    assert_eq!(
+        level(&json(&b, &["feature", "describe"]).await, "transaction.version"),
+        2
+    );
+    let done = ok(&b, &["feature", "downgrade", "--feature", "transaction.version=1"]).await;
+    assert_eq!(done, "transaction.version was downgraded to 1.\n");
+    let after = json(&b, &["feature", "describe"]).await;
+    assert_eq!(level(&after, "transaction.version"), 1);
+    assert!(after["epoch"].as_i64().unwrap() > 2, "{after}");
+    assert_eq!(
+        ok(&b, &["feature", "disable", "--feature", "group.version"]).await,
+        "group.version was disabled.\n"
+    );
+    assert_eq!(level(&json(&b, &["feature", "describe"]).await, "group.version"), 0);
+
+    // Refused: one line naming Kafka's error, exit 1, nothing changed.
+    let out = sluice(&b, &["feature", "upgrade", "--feature", "transaction.version=3"], "").await;
+    assert_eq!(out.status.code(), Some(1));
+    let line = stderr(&out);
+    assert!(
+        line.starts_with("sluice: feature upgrade: INVALID_UPDATE_VERSION: "),
+        "{line}"
+    );
+    assert!(line.contains("only supports versions 0-2"), "{line}");
+    let out = sluice(&b, &["feature", "upgrade", "--feature", "transaction.version"], "").await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let up = ok(
+        &b,
+        &[
+            "feature",
+            "upgrade",
+            "--feature",
+            "transaction.version=2",
+            "--feature",
+            "group.version=1",
+        ],
+    )
+    .await;
+    assert_eq!(
+        up,
+        "transaction.version was upgraded to 2.\ngroup.version was upgraded to 1.\n"
+    );
+    let last = json(&b, &["feature", "describe"]).await;
+    assert_eq!(
+        (level(&last, "transaction.version"), level(&last, "group.version")),
+        (2, 1)
+    );
+
+    let out = sluice(&b, &["cluster", "unregister", "--id", "7"], "").await;
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr(&out),
+        "sluice: cluster unregister 7: BROKER_ID_NOT_REGISTERED: Broker ID 7 is not currently registered\n"
+    );
+    assert_eq!(
+        ok(&b, &["cluster", "unregister", "--id", "1"]).await,
+        "Broker 1 is no longer registered.\n"
+    );
+    broker.handle.shutdown().await;
+}

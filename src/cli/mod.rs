@@ -1,6 +1,7 @@
 //! The admin CLI in the `sluice` binary (issue 14): `topic`, `group`, `cluster`, `acl`,
-//! `produce` and `consume` speak the Kafka protocol to any Kafka-compatible broker, as Kafka's
-//! `kafka-topics`, `kafka-consumer-groups`, `kafka-acls` and console clients do.
+//! `feature`, `produce` and `consume` speak the Kafka protocol to any Kafka-compatible broker,
+//! as Kafka's `kafka-topics`, `kafka-consumer-groups`, `kafka-acls`, `kafka-features`,
+//! `kafka-cluster` and console clients do.
 //!
 //! Exit codes: 0 success, 1 the broker refused an operation (a Kafka error, named as Kafka
 //! names it), 2 a usage error (clap's own), 3 no connection (unreachable, network, timeout).
@@ -11,6 +12,7 @@
 
 pub mod acl;
 pub mod client;
+pub mod feature;
 pub mod group;
 pub mod output;
 pub mod produce;
@@ -75,6 +77,13 @@ pub enum Command {
         #[command(flatten)]
         args: produce::ConsumeArgs,
     },
+    /// Feature levels (KIP-584): describe, upgrade, downgrade, disable.
+    Feature {
+        #[command(flatten)]
+        connection: Connection,
+        #[command(subcommand)]
+        action: feature::FeatureAction,
+    },
     /// The cluster: its id, controller and brokers.
     Cluster {
         #[command(flatten)]
@@ -88,6 +97,12 @@ pub enum Command {
 pub enum ClusterAction {
     /// The cluster id, the controller and the brokers (DescribeCluster, else Metadata).
     Describe,
+    /// Removes a broker's registration, for a broker taken out for good (UnregisterBroker).
+    Unregister {
+        /// The broker's node id.
+        #[arg(long)]
+        id: i32,
+    },
 }
 
 /// Why a command failed, and so its exit code.
@@ -164,38 +179,40 @@ async fn connect(connection: &Connection) -> Result<Client, CliError> {
     Client::connect(&connection.brokers, client::dial_security(&props)?).await
 }
 
+/// Connects, runs `command` and prints its report in the format asked for.
+async fn report<F, Fut>(connection: &Connection, command: F) -> Result<(), CliError>
+where
+    F: FnOnce(Client) -> Fut,
+    Fut: std::future::Future<Output = Result<output::Report, CliError>>,
+{
+    let client = connect(connection).await?;
+    command(client).await?.print(connection.format);
+    Ok(())
+}
+
 /// The command's name for its error line, and its outcome.
 async fn dispatch(command: Command) -> (String, Result<(), CliError>) {
     match command {
         Command::Topic { connection, action } => {
             let what = action.describe();
-            let result = async {
-                let client = connect(&connection).await?;
-                topic::run(&client, action).await?.print(connection.format);
-                Ok(())
-            }
-            .await;
-            (what, result)
+            (
+                what,
+                report(&connection, |client| async move { topic::run(&client, action).await }).await,
+            )
         }
         Command::Group { connection, action } => {
             let what = action.describe();
-            let result = async {
-                let client = connect(&connection).await?;
-                group::run(&client, action).await?.print(connection.format);
-                Ok(())
-            }
-            .await;
-            (what, result)
+            (
+                what,
+                report(&connection, |client| async move { group::run(&client, action).await }).await,
+            )
         }
         Command::Acl { connection, action } => {
             let what = action.describe();
-            let result = async {
-                let client = connect(&connection).await?;
-                acl::run(&client, action).await?.print(connection.format);
-                Ok(())
-            }
-            .await;
-            (what, result)
+            (
+                what,
+                report(&connection, |client| async move { acl::run(&client, action).await }).await,
+            )
         }
         Command::Produce { connection, args } => {
             let what = format!("produce {}", args.topic);
@@ -215,15 +232,26 @@ async fn dispatch(command: Command) -> (String, Result<(), CliError>) {
             .await;
             (what, result)
         }
+        Command::Feature { connection, action } => {
+            let what = action.describe();
+            (
+                what,
+                report(&connection, |client| async move { feature::run(&client, action).await }).await,
+            )
+        }
         Command::Cluster { connection, action } => {
-            let ClusterAction::Describe = action;
-            let result = async {
-                let client = connect(&connection).await?;
-                topic::describe_cluster(&client).await?.print(connection.format);
-                Ok(())
-            }
+            let what = match action {
+                ClusterAction::Describe => "cluster describe".to_string(),
+                ClusterAction::Unregister { id } => format!("cluster unregister {id}"),
+            };
+            let result = report(&connection, |client| async move {
+                match action {
+                    ClusterAction::Describe => topic::describe_cluster(&client).await,
+                    ClusterAction::Unregister { id } => topic::unregister_broker(&client, id).await,
+                }
+            })
             .await;
-            ("cluster describe".into(), result)
+            (what, result)
         }
     }
 }

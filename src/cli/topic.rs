@@ -1,5 +1,5 @@
-//! `sluice topic` (Kafka's `kafka-topics` and the topic side of `kafka-configs`) and
-//! `sluice cluster describe`.
+//! `sluice topic` (Kafka's `kafka-topics` and the topic side of `kafka-configs`),
+//! `sluice cluster describe` and `sluice cluster unregister` (Kafka's `kafka-cluster`).
 //!
 //! CreateTopics, DeleteTopics, CreatePartitions, IncrementalAlterConfigs and DescribeConfigs go
 //! to any broker; Metadata lists partitions, leaders, replicas and ISR.
@@ -13,7 +13,7 @@ use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
 use kafka_protocol::messages::{
     CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest,
-    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsRequest, UnregisterBrokerRequest,
 };
 use serde_json::json;
 
@@ -374,6 +374,22 @@ async fn add_partitions(client: &Client, topic: &str, partitions: i32) -> Result
 
 /// `sluice cluster describe`: DescribeCluster (KIP-700) where the broker serves it, else
 /// Metadata.
+/// `cluster unregister`: as Kafka's `kafka-cluster.sh unregister`.
+pub async fn unregister_broker(client: &Client, id: i32) -> Result<Report, CliError> {
+    let version = client.version::<UnregisterBrokerRequest>(0)?;
+    let answer = client
+        .admin(
+            version,
+            &UnregisterBrokerRequest::default().with_broker_id(kafka_protocol::messages::BrokerId(id)),
+        )
+        .await?;
+    kafka_result(answer.error_code, answer.error_message.as_deref())?;
+    Ok(Report {
+        json: json!({ "unregistered": id }),
+        text: format!("Broker {id} is no longer registered.\n"),
+    })
+}
+
 pub async fn describe_cluster(client: &Client) -> Result<Report, CliError> {
     let (cluster_id, controller, brokers) = match client.version::<DescribeClusterRequest>(1) {
         Ok(version) => {
