@@ -410,6 +410,89 @@ public class JavaClient {
                 + "; one left, the other took all 3 and read 300 more");
     }
 
+    static short finalized(Admin admin, String feature) throws Exception {
+        FinalizedVersionRange r = admin.describeFeatures().featureMetadata().get().finalizedFeatures().get(feature);
+        return r == null ? 0 : r.maxVersionLevel();
+    }
+
+    /** Commits two transactions with a new producer; the producer epoch described after each. */
+    static List<Integer> epochsOverTwoCommits(Admin admin, String topic, String txid) throws Exception {
+        List<Integer> epochs = new ArrayList<>();
+        try (KafkaProducer<String, String> p = producer(props("transactional.id", txid))) {
+            p.initTransactions();
+            for (int i = 0; i < 2; i++) {
+                p.beginTransaction();
+                p.send(new ProducerRecord<>(topic, txid, "txn-" + i));
+                p.commitTransaction();
+                epochs.add(admin.describeTransactions(List.of(txid)).all().get().get(txid).producerEpoch());
+            }
+        }
+        return epochs;
+    }
+
+    /** kafka-features.sh upgrade/downgrade: Admin.updateFeatures changes the levels the cluster
+     *  runs at, clients pick them up, and Sluice refuses what Kafka's controller refuses. */
+    static void features(Admin admin) throws Exception {
+        String topic = "java-features-" + RUN;
+        createTopic(admin, topic, 1, null);
+        UpdateFeaturesOptions validateOnly = new UpdateFeaturesOptions().validateOnly(true);
+        admin.updateFeatures(Map.of("transaction.version",
+                new FeatureUpdate((short) 1, FeatureUpdate.UpgradeType.SAFE_DOWNGRADE)), validateOnly).all().get();
+        expect(finalized(admin, "transaction.version") == 2, "validateOnly changed transaction.version");
+        for (Map.Entry<String, FeatureUpdate> bad : List.of(
+                Map.entry("transaction.version", new FeatureUpdate((short) 3, FeatureUpdate.UpgradeType.UPGRADE)),
+                Map.entry("metadata.version", new FeatureUpdate((short) 27, FeatureUpdate.UpgradeType.UPGRADE)),
+                Map.entry("transaction.version", new FeatureUpdate((short) 1, FeatureUpdate.UpgradeType.UPGRADE)))) {
+            try {
+                admin.updateFeatures(Map.ofEntries(bad), new UpdateFeaturesOptions()).all().get();
+                expect(false, "updateFeatures " + bad + " succeeded");
+            } catch (ExecutionException e) {
+                expect(e.getCause() instanceof InvalidUpdateVersionException, "updateFeatures " + bad + ": " + e.getCause());
+            }
+        }
+        // At transaction.version 2 (KIP-890 part 2) every commit bumps the producer epoch.
+        List<Integer> tv2 = epochsOverTwoCommits(admin, topic, "java-tv2-" + RUN);
+        expect(tv2.get(1) > tv2.get(0), "transaction.version 2: epochs " + tv2);
+        try {
+            admin.updateFeatures(Map.of("transaction.version",
+                    new FeatureUpdate((short) 1, FeatureUpdate.UpgradeType.SAFE_DOWNGRADE)), new UpdateFeaturesOptions())
+                    .all().get();
+            eventually(() -> finalized(admin, "transaction.version") == 1, "describeFeatures: transaction.version 1");
+            // A new producer reads level 1 and uses the classic protocol: the epoch stays.
+            List<Integer> tv1 = epochsOverTwoCommits(admin, topic, "java-tv1-" + RUN);
+            expect(tv1.get(1).equals(tv1.get(0)), "transaction.version 1: epochs " + tv1);
+            admin.updateFeatures(Map.of("group.version",
+                    new FeatureUpdate((short) 0, FeatureUpdate.UpgradeType.SAFE_DOWNGRADE)), new UpdateFeaturesOptions())
+                    .all().get();
+            eventually(() -> finalized(admin, "group.version") == 0, "describeFeatures: group.version 0");
+            // The consumer group protocol is off: a group.protocol=consumer consumer is refused.
+            try (KafkaConsumer<String, String> c = consumer(props("group.id", "java-gv0-" + RUN,
+                    "group.protocol", "consumer"))) {
+                c.subscribe(List.of(topic));
+                Throwable refused = null;
+                long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+                while (refused == null && System.nanoTime() < deadline) {
+                    try {
+                        c.poll(Duration.ofMillis(200));
+                    } catch (UnsupportedVersionException e) {
+                        refused = e;
+                    }
+                }
+                expect(refused != null, "group.version 0: a group.protocol=consumer consumer was not refused");
+            }
+            ok("updateFeatures: transaction.version 2 bumps the epoch at each commit " + tv2 + ", 1 does not " + tv1
+                    + "; group.version 0 refuses group.protocol=consumer; validateOnly changes nothing; "
+                    + "level 3, metadata.version and a downgrade typed as upgrade: InvalidUpdateVersionException");
+        } finally {
+            admin.updateFeatures(Map.of(
+                    "transaction.version", new FeatureUpdate((short) 2, FeatureUpdate.UpgradeType.UPGRADE),
+                    "group.version", new FeatureUpdate((short) 1, FeatureUpdate.UpgradeType.UPGRADE)),
+                    new UpdateFeaturesOptions()).all().get();
+            eventually(() -> finalized(admin, "transaction.version") == 2 && finalized(admin, "group.version") == 1,
+                    "describeFeatures: the levels restored");
+        }
+    }
+
     static void transactions(Admin admin) throws Exception {
         String in = "java-txn-" + RUN;
         createTopic(admin, in, 1, null);
@@ -711,6 +794,14 @@ public class JavaClient {
         } catch (ExecutionException e) {
             expect(e.getCause() instanceof LogDirNotFoundException, "alterReplicaLogDirs: " + e.getCause());
         }
+        // kafka-cluster.sh unregister of an id no broker registered.
+        try {
+            admin.unregisterBroker(99).all().get();
+            expect(false, "unregisterBroker(99) succeeded");
+        } catch (ExecutionException e) {
+            expect(e.getCause() instanceof BrokerIdNotRegisteredException, "unregisterBroker(99): " + e.getCause());
+        }
+        ok("unregisterBroker of an unknown id: BrokerIdNotRegisteredException");
         ok("alterReplicaLogDirs and describeReplicaLogDirs: " + moves.size() + " replica(s) in their log dir; "
                 + "another path refused with LogDirNotFoundException");
 
@@ -1204,6 +1295,7 @@ public class JavaClient {
             twoMembers(admin, n, "classic");
             twoMembers(admin, n, "consumer");
             transactions(admin);
+            features(admin);
             compression(admin);
             moreAdmin(admin, topic);
             moreClients(admin);
