@@ -201,10 +201,44 @@ async fn followers_leader_epochs_and_replica_fetches_are_checked_as_in_kafka() {
         assert_eq!(resp.responses[0].partition_responses[0].error_code, 0, "{resp:?}");
     }
 
-    // A consumer's fetch at the follower: NOT_LEADER_OR_FOLLOWER (no follower reads, KIP-392
-    // is not served).
+    // A consumer's fetch at the follower: before v11 NOT_LEADER_OR_FOLLOWER; from v11 (KIP-392,
+    // the consumer says its rack) the follower serves it, up to the high watermark its leader
+    // told it: all 3 records once that has reached it.
     let resp = try_call(
         cluster.addr(follower),
+        10,
+        &fetch_request(&name, 0, 1 << 20, 1 << 20),
+        POLL_REQUEST_TIMEOUT,
+    )
+    .await
+    .unwrap();
+    assert_eq!(resp.responses[0].partitions[0].error_code, NOT_LEADER_OR_FOLLOWER);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let resp = try_call(
+            cluster.addr(follower),
+            12,
+            &fetch_request(&name, 0, 1 << 20, 1 << 20),
+            POLL_REQUEST_TIMEOUT,
+        )
+        .await
+        .unwrap();
+        let p = &resp.responses[0].partitions[0];
+        assert_eq!((p.error_code, p.preferred_read_replica.0), (0, -1), "{resp:?}");
+        assert!(p.high_watermark <= 3, "{resp:?}");
+        if p.high_watermark == 3 {
+            assert_eq!(count_records(p.records.as_ref().unwrap()), 3);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the follower's high watermark never reached 3: {resp:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The node without a replica still refuses it.
+    let resp = try_call(
+        cluster.addr(outsider),
         12,
         &fetch_request(&name, 0, 1 << 20, 1 << 20),
         POLL_REQUEST_TIMEOUT,
@@ -591,4 +625,97 @@ async fn a_follower_catches_up_from_its_leaders_cleaned_log() {
         }
     }
     assert_eq!(seen, latest, "the latest value of every key");
+}
+
+/// KIP-392 with `replica.selector.class=RackAwareReplicaSelector` and a rack per broker: a
+/// leader asked by a consumer in a follower's rack names that follower as the preferred read
+/// replica (no records, at once); a consumer in the leader's rack, in a rack without a
+/// replica, or without a rack reads from the leader; the follower serves the consumer; and
+/// librdkafka with `client.rack` reads every record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumers_are_sent_to_a_replica_in_their_rack() {
+    let mut settings = SETTINGS.to_vec();
+    settings.extend([
+        ("broker.rack", "rack-{id}"),
+        (
+            "replica.selector.class",
+            "org.apache.kafka.common.replica.RackAwareReplicaSelector",
+        ),
+    ]);
+    let cluster = Cluster::start_with(3, &settings).await;
+    let name = unique("racks");
+    create(&cluster, &name, 1, 3, &[]).await;
+    let v = wait_view(&cluster, &name, 0, "all in sync", |v| v.leader > 0 && v.isr.len() == 3).await;
+    let mut raw = Raw::connect(cluster.addr(v.leader)).await;
+    for i in 0..10 {
+        let resp = raw
+            .call(
+                9,
+                &produce_request(&name, 0, records_of(&[format!("r{i}").as_bytes()]), -1),
+            )
+            .await;
+        assert_eq!(resp.responses[0].partition_responses[0].error_code, 0, "{resp:?}");
+    }
+    let follower = *v.replicas.iter().find(|r| **r != v.leader).unwrap();
+    let from_rack = |rack: &str| fetch_request(&name, 0, 1 << 20, 1 << 20).with_rack_id(rack.to_string().into());
+    // (error, preferred read replica, records) as the leader answers.
+    let mut at_leader = async |rack: &str| {
+        let resp = raw.call(12, &from_rack(rack)).await;
+        let p = &resp.responses[0].partitions[0];
+        (
+            p.error_code,
+            p.preferred_read_replica.0,
+            count_records(p.records.as_ref().unwrap()),
+            p.high_watermark,
+        )
+    };
+    assert_eq!(
+        at_leader(&format!("rack-{follower}")).await,
+        (0, follower, 0, 10),
+        "sent to the follower"
+    );
+    assert_eq!(
+        at_leader(&format!("rack-{}", v.leader)).await,
+        (0, -1, 10, 10),
+        "the leader's rack"
+    );
+    assert_eq!(
+        at_leader("rack-elsewhere").await,
+        (0, -1, 10, 10),
+        "no replica in the rack"
+    );
+    assert_eq!(at_leader("").await, (0, -1, 10, 10), "no rack");
+    // The follower serves the consumer sent to it, once its high watermark has reached 10.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let resp = try_call(
+            cluster.addr(follower),
+            12,
+            &from_rack(&format!("rack-{follower}")),
+            POLL_REQUEST_TIMEOUT,
+        )
+        .await
+        .unwrap();
+        let p = &resp.responses[0].partitions[0];
+        assert_eq!((p.error_code, p.preferred_read_replica.0), (0, -1), "{resp:?}");
+        if p.high_watermark == 10 {
+            assert_eq!(count_records(p.records.as_ref().unwrap()), 10);
+            break;
+        }
+        assert!(Instant::now() < deadline, "{resp:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // librdkafka in the follower's rack reads every record, in order.
+    let rack = format!("rack-{follower}");
+    let consumer = consumer(&cluster.bootstrap(), &[("client.rack", rack.as_str())]);
+    assign(&consumer, &name, &[0], Offset::Beginning);
+    let mut values = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while values.len() < 10 && Instant::now() < deadline {
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
+            values.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).to_string());
+        }
+    }
+    let expected: Vec<String> = (0..10).map(|i| format!("r{i}")).collect();
+    assert_eq!(values, expected);
 }

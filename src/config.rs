@@ -23,6 +23,43 @@ pub struct ConfigError {
     pub reason: String,
 }
 
+/// `replica.selector.class`: Kafka's two `ReplicaSelector` implementations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplicaSelector {
+    /// `LeaderSelector`: always the leader (as if unset).
+    Leader,
+    /// `RackAwareReplicaSelector`: a replica in the consumer's rack, else the leader.
+    RackAware,
+}
+
+impl ReplicaSelector {
+    const LEADER: &'static str = "org.apache.kafka.common.replica.LeaderSelector";
+    const RACK_AWARE: &'static str = "org.apache.kafka.common.replica.RackAwareReplicaSelector";
+
+    pub fn class_name(self) -> &'static str {
+        match self {
+            ReplicaSelector::Leader => Self::LEADER,
+            ReplicaSelector::RackAware => Self::RACK_AWARE,
+        }
+    }
+
+    fn parse(key: &str, value: &str) -> Result<Option<ReplicaSelector>, ConfigError> {
+        match value.trim() {
+            "" => Ok(None),
+            Self::LEADER => Ok(Some(ReplicaSelector::Leader)),
+            Self::RACK_AWARE => Ok(Some(ReplicaSelector::RackAware)),
+            other => Err(invalid(
+                key,
+                format!(
+                    "class {other} could not be found; Sluice serves {} and {}",
+                    Self::RACK_AWARE,
+                    Self::LEADER
+                ),
+            )),
+        }
+    }
+}
+
 fn invalid(key: &str, reason: impl Into<String>) -> ConfigError {
     ConfigError {
         key: key.to_string(),
@@ -135,6 +172,10 @@ pub struct BrokerConfig {
     pub controlled_shutdown_enable: bool,
     /// `broker.rack`: this broker's rack, for rack-aware replica placement; none by default.
     pub broker_rack: Option<String>,
+    /// `replica.selector.class` (KIP-392): how a leader picks the replica a consumer should
+    /// fetch from. None (Kafka's default): the leader always; `RackAwareReplicaSelector`: a
+    /// replica in the consumer's rack (`client.rack`).
+    pub replica_selector: Option<ReplicaSelector>,
     /// `inter.broker.listener.name`: the listener brokers use to reach each other (its
     /// advertised endpoint is the one followers and transaction markers dial).
     pub inter_broker_listener_name: String,
@@ -435,6 +476,7 @@ impl Default for BrokerConfig {
             broker_heartbeat_interval_ms: 2000,
             controlled_shutdown_enable: true,
             broker_rack: None,
+            replica_selector: None,
             inter_broker_listener_name: PLAINTEXT.into(),
             data_dir: PathBuf::from("./data"),
             num_partitions: 1,
@@ -869,6 +911,12 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
         ConfigType::String,
         false,
         "This broker's rack, for rack-aware replica placement.",
+    ),
+    broker_key(
+        "replica.selector.class",
+        ConfigType::Class,
+        false,
+        "KIP-392: org.apache.kafka.common.replica.RackAwareReplicaSelector lets consumers with a client.rack fetch from a replica in their rack; unset, they fetch from the leader.",
     ),
     broker_key(
         "inter.broker.listener.name",
@@ -1397,6 +1445,11 @@ impl BrokerConfig {
             "broker.heartbeat.interval.ms" => self.broker_heartbeat_interval_ms.to_string(),
             "controlled.shutdown.enable" => self.controlled_shutdown_enable.to_string(),
             "broker.rack" => self.broker_rack.clone().unwrap_or_default(),
+            "replica.selector.class" => self
+                .replica_selector
+                .map(ReplicaSelector::class_name)
+                .unwrap_or_default()
+                .to_string(),
             "inter.broker.listener.name" => self.inter_broker_listener_name.clone(),
             "advertised.listeners" => {
                 if self.advertised_listeners.is_empty() {
@@ -1632,6 +1685,7 @@ impl BrokerConfig {
                 self.broker_heartbeat_interval_ms = at_least(key, parse_int(key, value)?, 1)?
             }
             "broker.rack" => self.broker_rack = Some(value.trim().to_string()).filter(|rack| !rack.is_empty()),
+            "replica.selector.class" => self.replica_selector = ReplicaSelector::parse(key, value)?,
             "inter.broker.listener.name" => self.inter_broker_listener_name = listener_name(key, value)?,
             "log.dirs" | "log.dir" => {
                 if value.trim().is_empty() || value.contains(',') {
@@ -2311,6 +2365,8 @@ pub enum ConfigType {
     Long = 5,
     Double = 6,
     List = 7,
+    /// A Java class name (Kafka's CLASS).
+    Class = 8,
 }
 
 /// A topic-level key (Kafka's name): its broker-level synonym, its type and what it does.
@@ -2790,6 +2846,10 @@ mod tests {
             ("authorizer.class.name", crate::acl::AUTHORIZER_CLASS_NAMES[0]),
             ("super.users", "User:admin;User:ops"),
             ("allow.everyone.if.no.acl.found", "true"),
+            (
+                "replica.selector.class",
+                "org.apache.kafka.common.replica.RackAwareReplicaSelector",
+            ),
         ];
         for key in BROKER_KEYS.iter().map(|k| k.name) {
             let value = samples.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
@@ -2814,6 +2874,25 @@ mod tests {
             assert_eq!(c.get(key).as_deref(), Some(value), "{key} reads back");
             assert!(c.static_keys.contains(key));
         }
+    }
+
+    #[test]
+    fn replica_selector_class_names_kafkas_two_selectors() {
+        let mut c = BrokerConfig::default();
+        assert_eq!(c.replica_selector, None);
+        c.set(
+            "replica.selector.class",
+            "org.apache.kafka.common.replica.LeaderSelector",
+        )
+        .unwrap();
+        assert_eq!(c.replica_selector, Some(ReplicaSelector::Leader));
+        let refused = c.set("replica.selector.class", "com.example.Nearest").unwrap_err();
+        assert!(
+            refused.to_string().contains("com.example.Nearest could not be found"),
+            "{refused}"
+        );
+        c.set("replica.selector.class", "").unwrap();
+        assert_eq!(c.replica_selector, None);
     }
 
     /// The keys main.rs makes of `--node-id 1 --data-dir d1 --set ...`, in that order.

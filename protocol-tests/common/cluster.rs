@@ -295,7 +295,8 @@ impl Cluster {
         Cluster::start_with(n, &[]).await
     }
 
-    /// `start` with extra `--set` settings for every node (they win over the defaults).
+    /// `start` with extra `--set` settings for every node (they win over the defaults; `{id}`
+    /// in a value stands for each node's id).
     pub async fn start_with(n: usize, extra: &[(&str, &str)]) -> Cluster {
         Cluster::start_roles(&vec![Role::Combined; n], extra).await
     }
@@ -514,8 +515,9 @@ impl Cluster {
                 self.bootstrap_controllers()
             )),
         }
+        // `{id}` in a value is the node's id (`broker.rack=rack-{id}`).
         for (k, v) in &self.settings {
-            set(format!("{k}={v}"));
+            set(format!("{k}={}", v.replace("{id}", &id.to_string())));
         }
         args
     }

@@ -2,7 +2,7 @@
 //! v4 baseline here (isolation level, last stable offset, aborted transactions) · v5 log start
 //! offset · v7 fetch sessions (KIP-227: we never create one, so every answer carries session id
 //! 0 and clients keep sending full fetches) · v9 current leader epoch fencing · v11 rack id and
-//! preferred read replica (always -1) · v12 flexible · v13 topic ids instead of names · v15
+//! preferred read replica (KIP-392, below) · v12 flexible · v13 topic ids instead of names · v15
 //! replica state · v16-v17 node endpoints and replica directory id (tagged) · KIP-951: a
 //! partition answered NOT_LEADER_OR_FOLLOWER names its current leader (v12+) and the response
 //! lists that leader's endpoint (v16+) ·
@@ -16,6 +16,14 @@
 //! `partition_max_bytes` limits each partition within what is left, and KIP-74 returns the
 //! first batch of the first non-empty partition whole even when larger. So one Fetch holds at
 //! most `fetch.max.bytes` of records plus that one batch, however much it asks for.
+//!
+//! Follower fetching (KIP-392), as Kafka's ReplicaManager: a consumer's fetch from v11 (which
+//! carries the consumer's `client.rack`) is served by any replica, a follower reading up to
+//! the high watermark its leader told it; before v11 only the leader serves. With
+//! `replica.selector.class` RackAwareReplicaSelector, a leader asked by a consumer in another
+//! rack names a follower in the consumer's rack as `preferred_read_replica` (in the ISR,
+//! holding the fetch offset, the furthest along), with no records and at once; the consumer
+//! then fetches there.
 
 use std::time::Duration;
 
@@ -34,6 +42,7 @@ use super::leader_hints::LeaderHints;
 use super::spliced::Regions;
 use super::{Ctx, Versions};
 use crate::acl::{Operation, ResourceType};
+use crate::config::ReplicaSelector;
 use crate::error::Error;
 use crate::replica::Partition;
 use crate::replica::purgatory::DelayedFetch;
@@ -55,6 +64,8 @@ struct Wanted {
     topic: usize,
     request: FetchPartition,
     partition: Result<Arc<Partition>, i16>,
+    /// The replica the consumer should fetch this partition from instead (KIP-392).
+    preferred: Option<i32>,
 }
 
 /// The response, and the regions its records placeholders stand for (see `spliced`).
@@ -76,6 +87,9 @@ pub async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> (FetchRespons
     // Kafka: a follower needs CLUSTER_ACTION on the cluster, a consumer READ on each topic;
     // either way what is not allowed is TOPIC_AUTHORIZATION_FAILED.
     let follower_allowed = replica.is_some() && ctx.authorize_cluster(Operation::ClusterAction);
+    // KIP-392: a consumer that says its rack (v11+) may fetch from a follower (Kafka's
+    // `fetchOnlyFromLeader` is false for it).
+    let any_replica = replica.is_none() && version >= 11;
     let image = ctx.controller.image();
     let mut topics = Vec::with_capacity(req.topics.len());
     let mut wanted = Vec::new();
@@ -104,15 +118,17 @@ pub async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> (FetchRespons
             let partition = match &name {
                 None => Err(ResponseError::UnknownTopicId.code()),
                 Some(_) if !authorized => Err(ResponseError::TopicAuthorizationFailed.code()),
-                Some(name) => ctx
-                    .replicas
-                    .get(name, p.partition)
-                    .ok_or_else(|| super::absent_partition(ctx, name, p.partition)),
+                Some(name) => match any_replica {
+                    true => ctx.replicas.hosted(name, p.partition),
+                    false => ctx.replicas.get(name, p.partition),
+                }
+                .ok_or_else(|| super::absent_partition(ctx, name, p.partition)),
             };
             wanted.push(Wanted {
                 topic: index,
                 request: p,
                 partition,
+                preferred: None,
             });
         }
     }
@@ -120,6 +136,16 @@ pub async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> (FetchRespons
     if let Some(replica) = replica {
         follower_fetched(ctx, &mut wanted, replica, version);
     }
+    let rack = req.rack_id.as_str();
+    if any_replica && !rack.is_empty() && ctx.config.replica_selector == Some(ReplicaSelector::RackAware) {
+        for w in &mut wanted {
+            if let Ok(p) = &w.partition {
+                w.preferred = preferred_read_replica(ctx, &image, p, w.request.fetch_offset, rack);
+            }
+        }
+    }
+    // Kafka answers at once when it names a preferred read replica.
+    let redirected = wanted.iter().any(|w| w.preferred.is_some());
 
     let wait_ms = u64::try_from(req.max_wait_ms).unwrap_or(0).min(FETCH_WAIT_MS_MAX);
     let deadline = Instant::now() + Duration::from_millis(wait_ms);
@@ -144,7 +170,7 @@ pub async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> (FetchRespons
     let consumer = Read::Consumer { read_committed };
     let mut regions = Regions::default();
     let (answers, bytes, any_error) = read_all(&wanted, max_bytes, consumer, version, &mut regions);
-    if bytes >= min_bytes || any_error || delayed.is_empty() || Instant::now() >= deadline {
+    if bytes >= min_bytes || any_error || redirected || delayed.is_empty() || Instant::now() >= deadline {
         return (respond(ctx, version, topics, &wanted, answers), regions);
     }
     // What was read is let go while waiting; the purgatory judges the wait from file
@@ -294,6 +320,12 @@ fn read_all(
                 any_error = true;
                 error_data(index, *code, None)
             }
+            // KIP-392: no records, the leader's offsets, and where to fetch instead.
+            Ok(p) if w.preferred.is_some() => {
+                let mut data = error_data(index, 0, p.offsets().ok());
+                data.preferred_read_replica = BrokerId(w.preferred.unwrap_or(-1));
+                data
+            }
             Ok(p) => match read_one(p, &w.request, remaining, total == 0, read, version, regions) {
                 Ok((data, len)) => {
                     total += len;
@@ -354,6 +386,41 @@ fn read_one(
         .with_aborted_transactions(aborted)
         .with_records(Some(records));
     Ok((data, len))
+}
+
+/// Kafka's RackAwareReplicaSelector, on a leader: the replica in the consumer's `rack` the
+/// consumer should fetch from, or None for the leader itself. The leader is chosen when it is
+/// in that rack or no replica is; otherwise the in-sync follower there that holds
+/// `fetch_offset`, is live and has an endpoint on this listener, the furthest along (then the
+/// most recently caught up: Kafka's `ReplicaView.comparator`).
+fn preferred_read_replica(
+    ctx: &Ctx,
+    image: &crate::cluster::MetadataImage,
+    p: &Partition,
+    fetch_offset: i64,
+    rack: &str,
+) -> Option<i32> {
+    if !p.is_leader() {
+        return None;
+    }
+    let in_rack = |id: i32| {
+        image
+            .brokers
+            .get(&id)
+            .is_some_and(|b| !b.fenced && b.rack.as_deref() == Some(rack) && b.endpoint(&ctx.listener).is_some())
+    };
+    if in_rack(ctx.config.node_id) {
+        return None;
+    }
+    p.read_replica_candidates(fetch_offset)
+        .into_iter()
+        .filter(|(id, _)| in_rack(*id))
+        .max_by(|(a, pa), (b, pb)| {
+            (pa.log_end, pa.last_caught_up_ms)
+                .cmp(&(pb.log_end, pb.last_caught_up_ms))
+                .then(b.cmp(a))
+        })
+        .map(|(id, _)| id)
 }
 
 /// Kafka's leader epoch fencing (KIP-320): a newer epoch than ours means our metadata is

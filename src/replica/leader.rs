@@ -128,6 +128,21 @@ impl Partition {
         }
     }
 
+    /// The followers a consumer at `fetch_offset` could read from instead (Kafka's
+    /// `findPreferredReadReplica` candidates): in the ISR, holding the offset (their log end
+    /// at or past it), with their log end and when they last caught up. Empty on a follower.
+    pub fn read_replica_candidates(&self, fetch_offset: i64) -> Vec<(i32, FollowerProgress)> {
+        match &*self.role() {
+            Role::Leader(state) => state
+                .followers
+                .iter()
+                .filter(|(id, progress)| state.isr.contains(id) && progress.log_end >= fetch_offset)
+                .map(|(id, progress)| (*id, *progress))
+                .collect(),
+            Role::Follower { .. } => Vec::new(),
+        }
+    }
+
     /// What the leader knows of `replica` (None on a follower or for a non-follower).
     pub fn follower_progress(&self, replica: i32) -> Option<FollowerProgress> {
         match &*self.role() {
