@@ -705,10 +705,24 @@ async fn consumers_are_sent_to_a_replica_in_their_rack() {
         assert!(Instant::now() < deadline, "{resp:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // librdkafka in the follower's rack reads every record, in order.
+    // librdkafka in the follower's rack reads every record, in order, and its statistics
+    // show it fetching the partition from the follower while the leader stays the leader.
     let rack = format!("rack-{follower}");
-    let consumer = consumer(&cluster.bootstrap(), &[("client.rack", rack.as_str())]);
-    assign(&consumer, &name, &[0], Offset::Beginning);
+    let context = FetchedFrom::default();
+    let consumer: rdkafka::consumer::BaseConsumer<FetchedFrom> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", cluster.bootstrap())
+        .set("group.id", "sluice-tests-assign-only")
+        .set("enable.auto.commit", "false")
+        .set("client.rack", &rack)
+        .set("statistics.interval.ms", "100")
+        .create_with_context(context.clone())
+        .expect("consumer");
+    {
+        use rdkafka::consumer::Consumer;
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        tpl.add_partition_offset(&name, 0, Offset::Beginning).unwrap();
+        consumer.assign(&tpl).unwrap();
+    }
     let mut values = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(20);
     while values.len() < 10 && Instant::now() < deadline {
@@ -718,4 +732,33 @@ async fn consumers_are_sent_to_a_replica_in_their_rack() {
     }
     let expected: Vec<String> = (0..10).map(|i| format!("r{i}")).collect();
     assert_eq!(values, expected);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        consumer.poll(Duration::from_millis(100));
+        let seen = *context.0.lock().unwrap();
+        if seen == Some((follower, v.leader)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "librdkafka fetches from {seen:?} (broker, leader), not {follower}"
+        );
+    }
 }
+
+/// librdkafka's statistics for partition 0 of the one topic: (the broker it fetches from, the
+/// leader).
+#[derive(Clone, Default)]
+struct FetchedFrom(std::sync::Arc<std::sync::Mutex<Option<(i32, i32)>>>);
+
+impl rdkafka::ClientContext for FetchedFrom {
+    fn stats(&self, stats: rdkafka::Statistics) {
+        for topic in stats.topics.values() {
+            if let Some(p) = topic.partitions.get(&0) {
+                *self.0.lock().unwrap() = Some((p.broker, p.leader));
+            }
+        }
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for FetchedFrom {}
