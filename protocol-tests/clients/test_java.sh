@@ -193,7 +193,8 @@ echo "  ok: the log held $AT_KILL bytes at the kill, $AFTER at the end"
 kill "${PIDS[restart]}" && { wait "${PIDS[restart]}"; } 2>/dev/null
 unset 'PIDS[restart]'
 
-# A cluster of three nodes, each broker and controller, on free loopback ports.
+# A cluster of three nodes, each broker and controller, on free loopback ports, each in a rack
+# of its own with the rack-aware replica selector (KIP-392, JavaClient.followerFetching).
 P=("${PORTS[@]:0:6}")
 VOTERS="1@127.0.0.1:${P[3]},2@127.0.0.1:${P[4]},3@127.0.0.1:${P[5]}"
 BROKERS="127.0.0.1:${P[0]},127.0.0.1:${P[1]},127.0.0.1:${P[2]}"
@@ -205,6 +206,7 @@ start_node() {
         --set "listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport" \
         --set "advertised.listeners=PLAINTEXT://127.0.0.1:$port" --set controller.listener.names=CONTROLLER \
         --set "controller.quorum.voters=$VOTERS" --set group.initial.rebalance.delay.ms=0 \
+        --set "broker.rack=rack-$n" --set replica.selector.class=org.apache.kafka.common.replica.RackAwareReplicaSelector \
         >>"$TMP/node$n.log" 2>&1 &
     PIDS[$n]=$!
 }

@@ -410,6 +410,44 @@ public class JavaClient {
                 + "; one left, the other took all 3 and read 300 more");
     }
 
+    /** The consumer's `preferred-read-replica` metric for `tp` (KIP-392): -1 while it reads
+     *  from the leader; NaN when the consumer has no such metric. */
+    static double preferredReadReplica(KafkaConsumer<String, String> c, TopicPartition tp) {
+        for (Map.Entry<MetricName, ? extends Metric> e : c.metrics().entrySet()) {
+            Map<String, String> tags = e.getKey().tags();
+            if (e.getKey().name().equals("preferred-read-replica") && tp.topic().equals(tags.get("topic"))
+                    && String.valueOf(tp.partition()).equals(tags.get("partition"))) {
+                return ((Number) e.getValue().metricValue()).doubleValue();
+            }
+        }
+        return Double.NaN;
+    }
+
+    /** KIP-392 on the three nodes, which test_java.sh starts with broker.rack rack-N and the
+     *  RackAwareReplicaSelector: a consumer with the client.rack of a follower's rack is sent
+     *  there by the leader and reads every record of the partition from it. */
+    static void followerFetching(Admin admin, String topic) throws Exception {
+        TopicPartitionInfo p0 = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic).partitions().get(0);
+        Node leader = p0.leader();
+        Node follower = p0.isr().stream().filter(r -> r.id() != leader.id()).findFirst().orElseThrow();
+        expect(follower.hasRack() && !follower.rack().equals(leader.rack()),
+                "racks in describeTopics: leader " + leader + ", follower " + follower);
+        TopicPartition tp = new TopicPartition(topic, 0);
+        try (KafkaConsumer<String, String> c = consumer(props("client.rack", follower.rack()))) {
+            c.assign(List.of(tp));
+            c.seekToBeginning(List.of(tp));
+            long end = c.endOffsets(List.of(tp)).get(tp);
+            List<ConsumerRecord<String, String>> got = readAll(c, (int) end);
+            expect(got.size() == end, "client.rack " + follower.rack() + ": read " + got.size() + " of " + end);
+            eventually(() -> {
+                c.poll(Duration.ofMillis(100));
+                return preferredReadReplica(c, tp) == follower.id();
+            }, "preferred-read-replica of " + tp + " is " + follower.id() + ", got " + preferredReadReplica(c, tp));
+            ok("client.rack " + follower.rack() + ": the leader " + leader.id() + " sent the consumer to follower "
+                    + follower.id() + " (preferred-read-replica), which served all " + end + " records of " + tp);
+        }
+    }
+
     static short finalized(Admin admin, String feature) throws Exception {
         FinalizedVersionRange r = admin.describeFeatures().featureMetadata().get().finalizedFeatures().get(feature);
         return r == null ? 0 : r.maxVersionLevel();
@@ -1292,6 +1330,7 @@ public class JavaClient {
             int n = 3000;
             Map<Integer, Integer> counts = produceDefault(admin, topic, n);
             consumeClassic(admin, topic, n);
+            if (rf.isPresent()) followerFetching(admin, topic);
             twoMembers(admin, n, "classic");
             twoMembers(admin, n, "consumer");
             transactions(admin);
