@@ -588,6 +588,10 @@ impl Cluster {
             .unwrap_or_else(|| panic!("node {id} is not running"));
         assert!(!node.paused, "node {id} is already paused");
         signal(child, libc::SIGSTOP, &format!("SIGSTOP to node {id}"));
+        // kill(2) returns once the signal is sent, while the node's threads may still run for
+        // a moment: a request sent now could still be served before they stop (a "zombie"
+        // write would be acknowledged by the followers). Wait until every thread is stopped.
+        wait_stopped(child.id(), id);
         node.paused = true;
         self.mark_log(id, "paused (SIGSTOP) by the test");
     }
@@ -956,5 +960,29 @@ impl Drop for Cluster {
                 let _ = child.wait();
             }
         }
+    }
+}
+
+/// Waits (at most 5 s) until every thread of process `pid` is stopped: state `T` in
+/// `/proc/PID/task/TID/stat`, the character after the command name's closing parenthesis.
+fn wait_stopped(pid: u32, node: i32) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the node's threads");
+        let running: Vec<String> = tasks
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("stat")).ok())
+            .filter(|stat| {
+                let state = stat.rfind(')').and_then(|i| stat[i + 1..].trim_start().chars().next());
+                !matches!(state, Some('T' | 't'))
+            })
+            .collect();
+        if running.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node {node}: threads still running 5 s after SIGSTOP: {running:?}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
