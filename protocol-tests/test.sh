@@ -48,7 +48,7 @@ stage "librdkafka tests over OAUTHBEARER (OIDC), 3 nodes" env SLUICE_NODES=3 SLU
 # The same suite's non-group tests against three nodes (each broker and controller): routing,
 # coordinators and transaction markers across brokers (the whole expected set passes there
 # too, in ~15 min: SLUICE_NODES=3 run.sh expected).
-stage "librdkafka test suite, 3-node cluster" env SLUICE_NODES=3 SLUICE_BIN=$REL protocol-tests/librdkafka/run.sh basic admin idempotence transactions
+stage "librdkafka test suite, 3-node cluster" env SLUICE_NODES=3 SLUICE_BIN=$REL protocol-tests/librdkafka/run.sh basic admin idempotence transactions 0101
 # Skips itself (with a message) where no Docker engine answers.
 stage "docker image and compose" protocol-tests/docker/test.sh
 # The same image as a three-node cluster (docker/cluster.yml); skips itself likewise.

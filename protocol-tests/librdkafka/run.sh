@@ -288,7 +288,11 @@ start_broker() {
             args=(--node-id "$n" --set process.roles=broker,controller
                   --set "listeners=PLAINTEXT://127.0.0.1:${PORTS[n-1]},CONTROLLER://127.0.0.1:${CPORTS[n-1]}"
                   --set "advertised.listeners=PLAINTEXT://127.0.0.1:${PORTS[n-1]}"
-                  --set controller.listener.names=CONTROLLER --set "controller.quorum.voters=$VOTERS")
+                  --set controller.listener.names=CONTROLLER --set "controller.quorum.voters=$VOTERS"
+                  # Each node in a rack of its own, named as trivup names them (0101
+                  # fetch-from-follower gives its consumer the client.rack RACK<id>).
+                  --set "broker.rack=RACK$n"
+                  --set replica.selector.class=org.apache.kafka.common.replica.RackAwareReplicaSelector)
         fi
         RUST_LOG=${SLUICE_LOG:-${RUST_LOG:-info}} \
             "$BIN" serve "${args[@]}" --data-dir "$DATA/n$n" "${SETS[@]}" >>"$BLOG" 2>&1 &
