@@ -546,13 +546,7 @@ async fn a_leader_verifies_transactional_produce_with_the_coordinator_on_another
     let resp = try_call(cluster.addr(leader), 12, &fetch, POLL_REQUEST_TIMEOUT)
         .await
         .unwrap();
-    let p = &resp.responses[0].partitions[0];
-    let aborted: Vec<(i64, i64)> = p
-        .aborted_transactions
-        .iter()
-        .flatten()
-        .map(|a| (a.producer_id.0, a.first_offset))
-        .collect();
+    let aborted = aborted_of(&resp.responses[0].partitions[0]);
     assert_eq!(
         aborted,
         [(pid, 0)],
@@ -663,4 +657,96 @@ async fn transaction_version_2_writes_are_added_by_the_coordinator_on_another_no
         (2, 2),
         "not written"
     );
+}
+
+/// KIP-392 with transactions: a follower serves read_committed consumers from its own log's
+/// producer state, as the leader does. While a transaction is open, the follower's last
+/// stable offset stays at its first record and read_committed gets nothing there; once the
+/// transaction is aborted, the follower's answer lists it with the marker below its last
+/// stable offset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_serves_read_committed_consumers_from_its_own_transaction_state() {
+    let cluster = Cluster::start(3).await;
+    let name = unique("txn_follower");
+    let mut request = common::create_topic_request(&name, 1, 10_000);
+    request.topics[0].replication_factor = 3;
+    let resp = try_call(cluster.addr(1), 7, &request, Duration::from_secs(15))
+        .await
+        .unwrap();
+    assert_eq!(resp.topics[0].error_code, 0, "{resp:?}");
+    let v = common::cluster::wait_view(&cluster, &name, 0, "all in sync", |v| v.leader > 0 && v.isr.len() == 3).await;
+    let follower = *v.replicas.iter().find(|r| **r != v.leader).unwrap();
+    let id = unique("txn-follower");
+    let coordinator = coordinators(&cluster, KEY_TYPE_TRANSACTION, std::slice::from_ref(&id)).await[&id];
+    let (pid, epoch) = init_at(&cluster, coordinator, 5, &id).await;
+    // Produce v12: the leader adds the partition to the transaction (KIP-890 part 2).
+    let c = produce_txn(&cluster, v.leader, 12, &id, &name, 0, txn_batch(pid, epoch, 0)).await;
+    assert_eq!(c, 0, "the transactional record, at the leader {}", v.leader);
+    let at_follower = async |isolation: i8| {
+        let fetch = fetch_request(&name, 0, 1 << 20, 1 << 20).with_isolation_level(isolation);
+        let resp = try_call(cluster.addr(follower), 12, &fetch, POLL_REQUEST_TIMEOUT)
+            .await
+            .unwrap();
+        let p = &resp.responses[0].partitions[0];
+        assert_eq!(p.error_code, 0, "{resp:?}");
+        FollowerRead {
+            high_watermark: p.high_watermark,
+            last_stable_offset: p.last_stable_offset,
+            bytes: p.records.as_ref().map_or(0, |r| r.len()),
+            aborted: aborted_of(p),
+        }
+    };
+    let until = async |isolation: i8, what: &str, ok: &dyn Fn(&FollowerRead) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let seen = at_follower(isolation).await;
+            if ok(&seen) {
+                return seen;
+            }
+            assert!(Instant::now() < deadline, "{what} at follower {follower}: {seen:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let open = until(0, "the record under the high watermark", &|s| s.high_watermark == 1).await;
+    assert!(
+        open.bytes > 0,
+        "read_uncommitted reads the open transaction's record: {open:?}"
+    );
+    let held = at_follower(1).await;
+    assert_eq!(
+        (held.high_watermark, held.last_stable_offset, held.bytes),
+        (1, 0, 0),
+        "read_committed stops at the open transaction"
+    );
+
+    let resp = end_txn_at(&cluster, coordinator, 5, (&id, pid, epoch), false).await;
+    assert_eq!(resp.error_code, 0, "EndTxn (abort)");
+    let ended = until(1, "the abort marker under the last stable offset", &|s| {
+        s.last_stable_offset == 2
+    })
+    .await;
+    assert_eq!(ended.high_watermark, 2, "{ended:?}");
+    assert!(
+        ended.bytes > 0,
+        "read_committed reads the aborted record and the marker: {ended:?}"
+    );
+    assert_eq!(ended.aborted, [(pid, 0)], "the follower lists the aborted transaction");
+}
+
+/// What a consumer's fetch of one partition answered.
+#[derive(Debug)]
+struct FollowerRead {
+    high_watermark: i64,
+    last_stable_offset: i64,
+    bytes: usize,
+    aborted: Vec<(i64, i64)>,
+}
+
+/// The aborted transactions a fetch answer lists: (producer id, first offset).
+fn aborted_of(p: &kafka_protocol::messages::fetch_response::PartitionData) -> Vec<(i64, i64)> {
+    p.aborted_transactions
+        .iter()
+        .flatten()
+        .map(|a| (a.producer_id.0, a.first_offset))
+        .collect()
 }
