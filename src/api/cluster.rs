@@ -178,7 +178,6 @@ pub async fn alter_replica_log_dirs(
             }
         }
     }
-    let image = ctx.controller.image();
     let mut results: Vec<AlterReplicaLogDirTopicResult> = Vec::new();
     for ((topic, partition), path) in wanted {
         let code = if !authorized {
@@ -190,15 +189,13 @@ pub async fn alter_replica_log_dirs(
         } else if ctx.replicas.hosted(&topic, partition).is_some() {
             // Already in the one directory there is: nothing to move.
             0
-        } else if image
-            .topic(&topic)
-            .is_some_and(|t| partition >= 0 && partition < t.partitions)
-        {
-            // Kafka keeps REPLICA_NOT_AVAILABLE here for compatibility (its
-            // NOT_LEADER_OR_FOLLOWER for a partition this broker holds no replica of).
-            ResponseError::ReplicaNotAvailable.code()
         } else {
-            ResponseError::UnknownTopicOrPartition.code()
+            // Kafka keeps REPLICA_NOT_AVAILABLE here for compatibility where other APIs answer
+            // NOT_LEADER_OR_FOLLOWER (a partition on other brokers).
+            match super::absent_partition(ctx, &topic, partition) {
+                code if code == ResponseError::NotLeaderOrFollower.code() => ResponseError::ReplicaNotAvailable.code(),
+                code => code,
+            }
         };
         let result = AlterReplicaLogDirPartitionResult::default()
             .with_partition_index(partition)

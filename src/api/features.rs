@@ -84,24 +84,18 @@ pub async fn update_features(ctx: &Ctx, req: UpdateFeaturesRequest, version: i16
     }
     let image = ctx.controller.image();
     // Kafka reads the updates into a map: a feature named twice is updated to its last level.
-    let mut levels: BTreeMap<String, i16> = BTreeMap::new();
-    let mut failed: Option<String> = None;
-    let mut updates: Vec<(String, i16, UpgradeType)> = Vec::new();
-    for u in &req.feature_updates {
-        let upgrade = UpgradeType::of(u.allow_downgrade, u.upgrade_type, version);
-        updates.retain(|(name, _, _)| name != u.feature.as_str());
-        updates.push((u.feature.to_string(), u.max_version_level, upgrade));
-    }
-    for (name, level, upgrade) in &updates {
-        // Kafka's controller writes no record for metadata.version or kraft.version other than
-        // its own; here both are features Sluice does not serve, so they only take level 0.
-        let current = image.feature_level(name);
-        if let Some(reason) = refusal(ctx.config.node_id, current, name, *level, *upgrade) {
-            failed = Some(reason);
-            break;
-        }
-        levels.insert(name.clone(), *level);
-    }
+    let updates: BTreeMap<String, (i16, UpgradeType)> = req
+        .feature_updates
+        .iter()
+        .map(|u| {
+            let upgrade = UpgradeType::of(u.allow_downgrade, u.upgrade_type, version);
+            (u.feature.to_string(), (u.max_version_level, upgrade))
+        })
+        .collect();
+    let failed = updates.iter().find_map(|(name, (level, upgrade))| {
+        refusal(ctx.config.node_id, image.feature_level(name), name, *level, *upgrade)
+    });
+    let levels: BTreeMap<String, i16> = updates.into_iter().map(|(name, (level, _))| (name, level)).collect();
     let outcome = match failed {
         Some(reason) => Err((
             ResponseError::InvalidUpdateVersion.code(),

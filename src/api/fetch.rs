@@ -321,10 +321,8 @@ fn read_all(
                 error_data(index, *code, None)
             }
             // KIP-392: no records, the leader's offsets, and where to fetch instead.
-            Ok(p) if w.preferred.is_some() => {
-                let mut data = error_data(index, 0, p.offsets().ok());
-                data.preferred_read_replica = BrokerId(w.preferred.unwrap_or(-1));
-                data
+            Ok(p) if let Some(replica) = w.preferred => {
+                error_data(index, 0, p.offsets().ok()).with_preferred_read_replica(BrokerId(replica))
             }
             Ok(p) => match read_one(p, &w.request, remaining, total == 0, read, version, regions) {
                 Ok((data, len)) => {
