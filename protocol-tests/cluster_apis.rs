@@ -603,9 +603,13 @@ async fn feature_levels_updated_through_a_follower_are_reported_by_every_node() 
                 seen.push((levels, resp.finalized_features_epoch));
             }
         }
-        let expected = vec![("group.version".to_string(), 1), ("transaction.version".to_string(), 1)];
+        let expected = vec![
+            ("group.version".to_string(), 1),
+            ("transaction.version".to_string(), 1),
+            ("share.version".to_string(), 1),
+        ];
         if seen.len() == 3 && seen.iter().all(|s| s.0 == expected && s.1 == seen[0].1) {
-            assert!(seen[0].1 > 2, "{seen:?}");
+            assert!(seen[0].1 > 3, "{seen:?}");
             break;
         }
         assert!(Instant::now() < deadline, "the nodes never agreed: {seen:?}");

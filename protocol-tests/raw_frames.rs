@@ -645,6 +645,11 @@ async fn every_advertised_version_answers() {
                 | ApiKey::OffsetDelete
                 | ApiKey::ConsumerGroupHeartbeat
                 | ApiKey::ConsumerGroupDescribe => {}
+                // Every version (1) of these is exercised in share_groups.rs.
+                ApiKey::ShareGroupHeartbeat
+                | ApiKey::ShareGroupDescribe
+                | ApiKey::ShareFetch
+                | ApiKey::ShareAcknowledge => {}
                 // Every version of these is exercised in configs.rs.
                 ApiKey::DescribeConfigs
                 | ApiKey::AlterConfigs
@@ -1403,10 +1408,12 @@ async fn api_versions_reports_the_features_sluice_serves_as_kafka_shapes_them() 
     let finalized = vec![
         ("group.version".to_string(), 1, 1),
         ("transaction.version".to_string(), 2, 2),
+        ("share.version".to_string(), 1, 1),
     ];
     let supported_v4 = vec![
         ("group.version".to_string(), 0, 1),
         ("transaction.version".to_string(), 0, 2),
+        ("share.version".to_string(), 0, 1),
     ];
     for version in 0..=4 {
         let resp = raw.call(version, &api_versions()).await;
@@ -1429,18 +1436,18 @@ async fn api_versions_reports_the_features_sluice_serves_as_kafka_shapes_them() 
             3 => {
                 assert!(supported.is_empty(), "v3: every supported minimum is 0");
                 assert_eq!(got, finalized);
-                assert_eq!(resp.finalized_features_epoch, 2);
+                assert_eq!(resp.finalized_features_epoch, 3);
             }
             _ => {
                 assert_eq!(supported, supported_v4);
                 assert_eq!(got, finalized);
-                assert_eq!(resp.finalized_features_epoch, 2);
+                assert_eq!(resp.finalized_features_epoch, 3);
             }
         }
     }
     assert_eq!(
         sluice::api::api_versions::FINALIZED_FEATURES_EPOCH,
-        2,
+        3,
         "the epoch the answers carry"
     );
     // An invalid v3+ request gets Kafka's error response: no API, no feature.
@@ -1490,10 +1497,14 @@ async fn update_features_finalizes_levels_atomically_and_durably() {
             .collect();
         (levels, resp.finalized_features_epoch)
     }
-    let defaults = vec![("group.version".to_string(), 1), ("transaction.version".to_string(), 2)];
+    let defaults = vec![
+        ("group.version".to_string(), 1),
+        ("transaction.version".to_string(), 2),
+        ("share.version".to_string(), 1),
+    ];
     let broker = TestBroker::start(&[]).await;
     let mut raw = Raw::connect(broker.addr).await;
-    assert_eq!(features(&mut raw).await, (defaults.clone(), 2));
+    assert_eq!(features(&mut raw).await, (defaults.clone(), 3));
 
     // Refusals, each failing the whole request; the valid update beside them is not applied.
     const SAFE: i8 = 2;
@@ -1540,7 +1551,7 @@ async fn update_features_finalizes_levels_atomically_and_durably() {
     assert_eq!((resp.error_code, resp.results.len()), (0, 1));
     assert_eq!(
         features(&mut raw).await,
-        (defaults.clone(), 2),
+        (defaults.clone(), 3),
         "validate_only changed nothing"
     );
 
@@ -1556,8 +1567,11 @@ async fn update_features_finalizes_levels_atomically_and_durably() {
         .collect();
     assert_eq!(names, vec![("group.version".to_string(), 0)], "v0 lists each feature");
     let (levels, epoch) = features(&mut raw).await;
-    assert_eq!(levels, vec![("transaction.version".to_string(), 2)]);
-    assert!(epoch > 2, "the epoch grows: {epoch}");
+    assert_eq!(
+        levels,
+        vec![("transaction.version".to_string(), 2), ("share.version".to_string(), 1)]
+    );
+    assert!(epoch > 3, "the epoch grows: {epoch}");
     let heartbeat = ConsumerGroupHeartbeatRequest::default()
         .with_group_id(GroupId(StrBytes::from_static_str("off")))
         .with_member_id(StrBytes::from_static_str("m-1"))
@@ -1575,14 +1589,12 @@ async fn update_features_finalizes_levels_atomically_and_durably() {
     let resp = raw.call(2, &update(&[("transaction.version", 1, SAFE)])).await;
     assert_eq!((resp.error_code, resp.results.len()), (0, 0));
     let (levels, later) = features(&mut raw).await;
-    assert_eq!(levels, vec![("transaction.version".to_string(), 1)]);
+    let lowered = vec![("transaction.version".to_string(), 1), ("share.version".to_string(), 1)];
+    assert_eq!(levels, lowered);
     assert!(later > epoch, "{later} after {epoch}");
     let broker = broker.restart(&[]).await;
     let mut raw = Raw::connect(broker.addr).await;
-    assert_eq!(
-        features(&mut raw).await,
-        (vec![("transaction.version".to_string(), 1)], later)
-    );
+    assert_eq!(features(&mut raw).await, (lowered, later));
 
     // Both back up (an upgrade to a level between is fine); the protocol is on again.
     let resp = raw

@@ -262,6 +262,8 @@ pub struct BrokerConfig {
     /// `consumer.heartbeat.interval.ms`.
     pub group_consumer_min_heartbeat_interval_ms: u64,
     pub group_consumer_max_heartbeat_interval_ms: u64,
+    /// `group.share.*`: share groups (KIP-932).
+    pub share: ShareSettings,
     /// `producer.id.expiration.ms`: a producer id idle this long (no write, no open
     /// transaction) is forgotten by a partition; its next write may use any sequence.
     pub producer_id_expiration_ms: i64,
@@ -514,6 +516,7 @@ impl Default for BrokerConfig {
             group_consumer_max_session_timeout_ms: 60_000,
             group_consumer_min_heartbeat_interval_ms: 5_000,
             group_consumer_max_heartbeat_interval_ms: 15_000,
+            share: ShareSettings::default(),
             producer_id_expiration_ms: 86_400_000,
             producer_id_expiration_check_interval_ms: 600_000,
             transaction_state_log_num_partitions: 50,
@@ -1352,6 +1355,78 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
         "The highest consumer.heartbeat.interval.ms a group may have.",
     ),
     broker_key(
+        "group.share.session.timeout.ms",
+        ConfigType::Int,
+        false,
+        "A share group member silent this long leaves its group.",
+    ),
+    broker_key(
+        "group.share.min.session.timeout.ms",
+        ConfigType::Int,
+        false,
+        "The lowest share.session.timeout.ms a group may have.",
+    ),
+    broker_key(
+        "group.share.max.session.timeout.ms",
+        ConfigType::Int,
+        false,
+        "The highest share.session.timeout.ms a group may have.",
+    ),
+    broker_key(
+        "group.share.heartbeat.interval.ms",
+        ConfigType::Int,
+        false,
+        "How often share group members are told to heartbeat.",
+    ),
+    broker_key(
+        "group.share.min.heartbeat.interval.ms",
+        ConfigType::Int,
+        false,
+        "The lowest share.heartbeat.interval.ms a group may have.",
+    ),
+    broker_key(
+        "group.share.max.heartbeat.interval.ms",
+        ConfigType::Int,
+        false,
+        "The highest share.heartbeat.interval.ms a group may have.",
+    ),
+    broker_key(
+        "group.share.record.lock.duration.ms",
+        ConfigType::Int,
+        false,
+        "How long a share group member holds the records it acquired.",
+    ),
+    broker_key(
+        "group.share.min.record.lock.duration.ms",
+        ConfigType::Int,
+        false,
+        "The lowest share.record.lock.duration.ms a group may have.",
+    ),
+    broker_key(
+        "group.share.max.record.lock.duration.ms",
+        ConfigType::Int,
+        false,
+        "The highest share.record.lock.duration.ms a group may have.",
+    ),
+    broker_key(
+        "group.share.delivery.count.limit",
+        ConfigType::Int,
+        false,
+        "Deliveries of a record to share group members before it is archived.",
+    ),
+    broker_key(
+        "group.share.max.size",
+        ConfigType::Int,
+        false,
+        "Members per share group.",
+    ),
+    broker_key(
+        "group.share.partition.max.record.locks",
+        ConfigType::Int,
+        false,
+        "Records of one partition a share group may have in flight.",
+    ),
+    broker_key(
         "producer.id.expiration.ms",
         ConfigType::Int,
         true,
@@ -1415,6 +1490,9 @@ impl BrokerConfig {
 
     /// The textual value of a broker key, as DescribeConfigs shows it.
     pub fn get(&self, key: &str) -> Option<String> {
+        if let Some(value) = self.share.get(key) {
+            return Some(value.to_string());
+        }
         let ts = |t: TimestampType| match t {
             TimestampType::CreateTime => "CreateTime".to_string(),
             TimestampType::LogAppendTime => "LogAppendTime".to_string(),
@@ -1575,6 +1653,10 @@ impl BrokerConfig {
             validate_topic_config(topic_key, value).map_err(|e| invalid(key, e.reason))?;
             Ok(value.trim().to_string())
         };
+        if let Some(slot) = self.share.slot(key) {
+            *slot = at_least(key, parse_int(key, value)?, 1)?;
+            return Ok(());
+        }
         match key {
             "log.segment.delete.delay.ms" => self.log.file_delete_delay_ms = at_least(key, parse_int(key, value)?, 0)?,
             "log.cleanup.policy" => self.log_cleanup_policy = as_topic_key(value)?,
@@ -2325,7 +2407,13 @@ impl BrokerConfig {
                 self.group_consumer_max_heartbeat_interval_ms,
             ),
         ];
-        for (key, value, min_key, min, max_key, max) in bounded {
+        if self.share.heartbeat_interval_ms >= self.share.session_timeout_ms {
+            return Err(invalid(
+                "group.share.heartbeat.interval.ms",
+                "must be below group.share.session.timeout.ms",
+            ));
+        }
+        for (key, value, min_key, min, max_key, max) in bounded.into_iter().chain(self.share.broker_bounds()) {
             if min > max {
                 return Err(invalid(min_key, format!("must not exceed {max_key}")));
             }
@@ -2522,8 +2610,123 @@ pub fn topic_key(name: &str) -> Option<&'static TopicKey> {
     TOPIC_KEYS.iter().find(|k| k.name == name)
 }
 
-/// The group-level keys (KIP-848 dynamic group configs, ConfigResource type GROUP): each
-/// overrides its broker synonym for one consumer group. All are ints.
+/// The default of a group key without a broker synonym.
+pub fn group_key_default(name: &str) -> Option<String> {
+    (name == "share.auto.offset.reset").then(|| "latest".to_string())
+}
+
+/// `group.share.*`, Kafka 4.1's names and defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShareSettings {
+    pub session_timeout_ms: u64,
+    pub min_session_timeout_ms: u64,
+    pub max_session_timeout_ms: u64,
+    pub heartbeat_interval_ms: u64,
+    pub min_heartbeat_interval_ms: u64,
+    pub max_heartbeat_interval_ms: u64,
+    pub record_lock_duration_ms: u64,
+    pub min_record_lock_duration_ms: u64,
+    pub max_record_lock_duration_ms: u64,
+    pub delivery_count_limit: u64,
+    pub max_size: u64,
+    pub partition_max_record_locks: u64,
+}
+
+impl Default for ShareSettings {
+    fn default() -> ShareSettings {
+        ShareSettings {
+            session_timeout_ms: 45_000,
+            min_session_timeout_ms: 45_000,
+            max_session_timeout_ms: 60_000,
+            heartbeat_interval_ms: 5_000,
+            min_heartbeat_interval_ms: 5_000,
+            max_heartbeat_interval_ms: 15_000,
+            record_lock_duration_ms: 30_000,
+            min_record_lock_duration_ms: 15_000,
+            max_record_lock_duration_ms: 3_600_000,
+            delivery_count_limit: 5,
+            max_size: 200,
+            partition_max_record_locks: 2_000,
+        }
+    }
+}
+
+impl ShareSettings {
+    /// The setting a `group.share.*` key names.
+    fn slot(&mut self, key: &str) -> Option<&mut u64> {
+        Some(match key.strip_prefix("group.share.")? {
+            "session.timeout.ms" => &mut self.session_timeout_ms,
+            "min.session.timeout.ms" => &mut self.min_session_timeout_ms,
+            "max.session.timeout.ms" => &mut self.max_session_timeout_ms,
+            "heartbeat.interval.ms" => &mut self.heartbeat_interval_ms,
+            "min.heartbeat.interval.ms" => &mut self.min_heartbeat_interval_ms,
+            "max.heartbeat.interval.ms" => &mut self.max_heartbeat_interval_ms,
+            "record.lock.duration.ms" => &mut self.record_lock_duration_ms,
+            "min.record.lock.duration.ms" => &mut self.min_record_lock_duration_ms,
+            "max.record.lock.duration.ms" => &mut self.max_record_lock_duration_ms,
+            "delivery.count.limit" => &mut self.delivery_count_limit,
+            "max.size" => &mut self.max_size,
+            "partition.max.record.locks" => &mut self.partition_max_record_locks,
+            _ => return None,
+        })
+    }
+
+    fn get(&self, key: &str) -> Option<u64> {
+        let mut copy = *self;
+        copy.slot(key).map(|v| *v)
+    }
+
+    /// The session timeout, heartbeat interval and lock duration as `keys` name them (the
+    /// group's keys or the broker's), each with the broker keys bounding it.
+    fn bounds(&self, keys: [&'static str; 3], values: [u64; 3]) -> [Bound; 3] {
+        [
+            (
+                keys[0],
+                values[0],
+                "group.share.min.session.timeout.ms",
+                self.min_session_timeout_ms,
+                "group.share.max.session.timeout.ms",
+                self.max_session_timeout_ms,
+            ),
+            (
+                keys[1],
+                values[1],
+                "group.share.min.heartbeat.interval.ms",
+                self.min_heartbeat_interval_ms,
+                "group.share.max.heartbeat.interval.ms",
+                self.max_heartbeat_interval_ms,
+            ),
+            (
+                keys[2],
+                values[2],
+                "group.share.min.record.lock.duration.ms",
+                self.min_record_lock_duration_ms,
+                "group.share.max.record.lock.duration.ms",
+                self.max_record_lock_duration_ms,
+            ),
+        ]
+    }
+
+    /// The broker's own defaults, within their bounds (checked at start).
+    fn broker_bounds(&self) -> [Bound; 3] {
+        self.bounds(
+            [
+                "group.share.session.timeout.ms",
+                "group.share.heartbeat.interval.ms",
+                "group.share.record.lock.duration.ms",
+            ],
+            [
+                self.session_timeout_ms,
+                self.heartbeat_interval_ms,
+                self.record_lock_duration_ms,
+            ],
+        )
+    }
+}
+
+/// The group-level keys (KIP-848 and KIP-932 dynamic group configs, ConfigResource type GROUP):
+/// each overrides its broker synonym for one group. All are ints but `share.auto.offset.reset`,
+/// which has no broker synonym (`group_key_default`).
 pub const GROUP_KEYS: &[TopicKey] = &[
     key(
         "consumer.session.timeout.ms",
@@ -2537,6 +2740,30 @@ pub const GROUP_KEYS: &[TopicKey] = &[
         ConfigType::Int,
         "The heartbeat interval given to the members of a consumer group.",
     ),
+    key(
+        "share.session.timeout.ms",
+        "group.share.session.timeout.ms",
+        ConfigType::Int,
+        "The timeout to detect client failures when using the share group protocol.",
+    ),
+    key(
+        "share.heartbeat.interval.ms",
+        "group.share.heartbeat.interval.ms",
+        ConfigType::Int,
+        "The heartbeat interval given to the members of a share group.",
+    ),
+    key(
+        "share.record.lock.duration.ms",
+        "group.share.record.lock.duration.ms",
+        ConfigType::Int,
+        "The record acquisition lock duration in milliseconds for share groups.",
+    ),
+    key(
+        "share.auto.offset.reset",
+        "",
+        ConfigType::String,
+        "Where a share group starts reading a partition it never read: latest, earliest or by_duration:<ISO-8601 duration>.",
+    ),
 ];
 
 impl BrokerConfig {
@@ -2547,14 +2774,45 @@ impl BrokerConfig {
     pub fn validate_group_configs(&self, configs: &BTreeMap<String, String>) -> Result<(), ConfigError> {
         let mut session = self.group_consumer_session_timeout_ms;
         let mut heartbeat = self.group_consumer_heartbeat_interval_ms;
+        let mut share_session = self.share.session_timeout_ms;
+        let mut share_heartbeat = self.share.heartbeat_interval_ms;
+        let mut share_lock = self.share.record_lock_duration_ms;
         for (key, value) in configs {
+            if key == "share.auto.offset.reset" {
+                let valid = value == "latest"
+                    || value == "earliest"
+                    || value
+                        .strip_prefix("by_duration:")
+                        .is_some_and(|d| crate::share::parse_duration_ms(d).is_some());
+                if !valid {
+                    return Err(invalid(key, format!("Invalid value {value} for configuration {key}")));
+                }
+                continue;
+            }
             let v = at_least(key, parse_int::<i32>(key, value)?, 1)?;
             let v = u64::try_from(v).unwrap_or(1);
             match key.as_str() {
                 "consumer.session.timeout.ms" => session = v,
                 "consumer.heartbeat.interval.ms" => heartbeat = v,
+                "share.session.timeout.ms" => share_session = v,
+                "share.heartbeat.interval.ms" => share_heartbeat = v,
+                "share.record.lock.duration.ms" => share_lock = v,
                 _ => return Err(invalid(key, "unknown group config")),
             }
+        }
+        check_bounds(&self.share.bounds(
+            [
+                "share.session.timeout.ms",
+                "share.heartbeat.interval.ms",
+                "share.record.lock.duration.ms",
+            ],
+            [share_session, share_heartbeat, share_lock],
+        ))?;
+        if share_session <= share_heartbeat {
+            return Err(invalid(
+                "share.session.timeout.ms",
+                "must be greater than share.heartbeat.interval.ms",
+            ));
         }
         let checks = [
             (
@@ -2574,17 +2832,7 @@ impl BrokerConfig {
                 self.group_consumer_max_session_timeout_ms,
             ),
         ];
-        for (key, value, min_key, min, max_key, max) in checks {
-            if value < min {
-                return Err(invalid(
-                    key,
-                    format!("must be greater than or equal to {min_key} ({min})"),
-                ));
-            }
-            if value > max {
-                return Err(invalid(key, format!("must be less than or equal to {max_key} ({max})")));
-            }
-        }
+        check_bounds(&checks)?;
         if session <= heartbeat {
             return Err(invalid(
                 "consumer.session.timeout.ms",
@@ -2593,6 +2841,25 @@ impl BrokerConfig {
         }
         Ok(())
     }
+}
+
+/// A group key's value within the broker keys that bound it: (key, value, min key, min, max
+/// key, max), as Kafka's `GroupConfig.validate` words a refusal.
+type Bound = (&'static str, u64, &'static str, u64, &'static str, u64);
+
+fn check_bounds(checks: &[Bound]) -> Result<(), ConfigError> {
+    for &(key, value, min_key, min, max_key, max) in checks {
+        if value < min {
+            return Err(invalid(
+                key,
+                format!("must be greater than or equal to {min_key} ({min})"),
+            ));
+        }
+        if value > max {
+            return Err(invalid(key, format!("must be less than or equal to {max_key} ({max})")));
+        }
+    }
+    Ok(())
 }
 
 /// Validates one topic key and value as Kafka would (`InvalidConfigurationException` names it).

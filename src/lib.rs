@@ -18,6 +18,7 @@ pub mod quota;
 pub mod replica;
 pub mod sasl;
 pub mod server;
+pub mod share;
 pub mod tls;
 pub mod verbosity;
 
@@ -439,6 +440,7 @@ impl Broker {
             coordinator.clone(),
         ));
         transactions.load()?;
+        let controller_for_share = controller.clone();
         let ctx = Arc::new(Ctx {
             listener: Arc::from(sockets[0].0.as_str()),
             principal: Arc::from(sasl::ANONYMOUS),
@@ -456,6 +458,8 @@ impl Broker {
             })),
             // Replaced per connection (`server::connection`).
             appends: Default::default(),
+            share: share::ShareManager::new(config.clone(), controller_for_share, coordinator.clone()),
+            connection: 0,
         });
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();

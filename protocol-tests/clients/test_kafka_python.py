@@ -631,18 +631,20 @@ def broker_version_and_features(admin):
     (infer_broker_version_from_api_versions: Produce v13 means 4.1) and reads the
     KIP-584 features of ApiVersions v3+ (describe_features): Sluice's are
     group.version 1 (KIP-848 groups) and transaction.version 2 (KIP-890 part 2),
-    as Kafka 4.1 finalizes them (see src/api/api_versions.rs)."""
+    as Kafka 4.1 finalizes them, and share.version 1 (KIP-932 share groups), as
+    Kafka 4.2 does (see src/api/api_versions.rs)."""
     version = admin._manager.broker_version
     print(f"  info: kafka-python detected broker version {version}", flush=True)
     expect(version == (4, 1), f"kafka-python infers Kafka 4.1 from ApiVersions, not {version}")
     ok("broker version inferred as 4.1")
     features = admin.describe_features()
     expected = {
-        "group.version": {"supported": (0, 1), "finalized": (1, 1), "finalized_epoch": 2},
-        "transaction.version": {"supported": (0, 2), "finalized": (2, 2), "finalized_epoch": 2},
+        "group.version": {"supported": (0, 1), "finalized": (1, 1), "finalized_epoch": 3},
+        "transaction.version": {"supported": (0, 2), "finalized": (2, 2), "finalized_epoch": 3},
+        "share.version": {"supported": (0, 1), "finalized": (1, 1), "finalized_epoch": 3},
     }
     expect(features == expected, f"describe_features: {features}")
-    ok("features: group.version 1, transaction.version 2 (epoch 2)")
+    ok("features: group.version 1, transaction.version 2, share.version 1 (epoch 3)")
 
 
 def test_transactions(admin):

@@ -63,6 +63,14 @@ pub const FEATURES: &[Feature] = &[
         max_level: 2,
         finalized_level: 2,
     },
+    // ShareVersion.SV_1: share groups (KIP-932, `share_groups.rs`, `share_fetch.rs`), on by
+    // default as in Kafka 4.2 (4.1 shipped them as a preview, finalized at 0).
+    Feature {
+        name: "share.version",
+        min_level: 0,
+        max_level: 1,
+        finalized_level: 1,
+    },
 ];
 
 /// The epoch of the code's finalized levels (`finalized_features_epoch`). Clients keep the
@@ -71,7 +79,7 @@ pub const FEATURES: &[Feature] = &[
 /// pair). Kafka uses the metadata offset of its image; an UpdateFeatures sets it to this plus
 /// the metadata offset of its record (`MetadataImage::finalized_features_epoch`). -1 would say
 /// the levels are unknown.
-pub const FINALIZED_FEATURES_EPOCH: i64 = 2;
+pub const FINALIZED_FEATURES_EPOCH: i64 = 3;
 
 /// Why this broker cannot run `name` at `level`, in the words of Kafka's
 /// `QuorumFeatures.reasonNotSupported` (its VersionRange written `min-max`); None if it can.
@@ -190,7 +198,10 @@ mod tests {
         let finalized: Vec<(&str, i16)> = FEATURES.iter().map(|f| (f.name, f.finalized_level)).collect();
         assert_eq!(
             (FINALIZED_FEATURES_EPOCH, finalized),
-            (2, vec![("group.version", 1), ("transaction.version", 2)])
+            (
+                3,
+                vec![("group.version", 1), ("transaction.version", 2), ("share.version", 1)]
+            )
         );
         for f in FEATURES {
             assert!(

@@ -32,7 +32,7 @@ fn s(text: &str) -> StrBytes {
     StrBytes::from_string(text.to_string())
 }
 
-fn by_topic(set: &BTreeSet<Tp>) -> BTreeMap<Uuid, Vec<i32>> {
+pub(super) fn by_topic(set: &BTreeSet<Tp>) -> BTreeMap<Uuid, Vec<i32>> {
     let mut out: BTreeMap<Uuid, Vec<i32>> = BTreeMap::new();
     for (topic, p) in set {
         out.entry(*topic).or_default().push(*p);

@@ -37,6 +37,9 @@ pub mod reassignments;
 pub mod request_memory;
 pub mod sasl;
 pub mod scram_credentials;
+pub mod share_fetch;
+pub mod share_groups;
+pub mod share_state;
 pub mod spliced;
 pub mod topics;
 pub mod transactions;
@@ -80,6 +83,10 @@ pub struct Ctx {
     pub quotas: Arc<crate::quota::QuotaManager>,
     /// The connection's appends not yet run: each connection gets its own (`server`).
     pub appends: Arc<produce::PendingAppends>,
+    /// Share groups' partition-leader side (KIP-932).
+    pub share: Arc<crate::share::ShareManager>,
+    /// The connection's id for its share sessions (`server`; 0 outside a connection).
+    pub connection: u64,
 }
 
 impl Ctx {
@@ -172,6 +179,10 @@ pub const SUPPORTED: &[Versions] = &[
     offsets::OFFSET_DELETE_VERSIONS,
     consumer_groups::HEARTBEAT_VERSIONS,
     consumer_groups::DESCRIBE_VERSIONS,
+    share_groups::HEARTBEAT_VERSIONS,
+    share_groups::DESCRIBE_VERSIONS,
+    share_fetch::FETCH_VERSIONS,
+    share_fetch::ACKNOWLEDGE_VERSIONS,
     configs::DESCRIBE_VERSIONS,
     configs::ALTER_VERSIONS,
     configs::INCREMENTAL_ALTER_VERSIONS,
@@ -214,10 +225,19 @@ pub const SUPPORTED: &[Versions] = &[
     client_quotas::ALTER_VERSIONS,
 ];
 
+/// APIs served between Sluice brokers only, and not advertised: ApiVersions does not list
+/// them and compat-matrix.md says why.
+pub const INTERNAL: &[Versions] = &[share_state::READ_VERSIONS, share_state::WRITE_VERSIONS];
+
 pub use request_memory::DECODED_BYTES_PER_BYTE;
 
 pub fn supported(key: ApiKey) -> Option<Versions> {
     SUPPORTED.iter().copied().find(|v| v.key as i16 == key as i16)
+}
+
+/// What dispatch serves: `SUPPORTED` and `INTERNAL`.
+pub fn served(key: ApiKey) -> Option<Versions> {
+    supported(key).or_else(|| INTERNAL.iter().copied().find(|v| v.key as i16 == key as i16))
 }
 
 /// A response frame (length prefix included), or None when the request gets no response
@@ -342,6 +362,12 @@ pub fn decode_only(key: ApiKey, version: i16, body: &mut Bytes) -> Result<(), Re
         ApiKey::OffsetDelete => as_!(OffsetDeleteRequest),
         ApiKey::ConsumerGroupHeartbeat => as_!(ConsumerGroupHeartbeatRequest),
         ApiKey::ConsumerGroupDescribe => as_!(ConsumerGroupDescribeRequest),
+        ApiKey::ShareGroupHeartbeat => as_!(ShareGroupHeartbeatRequest),
+        ApiKey::ShareGroupDescribe => as_!(ShareGroupDescribeRequest),
+        ApiKey::ShareFetch => as_!(ShareFetchRequest),
+        ApiKey::ShareAcknowledge => as_!(ShareAcknowledgeRequest),
+        ApiKey::ReadShareGroupState => as_!(ReadShareGroupStateRequest),
+        ApiKey::WriteShareGroupState => as_!(WriteShareGroupStateRequest),
         ApiKey::DescribeConfigs => as_!(DescribeConfigsRequest),
         ApiKey::AlterConfigs => as_!(AlterConfigsRequest),
         ApiKey::IncrementalAlterConfigs => as_!(IncrementalAlterConfigsRequest),
@@ -396,7 +422,7 @@ pub fn parse_header(body: &mut Bytes) -> Result<(ApiKey, RequestHeader), Reject>
     let key = ApiKey::try_from(raw_key).map_err(|_| Reject::UnknownApiKey(raw_key))?;
     // ApiVersions must be answered whatever its version (KIP-511), so its header is read as v1
     // (no tagged fields) when the version is unknown: the fallback response is v0.
-    let header_version = match supported(key) {
+    let header_version = match served(key) {
         Some(v) if version >= v.min && version <= v.max => key.request_header_version(version),
         _ if key == ApiKey::ApiVersions => 1,
         _ => return Err(Reject::UnsupportedVersion { key, version }),
@@ -553,6 +579,18 @@ async fn handle(
             Ok(Reply::Now(Some(frame(cid, version, &resp)?)))
         }
         ApiKey::ConsumerGroupDescribe => now!(consumer_groups::describe),
+        ApiKey::ShareGroupHeartbeat => {
+            let req = decode(key, version, &mut body)?;
+            let caller = groups::Caller { client_id, peer };
+            let resp = share_groups::heartbeat(ctx, &caller, req, version).await;
+            ctx.metrics.response_errors(key, &resp);
+            Ok(Reply::Now(Some(frame(cid, version, &resp)?)))
+        }
+        ApiKey::ShareGroupDescribe => now!(share_groups::describe),
+        ApiKey::ShareFetch => now!(share_fetch::share_fetch),
+        ApiKey::ShareAcknowledge => now!(share_fetch::share_acknowledge),
+        ApiKey::ReadShareGroupState => now!(share_state::read),
+        ApiKey::WriteShareGroupState => now!(share_state::write),
         ApiKey::DescribeConfigs => now!(configs::describe_configs),
         ApiKey::AlterConfigs => now!(configs::alter_configs),
         ApiKey::IncrementalAlterConfigs => now!(configs::incremental_alter_configs),
@@ -700,6 +738,12 @@ mod tests {
             ApiKey::OffsetDelete => OffsetDeleteRequest::VERSIONS,
             ApiKey::ConsumerGroupHeartbeat => ConsumerGroupHeartbeatRequest::VERSIONS,
             ApiKey::ConsumerGroupDescribe => ConsumerGroupDescribeRequest::VERSIONS,
+            ApiKey::ShareGroupHeartbeat => ShareGroupHeartbeatRequest::VERSIONS,
+            ApiKey::ShareGroupDescribe => ShareGroupDescribeRequest::VERSIONS,
+            ApiKey::ShareFetch => ShareFetchRequest::VERSIONS,
+            ApiKey::ShareAcknowledge => ShareAcknowledgeRequest::VERSIONS,
+            ApiKey::ReadShareGroupState => ReadShareGroupStateRequest::VERSIONS,
+            ApiKey::WriteShareGroupState => WriteShareGroupStateRequest::VERSIONS,
             ApiKey::DescribeConfigs => DescribeConfigsRequest::VERSIONS,
             ApiKey::AlterConfigs => AlterConfigsRequest::VERSIONS,
             ApiKey::IncrementalAlterConfigs => IncrementalAlterConfigsRequest::VERSIONS,

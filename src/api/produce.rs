@@ -968,7 +968,9 @@ mod tests {
             replicas.clone(),
             groups.clone(),
         ));
+        let share = crate::share::ShareManager::new(config.clone(), controller.clone(), groups.clone());
         Arc::new(Ctx {
+            share,
             listener: Arc::from("PLAINTEXT"),
             principal: Arc::from(crate::sasl::ANONYMOUS),
             host: Arc::from(""),
@@ -981,6 +983,7 @@ mod tests {
             transactions,
             quotas: Arc::new(crate::quota::QuotaManager::new(crate::quota::Windows::default())),
             appends: Arc::default(),
+            connection: 0,
         })
     }
 

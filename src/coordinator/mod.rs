@@ -19,12 +19,13 @@ pub mod consumer;
 pub mod group;
 pub mod loading;
 pub mod records;
+pub mod share;
 pub mod transactions;
 pub mod txn_records;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -44,6 +45,9 @@ use consumer::{ConsumerGroup, ConsumerGroupSnapshot, ConsumerLimits, HeartbeatIn
 use group::{Group, GroupLimits, GroupState, JoinRequest, JoinResult, SyncResult};
 use loading::{LOAD_ROUNDS_MAX, LoadedPartitions, Readiness};
 use records::{CommittedOffset, OffsetsRecord, partition_for};
+use share::{ShareGroup, ShareGroupSnapshot, ShareHeartbeatIn, ShareLimits};
+
+use crate::share::partition::Persisted;
 
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 
@@ -55,6 +59,11 @@ pub struct GroupEntry {
     /// The consumer group state last written to `__consumer_offsets`, so that only changes
     /// are written.
     persisted_consumer: Option<ConsumerGroupSnapshot>,
+    /// A share group (KIP-932): Some while the group is one.
+    pub share: Option<ShareGroup>,
+    persisted_share: Option<ShareGroupSnapshot>,
+    /// The group's share-partition states as last stored, by partition (`crate::share`).
+    pub share_states: BTreeMap<consumer::Tp, Persisted>,
     pub offsets: BTreeMap<(String, i32), CommittedOffset>,
     /// Offsets committed in open transactions (TxnOffsetCommit), by producer id: applied to
     /// `offsets` when the commit marker reaches the group's `__consumer_offsets` partition,
@@ -72,6 +81,9 @@ impl GroupEntry {
             group: Group::new(group_id, now),
             consumer: None,
             persisted_consumer: None,
+            share: None,
+            persisted_share: None,
+            share_states: BTreeMap::new(),
             offsets: BTreeMap::new(),
             pending_txn_offsets: BTreeMap::new(),
             committed_at: HashMap::new(),
@@ -99,21 +111,46 @@ impl GroupEntry {
 
     fn next_deadline(&self) -> Option<Instant> {
         let consumer = self.consumer.as_ref().and_then(ConsumerGroup::next_deadline);
-        [self.group.next_deadline(), consumer].into_iter().flatten().min()
+        let share = self.share.as_ref().and_then(ShareGroup::next_deadline);
+        [self.group.next_deadline(), consumer, share]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// True when no member of either protocol is in the group.
     pub fn has_no_members(&self) -> bool {
-        self.group.is_empty() && self.consumer.as_ref().is_none_or(|c| c.members.is_empty())
+        self.group.is_empty()
+            && self.consumer.as_ref().is_none_or(|c| c.members.is_empty())
+            && self.share.as_ref().is_none_or(|s| s.members.is_empty())
+    }
+
+    /// Whether the group may become a share group: it is one, or it is an empty classic group
+    /// with no committed offsets (as a group id no one used yet).
+    fn may_be_share(&self) -> bool {
+        self.share.is_some()
+            || (self.consumer.is_none()
+                && self.group.is_empty()
+                && self.group.state == GroupState::Empty
+                && self.offsets.is_empty())
     }
 
     /// "classic" or "consumer", as ListGroups v5 reports it.
     pub fn group_type(&self) -> &'static str {
-        if self.consumer.is_some() { "consumer" } else { "classic" }
+        if self.share.is_some() {
+            "share"
+        } else if self.consumer.is_some() {
+            "consumer"
+        } else {
+            "classic"
+        }
     }
 
     /// The state name ListGroups reports.
     pub fn state_name(&self) -> &'static str {
+        if let Some(s) = &self.share {
+            return s.state_name();
+        }
         match &self.consumer {
             Some(c) => c.state().name(),
             None => self.group.state.name(),
@@ -175,6 +212,10 @@ pub struct GroupCoordinator {
     groups: Mutex<HashMap<String, Arc<Slot>>>,
     limits: GroupLimits,
     consumer_limits: ConsumerLimits,
+    share_limits: ShareLimits,
+    /// The partition leaders' side of share groups, told when a group's share-partition states
+    /// are deleted or reset (set once at start, `set_share_manager`).
+    share_manager: OnceLock<Weak<crate::share::ShareManager>>,
     /// The topics of the last metadata image a KIP-848 heartbeat saw, by image offset: built
     /// once per metadata change, not at every heartbeat (O(topics) each).
     topics_view: Mutex<Option<(i64, Arc<TopicsView>)>>,
@@ -199,7 +240,14 @@ impl GroupCoordinator {
             heartbeat_interval: Duration::from_millis(config.group_consumer_heartbeat_interval_ms),
             max_size: config.group_consumer_max_size,
         };
+        let share_limits = ShareLimits {
+            session_timeout: Duration::from_millis(config.share.session_timeout_ms),
+            heartbeat_interval: Duration::from_millis(config.share.heartbeat_interval_ms),
+            max_size: usize::try_from(config.share.max_size).unwrap_or(usize::MAX),
+        };
         GroupCoordinator {
+            share_limits,
+            share_manager: OnceLock::new(),
             topics_view: Mutex::new(None),
             config,
             controller,
@@ -230,6 +278,35 @@ impl GroupCoordinator {
             }
         }
         limits
+    }
+
+    /// The broker's `group.share.*` limits with the group's own `share.*` configs over them.
+    fn share_limits_of(&self, group_id: &str, image: &MetadataImage) -> ShareLimits {
+        let mut limits = self.share_limits;
+        if let Some(configs) = image.group_configs.get(group_id) {
+            let ms = |key: &str| {
+                configs
+                    .get(key)
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .map(Duration::from_millis)
+            };
+            if let Some(d) = ms("share.session.timeout.ms") {
+                limits.session_timeout = d;
+            }
+            if let Some(d) = ms("share.heartbeat.interval.ms") {
+                limits.heartbeat_interval = d;
+            }
+        }
+        limits
+    }
+
+    /// Set once at start: the share manager told about deleted or reset share-partitions.
+    pub fn set_share_manager(&self, manager: &Arc<crate::share::ShareManager>) {
+        let _ = self.share_manager.set(Arc::downgrade(manager));
+    }
+
+    fn share_manager(&self) -> Option<Arc<crate::share::ShareManager>> {
+        self.share_manager.get().and_then(Weak::upgrade)
     }
 
     fn map(&self) -> MutexGuard<'_, HashMap<String, Arc<Slot>>> {
@@ -545,6 +622,37 @@ impl GroupCoordinator {
                     e.persisted_consumer = None;
                 }
             }
+            OffsetsRecord::ShareGroup {
+                group,
+                value: Some(snapshot),
+            } => {
+                let e = groups
+                    .entry(group.clone())
+                    .or_insert_with(|| GroupEntry::new(&group, now));
+                e.share = Some(ShareGroup::restore(&group, &snapshot));
+                e.persisted_share = Some(snapshot);
+            }
+            OffsetsRecord::ShareGroup { group, value: None } => {
+                if let Some(e) = groups.get_mut(&group) {
+                    e.share = None;
+                    e.persisted_share = None;
+                    e.share_states.clear();
+                }
+            }
+            OffsetsRecord::ShareState {
+                group,
+                topic_id,
+                partition,
+                value,
+            } => {
+                let e = groups
+                    .entry(group.clone())
+                    .or_insert_with(|| GroupEntry::new(&group, now));
+                match value {
+                    Some(state) => e.share_states.insert((topic_id, partition), state),
+                    None => e.share_states.remove(&(topic_id, partition)),
+                };
+            }
         }
     }
 
@@ -651,12 +759,20 @@ impl GroupCoordinator {
                     let mut e = slot.lock();
                     let now = Instant::now();
                     let consumer_changed = e.consumer.as_mut().is_some_and(|c| c.expire(now));
-                    (e.group.expire(&me.limits, now) || consumer_changed, e.group.id.clone())
+                    let share_changed = match e.share.as_mut() {
+                        Some(s) => s.expire(&me.topics_view(&me.controller.image()), now),
+                        None => false,
+                    };
+                    let changed = e.group.expire(&me.limits, now) || consumer_changed || share_changed;
+                    (changed, e.group.id.clone())
                 };
                 if changed {
                     me.persist_group(&id, &slot).await;
                     if let Err(e) = me.persist_consumer(&id, &slot).await {
                         tracing::warn!(group = %id, error = %e, "persisting consumer group");
+                    }
+                    if let Err(e) = me.persist_share(&id, &slot).await {
+                        tracing::warn!(group = %id, error = %e, "persisting share group");
                     }
                 }
             }
@@ -692,6 +808,15 @@ impl GroupCoordinator {
         let (tx, rx) = oneshot::channel();
         {
             let mut e = slot.lock();
+            if e.share.is_some() {
+                // Kafka: a group of another type is not converted.
+                return JoinResult {
+                    error: ResponseError::InconsistentGroupProtocol.code(),
+                    generation: -1,
+                    member_id: String::new(),
+                    ..Default::default()
+                };
+            }
             if let Some(consumer) = &e.consumer {
                 if !consumer.members.is_empty() {
                     // Kafka with online migration disabled: a classic member cannot join a
@@ -1122,6 +1247,12 @@ impl GroupCoordinator {
         let slot = self.slot_or_create(group_id);
         let out = {
             let mut e = slot.lock();
+            if e.share.is_some() {
+                return fail(
+                    ResponseError::GroupIdNotFound,
+                    format!("Group {group_id} is not a consumer group."),
+                );
+            }
             if e.consumer.is_none() {
                 if !(e.group.is_empty() && e.group.state == GroupState::Empty) {
                     // Kafka: a classic group with members is not converted (online upgrade is
@@ -1145,35 +1276,157 @@ impl GroupCoordinator {
             && let Err(e) = self.persist_consumer(group_id, &slot).await
         {
             tracing::warn!(group = group_id, error = %e, "persisting consumer group");
-            // The partition moved (or its groups were unloaded): the member finds the new
-            // coordinator, which has the group's last stored state.
-            let code = match e {
-                Error::NotLeader(_) => ResponseError::NotCoordinator,
-                _ => ResponseError::CoordinatorNotAvailable,
-            };
-            return fail(code, "the group state could not be stored".into());
+            return fail(store_failure(&e), "the group state could not be stored".into());
         }
         out
     }
 
     /// Writes a KIP-848 group's snapshot when it changed since the last write.
     async fn persist_consumer(&self, group_id: &str, slot: &Slot) -> Result<(), Error> {
+        self.persist_changed(
+            group_id,
+            slot,
+            |e| e.consumer.as_ref().map(ConsumerGroup::snapshot),
+            |e| &mut e.persisted_consumer,
+            |group, value| OffsetsRecord::ConsumerGroup { group, value },
+        )
+        .await
+    }
+
+    /// Writes a group's snapshot (`current`) when it differs from the last one written
+    /// (`stored`), as the record `record` makes of it.
+    async fn persist_changed<S: Clone + PartialEq>(
+        &self,
+        group_id: &str,
+        slot: &Slot,
+        current: impl Fn(&GroupEntry) -> Option<S>,
+        stored: impl Fn(&mut GroupEntry) -> &mut Option<S>,
+        record: impl Fn(String, Option<S>) -> OffsetsRecord,
+    ) -> Result<(), Error> {
         let snapshot = {
-            let e = slot.lock();
-            let Some(c) = &e.consumer else { return Ok(()) };
-            let snapshot = c.snapshot();
-            if e.persisted_consumer.as_ref() == Some(&snapshot) {
+            let mut e = slot.lock();
+            let Some(snapshot) = current(&e) else { return Ok(()) };
+            if stored(&mut e).as_ref() == Some(&snapshot) {
                 return Ok(());
             }
             snapshot
         };
-        let record = OffsetsRecord::ConsumerGroup {
-            group: group_id.to_string(),
-            value: Some(snapshot.clone()),
-        };
-        self.persist(slot, group_id, &[record]).await?;
-        slot.lock().persisted_consumer = Some(snapshot);
+        let written = record(group_id.to_string(), Some(snapshot.clone()));
+        self.persist(slot, group_id, &[written]).await?;
+        *stored(&mut slot.lock()) = Some(snapshot);
         Ok(())
+    }
+
+    /// ShareGroupHeartbeat (KIP-932), validated by `share::invalid_heartbeat`.
+    pub async fn share_heartbeat(self: &Arc<Self>, group_id: &str, req: ShareHeartbeatIn) -> HeartbeatOut {
+        let fail = |code: ResponseError, message: String| HeartbeatOut {
+            error: code.code(),
+            message: Some(message),
+            member_epoch: -1,
+            ..Default::default()
+        };
+        if self.ensure_offsets_topic().is_err() {
+            return fail(
+                ResponseError::CoordinatorNotAvailable,
+                "the offsets topic is not available".into(),
+            );
+        }
+        let image = self.controller.image();
+        let topics = self.topics_view(&image);
+        // Kafka creates a share group only when a member joins (epoch 0).
+        let slot = match (self.slot(group_id), req.member_epoch) {
+            (Some(slot), _) => slot,
+            (None, 0) => self.slot_or_create(group_id),
+            (None, _) => {
+                return fail(
+                    ResponseError::GroupIdNotFound,
+                    format!("Share group {group_id} not found."),
+                );
+            }
+        };
+        let out = {
+            let mut e = slot.lock();
+            if !e.may_be_share() {
+                return fail(
+                    ResponseError::GroupIdNotFound,
+                    format!("Group {group_id} is not a share group."),
+                );
+            }
+            let limits = self.share_limits_of(group_id, &image);
+            e.share
+                .get_or_insert_with(|| ShareGroup::new(group_id))
+                .heartbeat(req, &topics, &limits, Instant::now())
+        };
+        self.ensure_timer(&slot);
+        if let Err(e) = self.persist_share(group_id, &slot).await {
+            tracing::warn!(group = group_id, error = %e, "persisting share group");
+            return fail(store_failure(&e), "the group state could not be stored".into());
+        }
+        out
+    }
+
+    /// Writes a share group's snapshot when it changed since the last write.
+    async fn persist_share(&self, group_id: &str, slot: &Slot) -> Result<(), Error> {
+        self.persist_changed(
+            group_id,
+            slot,
+            |e| e.share.as_ref().map(ShareGroup::snapshot),
+            |e| &mut e.persisted_share,
+            |group, value| OffsetsRecord::ShareGroup { group, value },
+        )
+        .await
+    }
+
+    /// The stored state of a share-partition, for its leader to load (Kafka's
+    /// ReadShareGroupState): None when it was never initialized. Only where the group's
+    /// coordinator is (`NOT_COORDINATOR` elsewhere); `GroupIdNotFound` when the group is not a
+    /// share group.
+    pub fn share_state(self: &Arc<Self>, group_id: &str, tp: consumer::Tp) -> Result<Option<Persisted>, i16> {
+        if self.ensure_offsets_topic().is_err() {
+            return Err(ResponseError::CoordinatorNotAvailable.code());
+        }
+        if !self.ready(group_id) {
+            return Err(ResponseError::NotCoordinator.code());
+        }
+        let slot = self.slot(group_id).ok_or(ResponseError::GroupIdNotFound.code())?;
+        let e = slot.lock();
+        if e.share.is_none() {
+            return Err(ResponseError::GroupIdNotFound.code());
+        }
+        Ok(e.share_states.get(&tp).cloned())
+    }
+
+    /// Stores a share-partition's state (Kafka's WriteShareGroupState, acks=all): answered once
+    /// every in-sync replica of the group's partition holds it.
+    pub async fn write_share_state(
+        self: &Arc<Self>,
+        group_id: &str,
+        tp: consumer::Tp,
+        state: Persisted,
+    ) -> Result<(), i16> {
+        if !self.ready(group_id) {
+            return Err(ResponseError::NotCoordinator.code());
+        }
+        let slot = self.slot(group_id).ok_or(ResponseError::GroupIdNotFound.code())?;
+        if slot.lock().share.is_none() {
+            return Err(ResponseError::GroupIdNotFound.code());
+        }
+        let record = OffsetsRecord::ShareState {
+            group: group_id.to_string(),
+            topic_id: tp.0,
+            partition: tp.1,
+            value: Some(state.clone()),
+        };
+        match self.persist(&slot, group_id, &[record]).await {
+            Ok(()) => {
+                slot.lock().share_states.insert(tp, state);
+                Ok(())
+            }
+            Err(e) => Err(match e {
+                Error::NotLeader(_) => ResponseError::NotCoordinator.code(),
+                e => replication_error_code(&e).unwrap_or_else(|| e.code()),
+            }),
+        }
     }
 
     /// OffsetFetch v9: a consumer-group member fetching must be known, at its current epoch.
@@ -1228,10 +1481,27 @@ impl GroupCoordinator {
                     value: None,
                 });
             }
+            for (topic_id, partition) in std::mem::take(&mut e.share_states).into_keys() {
+                records.push(OffsetsRecord::ShareState {
+                    group: group_id.to_string(),
+                    topic_id,
+                    partition,
+                    value: None,
+                });
+            }
+            if e.share.take().is_some() {
+                records.push(OffsetsRecord::ShareGroup {
+                    group: group_id.to_string(),
+                    value: None,
+                });
+            }
             e.offsets.clear();
             records
         };
         self.map().remove(group_id);
+        if let Some(manager) = self.share_manager() {
+            manager.forget_group(group_id);
+        }
         match self.persist(&slot, group_id, &records).await {
             Ok(()) => 0,
             Err(e) => replication_error_code(&e).unwrap_or_else(|| e.code()),
@@ -1360,6 +1630,16 @@ impl GroupCoordinator {
 /// NOT_COORDINATOR, so the client looks the coordinator up again; too few in-sync replicas,
 /// before or after the append, is COORDINATOR_NOT_AVAILABLE, which it retries. None for the
 /// other errors, which each caller maps.
+/// What a member is told when its group's new state could not be written: the partition moved
+/// (or its groups were unloaded), so it finds the new coordinator, which has the group's last
+/// stored state; or the coordinator is not available now.
+fn store_failure(e: &Error) -> ResponseError {
+    match e {
+        Error::NotLeader(_) => ResponseError::NotCoordinator,
+        _ => ResponseError::CoordinatorNotAvailable,
+    }
+}
+
 pub(crate) fn replication_error_code(err: &Error) -> Option<i16> {
     match err {
         Error::NotLeader(_) => Some(ResponseError::NotCoordinator.code()),

@@ -6,6 +6,8 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use super::consumer::{ConsumerGroupSnapshot, ConsumerMemberSnapshot};
 use super::group::{GroupSnapshot, MemberSnapshot};
+use super::share::ShareGroupSnapshot;
+use crate::share::partition::{Persisted, PersistedBatch};
 
 /// One decoded `__consumer_offsets` record.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,7 +29,29 @@ pub enum OffsetsRecord {
         group: String,
         value: Option<ConsumerGroupSnapshot>,
     },
+    /// A share group (KIP-932). The key is Kafka's ShareGroupMetadataKey (version 11: the group
+    /// id); the value is Sluice's: the group epoch.
+    ShareGroup {
+        group: String,
+        value: Option<ShareGroupSnapshot>,
+    },
+    /// The state of one share-partition: the group's start offset in one topic partition and
+    /// the records of its in-flight window. Kafka keeps it in `__share_group_state`, written by
+    /// a share coordinator; Sluice keeps it beside the group (key version 100, Sluice's own:
+    /// group id, topic id, partition), so the group's coordinator owns it, loads it and deletes
+    /// it with the group.
+    ShareState {
+        group: String,
+        topic_id: uuid::Uuid,
+        partition: i32,
+        value: Option<Persisted>,
+    },
 }
+
+/// The key version of `OffsetsRecord::ShareGroup` (Kafka's ShareGroupMetadataKey).
+const SHARE_GROUP_KEY: i16 = 11;
+/// The key version of `OffsetsRecord::ShareState` (Sluice's own).
+const SHARE_STATE_KEY: i16 = 100;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct CommittedOffset {
@@ -60,6 +84,42 @@ impl OffsetsRecord {
     pub fn encode(&self) -> (Bytes, Option<Bytes>) {
         let mut key = BytesMut::new();
         match self {
+            OffsetsRecord::ShareGroup { group, value } => {
+                key.put_i16(SHARE_GROUP_KEY);
+                put_string(&mut key, group);
+                let value = value.as_ref().map(|g| {
+                    let mut b = BytesMut::new();
+                    b.put_i16(0);
+                    b.put_i32(g.epoch);
+                    b.freeze()
+                });
+                (key.freeze(), value)
+            }
+            OffsetsRecord::ShareState {
+                group,
+                topic_id,
+                partition,
+                value,
+            } => {
+                key.put_i16(SHARE_STATE_KEY);
+                put_string(&mut key, group);
+                key.put_slice(topic_id.as_bytes());
+                key.put_i32(*partition);
+                let value = value.as_ref().map(|state| {
+                    let mut b = BytesMut::new();
+                    b.put_i16(0);
+                    b.put_i64(state.start_offset);
+                    b.put_i32(i32::try_from(state.batches.len()).unwrap_or(i32::MAX));
+                    for batch in &state.batches {
+                        b.put_i64(batch.first_offset);
+                        b.put_i64(batch.last_offset);
+                        b.put_i8(batch.state);
+                        b.put_i16(batch.delivery_count);
+                    }
+                    b.freeze()
+                });
+                (key.freeze(), value)
+            }
             OffsetsRecord::ConsumerGroup { group, value } => {
                 key.put_i16(3);
                 put_string(&mut key, group);
@@ -277,6 +337,52 @@ impl OffsetsRecord {
                 };
                 Some(OffsetsRecord::Group { group, value })
             }
+            SHARE_GROUP_KEY => {
+                let group = k.string()?;
+                let value = match value {
+                    None => None,
+                    Some(v) => {
+                        let mut r = Reader(v.clone());
+                        if r.i16()? != 0 {
+                            return None;
+                        }
+                        Some(ShareGroupSnapshot { epoch: r.i32()? })
+                    }
+                };
+                Some(OffsetsRecord::ShareGroup { group, value })
+            }
+            SHARE_STATE_KEY => {
+                let group = k.string()?;
+                let topic_id = k.uuid()?;
+                let partition = k.i32()?;
+                let value = match value {
+                    None => None,
+                    Some(v) => {
+                        let mut r = Reader(v.clone());
+                        if r.i16()? != 0 {
+                            return None;
+                        }
+                        let start_offset = r.i64()?;
+                        let count = r.i32()?;
+                        let mut batches = Vec::new();
+                        for _ in 0..count.max(0) {
+                            batches.push(PersistedBatch {
+                                first_offset: r.i64()?,
+                                last_offset: r.i64()?,
+                                state: r.i8()?,
+                                delivery_count: r.i16()?,
+                            });
+                        }
+                        Some(Persisted { start_offset, batches })
+                    }
+                };
+                Some(OffsetsRecord::ShareState {
+                    group,
+                    topic_id,
+                    partition,
+                    value,
+                })
+            }
             _ => None,
         }
     }
@@ -286,6 +392,9 @@ impl OffsetsRecord {
 struct Reader(Bytes);
 
 impl Reader {
+    fn i8(&mut self) -> Option<i8> {
+        (self.0.remaining() >= 1).then(|| self.0.get_i8())
+    }
     fn i16(&mut self) -> Option<i16> {
         (self.0.remaining() >= 2).then(|| self.0.get_i16())
     }

@@ -141,6 +141,34 @@ codes!(ConsumerGroupDescribeResponse, |r, c| r
     .groups
     .iter()
     .for_each(|g| c(g.error_code)));
+codes!(ShareGroupHeartbeatResponse, |r, c| c(r.error_code));
+codes!(ShareGroupDescribeResponse, |r, c| r
+    .groups
+    .iter()
+    .for_each(|g| c(g.error_code)));
+codes!(ShareFetchResponse, |r, c| {
+    c(r.error_code);
+    for t in &r.responses {
+        for p in &t.partitions {
+            c(p.error_code);
+            c(p.acknowledge_error_code);
+        }
+    }
+});
+codes!(ShareAcknowledgeResponse, |r, c| {
+    c(r.error_code);
+    for t in &r.responses {
+        t.partitions.iter().for_each(|p| c(p.error_code));
+    }
+});
+codes!(ReadShareGroupStateResponse, |r, c| r
+    .results
+    .iter()
+    .for_each(|t| t.partitions.iter().for_each(|p| c(p.error_code))));
+codes!(WriteShareGroupStateResponse, |r, c| r
+    .results
+    .iter()
+    .for_each(|t| t.partitions.iter().for_each(|p| c(p.error_code))));
 codes!(DescribeConfigsResponse, |r, c| r
     .results
     .iter()

@@ -389,9 +389,12 @@ where
         request_memory,
         shutdown,
     } = conn;
+    // Ends the connection's share sessions when it ends, whatever way it ends.
+    let share_sessions = ctx.share.connection();
     // The connection's own count of appends not yet run; ACLs name hosts by address.
     ctx = Arc::new(Ctx {
         appends: Default::default(),
+        connection: share_sessions.id(),
         host: match ctx.authorizer.enabled() {
             true => Arc::from(crate::acl::host_of(peer.ip()).as_str()),
             false => ctx.host.clone(),

@@ -58,6 +58,12 @@ fn describe_keys(
             .get(k.name)
             .cloned()
             .or_else(|| live.get(k.broker_key))
+            .or_else(|| {
+                k.broker_key
+                    .is_empty()
+                    .then(|| crate::config::group_key_default(k.name))
+                    .flatten()
+            })
             .unwrap_or_default();
         let source = synonyms.first().map_or(SOURCE_DEFAULT, |y| y.source);
         let mut entry = DescribeConfigsResourceResult::default()

@@ -410,7 +410,7 @@ pub(super) mod tests {
         assert_eq!(rebuilt.feature_level("transaction.version"), 1);
         assert_eq!(
             rebuilt.finalized_features_epoch(),
-            2 + every_kind_of_record().len() as i64
+            crate::api::api_versions::FINALIZED_FEATURES_EPOCH + every_kind_of_record().len() as i64
         );
         assert_eq!(rebuilt.finalized_features_epoch(), image.finalized_features_epoch());
         // The topic carries every change made to it.

@@ -1,0 +1,641 @@
+//! Share groups (KIP-932) through raw frames: ShareGroupHeartbeat, ShareGroupDescribe,
+//! ShareFetch and ShareAcknowledge, with the record states Kafka gives (acquired, released,
+//! accepted, rejected, a lock that expires, the delivery limit), share sessions and their
+//! errors, and the state kept across a restart.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::*;
+use kafka_protocol::messages::share_acknowledge_request::{
+    AcknowledgePartition, AcknowledgeTopic, AcknowledgementBatch as AckBatch,
+};
+use kafka_protocol::messages::share_fetch_request::{AcknowledgementBatch, FetchPartition, FetchTopic, ForgottenTopic};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::Compression;
+use uuid::Uuid;
+
+const GROUP_RESOURCE: i8 = 32;
+
+fn s(text: &str) -> StrBytes {
+    StrBytes::from_string(text.to_string())
+}
+
+/// A member id as Kafka's clients make them (`Uuid.randomUuid().toString()`: URL-safe base64).
+fn member_id() -> String {
+    use std::fmt::Write;
+    let alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let bytes = Uuid::new_v4().into_bytes();
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let mut n = 0u32;
+        for (i, b) in chunk.iter().enumerate() {
+            n |= u32::from(*b) << (16 - 8 * i);
+        }
+        for i in 0..=chunk.len() {
+            let _ = write!(out, "{}", alphabet[((n >> (18 - 6 * i)) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+/// `count` records in one batch, values `prefix-0`...
+fn batch(prefix: &str, count: usize) -> Bytes {
+    let records: Vec<(Option<Bytes>, Option<Bytes>, i64)> = (0..count)
+        .map(|i| (None, Some(Bytes::from(format!("{prefix}-{i}"))), 1_700_000_000_000i64))
+        .collect();
+    sluice::log::batch::encode_records(&records, Compression::None).unwrap()
+}
+
+async fn produce(raw: &mut Raw, name: &str, records: Bytes) {
+    let resp = raw.call(9, &produce_request(name, 0, records, -1)).await;
+    assert_eq!(resp.responses[0].partition_responses[0].error_code, 0);
+}
+
+async fn create(raw: &mut Raw, name: &str, partitions: i32) -> Uuid {
+    let resp = raw.call(7, &create_topic_request(name, partitions, 10_000)).await;
+    assert_eq!(resp.topics[0].error_code, 0, "{:?}", resp.topics[0].error_message);
+    resp.topics[0].topic_id
+}
+
+async fn set_group_config(raw: &mut Raw, group: &str, key: &str, value: &str) -> i16 {
+    use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
+    let req = IncrementalAlterConfigsRequest::default().with_resources(vec![
+        AlterConfigsResource::default()
+            .with_resource_type(GROUP_RESOURCE)
+            .with_resource_name(s(group))
+            .with_configs(vec![
+                AlterableConfig::default()
+                    .with_name(s(key))
+                    .with_config_operation(0)
+                    .with_value(Some(s(value))),
+            ]),
+    ]);
+    raw.call(1, &req).await.responses[0].error_code
+}
+
+fn heartbeat(group: &str, member: &str, epoch: i32, topics: Option<&[&str]>) -> ShareGroupHeartbeatRequest {
+    ShareGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(s(group)))
+        .with_member_id(s(member))
+        .with_member_epoch(epoch)
+        .with_subscribed_topic_names(topics.map(|t| t.iter().map(|n| topic(n)).collect()))
+}
+
+/// One partition's acknowledgement: (first, last, types).
+type Ack = (i64, i64, Vec<i8>);
+
+fn share_fetch(
+    group: &str,
+    member: &str,
+    epoch: i32,
+    topic_id: Uuid,
+    acks: Vec<Ack>,
+    wait_ms: i32,
+) -> ShareFetchRequest {
+    ShareFetchRequest::default()
+        .with_group_id(Some(GroupId(s(group))))
+        .with_member_id(Some(s(member)))
+        .with_share_session_epoch(epoch)
+        .with_max_wait_ms(wait_ms)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_max_records(500)
+        .with_batch_size(500)
+        .with_topics(vec![FetchTopic::default().with_topic_id(topic_id).with_partitions(
+            vec![
+                FetchPartition::default().with_partition_index(0).with_acknowledgement_batches(
+                    acks.into_iter()
+                        .map(|(first, last, types)| {
+                            AcknowledgementBatch::default()
+                                .with_first_offset(first)
+                                .with_last_offset(last)
+                                .with_acknowledge_types(types)
+                        })
+                        .collect(),
+                ),
+            ],
+        )])
+}
+
+fn share_ack(group: &str, member: &str, epoch: i32, topic_id: Uuid, acks: Vec<Ack>) -> ShareAcknowledgeRequest {
+    ShareAcknowledgeRequest::default()
+        .with_group_id(Some(GroupId(s(group))))
+        .with_member_id(Some(s(member)))
+        .with_share_session_epoch(epoch)
+        .with_topics(vec![
+            AcknowledgeTopic::default()
+                .with_topic_id(topic_id)
+                .with_partitions(vec![
+                    AcknowledgePartition::default()
+                        .with_partition_index(0)
+                        .with_acknowledgement_batches(
+                            acks.into_iter()
+                                .map(|(first, last, types)| {
+                                    AckBatch::default()
+                                        .with_first_offset(first)
+                                        .with_last_offset(last)
+                                        .with_acknowledge_types(types)
+                                })
+                                .collect(),
+                        ),
+                ]),
+        ])
+}
+
+/// The acquired ranges of partition 0 as (first, last, delivery count), and the values of the
+/// records the answer carries.
+fn acquired(resp: &ShareFetchResponse) -> (Vec<(i64, i64, i16)>, Vec<String>) {
+    assert_eq!(resp.error_code, 0, "{:?}", resp.error_message);
+    let Some(p) = resp.responses.first().and_then(|t| t.partitions.first()) else {
+        return (Vec::new(), Vec::new());
+    };
+    assert_eq!(p.error_code, 0, "{:?}", p.error_message);
+    let ranges = p
+        .acquired_records
+        .iter()
+        .map(|a| (a.first_offset, a.last_offset, a.delivery_count))
+        .collect();
+    let mut values = Vec::new();
+    if let Some(records) = &p.records {
+        let mut bytes = records.clone();
+        while !bytes.is_empty() {
+            for r in kafka_protocol::records::RecordBatchDecoder::decode(&mut bytes)
+                .unwrap()
+                .records
+            {
+                let value = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
+                values.push(format!("{}={value}", r.offset));
+            }
+        }
+    }
+    (ranges, values)
+}
+
+/// A member joins; a share session opens and the group starts at the log end (the default
+/// `share.auto.offset.reset`, latest); records produced after that are acquired by one member,
+/// another gets nothing until they are released, delivery counts go up with each delivery,
+/// accepted and rejected records are done, and the state survives a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_are_acquired_once_released_redelivered_and_kept_across_a_restart() {
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    let t = create(&mut raw, "queue", 1).await;
+    produce(&mut raw, "queue", batch("before", 3)).await;
+
+    let (a, b) = (member_id(), member_id());
+    let joined = raw.call(1, &heartbeat("g", &a, 0, Some(&["queue"]))).await;
+    assert_eq!(joined.error_code, 0, "{:?}", joined.error_message);
+    assert_eq!(joined.member_epoch, 1);
+    let assignment = joined.assignment.expect("an assignment on joining");
+    assert_eq!(assignment.topic_partitions[0].topic_id, t);
+    assert_eq!(assignment.topic_partitions[0].partitions, vec![0]);
+    let joined_b = raw.call(1, &heartbeat("g", &b, 0, Some(&["queue"]))).await;
+    assert_eq!(joined_b.error_code, 0);
+    // One partition, two members: both read it.
+    assert_eq!(joined_b.assignment.unwrap().topic_partitions[0].partitions, vec![0]);
+
+    // The first fetch starts the share-partition at the log end: the 3 records before it are
+    // not delivered.
+    let mut ra = Raw::connect(broker.addr).await;
+    let mut rb = Raw::connect(broker.addr).await;
+    let first = ra.call(1, &share_fetch("g", &a, 0, t, vec![], 0)).await;
+    assert_eq!(acquired(&first).0, vec![]);
+    assert!(first.acquisition_lock_timeout_ms == 30_000);
+    let first_b = rb.call(1, &share_fetch("g", &b, 0, t, vec![], 0)).await;
+    assert_eq!(acquired(&first_b).0, vec![]);
+
+    produce(&mut raw, "queue", batch("x", 5)).await;
+    produce(&mut raw, "queue", batch("y", 5)).await;
+    // A waiting fetch is answered as the records come.
+    let got = ra.call(1, &share_fetch("g", &a, 1, t, vec![], 5_000)).await;
+    let (ranges, values) = acquired(&got);
+    assert_eq!(ranges, vec![(3, 12, 1)]);
+    assert_eq!(values.len(), 10);
+    assert_eq!(values[0], "3=x-0");
+    assert_eq!(values[9], "12=y-4");
+    // b finds nothing free: the wait ends at its deadline, empty.
+    let started = Instant::now();
+    let none = rb.call(1, &share_fetch("g", &b, 1, t, vec![], 300)).await;
+    assert!(started.elapsed() >= Duration::from_millis(250));
+    assert_eq!(acquired(&none).0, vec![]);
+
+    // a accepts 3..=7 and releases 8..=12 (one type per offset for the first five).
+    let acks = vec![(3, 7, vec![1, 1, 1, 1, 1]), (8, 12, vec![2])];
+    let released = ra.call(1, &share_fetch("g", &a, 2, t, acks, 0)).await;
+    let p = &released.responses[0].partitions[0];
+    assert_eq!(p.acknowledge_error_code, 0);
+    // a's own fetch in the same request may take the released records back: it acknowledges
+    // before it fetches, as Kafka does.
+    let (again, _) = acquired(&released);
+    assert_eq!(again, vec![(8, 12, 2)]);
+    // a releases them once more; b gets them at their third delivery.
+    let r = ra.call(1, &share_ack("g", &a, 3, t, vec![(8, 12, vec![2])])).await;
+    assert_eq!(r.error_code, 0);
+    assert_eq!(r.responses[0].partitions[0].error_code, 0);
+    let got_b = rb.call(1, &share_fetch("g", &b, 2, t, vec![], 1_000)).await;
+    let (ranges_b, values_b) = acquired(&got_b);
+    assert_eq!(ranges_b, vec![(8, 12, 3)]);
+    assert_eq!(values_b.first().map(String::as_str), Some("8=y-0"));
+    // a may not acknowledge what b holds.
+    let stolen = ra.call(1, &share_ack("g", &a, 4, t, vec![(8, 8, vec![1])])).await;
+    assert_eq!(
+        stolen.responses[0].partitions[0].error_code,
+        ResponseError::InvalidRecordState.code()
+    );
+    // b rejects 8..=9 and accepts the rest: every record is done.
+    let done = rb
+        .call(1, &share_ack("g", &b, 3, t, vec![(8, 9, vec![3]), (10, 12, vec![1])]))
+        .await;
+    assert_eq!(done.responses[0].partitions[0].error_code, 0);
+
+    // Across a restart: the group's start offset is 13, nothing is delivered again.
+    drop((ra, rb, raw));
+    let broker = broker.restart(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    let c = member_id();
+    assert_eq!(
+        raw.call(1, &heartbeat("g", &c, 0, Some(&["queue"]))).await.error_code,
+        0
+    );
+    let after = raw.call(1, &share_fetch("g", &c, 0, t, vec![], 0)).await;
+    assert_eq!(acquired(&after).0, vec![]);
+    produce(&mut raw, "queue", batch("z", 1)).await;
+    let next = raw.call(1, &share_fetch("g", &c, 1, t, vec![], 2_000)).await;
+    assert_eq!(acquired(&next), (vec![(13, 13, 1)], vec!["13=z-0".to_string()]));
+}
+
+/// `share.auto.offset.reset=earliest` reads from the log start; a lock that expires makes its
+/// records available again, and a record delivered `group.share.delivery.count.limit` times is
+/// archived; a closed connection releases its member's records at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_expire_the_delivery_limit_archives_and_a_closed_connection_releases() {
+    let broker = TestBroker::start(&[
+        ("group.share.delivery.count.limit", "2"),
+        ("group.share.min.record.lock.duration.ms", "100"),
+    ])
+    .await;
+    let mut raw = Raw::connect(broker.addr).await;
+    let t = create(&mut raw, "q2", 1).await;
+    produce(&mut raw, "q2", batch("r", 4)).await;
+    assert_eq!(
+        set_group_config(&mut raw, "g2", "share.auto.offset.reset", "earliest").await,
+        0
+    );
+    assert_eq!(
+        set_group_config(&mut raw, "g2", "share.record.lock.duration.ms", "300").await,
+        0
+    );
+    assert_eq!(
+        set_group_config(&mut raw, "g2", "share.auto.offset.reset", "sometimes").await,
+        ResponseError::InvalidConfig.code()
+    );
+    let a = member_id();
+    assert_eq!(raw.call(1, &heartbeat("g2", &a, 0, Some(&["q2"]))).await.error_code, 0);
+    let mut ra = Raw::connect(broker.addr).await;
+    let got = ra.call(1, &share_fetch("g2", &a, 0, t, vec![], 1_000)).await;
+    assert_eq!(got.acquisition_lock_timeout_ms, 300);
+    assert_eq!(acquired(&got).0, vec![(0, 3, 1)]);
+    // The lock expires: a waiting fetch wakes for it and takes the records again.
+    let again = ra.call(1, &share_fetch("g2", &a, 1, t, vec![], 3_000)).await;
+    assert_eq!(acquired(&again).0, vec![(0, 3, 2)]);
+    // At the limit (2 deliveries), an expired lock archives the records: nothing is left.
+    let none = ra.call(1, &share_fetch("g2", &a, 2, t, vec![], 800)).await;
+    assert_eq!(acquired(&none).0, vec![]);
+
+    // A closed connection: what its member held is free at once, long before the lock ends.
+    assert_eq!(
+        set_group_config(&mut raw, "g2", "share.record.lock.duration.ms", "60000").await,
+        0
+    );
+    produce(&mut raw, "q2", batch("s", 2)).await;
+    let b = member_id();
+    assert_eq!(raw.call(1, &heartbeat("g2", &b, 0, Some(&["q2"]))).await.error_code, 0);
+    let got = ra.call(1, &share_fetch("g2", &a, 3, t, vec![], 1_000)).await;
+    assert_eq!(acquired(&got).0, vec![(4, 5, 1)]);
+    drop(ra);
+    let mut rb = Raw::connect(broker.addr).await;
+    let started = Instant::now();
+    let got_b = rb.call(1, &share_fetch("g2", &b, 0, t, vec![], 5_000)).await;
+    assert_eq!(acquired(&got_b).0, vec![(4, 5, 2)]);
+    assert!(started.elapsed() < Duration::from_secs(4));
+}
+
+/// Share sessions and malformed requests get Kafka's errors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_and_malformed_requests_get_kafkas_errors() {
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    let t = create(&mut raw, "q3", 1).await;
+    let a = member_id();
+    let code = |r: &ShareFetchResponse| r.error_code;
+    // A group that is not a share group: GROUP_ID_NOT_FOUND for its partitions.
+    let r = raw.call(1, &share_fetch("g3", &a, 0, t, vec![], 0)).await;
+    assert_eq!(
+        r.responses[0].partitions[0].error_code,
+        ResponseError::GroupIdNotFound.code()
+    );
+    let r = raw
+        .call(1, &share_fetch("g3", &a, -1, t, vec![], 0).with_topics(vec![]))
+        .await;
+    assert_eq!(code(&r), 0);
+    assert_eq!(raw.call(1, &heartbeat("g3", &a, 0, Some(&["q3"]))).await.error_code, 0);
+    // No session yet: SHARE_SESSION_NOT_FOUND for epochs other than 0.
+    let r = raw.call(1, &share_fetch("g3", &a, 1, t, vec![], 0)).await;
+    assert_eq!(code(&r), ResponseError::ShareSessionNotFound.code());
+    let r = raw.call(1, &share_ack("g3", &a, 1, t, vec![(0, 0, vec![1])])).await;
+    assert_eq!(r.error_code, ResponseError::ShareSessionNotFound.code());
+    // Acknowledgements in the opening request: INVALID_REQUEST.
+    let r = raw
+        .call(1, &share_fetch("g3", &a, 0, t, vec![(0, 0, vec![1])], 0))
+        .await;
+    assert_eq!(code(&r), ResponseError::InvalidRequest.code());
+    // ShareAcknowledge cannot open a session.
+    let r = raw.call(1, &share_ack("g3", &a, 0, t, vec![(0, 0, vec![1])])).await;
+    assert_eq!(r.error_code, ResponseError::InvalidShareSessionEpoch.code());
+    // A member id that is not a Kafka Uuid.
+    let r = raw.call(1, &share_fetch("g3", "not-a-uuid", 0, t, vec![], 0)).await;
+    assert_eq!(code(&r), ResponseError::InvalidRequest.code());
+    // Open, then a wrong epoch.
+    let r = raw.call(1, &share_fetch("g3", &a, 0, t, vec![], 0)).await;
+    assert_eq!(code(&r), 0);
+    let r = raw.call(1, &share_fetch("g3", &a, 5, t, vec![], 0)).await;
+    assert_eq!(code(&r), ResponseError::InvalidShareSessionEpoch.code());
+    // Acknowledging offsets never acquired: INVALID_RECORD_STATE for that partition; a
+    // malformed batch: INVALID_REQUEST.
+    let r = raw
+        .call(1, &share_fetch("g3", &a, 1, t, vec![(0, 0, vec![1])], 0))
+        .await;
+    assert_eq!(code(&r), 0);
+    assert_eq!(
+        r.responses[0].partitions[0].acknowledge_error_code,
+        ResponseError::InvalidRecordState.code()
+    );
+    let r = raw
+        .call(
+            1,
+            &share_fetch("g3", &a, 2, t, vec![(5, 0, vec![1]), (0, i64::MAX, vec![1])], 0),
+        )
+        .await;
+    assert_eq!(
+        r.responses[0].partitions[0].acknowledge_error_code,
+        ResponseError::InvalidRequest.code()
+    );
+    // An unknown topic id, in a session of its own.
+    let b = member_id();
+    let r = raw.call(1, &share_fetch("g3", &b, 0, Uuid::new_v4(), vec![], 0)).await;
+    assert_eq!(
+        r.responses[0].partitions[0].error_code,
+        ResponseError::UnknownTopicId.code()
+    );
+    // The final request closes the session; the next non-zero epoch finds none.
+    let closing = share_fetch("g3", &a, -1, t, vec![], 0).with_topics(vec![]);
+    let r = raw.call(1, &closing).await;
+    assert_eq!(code(&r), 0);
+    let r = raw.call(1, &share_fetch("g3", &a, 3, t, vec![], 0)).await;
+    assert_eq!(code(&r), ResponseError::ShareSessionNotFound.code());
+    // Forgetting a partition takes it out of the session: nothing more is answered for it.
+    let r = raw.call(1, &share_fetch("g3", &a, 0, t, vec![], 0)).await;
+    assert_eq!(code(&r), 0);
+    let forget = share_fetch("g3", &a, 1, t, vec![], 0)
+        .with_topics(vec![])
+        .with_forgotten_topics_data(vec![
+            ForgottenTopic::default().with_topic_id(t).with_partitions(vec![0]),
+        ]);
+    let r = raw.call(1, &forget).await;
+    assert_eq!((code(&r), r.responses.len()), (0, 0));
+}
+
+/// Heartbeat errors, ShareGroupDescribe, ListGroups, a group of another type, and the feature
+/// turned off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn membership_describe_and_the_feature_gate() {
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    let t = create(&mut raw, "q4", 3).await;
+    let (a, b) = (member_id(), member_id());
+    let hb = raw.call(1, &heartbeat("g4", &a, 0, Some(&["q4"]))).await;
+    assert_eq!(hb.assignment.unwrap().topic_partitions[0].partitions, vec![0, 1, 2]);
+    let hb_b = raw.call(1, &heartbeat("g4", &b, 0, Some(&["q4"]))).await;
+    assert_eq!(hb_b.member_epoch, 2);
+    let a_now = raw.call(1, &heartbeat("g4", &a, 1, None)).await;
+    assert_eq!(a_now.member_epoch, 2);
+    let mine = a_now.assignment.unwrap().topic_partitions[0].partitions.len();
+    let theirs = hb_b.assignment.unwrap().topic_partitions[0].partitions.len();
+    assert_eq!(mine + theirs, 3);
+    // Malformed, unknown, fenced.
+    let r = raw.call(1, &heartbeat("g4", &member_id(), 0, None)).await;
+    assert_eq!(r.error_code, ResponseError::InvalidRequest.code());
+    assert_eq!(
+        r.error_message.as_deref(),
+        Some("SubscribedTopicNames must be set in first request.")
+    );
+    let r = raw.call(1, &heartbeat("g4", &member_id(), 3, None)).await;
+    assert_eq!(r.error_code, ResponseError::UnknownMemberId.code());
+    let r = raw.call(1, &heartbeat("g4", &a, 7, None)).await;
+    assert_eq!(r.error_code, ResponseError::FencedMemberEpoch.code());
+    let r = raw.call(1, &heartbeat("nope", &a, 1, None)).await;
+    assert_eq!(r.error_code, ResponseError::GroupIdNotFound.code());
+
+    // Described as Kafka does.
+    let d = raw
+        .call(
+            1,
+            &ShareGroupDescribeRequest::default().with_group_ids(vec![GroupId(s("g4")), GroupId(s("absent"))]),
+        )
+        .await;
+    let g = &d.groups[0];
+    assert_eq!(g.error_code, 0);
+    assert_eq!(
+        (g.group_state.as_str(), g.group_epoch, g.assignor_name.as_str()),
+        ("Stable", 2, "simple")
+    );
+    assert_eq!(g.members.len(), 2);
+    let assigned: usize = g
+        .members
+        .iter()
+        .map(|m| {
+            m.assignment
+                .topic_partitions
+                .iter()
+                .map(|tp| tp.partitions.len())
+                .sum::<usize>()
+        })
+        .sum();
+    assert_eq!(assigned, 3);
+    assert_eq!(g.members[0].assignment.topic_partitions[0].topic_name.as_str(), "q4");
+    assert_eq!(g.members[0].assignment.topic_partitions[0].topic_id, t);
+    assert_eq!(d.groups[1].error_code, ResponseError::GroupIdNotFound.code());
+    // ListGroups v5 shows the type.
+    let l = raw
+        .call(5, &ListGroupsRequest::default().with_types_filter(vec![s("share")]))
+        .await;
+    let listed: Vec<(String, String)> = l
+        .groups
+        .iter()
+        .map(|g| (g.group_id.to_string(), g.group_type.to_string()))
+        .collect();
+    assert_eq!(listed, vec![("g4".to_string(), "share".to_string())]);
+    // A share group cannot be joined as a classic group, nor the reverse.
+    let left = raw.call(1, &heartbeat("g4", &a, -1, None)).await;
+    assert_eq!((left.error_code, left.member_epoch), (0, -1));
+    // The feature off: every share API answers UNSUPPORTED_VERSION.
+    let off = UpdateFeaturesRequest::default().with_feature_updates(vec![
+        kafka_protocol::messages::update_features_request::FeatureUpdateKey::default()
+            .with_feature(s("share.version"))
+            .with_max_version_level(0)
+            .with_upgrade_type(2),
+    ]);
+    let r = raw.call(1, &off).await;
+    assert_eq!(r.error_code, 0, "{:?}", r.error_message);
+    let r = raw.call(1, &heartbeat("g4", &b, 2, None)).await;
+    assert_eq!(r.error_code, ResponseError::UnsupportedVersion.code());
+    let r = raw.call(1, &share_fetch("g4", &b, 0, t, vec![], 0)).await;
+    assert_eq!(r.error_code, ResponseError::UnsupportedVersion.code());
+    let r = raw.call(1, &share_ack("g4", &b, 1, t, vec![])).await;
+    assert_eq!(r.error_code, ResponseError::UnsupportedVersion.code());
+    let d = raw
+        .call(
+            1,
+            &ShareGroupDescribeRequest::default().with_group_ids(vec![GroupId(s("g4"))]),
+        )
+        .await;
+    assert_eq!(d.groups[0].error_code, ResponseError::UnsupportedVersion.code());
+}
+
+use kafka_protocol::error::ResponseError;
+
+/// Calls `addr` until `ok` holds of the answer (a cluster settles after starts and kills).
+async fn call_until<R, F>(addr: std::net::SocketAddr, version: i16, request: &R, what: &str, ok: F) -> R::Response
+where
+    R: kafka_protocol::protocol::Request + kafka_protocol::protocol::Encodable + Clone,
+    R::Response: std::fmt::Debug,
+    F: Fn(&R::Response) -> bool,
+{
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let answer = common::cluster::try_call(addr, version, request, Duration::from_secs(10)).await;
+        if let Ok(resp) = &answer
+            && ok(resp)
+        {
+            return answer.unwrap();
+        }
+        assert!(Instant::now() < deadline, "{what}: {answer:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Three nodes: the partition's leader keeps the share-partition's state with the group's
+/// coordinator on another node (WriteShareGroupState between brokers); when the leader is
+/// killed, the new leader reads that state and delivers only what was not acknowledged, one
+/// delivery later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_state_lives_with_the_coordinator_and_survives_the_leaders_kill() {
+    use common::cluster::{Cluster, create as create_in, produce_all, wait_view};
+    let mut cluster = Cluster::start(3).await;
+    create_in(&cluster, "sq", 1, 3, &[]).await;
+    let view = wait_view(&cluster, "sq", 0, "led with 3 in sync", |v| {
+        v.leader > 0 && v.isr.len() == 3
+    })
+    .await;
+    let leader = view.leader;
+    let md = cluster.metadata(leader, &["sq"]).await.unwrap();
+    let t = md.topics[0].topic_id;
+    // A group whose coordinator is not the partition's leader.
+    let mut chosen = None;
+    for i in 0..16 {
+        let group = format!("sg-{i}");
+        let find = FindCoordinatorRequest::default()
+            .with_key_type(0)
+            .with_coordinator_keys(vec![s(&group)]);
+        let resp = call_until(cluster.addr(leader), 4, &find, "FindCoordinator", |r| {
+            r.coordinators.first().is_some_and(|c| c.error_code == 0)
+        })
+        .await;
+        let coordinator = resp.coordinators[0].node_id.0;
+        if coordinator != leader {
+            chosen = Some((group, coordinator));
+            break;
+        }
+    }
+    let (group, coordinator) = chosen.expect("a group coordinated away from the leader");
+    let configure = {
+        use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
+        IncrementalAlterConfigsRequest::default().with_resources(vec![
+            AlterConfigsResource::default()
+                .with_resource_type(GROUP_RESOURCE)
+                .with_resource_name(s(&group))
+                .with_configs(vec![
+                    AlterableConfig::default()
+                        .with_name(s("share.auto.offset.reset"))
+                        .with_config_operation(0)
+                        .with_value(Some(s("earliest"))),
+                ]),
+        ])
+    };
+    call_until(cluster.addr(coordinator), 1, &configure, "group config", |r| {
+        r.responses[0].error_code == 0
+    })
+    .await;
+    let a = member_id();
+    let join = heartbeat(&group, &a, 0, Some(&["sq"]));
+    call_until(cluster.addr(coordinator), 1, &join, "join", |r| r.error_code == 0).await;
+    produce_all(&cluster, "sq", 0, 5).await;
+
+    let mut at_leader = Raw::connect(cluster.addr(leader)).await;
+    let got = at_leader.call(1, &share_fetch(&group, &a, 0, t, vec![], 5_000)).await;
+    assert_eq!(acquired(&got).0, vec![(0, 4, 1)]);
+    let acked = at_leader
+        .call(1, &share_ack(&group, &a, 1, t, vec![(0, 2, vec![1]), (3, 4, vec![2])]))
+        .await;
+    assert_eq!(acked.responses[0].partitions[0].error_code, 0);
+    // The coordinator holds the state: start offset 3.
+    let read = ReadShareGroupStateRequest::default()
+        .with_group_id(s(&group))
+        .with_topics(vec![
+            kafka_protocol::messages::read_share_group_state_request::ReadStateData::default()
+                .with_topic_id(t)
+                .with_partitions(vec![
+                    kafka_protocol::messages::read_share_group_state_request::PartitionData::default()
+                        .with_partition(0)
+                        .with_leader_epoch(-1),
+                ]),
+        ]);
+    let state = call_until(cluster.addr(coordinator), 0, &read, "ReadShareGroupState", |r| {
+        r.results[0].partitions[0].error_code == 0
+    })
+    .await;
+    assert_eq!(state.results[0].partitions[0].start_offset, 3);
+    // Not advertised: ApiVersions does not list it.
+    let versions = at_leader.call(2, &ApiVersionsRequest::default()).await;
+    assert!(versions.api_keys.iter().all(|k| k.api_key != 84 && k.api_key != 85));
+    assert!(versions.api_keys.iter().any(|k| k.api_key == 78));
+
+    drop(at_leader);
+    cluster.kill(leader);
+    let next = wait_view(&cluster, "sq", 0, "led by another node", |v| {
+        v.leader > 0 && v.leader != leader
+    })
+    .await;
+    let fetch = share_fetch(&group, &a, 0, t, vec![], 2_000);
+    let again = call_until(
+        cluster.addr(next.leader),
+        1,
+        &fetch,
+        "ShareFetch at the new leader",
+        |r| {
+            r.error_code == 0
+                && r.responses
+                    .first()
+                    .and_then(|t| t.partitions.first())
+                    .is_some_and(|p| p.error_code == 0 && !p.acquired_records.is_empty())
+        },
+    )
+    .await;
+    let (ranges, values) = acquired(&again);
+    assert_eq!(ranges, vec![(3, 4, 2)]);
+    assert_eq!(values, vec!["3=v3".to_string(), "4=v4".to_string()]);
+}
