@@ -40,7 +40,7 @@ use kafka_protocol::protocol::{Encodable, StrBytes};
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType as RecordTimestampType,
 };
-use sluice::api::{SUPPORTED, decode_only, parse_header};
+use sluice::api::{INTERNAL, SUPPORTED, decode_only, parse_header};
 use sluice::log::batch::{self, STORED_RECORDS_BYTES_MAX, decode_records, encode_records, recompress, scan_records};
 use sluice::log::{Log, LogConfig, validate_batches};
 
@@ -394,6 +394,12 @@ default_bodies! {
     CreateDelegationToken => CreateDelegationTokenRequest, RenewDelegationToken => RenewDelegationTokenRequest,
     ExpireDelegationToken => ExpireDelegationTokenRequest,
     DescribeDelegationToken => DescribeDelegationTokenRequest,
+    ShareGroupHeartbeat => ShareGroupHeartbeatRequest, ShareGroupDescribe => ShareGroupDescribeRequest,
+    ShareFetch => ShareFetchRequest, ShareAcknowledge => ShareAcknowledgeRequest,
+    DescribeShareGroupOffsets => DescribeShareGroupOffsetsRequest,
+    AlterShareGroupOffsets => AlterShareGroupOffsetsRequest,
+    DeleteShareGroupOffsets => DeleteShareGroupOffsetsRequest,
+    ReadShareGroupState => ReadShareGroupStateRequest, WriteShareGroupState => WriteShareGroupStateRequest,
 }
 
 fn name(text: &'static str) -> TopicName {
@@ -540,7 +546,8 @@ const CORPUS_MAX: usize = 48;
 
 fn served_apis() -> Vec<Api> {
     let mut apis = Vec::new();
-    for v in SUPPORTED {
+    // What dispatch serves: the advertised APIs and those between brokers only.
+    for v in SUPPORTED.iter().chain(INTERNAL) {
         for version in v.min..=v.max {
             let mut corpus = rich_bodies(v.key, version);
             corpus.extend(default_body(v.key, version));

@@ -645,11 +645,14 @@ async fn every_advertised_version_answers() {
                 | ApiKey::OffsetDelete
                 | ApiKey::ConsumerGroupHeartbeat
                 | ApiKey::ConsumerGroupDescribe => {}
-                // Every version (1) of these is exercised in share_groups.rs.
+                // Every version of these (1, or 0) is exercised in share_groups.rs.
                 ApiKey::ShareGroupHeartbeat
                 | ApiKey::ShareGroupDescribe
                 | ApiKey::ShareFetch
-                | ApiKey::ShareAcknowledge => {}
+                | ApiKey::ShareAcknowledge
+                | ApiKey::DescribeShareGroupOffsets
+                | ApiKey::AlterShareGroupOffsets
+                | ApiKey::DeleteShareGroupOffsets => {}
                 // Every version of these is exercised in configs.rs.
                 ApiKey::DescribeConfigs
                 | ApiKey::AlterConfigs

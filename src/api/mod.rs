@@ -39,6 +39,7 @@ pub mod sasl;
 pub mod scram_credentials;
 pub mod share_fetch;
 pub mod share_groups;
+pub mod share_offsets;
 pub mod share_state;
 pub mod spliced;
 pub mod topics;
@@ -183,6 +184,9 @@ pub const SUPPORTED: &[Versions] = &[
     share_groups::DESCRIBE_VERSIONS,
     share_fetch::FETCH_VERSIONS,
     share_fetch::ACKNOWLEDGE_VERSIONS,
+    share_offsets::DESCRIBE_VERSIONS,
+    share_offsets::ALTER_VERSIONS,
+    share_offsets::DELETE_VERSIONS,
     configs::DESCRIBE_VERSIONS,
     configs::ALTER_VERSIONS,
     configs::INCREMENTAL_ALTER_VERSIONS,
@@ -367,6 +371,9 @@ pub fn decode_only(key: ApiKey, version: i16, body: &mut Bytes) -> Result<(), Re
         ApiKey::ShareFetch => as_!(ShareFetchRequest),
         ApiKey::ShareAcknowledge => as_!(ShareAcknowledgeRequest),
         ApiKey::ReadShareGroupState => as_!(ReadShareGroupStateRequest),
+        ApiKey::DescribeShareGroupOffsets => as_!(DescribeShareGroupOffsetsRequest),
+        ApiKey::AlterShareGroupOffsets => as_!(AlterShareGroupOffsetsRequest),
+        ApiKey::DeleteShareGroupOffsets => as_!(DeleteShareGroupOffsetsRequest),
         ApiKey::WriteShareGroupState => as_!(WriteShareGroupStateRequest),
         ApiKey::DescribeConfigs => as_!(DescribeConfigsRequest),
         ApiKey::AlterConfigs => as_!(AlterConfigsRequest),
@@ -590,6 +597,9 @@ async fn handle(
         ApiKey::ShareFetch => now!(share_fetch::share_fetch),
         ApiKey::ShareAcknowledge => now!(share_fetch::share_acknowledge),
         ApiKey::ReadShareGroupState => now!(share_state::read),
+        ApiKey::DescribeShareGroupOffsets => now!(share_offsets::describe),
+        ApiKey::AlterShareGroupOffsets => now!(share_offsets::alter),
+        ApiKey::DeleteShareGroupOffsets => now!(share_offsets::delete),
         ApiKey::WriteShareGroupState => now!(share_state::write),
         ApiKey::DescribeConfigs => now!(configs::describe_configs),
         ApiKey::AlterConfigs => now!(configs::alter_configs),
@@ -743,6 +753,9 @@ mod tests {
             ApiKey::ShareFetch => ShareFetchRequest::VERSIONS,
             ApiKey::ShareAcknowledge => ShareAcknowledgeRequest::VERSIONS,
             ApiKey::ReadShareGroupState => ReadShareGroupStateRequest::VERSIONS,
+            ApiKey::DescribeShareGroupOffsets => DescribeShareGroupOffsetsRequest::VERSIONS,
+            ApiKey::AlterShareGroupOffsets => AlterShareGroupOffsetsRequest::VERSIONS,
+            ApiKey::DeleteShareGroupOffsets => DeleteShareGroupOffsetsRequest::VERSIONS,
             ApiKey::WriteShareGroupState => WriteShareGroupStateRequest::VERSIONS,
             ApiKey::DescribeConfigs => DescribeConfigsRequest::VERSIONS,
             ApiKey::AlterConfigs => AlterConfigsRequest::VERSIONS,

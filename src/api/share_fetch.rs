@@ -123,6 +123,7 @@ pub async fn share_fetch(ctx: &Ctx, req: ShareFetchRequest, _version: i16) -> Sh
             if let Err(code) = share.open_session(&group, &member, named.clone(), ctx.connection) {
                 return top(code, None);
             }
+            share.refresh(&group, &named);
             named.clone()
         }
         -1 => {
@@ -133,7 +134,10 @@ pub async fn share_fetch(ctx: &Ctx, req: ShareFetchRequest, _version: i16) -> Sh
         }
         _ => match share.update_session(&group, &member, epoch, &named, &forget) {
             Ok(partitions) => partitions,
-            Err(code) => return top(code, None),
+            Err(code) => {
+                tracing::debug!(group, member, epoch, code, "ShareFetch refused");
+                return top(code, None);
+            }
         },
     };
     let settings = crate::share::group_settings(&ctx.config, &ctx.controller.image(), &group);

@@ -3,7 +3,9 @@
 //! with the group's coordinator (`crate::share`), which keeps it in `__consumer_offsets` beside
 //! the group. Kafka keeps it in `__share_group_state` behind a share coordinator of its own
 //! (FindCoordinator key type 2, not served); only the message formats are Kafka's. Needs
-//! CLUSTER_ACTION on the cluster. A start offset of -1 is a partition the group never read.
+//! CLUSTER_ACTION on the cluster. A start offset of -1 is a partition the group never read
+//! (or that was reset to start again); a write at a state epoch other than the stored one gets
+//! FENCED_STATE_EPOCH (the partition was reset since the leader loaded it).
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::read_share_group_state_response::{
@@ -15,6 +17,7 @@ use kafka_protocol::messages::*;
 use super::coordinator_routing::{KeyKind, NOT_COORDINATOR, coordinator_here};
 use super::{Ctx, Versions};
 use crate::acl::Operation;
+use crate::coordinator::StoredShareState;
 use crate::share::partition::{Persisted, PersistedBatch};
 
 pub const READ_VERSIONS: Versions = Versions::new(ApiKey::ReadShareGroupState, 0, 0);
@@ -46,20 +49,28 @@ pub async fn read(ctx: &Ctx, req: ReadShareGroupStateRequest, _version: i16) -> 
                     };
                     match state {
                         Err(code) => answer.with_error_code(code),
-                        Ok(None) => answer.with_start_offset(-1),
-                        Ok(Some(state)) => answer.with_start_offset(state.start_offset).with_state_batches(
-                            state
-                                .batches
-                                .iter()
-                                .map(|b| {
-                                    StateBatch::default()
-                                        .with_first_offset(b.first_offset)
-                                        .with_last_offset(b.last_offset)
-                                        .with_delivery_state(b.state)
-                                        .with_delivery_count(b.delivery_count)
-                                })
-                                .collect(),
-                        ),
+                        Ok(StoredShareState { epoch, state: None }) => {
+                            answer.with_state_epoch(epoch).with_start_offset(-1)
+                        }
+                        Ok(StoredShareState {
+                            epoch,
+                            state: Some(state),
+                        }) => answer
+                            .with_state_epoch(epoch)
+                            .with_start_offset(state.start_offset)
+                            .with_state_batches(
+                                state
+                                    .batches
+                                    .iter()
+                                    .map(|b| {
+                                        StateBatch::default()
+                                            .with_first_offset(b.first_offset)
+                                            .with_last_offset(b.last_offset)
+                                            .with_delivery_state(b.state)
+                                            .with_delivery_count(b.delivery_count)
+                                    })
+                                    .collect(),
+                            ),
                     }
                 })
                 .collect();
@@ -97,7 +108,7 @@ pub async fn write(ctx: &Ctx, req: WriteShareGroupStateRequest, _version: i16) -
                     };
                     match ctx
                         .coordinator
-                        .write_share_state(group, (t.topic_id, p.partition), state)
+                        .write_share_state(group, (t.topic_id, p.partition), p.state_epoch, state)
                         .await
                     {
                         Ok(()) => 0,

@@ -63,7 +63,7 @@ pub struct GroupEntry {
     pub share: Option<ShareGroup>,
     persisted_share: Option<ShareGroupSnapshot>,
     /// The group's share-partition states as last stored, by partition (`crate::share`).
-    pub share_states: BTreeMap<consumer::Tp, Persisted>,
+    pub share_states: BTreeMap<consumer::Tp, StoredShareState>,
     pub offsets: BTreeMap<(String, i32), CommittedOffset>,
     /// Offsets committed in open transactions (TxnOffsetCommit), by producer id: applied to
     /// `offsets` when the commit marker reaches the group's `__consumer_offsets` partition,
@@ -194,6 +194,17 @@ impl Slot {
         self.lock().group.unload();
         self.wake.notify_one();
     }
+}
+
+/// A share-partition's state as its group's coordinator stores it. The state epoch moves when
+/// an administrator resets the partition (AlterShareGroupOffsets, DeleteShareGroupOffsets):
+/// a leader that loaded an older epoch is refused (FENCED_STATE_EPOCH) and loads it again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredShareState {
+    pub epoch: i32,
+    /// None: not started (the group never read the partition, or it was reset to start
+    /// again from `share.auto.offset.reset`).
+    pub state: Option<Persisted>,
 }
 
 /// A producer's offsets in an open transaction, each with the log offset of its record.
@@ -649,7 +660,7 @@ impl GroupCoordinator {
                     .entry(group.clone())
                     .or_insert_with(|| GroupEntry::new(&group, now));
                 match value {
-                    Some(state) => e.share_states.insert((topic_id, partition), state),
+                    Some(stored) => e.share_states.insert((topic_id, partition), stored),
                     None => e.share_states.remove(&(topic_id, partition)),
                 };
             }
@@ -1378,10 +1389,20 @@ impl GroupCoordinator {
     }
 
     /// The stored state of a share-partition, for its leader to load (Kafka's
-    /// ReadShareGroupState): None when it was never initialized. Only where the group's
-    /// coordinator is (`NOT_COORDINATOR` elsewhere); `GroupIdNotFound` when the group is not a
-    /// share group.
-    pub fn share_state(self: &Arc<Self>, group_id: &str, tp: consumer::Tp) -> Result<Option<Persisted>, i16> {
+    /// ReadShareGroupState), with its state epoch: a state of None was never started. Only
+    /// where the group's coordinator is (`NOT_COORDINATOR` elsewhere); `GROUP_ID_NOT_FOUND`
+    /// when the group is not a share group.
+    pub fn share_state(self: &Arc<Self>, group_id: &str, tp: consumer::Tp) -> Result<StoredShareState, i16> {
+        let slot = self.share_slot(group_id)?;
+        let e = slot.lock();
+        Ok(e.share_states
+            .get(&tp)
+            .cloned()
+            .unwrap_or(StoredShareState { epoch: 0, state: None }))
+    }
+
+    /// The slot of a share group served here.
+    fn share_slot(self: &Arc<Self>, group_id: &str) -> Result<Arc<Slot>, i16> {
         if self.ensure_offsets_topic().is_err() {
             return Err(ResponseError::CoordinatorNotAvailable.code());
         }
@@ -1389,37 +1410,56 @@ impl GroupCoordinator {
             return Err(ResponseError::NotCoordinator.code());
         }
         let slot = self.slot(group_id).ok_or(ResponseError::GroupIdNotFound.code())?;
-        let e = slot.lock();
-        if e.share.is_none() {
+        if slot.lock().share.is_none() {
             return Err(ResponseError::GroupIdNotFound.code());
         }
-        Ok(e.share_states.get(&tp).cloned())
+        Ok(slot)
     }
 
-    /// Stores a share-partition's state (Kafka's WriteShareGroupState, acks=all): answered once
-    /// every in-sync replica of the group's partition holds it.
+    /// Stores a share-partition's state (Kafka's WriteShareGroupState, acks=all) for a leader
+    /// that loaded it at `epoch`: refused with FENCED_STATE_EPOCH when the partition was reset
+    /// since. Answered once every in-sync replica of the group's partition holds it.
     pub async fn write_share_state(
         self: &Arc<Self>,
         group_id: &str,
         tp: consumer::Tp,
+        epoch: i32,
         state: Persisted,
     ) -> Result<(), i16> {
-        if !self.ready(group_id) {
-            return Err(ResponseError::NotCoordinator.code());
+        let slot = self.share_slot(group_id)?;
+        let stored_epoch = slot.lock().share_states.get(&tp).map_or(0, |s| s.epoch);
+        if stored_epoch != epoch {
+            return Err(ResponseError::FencedStateEpoch.code());
         }
-        let slot = self.slot(group_id).ok_or(ResponseError::GroupIdNotFound.code())?;
-        if slot.lock().share.is_none() {
-            return Err(ResponseError::GroupIdNotFound.code());
-        }
-        let record = OffsetsRecord::ShareState {
-            group: group_id.to_string(),
-            topic_id: tp.0,
-            partition: tp.1,
-            value: Some(state.clone()),
+        let stored = StoredShareState {
+            epoch,
+            state: Some(state),
         };
-        match self.persist(&slot, group_id, &[record]).await {
+        self.store_share_states(group_id, &slot, vec![(tp, stored)]).await
+    }
+
+    /// Writes share-partition states and records them as stored.
+    async fn store_share_states(
+        &self,
+        group_id: &str,
+        slot: &Slot,
+        states: Vec<(consumer::Tp, StoredShareState)>,
+    ) -> Result<(), i16> {
+        let records: Vec<OffsetsRecord> = states
+            .iter()
+            .map(|((topic_id, partition), stored)| OffsetsRecord::ShareState {
+                group: group_id.to_string(),
+                topic_id: *topic_id,
+                partition: *partition,
+                value: Some(stored.clone()),
+            })
+            .collect();
+        match self.persist(slot, group_id, &records).await {
             Ok(()) => {
-                slot.lock().share_states.insert(tp, state);
+                let mut e = slot.lock();
+                for (tp, stored) in states {
+                    e.share_states.insert(tp, stored);
+                }
                 Ok(())
             }
             Err(e) => Err(match e {
@@ -1427,6 +1467,73 @@ impl GroupCoordinator {
                 e => replication_error_code(&e).unwrap_or_else(|| e.code()),
             }),
         }
+    }
+
+    /// The stored start offset of each share-partition of a group (DescribeShareGroupOffsets):
+    /// those named, or all it ever started when `partitions` is None. -1: not started.
+    pub fn share_offsets(
+        self: &Arc<Self>,
+        group_id: &str,
+        partitions: Option<&[consumer::Tp]>,
+    ) -> Result<Vec<(consumer::Tp, i64)>, i16> {
+        let slot = self.share_slot(group_id)?;
+        let e = slot.lock();
+        let start = |s: Option<&StoredShareState>| s.and_then(|s| s.state.as_ref()).map_or(-1, |p| p.start_offset);
+        Ok(match partitions {
+            Some(tps) => tps.iter().map(|tp| (*tp, start(e.share_states.get(tp)))).collect(),
+            None => e
+                .share_states
+                .iter()
+                .filter(|(_, s)| s.state.is_some())
+                .map(|(tp, s)| (*tp, start(Some(s))))
+                .collect(),
+        })
+    }
+
+    /// Resets share-partitions of an empty share group (AlterShareGroupOffsets: a new start
+    /// offset with nothing in flight; DeleteShareGroupOffsets: None, started again from
+    /// `share.auto.offset.reset`), each at a new state epoch, so that leaders holding the old
+    /// state load it again. A group that does not exist yet is created empty, as Kafka does
+    /// for a reset before any member joined. NON_EMPTY_GROUP while it has members.
+    pub async fn reset_share_offsets(
+        self: &Arc<Self>,
+        group_id: &str,
+        resets: Vec<(consumer::Tp, Option<i64>)>,
+        create: bool,
+    ) -> Result<(), i16> {
+        if create && self.ensure_offsets_topic().is_ok() && self.ready(group_id) {
+            let slot = self.slot_or_create(group_id);
+            let mut e = slot.lock();
+            if e.share.is_none() && e.may_be_share() {
+                e.share = Some(ShareGroup::new(group_id));
+            }
+        }
+        let slot = self.share_slot(group_id)?;
+        let states = {
+            let e = slot.lock();
+            if e.share.as_ref().is_some_and(|g| !g.members.is_empty()) {
+                return Err(ResponseError::NonEmptyGroup.code());
+            }
+            resets
+                .into_iter()
+                .map(|(tp, start)| {
+                    let epoch = e.share_states.get(&tp).map_or(0, |s| s.epoch).wrapping_add(1);
+                    let state = start.map(|start_offset| Persisted {
+                        start_offset,
+                        batches: Vec::new(),
+                    });
+                    (tp, StoredShareState { epoch, state })
+                })
+                .collect()
+        };
+        if let Err(e) = self.persist_share(group_id, &slot).await {
+            return Err(store_failure(&e).code());
+        }
+        self.store_share_states(group_id, &slot, states).await?;
+        if let Some(manager) = self.share_manager() {
+            manager.forget_group(group_id);
+        }
+        Ok(())
     }
 
     /// OffsetFetch v9: a consumer-group member fetching must be known, at its current epoch.

@@ -4,6 +4,7 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
+use super::StoredShareState;
 use super::consumer::{ConsumerGroupSnapshot, ConsumerMemberSnapshot};
 use super::group::{GroupSnapshot, MemberSnapshot};
 use super::share::ShareGroupSnapshot;
@@ -44,7 +45,7 @@ pub enum OffsetsRecord {
         group: String,
         topic_id: uuid::Uuid,
         partition: i32,
-        value: Option<Persisted>,
+        value: Option<StoredShareState>,
     },
 }
 
@@ -105,9 +106,15 @@ impl OffsetsRecord {
                 put_string(&mut key, group);
                 key.put_slice(topic_id.as_bytes());
                 key.put_i32(*partition);
-                let value = value.as_ref().map(|state| {
+                let value = value.as_ref().map(|stored| {
                     let mut b = BytesMut::new();
                     b.put_i16(0);
+                    b.put_i32(stored.epoch);
+                    let empty = Persisted {
+                        start_offset: -1,
+                        batches: Vec::new(),
+                    };
+                    let state = stored.state.as_ref().unwrap_or(&empty);
                     b.put_i64(state.start_offset);
                     b.put_i32(i32::try_from(state.batches.len()).unwrap_or(i32::MAX));
                     for batch in &state.batches {
@@ -362,6 +369,7 @@ impl OffsetsRecord {
                         if r.i16()? != 0 {
                             return None;
                         }
+                        let epoch = r.i32()?;
                         let start_offset = r.i64()?;
                         let count = r.i32()?;
                         let mut batches = Vec::new();
@@ -373,7 +381,10 @@ impl OffsetsRecord {
                                 delivery_count: r.i16()?,
                             });
                         }
-                        Some(Persisted { start_offset, batches })
+                        Some(StoredShareState {
+                            epoch,
+                            state: (start_offset >= 0).then_some(Persisted { start_offset, batches }),
+                        })
                     }
                 };
                 Some(OffsetsRecord::ShareState {

@@ -169,6 +169,24 @@ codes!(WriteShareGroupStateResponse, |r, c| r
     .results
     .iter()
     .for_each(|t| t.partitions.iter().for_each(|p| c(p.error_code))));
+codes!(DescribeShareGroupOffsetsResponse, |r, c| {
+    for g in &r.groups {
+        c(g.error_code);
+        for t in &g.topics {
+            t.partitions.iter().for_each(|p| c(p.error_code));
+        }
+    }
+});
+codes!(AlterShareGroupOffsetsResponse, |r, c| {
+    c(r.error_code);
+    for t in &r.responses {
+        t.partitions.iter().for_each(|p| c(p.error_code));
+    }
+});
+codes!(DeleteShareGroupOffsetsResponse, |r, c| {
+    c(r.error_code);
+    r.responses.iter().for_each(|t| c(t.error_code));
+});
 codes!(DescribeConfigsResponse, |r, c| r
     .results
     .iter()

@@ -53,6 +53,8 @@ type Key = (String, Uuid, i32);
 struct Loaded {
     state: SharePartition,
     leader_epoch: i32,
+    /// The coordinator's state epoch it was loaded at (writes carry it).
+    state_epoch: i32,
     /// What the coordinator holds, so that unchanged state is not written again.
     stored: Persisted,
 }
@@ -61,6 +63,9 @@ struct Loaded {
 struct Slot {
     /// Held across the coordinator's write, so that writes of one share-partition are ordered.
     loaded: tokio::sync::Mutex<Option<Loaded>>,
+    /// Set when a member opened a session: the next use asks the coordinator whether the
+    /// state epoch moved (an administrator's reset) before it trusts what is loaded.
+    recheck: std::sync::atomic::AtomicBool,
 }
 
 struct Session {
@@ -294,6 +299,18 @@ impl ShareManager {
         self.partitions().retain(|(g, _, _), _| g != group);
     }
 
+    /// A member opened a share session: its partitions' next use asks the coordinator whether
+    /// the state was reset since it was loaded (AlterShareGroupOffsets or
+    /// DeleteShareGroupOffsets on another node, only while the group is empty), so that a reset
+    /// is seen before anything is delivered.
+    pub fn refresh(&self, group: &str, partitions: &BTreeSet<Tp>) {
+        for (topic_id, partition) in partitions {
+            if let Some(slot) = self.partitions().get(&(group.to_string(), *topic_id, *partition)) {
+                slot.recheck.store(true, Ordering::Release);
+            }
+        }
+    }
+
     /// A receiver that moves when records are released (see `released`).
     pub fn released(&self) -> watch::Receiver<u64> {
         self.released.subscribe()
@@ -316,13 +333,21 @@ impl ShareManager {
     ) -> Result<tokio::sync::MutexGuard<'a, Option<Loaded>>, ShareError> {
         let mut guard = slot.loaded.lock().await;
         let epoch = partition.leader_epoch();
-        if guard.as_ref().is_some_and(|l| l.leader_epoch == epoch) {
+        let recheck = slot.recheck.swap(false, Ordering::AcqRel);
+        if !recheck && guard.as_ref().is_some_and(|l| l.leader_epoch == epoch) {
             return Ok(guard);
         }
         let tp = (partition.topic_id, partition.tp.partition);
         let image = self.controller.image();
         let limits = limits_of(&self.config);
-        let stored = self.read_state(group, tp).await.map_err(ShareError::code)?;
+        let (state_epoch, stored) = self.read_state(group, tp).await.map_err(ShareError::code)?;
+        if guard
+            .as_ref()
+            .is_some_and(|l| l.leader_epoch == epoch && l.state_epoch == state_epoch)
+        {
+            // Not reset: what is held here (acquisitions, delivery counts) is newer.
+            return Ok(guard);
+        }
         let offsets = partition.offsets().map_err(|e| ShareError::code(e.code()))?;
         let loaded = match stored {
             Some(stored) => {
@@ -331,6 +356,7 @@ impl ShareManager {
                 Loaded {
                     state,
                     leader_epoch: epoch,
+                    state_epoch,
                     stored,
                 }
             }
@@ -340,12 +366,13 @@ impl ShareManager {
                 let start = start_offset(&image, group, partition)?;
                 let state = SharePartition::new(start, limits);
                 let stored = state.snapshot();
-                self.write_state(group, tp, stored.clone())
+                self.write_state(group, tp, state_epoch, stored.clone())
                     .await
                     .map_err(ShareError::code)?;
                 Loaded {
                     state,
                     leader_epoch: epoch,
+                    state_epoch,
                     stored,
                 }
             }
@@ -403,6 +430,7 @@ impl ShareManager {
         let acquired = loaded
             .state
             .acquire(member, &ranges, limits.max_records, group_limits.lock_duration, now);
+        tracing::debug!(group, member, partition = %partition.tp, from, ?ranges, ?acquired, "acquired");
         if acquired.is_empty() {
             return Ok(Fetched {
                 records: None,
@@ -441,12 +469,25 @@ impl ShareManager {
             return Err(ShareError::code(ResponseError::UnknownServerError.code()));
         };
         let now = Instant::now();
+        tracing::debug!(group, member, partition = %partition.tp, ?batches, "acknowledgements");
         let mut refused = None;
         let mut released = false;
         for (first, last, types) in batches {
             match loaded.state.acknowledge(member, *first, *last, types, now) {
                 Ok(()) => released |= types.contains(&partition::ACK_RELEASE),
                 Err(e) => {
+                    tracing::debug!(
+                        group,
+                        member,
+                        partition = %partition.tp,
+                        first,
+                        last,
+                        ?types,
+                        start = loaded.state.start_offset(),
+                        end = loaded.state.end_offset(),
+                        error = ?e,
+                        "acknowledgement refused"
+                    );
                     refused = Some(ShareError::code(e.code()));
                     break;
                 }
@@ -454,7 +495,7 @@ impl ShareManager {
         }
         let snapshot = loaded.state.snapshot();
         if snapshot != loaded.stored {
-            if let Err(code) = self.write_state(group, tp, snapshot.clone()).await {
+            if let Err(code) = self.write_state(group, tp, loaded.state_epoch, snapshot.clone()).await {
                 // What the coordinator holds is not known now (the group may be gone): the
                 // state is read from it again on next use.
                 *guard = None;
@@ -472,7 +513,7 @@ impl ShareManager {
     /// The stored state of a share-partition, from the group's coordinator: this broker's
     /// (a local call) or another's (ReadShareGroupState). A coordinator that moved or is
     /// loading is asked again, for a few seconds.
-    async fn read_state(&self, group: &str, tp: Tp) -> Result<Option<Persisted>, i16> {
+    async fn read_state(&self, group: &str, tp: Tp) -> Result<(i32, Option<Persisted>), i16> {
         use kafka_protocol::messages::ReadShareGroupStateRequest;
         use kafka_protocol::messages::read_share_group_state_request::{PartitionData, ReadStateData};
         let request = ReadShareGroupStateRequest::default()
@@ -484,7 +525,7 @@ impl ShareManager {
             let request = request.clone();
             async move {
                 let Some(broker) = broker else {
-                    return self.coordinator.share_state(group, tp);
+                    return self.coordinator.share_state(group, tp).map(|s| (s.epoch, s.state));
                 };
                 let response = self.brokers.call(&broker, 0, &request).await.map_err(|e| e.code())?;
                 let result = response
@@ -497,12 +538,15 @@ impl ShareManager {
                 if result.error_code != 0 {
                     return Err(result.error_code);
                 }
-                Ok(state_from_wire(
-                    result.start_offset,
-                    result
-                        .state_batches
-                        .iter()
-                        .map(|b| (b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)),
+                Ok((
+                    result.state_epoch,
+                    state_from_wire(
+                        result.start_offset,
+                        result
+                            .state_batches
+                            .iter()
+                            .map(|b| (b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)),
+                    ),
                 ))
             }
         })
@@ -511,7 +555,7 @@ impl ShareManager {
 
     /// Stores a share-partition's state with the group's coordinator (a local call, or
     /// WriteShareGroupState), asking again for a few seconds while the coordinator moves.
-    async fn write_state(&self, group: &str, tp: Tp, state: Persisted) -> Result<(), i16> {
+    async fn write_state(&self, group: &str, tp: Tp, state_epoch: i32, state: Persisted) -> Result<(), i16> {
         use kafka_protocol::messages::WriteShareGroupStateRequest;
         use kafka_protocol::messages::write_share_group_state_request::{PartitionData, StateBatch, WriteStateData};
         let request = WriteShareGroupStateRequest::default()
@@ -520,6 +564,7 @@ impl ShareManager {
                 vec![
                 PartitionData::default()
                     .with_partition(tp.1)
+                    .with_state_epoch(state_epoch)
                     .with_leader_epoch(-1)
                     .with_start_offset(state.start_offset)
                     .with_state_batches(
@@ -542,7 +587,7 @@ impl ShareManager {
             let state = state.clone();
             async move {
                 let Some(broker) = broker else {
-                    return self.coordinator.write_share_state(group, tp, state).await;
+                    return self.coordinator.write_share_state(group, tp, state_epoch, state).await;
                 };
                 let response = self.brokers.call(&broker, 0, &request).await.map_err(|e| e.code())?;
                 let code = response

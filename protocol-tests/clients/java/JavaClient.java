@@ -17,6 +17,7 @@
 import java.time.Duration;
 import java.util.*;
 import java.util.concurrent.*;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.stream.*;
 
 import org.apache.kafka.clients.admin.*;
@@ -408,6 +409,225 @@ public class JavaClient {
         ex.shutdown();
         ok("group.protocol=" + protocol + " (" + type + "): 2 members split 3 partitions and read all " + n
                 + "; one left, the other took all 3 and read 300 more");
+    }
+
+    static KafkaShareConsumer<String, String> shareConsumer(Properties extra) {
+        Properties p = base();
+        p.put("key.deserializer", StringDeserializer.class.getName());
+        p.put("value.deserializer", StringDeserializer.class.getName());
+        p.putAll(extra);
+        return new KafkaShareConsumer<>(p);
+    }
+
+    /**
+     * Share groups (KIP-932, queues): two KafkaShareConsumers with the client's defaults
+     * (implicit acknowledgement) share a topic's records, each delivered once; the admin client
+     * describes and lists the group; a consumer in explicit mode releases, rejects and accepts
+     * records, and only the released ones come back, one delivery later.
+     */
+    static void shareGroups(Admin admin) throws Exception {
+        String topic = "java-share-" + RUN;
+        String group = topic;
+        int n = 1000;
+        createTopic(admin, topic, 3, null);
+        ConfigResource gr = new ConfigResource(ConfigResource.Type.GROUP, group);
+        admin.incrementalAlterConfigs(Map.of(gr, List.of(new AlterConfigOp(
+                new ConfigEntry("share.auto.offset.reset", "earliest"), AlterConfigOp.OpType.SET))))
+                .all().get(30, TimeUnit.SECONDS);
+        try (KafkaProducer<String, String> p = producer(new Properties())) {
+            for (int i = 0; i < n; i++) p.send(new ProducerRecord<>(topic, "k" + i, "v" + i));
+        }
+        Map<String, Integer> deliveries = new ConcurrentHashMap<>();
+        List<AtomicInteger> perMember = List.of(new AtomicInteger(), new AtomicInteger());
+        CountDownLatch stop = new CountDownLatch(1);
+        ExecutorService ex = Executors.newFixedThreadPool(2);
+        List<Future<?>> fs = new ArrayList<>();
+        for (int m = 0; m < 2; m++) {
+            AtomicInteger mine = perMember.get(m);
+            fs.add(ex.submit(() -> {
+                try (KafkaShareConsumer<String, String> c = shareConsumer(props("group.id", group))) {
+                    c.subscribe(List.of(topic));
+                    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(120);
+                    while (System.nanoTime() < deadline && !stop.await(0, TimeUnit.MILLISECONDS)) {
+                        for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) {
+                            deliveries.merge(r.value(), 1, Integer::sum);
+                            mine.incrementAndGet();
+                        }
+                    }
+                }
+                return null;
+            }));
+        }
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(90);
+        ShareGroupDescription sd = null;
+        while (System.nanoTime() < deadline) {
+            try {
+                sd = admin.describeShareGroups(List.of(group)).all().get(30, TimeUnit.SECONDS).get(group);
+            } catch (ExecutionException e) {
+                // Not found until the first member joins.
+                Thread.sleep(200);
+                continue;
+            }
+            if (deliveries.size() == n && sd.members().size() == 2
+                    && sd.members().stream().allMatch(mm -> !mm.assignment().topicPartitions().isEmpty())) break;
+            Thread.sleep(200);
+        }
+        expect(deliveries.size() == n, "the share group read " + deliveries.size() + " of " + n);
+        expect(sd != null && sd.groupState() == GroupState.STABLE && sd.members().size() == 2,
+                "describeShareGroups: " + sd);
+        Set<TopicPartition> union = new HashSet<>();
+        for (ShareMemberDescription md : sd.members()) union.addAll(md.assignment().topicPartitions());
+        expect(union.size() == 3, "the members' assignments cover the 3 partitions: " + sd.members());
+        Collection<GroupListing> listed = admin.listGroups(new ListGroupsOptions().withTypes(Set.of(GroupType.SHARE)))
+                .all().get(30, TimeUnit.SECONDS);
+        expect(listed.stream().anyMatch(g -> g.groupId().equals(group) && g.type().equals(Optional.of(GroupType.SHARE))),
+                "listGroups(SHARE): " + listed);
+        stop.countDown();
+        for (Future<?> f : fs) f.get(60, TimeUnit.SECONDS);
+        ex.shutdown();
+        List<String> twice = deliveries.entrySet().stream().filter(e -> e.getValue() != 1).map(Map.Entry::getKey)
+                .collect(Collectors.toList());
+        expect(twice.isEmpty(), "records delivered more than once: " + twice);
+        expect(perMember.get(0).get() > 0 && perMember.get(1).get() > 0,
+                "both members read records: " + perMember);
+        eventually(() -> admin.describeShareGroups(List.of(group)).all().get().get(group).groupState() == GroupState.EMPTY,
+                "the share group is empty once both consumers closed");
+        ok("share group (KafkaShareConsumer, defaults): 2 members read " + n + " records, each delivered once ("
+                + perMember.get(0) + " + " + perMember.get(1) + "); describeShareGroups, listGroups(SHARE)");
+
+        // The group's start offsets: every record was accepted, so each partition's start is
+        // its end. Reset partition 0 to 0 (the group is empty) and a new member reads it
+        // again, each record at its first delivery; deleting the offsets leaves none.
+        Map<TopicPartition, SharePartitionOffsetInfo> starts = admin.listShareGroupOffsets(
+                Map.of(group, new ListShareGroupOffsetsSpec())).partitionsToOffsetInfo(group).get(30, TimeUnit.SECONDS);
+        Map<TopicPartition, Long> ends = new HashMap<>();
+        for (int p = 0; p < 3; p++) ends.put(new TopicPartition(topic, p), null);
+        Map<TopicPartition, ListOffsetsResult.ListOffsetsResultInfo> latest = admin.listOffsets(
+                ends.keySet().stream().collect(Collectors.toMap(tp -> tp, tp -> OffsetSpec.latest()))).all().get();
+        latest.forEach((tp, info) -> ends.put(tp, info.offset()));
+        expect(starts.size() == 3 && starts.entrySet().stream().allMatch(e -> e.getValue().startOffset() == ends.get(e.getKey())),
+                "listShareGroupOffsets: " + starts + ", the partitions' ends " + ends);
+        TopicPartition p0 = new TopicPartition(topic, 0);
+        admin.alterShareGroupOffsets(group, Map.of(p0, 0L)).all().get(30, TimeUnit.SECONDS);
+        long again = ends.get(p0);
+        List<ConsumerRecord<String, String>> reread = new ArrayList<>();
+        try (KafkaShareConsumer<String, String> c = shareConsumer(props("group.id", group))) {
+            c.subscribe(List.of(topic));
+            long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+            while (reread.size() < again && System.nanoTime() < until) {
+                for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) reread.add(r);
+            }
+        }
+        expect(reread.size() == again && reread.stream().allMatch(r -> r.partition() == 0
+                && r.deliveryCount().orElse((short) 0) == 1),
+                "after alterShareGroupOffsets(p0 -> 0): read " + reread.size() + " of " + again + " again");
+        admin.deleteShareGroupOffsets(group, Set.of(topic)).all().get(30, TimeUnit.SECONDS);
+        Map<TopicPartition, SharePartitionOffsetInfo> gone = admin.listShareGroupOffsets(
+                Map.of(group, new ListShareGroupOffsetsSpec())).partitionsToOffsetInfo(group).get(30, TimeUnit.SECONDS);
+        expect(gone.values().stream().allMatch(i -> i.startOffset() < 0), "after deleteShareGroupOffsets: " + gone);
+        ok("share group offsets: listShareGroupOffsets (each partition's end), alterShareGroupOffsets (" + again
+                + " records of partition 0 read again), deleteShareGroupOffsets");
+
+        // Explicit acknowledgement: release, reject, accept.
+        String more = topic + "-explicit";
+        createTopic(admin, more, 1, null);
+        try (KafkaProducer<String, String> p = producer(new Properties())) {
+            for (int i = 0; i < 30; i++) p.send(new ProducerRecord<>(more, "x" + i, "x" + i));
+        }
+        admin.incrementalAlterConfigs(Map.of(new ConfigResource(ConfigResource.Type.GROUP, more), List.of(
+                new AlterConfigOp(new ConfigEntry("share.auto.offset.reset", "earliest"), AlterConfigOp.OpType.SET))))
+                .all().get(30, TimeUnit.SECONDS);
+        Set<String> released = new HashSet<>();
+        Set<String> rejected = new HashSet<>();
+        Map<String, Short> redelivered = new HashMap<>();
+        try (KafkaShareConsumer<String, String> c = shareConsumer(
+                props("group.id", more, "share.acknowledgement.mode", "explicit"))) {
+            c.subscribe(List.of(more));
+            int handled = 0;
+            long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+            while (handled < 30 && System.nanoTime() < until) {
+                for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) {
+                    int i = Integer.parseInt(r.value().substring(1));
+                    if (released.contains(r.value())) {
+                        redelivered.put(r.value(), r.deliveryCount().orElse((short) -1));
+                        c.acknowledge(r, AcknowledgeType.ACCEPT);
+                        continue;
+                    }
+                    handled++;
+                    if (i % 3 == 0) {
+                        released.add(r.value());
+                        c.acknowledge(r, AcknowledgeType.RELEASE);
+                    } else if (i % 3 == 1) {
+                        rejected.add(r.value());
+                        c.acknowledge(r, AcknowledgeType.REJECT);
+                    } else {
+                        c.acknowledge(r, AcknowledgeType.ACCEPT);
+                    }
+                }
+                c.commitSync();
+            }
+            expect(handled == 30, "explicit mode: " + handled + " of 30 records delivered");
+            // The released ones come back, at their second delivery; the rejected never.
+            until = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+            while (redelivered.size() < released.size() && System.nanoTime() < until) {
+                for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) {
+                    expect(released.contains(r.value()), "delivered again, though not released: " + r.value());
+                    redelivered.put(r.value(), r.deliveryCount().orElse((short) -1));
+                    c.acknowledge(r, AcknowledgeType.ACCEPT);
+                }
+                c.commitSync();
+            }
+            expect(redelivered.keySet().equals(released), "released " + released + ", delivered again " + redelivered.keySet());
+            expect(redelivered.values().stream().allMatch(d -> d == 2), "delivery counts of the released: " + redelivered);
+            for (int i = 0; i < 5; i++) {
+                for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) {
+                    expect(false, "delivered again after all were accepted or rejected: " + r.value());
+                }
+            }
+        }
+        // Transactions: a share group reads uncommitted records (Kafka's default
+        // share.isolation.level), and the client acknowledges the markers as gaps, so the
+        // start offset passes the last marker.
+        String txt = topic + "-txn";
+        createTopic(admin, txt, 1, null);
+        admin.incrementalAlterConfigs(Map.of(new ConfigResource(ConfigResource.Type.GROUP, txt), List.of(
+                new AlterConfigOp(new ConfigEntry("share.auto.offset.reset", "earliest"), AlterConfigOp.OpType.SET))))
+                .all().get(30, TimeUnit.SECONDS);
+        try (KafkaProducer<String, String> p = producer(props("transactional.id", txt))) {
+            p.initTransactions();
+            for (int t = 0; t < 3; t++) {
+                p.beginTransaction();
+                for (int i = 0; i < 5; i++) p.send(new ProducerRecord<>(txt, "t" + t + "-" + i));
+                p.flush();
+                if (t == 1) p.abortTransaction(); else p.commitTransaction();
+            }
+        }
+        List<String> txnValues = new ArrayList<>();
+        try (KafkaShareConsumer<String, String> c = shareConsumer(props("group.id", txt))) {
+            c.subscribe(List.of(txt));
+            long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+            while (txnValues.size() < 15 && System.nanoTime() < until) {
+                for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) txnValues.add(r.value());
+            }
+            // In implicit mode the next poll acknowledges the last batch; close() alone would
+            // release it for another delivery, as Kafka's consumer does.
+            for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) txnValues.add(r.value());
+        }
+        expect(txnValues.size() == 15, "a share group read " + txnValues.size() + " of 15 transactional records: " + txnValues);
+        long txnStart = retrying(() -> admin.listShareGroupOffsets(Map.of(txt, new ListShareGroupOffsetsSpec()))
+                .partitionsToOffsetInfo(txt).get().get(new TopicPartition(txt, 0)).startOffset() == 18L,
+                "the start offset passes the markers") ? 18 : -1;
+        expect(txnStart == 18, "share group start offset after 3 transactions: not 18 but "
+                + admin.listShareGroupOffsets(Map.of(txt, new ListShareGroupOffsetsSpec())).partitionsToOffsetInfo(txt).get()
+                + ", end " + admin.listOffsets(Map.of(new TopicPartition(txt, 0), OffsetSpec.latest())).all().get());
+        ok("share group and transactions: 15 records of 3 transactions (one aborted, read uncommitted), start offset 18 past the 3 markers");
+        admin.deleteShareGroups(List.of(group, more, txt)).all().get(30, TimeUnit.SECONDS);
+        Collection<GroupListing> after = admin.listGroups(new ListGroupsOptions().withTypes(Set.of(GroupType.SHARE)))
+                .all().get(30, TimeUnit.SECONDS);
+        expect(after.stream().noneMatch(g -> g.groupId().equals(group) || g.groupId().equals(more) || g.groupId().equals(txt)),
+                "deleteShareGroups: still listed " + after);
+        ok("share group, explicit acknowledgement: " + released.size() + " released and delivered again (count 2), "
+                + rejected.size() + " rejected and never again; deleteShareGroups");
     }
 
     /** The consumer's `preferred-read-replica` metric for `tp` (KIP-392): -1 while it reads
@@ -1303,6 +1523,13 @@ public class JavaClient {
             rolling(args[2], java.nio.file.Path.of(args[3]));
             return;
         }
+        if (args.length > 1 && args[1].equals("share")) {
+            // Only the share-group checks (for working on them).
+            try (Admin admin = Admin.create(base())) {
+                shareGroups(admin);
+            }
+            return;
+        }
         if (args.length > 2 && args[1].equals("restart")) {
             restart(args[2]);
             return;
@@ -1341,6 +1568,7 @@ public class JavaClient {
             hangingTransaction(admin);
             offsetsAndDeletes(admin, topic, counts);
             groupsAdmin(admin, topic);
+            shareGroups(admin);
         }
         System.out.println("all checks passed");
     }
