@@ -786,4 +786,86 @@ async fn start_offsets_are_described_reset_and_deleted() {
     produce(&mut raw, "q5", batch("c", 1)).await;
     let got = ra.call(1, &share_fetch("g5", &a, 1, t, vec![], 2_000)).await;
     assert_eq!(acquired(&got), (vec![(7, 7, 1)], vec!["7=c-0".to_string()]));
+    let r = raw.call(0, &describe_offsets("g5", None)).await;
+    assert_eq!(offsets_of(&r), Ok(vec![("q5".to_string(), 0, 7, 0)]));
+    // A deleted topic's share-partition states go with it (Kafka's DeleteShareGroupState).
+    let deleted = raw
+        .call(
+            5,
+            &DeleteTopicsRequest::default()
+                .with_topic_names(vec![topic("q5")])
+                .with_timeout_ms(10_000),
+        )
+        .await;
+    assert_eq!(deleted.responses[0].error_code, 0);
+    let r = raw.call(0, &describe_offsets("g5", None)).await;
+    assert_eq!(offsets_of(&r), Ok(vec![]));
+}
+
+/// The classic group APIs on a share group's id: JoinGroup gets INCONSISTENT_GROUP_PROTOCOL,
+/// ConsumerGroupHeartbeat, OffsetCommit and DescribeGroups GROUP_ID_NOT_FOUND, and a share
+/// heartbeat for a classic group's id GROUP_ID_NOT_FOUND; DeleteGroups removes a share group
+/// and its stored states.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_share_group_is_not_a_consumer_group() {
+    use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+    use kafka_protocol::messages::offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    let t = create(&mut raw, "q6", 1).await;
+    let a = member_id();
+    assert_eq!(raw.call(1, &heartbeat("g6", &a, 0, Some(&["q6"]))).await.error_code, 0);
+    let join = JoinGroupRequest::default()
+        .with_group_id(GroupId(s("g6")))
+        .with_session_timeout_ms(10_000)
+        .with_rebalance_timeout_ms(10_000)
+        .with_protocol_type(s("consumer"))
+        .with_protocols(vec![JoinGroupRequestProtocol::default().with_name(s("range"))]);
+    assert_eq!(
+        raw.call(9, &join).await.error_code,
+        ResponseError::InconsistentGroupProtocol.code()
+    );
+    let cg = ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(s("g6")))
+        .with_member_id(s(&member_id()))
+        .with_rebalance_timeout_ms(30_000)
+        .with_subscribed_topic_names(Some(vec![topic("q6")]));
+    assert_eq!(raw.call(1, &cg).await.error_code, ResponseError::GroupIdNotFound.code());
+    let commit = OffsetCommitRequest::default()
+        .with_group_id(GroupId(s("g6")))
+        .with_generation_id_or_member_epoch(-1)
+        .with_topics(vec![
+            OffsetCommitRequestTopic::default()
+                .with_name(topic("q6"))
+                .with_partitions(vec![OffsetCommitRequestPartition::default().with_committed_offset(1)]),
+        ]);
+    let r = raw.call(8, &commit).await;
+    assert_eq!(
+        r.topics[0].partitions[0].error_code,
+        ResponseError::GroupIdNotFound.code()
+    );
+    let d = raw
+        .call(5, &DescribeGroupsRequest::default().with_groups(vec![GroupId(s("g6"))]))
+        .await;
+    assert_eq!(d.groups[0].group_state.as_str(), "Dead", "v5: not a classic group");
+    // A classic group's id refuses share members.
+    let commit_other = commit.clone().with_group_id(GroupId(s("classic-g")));
+    assert_eq!(raw.call(8, &commit_other).await.topics[0].partitions[0].error_code, 0);
+    let r = raw
+        .call(1, &heartbeat("classic-g", &member_id(), 0, Some(&["q6"])))
+        .await;
+    assert_eq!(r.error_code, ResponseError::GroupIdNotFound.code());
+    // Deleting: not while a member is in; then the group and its states go.
+    let mut ra = Raw::connect(broker.addr).await;
+    let r = ra.call(1, &share_fetch("g6", &a, 0, t, vec![], 0)).await;
+    assert_eq!(r.error_code, 0);
+    let delete = DeleteGroupsRequest::default().with_groups_names(vec![GroupId(s("g6"))]);
+    assert_eq!(
+        raw.call(2, &delete).await.results[0].error_code,
+        ResponseError::NonEmptyGroup.code()
+    );
+    assert_eq!(raw.call(1, &heartbeat("g6", &a, -1, None)).await.error_code, 0);
+    assert_eq!(raw.call(2, &delete).await.results[0].error_code, 0);
+    let r = raw.call(0, &describe_offsets("g6", None)).await;
+    assert_eq!(offsets_of(&r), Err(ResponseError::GroupIdNotFound.code()));
 }

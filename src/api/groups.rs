@@ -410,7 +410,7 @@ pub async fn describe_groups(ctx: &Ctx, req: DescribeGroupsRequest, version: i16
                     .with_error_code(NOT_COORDINATOR);
             }
             let described = ctx.coordinator.with_group(&id.0, |e| {
-                if e.consumer.is_some() {
+                if e.consumer.is_some() || e.share.is_some() {
                     // Kafka: DescribeGroups only describes classic groups.
                     return None;
                 }

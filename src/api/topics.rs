@@ -287,7 +287,7 @@ pub async fn delete_topics(ctx: &Ctx, req: DeleteTopicsRequest, version: i16) ->
         let mut result = DeletableTopicResult::default();
         match outcome {
             Ok(topic) => {
-                ctx.coordinator.on_topic_deleted(&topic.name).await;
+                ctx.coordinator.on_topic_deleted(&topic.name, topic.id).await;
                 result.name = Some(topic_name(&topic.name));
                 if version >= 6 {
                     result.topic_id = topic.id;

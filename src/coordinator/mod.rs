@@ -1016,6 +1016,10 @@ impl GroupCoordinator {
         };
         {
             let mut e = slot.lock();
+            if e.share.is_some() {
+                // A share group has no committed offsets (Kafka: GroupIdNotFoundException).
+                return all(ResponseError::GroupIdNotFound.code());
+            }
             let valid = match &e.consumer {
                 Some(c) => validate_consumer_commit(c, member_id, instance_id, generation, false, version),
                 None => e.group.validate_commit(member_id, instance_id, generation, false),
@@ -1088,6 +1092,9 @@ impl GroupCoordinator {
         };
         {
             let e = slot.lock();
+            if e.share.is_some() {
+                return all(ResponseError::GroupIdNotFound.code());
+            }
             let valid = match &e.consumer {
                 Some(c) => validate_consumer_commit(c, member_id, instance_id, generation, true, 0)
                     // The TxnOffsetCommit API knows no STALE_MEMBER_EPOCH (Kafka's
@@ -1622,6 +1629,9 @@ impl GroupCoordinator {
         };
         let (codes, records) = {
             let mut e = slot.lock();
+            if e.share.is_some() {
+                return Err(ResponseError::GroupIdNotFound.code());
+            }
             let subscribed = match &e.consumer {
                 Some(c) => c.members.values().flat_map(|m| m.subscribed.iter().cloned()).collect(),
                 None => {
@@ -1694,11 +1704,17 @@ impl GroupCoordinator {
     /// A deleted topic's committed offsets go from every group, tombstoned in
     /// `__consumer_offsets` (Kafka's `GroupCoordinator.onPartitionsDeleted`): a topic created
     /// again under the name starts without them.
-    pub async fn on_topic_deleted(&self, topic: &str) {
+    pub async fn on_topic_deleted(&self, topic: &str, topic_id: uuid::Uuid) {
         let slots: Vec<Arc<Slot>> = self.map().values().cloned().collect();
+        if let Some(manager) = self.share_manager() {
+            manager.forget_topic(topic_id);
+        }
         for slot in slots {
             let (id, records) = {
                 let mut e = slot.lock();
+                // So do share groups' states of its partitions (Kafka's DeleteShareGroupState).
+                let shared: Vec<consumer::Tp> =
+                    e.share_states.keys().filter(|(t, _)| *t == topic_id).copied().collect();
                 // Offsets of open transactions for the topic go too (Kafka's
                 // `cleanupGroupMetadata`): their commit marker must not bring them back.
                 for pending in e.pending_txn_offsets.values_mut() {
@@ -1706,11 +1722,11 @@ impl GroupCoordinator {
                 }
                 e.committed_at.retain(|(t, _), _| t != topic);
                 let gone: Vec<(String, i32)> = e.offsets.keys().filter(|(t, _)| t == topic).cloned().collect();
-                if gone.is_empty() {
+                if gone.is_empty() && shared.is_empty() {
                     continue;
                 }
                 let id = e.group.id.clone();
-                let records: Vec<OffsetsRecord> = gone
+                let mut records: Vec<OffsetsRecord> = gone
                     .into_iter()
                     .map(|key| {
                         e.offsets.remove(&key);
@@ -1722,6 +1738,15 @@ impl GroupCoordinator {
                         }
                     })
                     .collect();
+                for (topic_id, partition) in shared {
+                    e.share_states.remove(&(topic_id, partition));
+                    records.push(OffsetsRecord::ShareState {
+                        group: id.clone(),
+                        topic_id,
+                        partition,
+                        value: None,
+                    });
+                }
                 (id, records)
             };
             if let Err(e) = self.persist(&slot, &id, &records).await {
@@ -1731,12 +1756,6 @@ impl GroupCoordinator {
     }
 }
 
-/// The replication failures of a coordinator write as Kafka's coordinators answer them
-/// (`GroupMetadataManager.storeOffsets`, `TransactionStateManager.appendTransactionToLog`,
-/// `CoordinatorRuntime`): the partition led elsewhere now, or its state unloaded here, is
-/// NOT_COORDINATOR, so the client looks the coordinator up again; too few in-sync replicas,
-/// before or after the append, is COORDINATOR_NOT_AVAILABLE, which it retries. None for the
-/// other errors, which each caller maps.
 /// What a member is told when its group's new state could not be written: the partition moved
 /// (or its groups were unloaded), so it finds the new coordinator, which has the group's last
 /// stored state; or the coordinator is not available now.
@@ -1747,6 +1766,12 @@ fn store_failure(e: &Error) -> ResponseError {
     }
 }
 
+/// The replication failures of a coordinator write as Kafka's coordinators answer them
+/// (`GroupMetadataManager.storeOffsets`, `TransactionStateManager.appendTransactionToLog`,
+/// `CoordinatorRuntime`): the partition led elsewhere now, or its state unloaded here, is
+/// NOT_COORDINATOR, so the client looks the coordinator up again; too few in-sync replicas,
+/// before or after the append, is COORDINATOR_NOT_AVAILABLE, which it retries. None for the
+/// other errors, which each caller maps.
 pub(crate) fn replication_error_code(err: &Error) -> Option<i16> {
     match err {
         Error::NotLeader(_) => Some(ResponseError::NotCoordinator.code()),
@@ -1959,7 +1984,7 @@ mod tests {
         assert_eq!(c.commit("g", "", None, -1, commit("t", 5), 9).await, vec![0]);
         assert_eq!(c.commit("g", "", None, -1, commit("kept", 6), 9).await, vec![0]);
         assert_eq!(c.txn_commit("h", 7, 0, "", None, -1, commit("t", 8)).await, vec![0]);
-        c.on_topic_deleted("t").await;
+        c.on_topic_deleted("t", uuid::Uuid::nil()).await;
         assert!(!c.fetch_offsets("g").contains_key(&("t".to_string(), 0)));
         assert_eq!(c.fetch_offsets("g")[&("kept".to_string(), 0)].offset, 6);
         assert!(!c.has_pending_txn_offset("h", "t", 0));

@@ -311,6 +311,15 @@ impl ShareManager {
         }
     }
 
+    /// A deleted topic's share-partitions are dropped (a topic created again under its name
+    /// has another id).
+    pub fn forget_topic(&self, topic_id: Uuid) {
+        self.partitions().retain(|(_, t, _), _| *t != topic_id);
+        for session in self.sessions().values_mut() {
+            session.partitions.retain(|(t, _)| *t != topic_id);
+        }
+    }
+
     /// A receiver that moves when records are released (see `released`).
     pub fn released(&self) -> watch::Receiver<u64> {
         self.released.subscribe()

@@ -488,8 +488,8 @@ public class JavaClient {
         List<String> twice = deliveries.entrySet().stream().filter(e -> e.getValue() != 1).map(Map.Entry::getKey)
                 .collect(Collectors.toList());
         expect(twice.isEmpty(), "records delivered more than once: " + twice);
-        expect(perMember.get(0).get() > 0 && perMember.get(1).get() > 0,
-                "both members read records: " + perMember);
+        // Which member read how many depends on when the second one joined: the first may have
+        // read everything by then (on three nodes it often has).
         eventually(() -> admin.describeShareGroups(List.of(group)).all().get().get(group).groupState() == GroupState.EMPTY,
                 "the share group is empty once both consumers closed");
         ok("share group (KafkaShareConsumer, defaults): 2 members read " + n + " records, each delivered once ("
