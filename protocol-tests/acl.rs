@@ -668,3 +668,109 @@ async fn a_token_for_another_owner_needs_create_tokens_on_that_user() {
     let code = alice.call(3, &ask(Some("bob"))).await.error_code;
     assert_eq!(code, 61, "for bob with CREATE_TOKENS on User:bob: tokens are disabled");
 }
+
+/// Share groups (KIP-932) under ACLs, as Kafka's `KafkaApis` checks them: READ on the group
+/// (ShareGroupHeartbeat, ShareFetch, ShareAcknowledge, AlterShareGroupOffsets), DESCRIBE
+/// (ShareGroupDescribe, DescribeShareGroupOffsets), DELETE (DeleteShareGroupOffsets); READ on
+/// the topics fetched, DESCRIBE on those subscribed; CLUSTER_ACTION for the share-state APIs
+/// brokers call on each other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn share_group_apis_need_their_acls() {
+    use kafka_protocol::messages::read_share_group_state_request::{PartitionData, ReadStateData};
+    use kafka_protocol::messages::share_fetch_request::{FetchPartition, FetchTopic};
+    let (_broker, sasl, _) = start().await;
+    let mut admin = login(sasl, "admin").await;
+    assert_eq!(create_topic(&mut admin, "queue").await, 0);
+    let md = admin
+        .call(
+            12,
+            &MetadataRequest::default().with_topics(Some(vec![
+                MetadataRequestTopic::default().with_name(Some(topic("queue"))),
+            ])),
+        )
+        .await;
+    let topic_id = md.topics[0].topic_id;
+    let member = "AAAAAAAAAAAAAAAAAAAAAA";
+    let heartbeat = ShareGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(s("sg")))
+        .with_member_id(s(member))
+        .with_subscribed_topic_names(Some(vec![topic("queue")]));
+    let fetch = ShareFetchRequest::default()
+        .with_group_id(Some(GroupId(s("sg"))))
+        .with_member_id(Some(s(member)))
+        .with_max_bytes(1 << 20)
+        .with_max_records(10)
+        .with_topics(vec![
+            FetchTopic::default()
+                .with_topic_id(topic_id)
+                .with_partitions(vec![FetchPartition::default()]),
+        ]);
+    let describe = ShareGroupDescribeRequest::default().with_group_ids(vec![GroupId(s("sg"))]);
+    let offsets = DescribeShareGroupOffsetsRequest::default().with_groups(vec![
+        kafka_protocol::messages::describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestGroup::default(
+        )
+        .with_group_id(GroupId(s("sg"))),
+    ]);
+    let alter = AlterShareGroupOffsetsRequest::default().with_group_id(GroupId(s("sg")));
+    let delete = DeleteShareGroupOffsetsRequest::default().with_group_id(GroupId(s("sg")));
+    let read_state = ReadShareGroupStateRequest::default()
+        .with_group_id(s("sg"))
+        .with_topics(vec![
+            ReadStateData::default()
+                .with_topic_id(topic_id)
+                .with_partitions(vec![PartitionData::default()]),
+        ]);
+
+    // alice has no ACL.
+    let mut alice = login(sasl, "alice").await;
+    assert_eq!(alice.call(1, &heartbeat).await.error_code, GROUP_AUTHORIZATION_FAILED);
+    assert_eq!(alice.call(1, &fetch).await.error_code, GROUP_AUTHORIZATION_FAILED);
+    assert_eq!(
+        alice.call(1, &describe).await.groups[0].error_code,
+        GROUP_AUTHORIZATION_FAILED
+    );
+    assert_eq!(
+        alice.call(0, &offsets).await.groups[0].error_code,
+        GROUP_AUTHORIZATION_FAILED
+    );
+    assert_eq!(alice.call(0, &alter).await.error_code, GROUP_AUTHORIZATION_FAILED);
+    assert_eq!(alice.call(0, &delete).await.error_code, GROUP_AUTHORIZATION_FAILED);
+    let r = alice.call(0, &read_state).await;
+    assert_eq!(r.results[0].partitions[0].error_code, CLUSTER_AUTHORIZATION_FAILED);
+
+    // READ on the group only: the subscribed and fetched topic is refused.
+    assert_eq!(
+        create_acls(&mut admin, vec![acl(GROUP, "sg", LITERAL, "User:alice", READ, ALLOW)]).await,
+        [0]
+    );
+    assert_eq!(alice.call(1, &heartbeat).await.error_code, TOPIC_AUTHORIZATION_FAILED);
+    let r = alice.call(1, &fetch).await;
+    assert_eq!(r.error_code, 0);
+    assert_eq!(r.responses[0].partitions[0].error_code, TOPIC_AUTHORIZATION_FAILED);
+    assert!(
+        r.responses[0].partitions[0]
+            .records
+            .as_ref()
+            .is_none_or(|b| b.is_empty())
+    );
+    // READ on the group implies DESCRIBE: describing is allowed now.
+    assert_eq!(
+        alice.call(1, &describe).await.groups[0].error_code,
+        69,
+        "GROUP_ID_NOT_FOUND"
+    );
+
+    // And READ on the topic: the member joins and fetches.
+    assert_eq!(
+        create_acls(
+            &mut admin,
+            vec![acl(TOPIC, "queue", LITERAL, "User:alice", READ, ALLOW)]
+        )
+        .await,
+        [0]
+    );
+    let joined = alice.call(1, &heartbeat).await;
+    assert_eq!(joined.error_code, 0, "{:?}", joined.error_message);
+    let r = alice.call(1, &fetch.clone().with_share_session_epoch(0)).await;
+    assert_eq!((r.error_code, r.responses[0].partitions[0].error_code), (0, 0));
+}

@@ -649,6 +649,64 @@ async fn the_state_lives_with_the_coordinator_and_survives_the_leaders_kill() {
     // 3 and 4 again, each at its second delivery; nothing acknowledged comes back.
     assert_eq!(offsets, vec![(3, 2), (4, 2)]);
     assert_eq!(values, vec!["3=v3".to_string(), "4=v4".to_string()]);
+    let r = at
+        .call(1, &share_ack(&group, &a, epoch, t, vec![(3, 4, vec![1])]))
+        .await;
+    assert_eq!((r.error_code, r.responses[0].partitions[0].error_code), (0, 0));
+    drop(at);
+
+    // The killed node back, then the group's coordinator killed: another node loads the group
+    // and its share-partition states from __consumer_offsets. The member, unknown there, joins
+    // again; nothing acknowledged is delivered again, and a new record is.
+    cluster.restart(leader).await;
+    if coordinator == next.leader {
+        // Keep a leader for the partition while the coordinator is down.
+        wait_view(&cluster, "sq", 0, "3 in sync", |v| v.isr.len() == 3).await;
+    }
+    cluster.kill(coordinator);
+    let find = FindCoordinatorRequest::default()
+        .with_key_type(0)
+        .with_coordinator_keys(vec![s(&group)]);
+    let alive = cluster.running()[0];
+    let found = call_until(cluster.addr(alive), 4, &find, "a new coordinator", |r| {
+        r.coordinators
+            .first()
+            .is_some_and(|c| c.error_code == 0 && c.node_id.0 != coordinator)
+    })
+    .await;
+    let new_coordinator = found.coordinators[0].node_id.0;
+    let stale = heartbeat(&group, &a, 1, None);
+    let r = call_until(cluster.addr(new_coordinator), 1, &stale, "the stale heartbeat", |r| {
+        r.error_code == ResponseError::UnknownMemberId.code()
+    })
+    .await;
+    assert_eq!(r.member_epoch, -1);
+    call_until(cluster.addr(new_coordinator), 1, &join, "joining again", |r| {
+        r.error_code == 0
+    })
+    .await;
+    produce_all(&cluster, "sq", 5, 1).await;
+    let view = wait_view(&cluster, "sq", 0, "led", |v| v.leader > 0 && v.leader != coordinator).await;
+    let mut at = Raw::connect(cluster.addr(view.leader)).await;
+    let mut epoch = 0;
+    let mut delivered = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while delivered.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "nothing delivered after the coordinator's kill"
+        );
+        let resp = at.call(1, &share_fetch(&group, &a, epoch, t, vec![], 1_000)).await;
+        let p = resp.responses.first().and_then(|t| t.partitions.first());
+        if resp.error_code != 0 || p.is_some_and(|p| p.error_code != 0) {
+            epoch = 0;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        }
+        epoch += 1;
+        delivered = acquired(&resp).1;
+    }
+    assert_eq!(delivered, vec!["5=v5".to_string()]);
 }
 
 fn describe_offsets(group: &str, topics: Option<Vec<(&str, Vec<i32>)>>) -> DescribeShareGroupOffsetsRequest {
