@@ -273,42 +273,22 @@ impl GroupCoordinator {
     /// The broker's `group.consumer.*` limits with the group's own configs (KIP-848 group
     /// configs, validated when set) over them.
     fn consumer_limits_of(&self, group_id: &str, image: &MetadataImage) -> ConsumerLimits {
-        let mut limits = self.consumer_limits;
-        if let Some(configs) = image.group_configs.get(group_id) {
-            let ms = |key: &str| {
-                configs
-                    .get(key)
-                    .and_then(|v| v.parse::<u64>().ok())
-                    .map(Duration::from_millis)
-            };
-            if let Some(d) = ms("consumer.session.timeout.ms") {
-                limits.session_timeout = d;
-            }
-            if let Some(d) = ms("consumer.heartbeat.interval.ms") {
-                limits.heartbeat_interval = d;
-            }
+        let ms = |key| group_config_ms(image, group_id, key);
+        ConsumerLimits {
+            session_timeout: ms("consumer.session.timeout.ms").unwrap_or(self.consumer_limits.session_timeout),
+            heartbeat_interval: ms("consumer.heartbeat.interval.ms").unwrap_or(self.consumer_limits.heartbeat_interval),
+            ..self.consumer_limits
         }
-        limits
     }
 
     /// The broker's `group.share.*` limits with the group's own `share.*` configs over them.
     fn share_limits_of(&self, group_id: &str, image: &MetadataImage) -> ShareLimits {
-        let mut limits = self.share_limits;
-        if let Some(configs) = image.group_configs.get(group_id) {
-            let ms = |key: &str| {
-                configs
-                    .get(key)
-                    .and_then(|v| v.parse::<u64>().ok())
-                    .map(Duration::from_millis)
-            };
-            if let Some(d) = ms("share.session.timeout.ms") {
-                limits.session_timeout = d;
-            }
-            if let Some(d) = ms("share.heartbeat.interval.ms") {
-                limits.heartbeat_interval = d;
-            }
+        let ms = |key| group_config_ms(image, group_id, key);
+        ShareLimits {
+            session_timeout: ms("share.session.timeout.ms").unwrap_or(self.share_limits.session_timeout),
+            heartbeat_interval: ms("share.heartbeat.interval.ms").unwrap_or(self.share_limits.heartbeat_interval),
+            ..self.share_limits
         }
-        limits
     }
 
     /// Set once at start: the share manager told about deleted or reset share-partitions.
@@ -1754,6 +1734,17 @@ impl GroupCoordinator {
             }
         }
     }
+}
+
+/// A group's own config `key` (milliseconds), if it set one.
+fn group_config_ms(image: &MetadataImage, group_id: &str, key: &str) -> Option<Duration> {
+    image
+        .group_configs
+        .get(group_id)?
+        .get(key)?
+        .parse::<u64>()
+        .ok()
+        .map(Duration::from_millis)
 }
 
 /// What a member is told when its group's new state could not be written: the partition moved
