@@ -113,7 +113,7 @@ pub struct ShareManager {
     sessions: Mutex<HashMap<(String, String), Session>>,
     /// Moves when records become available again other than by new appends (a release, an
     /// expired lock, a closed session), to wake fetches waiting for records.
-    released: watch::Sender<u64>,
+    released: Arc<watch::Sender<u64>>,
     next_connection: AtomicU64,
 }
 
@@ -148,7 +148,7 @@ impl ShareManager {
             coordinator,
             partitions: Mutex::new(HashMap::new()),
             sessions: Mutex::new(HashMap::new()),
-            released: watch::channel(0).0,
+            released: Arc::new(watch::channel(0).0),
             next_connection: AtomicU64::new(1),
         });
         manager.coordinator.set_share_manager(&manager);
@@ -272,8 +272,8 @@ impl ShareManager {
     }
 
     /// Releases what `member` holds in `partitions` (in memory: an acquired record is stored
-    /// as available already). Does not wait for a share-partition in use: that one's locks
-    /// expire instead.
+    /// as available already). A share-partition in use by a request is released by a task
+    /// once that request lets it go.
     fn release(&self, group: &str, member: &str, partitions: &BTreeSet<Tp>) {
         let mut any = false;
         for (topic_id, partition) in partitions {
@@ -282,10 +282,22 @@ impl ShareManager {
                 .get(&(group.to_string(), *topic_id, *partition))
                 .cloned();
             let Some(slot) = slot else { continue };
-            if let Ok(mut loaded) = slot.loaded.try_lock()
-                && let Some(l) = loaded.as_mut()
-            {
-                any |= l.state.release_member(member);
+            let busy = match slot.loaded.try_lock() {
+                Ok(mut loaded) => {
+                    any |= loaded.as_mut().is_some_and(|l| l.state.release_member(member));
+                    false
+                }
+                Err(_) => true,
+            };
+            // In use by a request: released by a task once the request lets it go.
+            if busy && let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let (member, released) = (member.to_string(), self.released.clone());
+                runtime.spawn(async move {
+                    let mut loaded = slot.loaded.lock().await;
+                    if loaded.as_mut().is_some_and(|l| l.state.release_member(&member)) {
+                        released.send_modify(|n| *n = n.wrapping_add(1));
+                    }
+                });
             }
         }
         if any {
