@@ -451,7 +451,14 @@ run_one() {
     # sends message 0 alone, and 1-9 are purged from the queue instead. The broker only answers
     # Metadata and the stalled request: the same rate against the build before the writer and
     # snapshot-read changes (1 failure in 12 runs each).
+    # 0102 (run alone) waits 1 s at a time for each rebalance event of its two static members
+    # around a max.poll.interval.ms exit; when the coordinator's session-expiry rebalance lands
+    # between two of those waits, the surviving member sees a revoke where it expected none.
+    # On 2026-12-06 it failed 2 of 4 runs against the static release build (once in the test
+    # command) and passed 8 of 8 against plain release builds, 4 of them of the build before
+    # share groups; it failed once in an early parallel run before.
     if [[ $res == FAIL && $attempt == 1 && ($reason == *"timed out"* || $reason == *"() timeout"* ||
+        ($t == 0102 && $reason == *"Expected rebalance event"*) ||
         ($t == 0061 && $reason == *"Stats consumer_lag"*) ||
         ($t == 0055 && ($reason == *"is outside range"* || $reason == *"wakeups out of range"*)) ||
         ($t == 0086 && $reason == *"Purged in queue"*)) ]]; then
