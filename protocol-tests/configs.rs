@@ -474,15 +474,16 @@ async fn group_configs_are_described_altered_validated_and_applied() {
         let resp = raw.call(version, &describe_group("cg")).await;
         assert_eq!(resp.results[0].error_code, 0, "DescribeConfigs v{version}");
         assert_eq!(resp.results[0].resource_type, GROUP);
-        assert_eq!(resp.results[0].configs.len(), 6);
+        assert_eq!(resp.results[0].configs.len(), 7);
         assert_eq!(entry(&resp, "consumer.session.timeout.ms"), ("45000".into(), 5));
         assert_eq!(entry(&resp, "consumer.heartbeat.interval.ms"), ("5000".into(), 5));
-        // Share groups' keys (KIP-932): their broker defaults, and `latest` for the one
-        // without a broker synonym.
+        // Share groups' keys (KIP-932): their broker defaults, and Kafka's defaults for the
+        // two without a broker synonym.
         assert_eq!(entry(&resp, "share.session.timeout.ms"), ("45000".into(), 5));
         assert_eq!(entry(&resp, "share.heartbeat.interval.ms"), ("5000".into(), 5));
         assert_eq!(entry(&resp, "share.record.lock.duration.ms"), ("30000".into(), 5));
         assert_eq!(entry(&resp, "share.auto.offset.reset"), ("latest".into(), 5));
+        assert_eq!(entry(&resp, "share.isolation.level"), ("read_uncommitted".into(), 5));
     }
 
     // Validation, each IncrementalAlterConfigs version: Kafka's GroupConfig rules, INVALID_CONFIG

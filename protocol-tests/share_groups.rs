@@ -166,6 +166,8 @@ fn acquired(resp: &ShareFetchResponse) -> (Vec<(i64, i64, i16)>, Vec<String>) {
             for r in kafka_protocol::records::RecordBatchDecoder::decode(&mut bytes)
                 .unwrap()
                 .records
+                .into_iter()
+                .filter(|r| !r.control)
             {
                 let value = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
                 values.push(format!("{}={value}", r.offset));
@@ -322,6 +324,108 @@ async fn locks_expire_the_delivery_limit_archives_and_a_closed_connection_releas
     let got_b = rb.call(1, &share_fetch("g2", &b, 0, t, vec![], 5_000)).await;
     assert_eq!(acquired(&got_b).0, vec![(4, 5, 2)]);
     assert!(started.elapsed() < Duration::from_secs(4));
+}
+
+/// `share.isolation.level=read_committed` (Kafka's `filterAbortedTransactionalAcquiredRecords`):
+/// the group never gets an aborted transaction's records, and reads up to the last stable
+/// offset, so an open transaction's records come once it commits. A read_uncommitted group
+/// reads all of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_committed_groups_skip_aborted_transactions_and_wait_for_open_ones() {
+    use rdkafka::producer::{FutureRecord, Producer};
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    let t = create(&mut raw, "txq", 1).await;
+    for group in ["rc", "ru"] {
+        assert_eq!(
+            set_group_config(&mut raw, group, "share.auto.offset.reset", "earliest").await,
+            0
+        );
+    }
+    assert_eq!(
+        set_group_config(&mut raw, "rc", "share.isolation.level", "serializable").await,
+        ResponseError::InvalidConfig.code()
+    );
+    assert_eq!(
+        set_group_config(&mut raw, "rc", "share.isolation.level", "read_committed").await,
+        0
+    );
+
+    // Offsets: a-0..2 at 0..2 (commit marker 3), b-0..2 at 4..6 (abort marker 7), plain-0 at 8,
+    // then c-0..2 at 9..11 in a transaction left open.
+    let producer = producer(
+        &broker.bootstrap(),
+        &[
+            ("transactional.id", "share-rc"),
+            ("enable.idempotence", "true"),
+            ("linger.ms", "5"),
+        ],
+    );
+    let timeout = Duration::from_secs(30);
+    producer.init_transactions(timeout).unwrap();
+    let send_all = async |prefix: &str| {
+        for i in 0..3 {
+            let value = format!("{prefix}-{i}");
+            producer
+                .send(FutureRecord::<(), _>::to("txq").payload(&value).partition(0), timeout)
+                .await
+                .unwrap();
+        }
+    };
+    producer.begin_transaction().unwrap();
+    send_all("a").await;
+    producer.commit_transaction(timeout).unwrap();
+    producer.begin_transaction().unwrap();
+    send_all("b").await;
+    producer.abort_transaction(timeout).unwrap();
+    produce(&mut raw, "txq", batch("plain", 1)).await;
+    producer.begin_transaction().unwrap();
+    send_all("c").await;
+
+    let (m, u) = (member_id(), member_id());
+    assert_eq!(raw.call(1, &heartbeat("rc", &m, 0, Some(&["txq"]))).await.error_code, 0);
+    assert_eq!(raw.call(1, &heartbeat("ru", &u, 0, Some(&["txq"]))).await.error_code, 0);
+    let mut rm = Raw::connect(broker.addr).await;
+    let mut ru = Raw::connect(broker.addr).await;
+
+    // read_committed: the committed transaction and its marker, the aborted one never (its
+    // marker is acquired, for the client to acknowledge as a gap), the plain record, and
+    // nothing past the open transaction's first offset.
+    let got = rm.call(1, &share_fetch("rc", &m, 0, t, vec![], 2_000)).await;
+    let (ranges, values) = acquired(&got);
+    assert_eq!(ranges, vec![(0, 3, 1), (7, 8, 1)]);
+    assert_eq!(values, ["0=a-0", "1=a-1", "2=a-2", "8=plain-0"]);
+    let acks = vec![(0, 2, vec![1]), (3, 3, vec![0]), (7, 7, vec![0]), (8, 8, vec![1])];
+    let waited = rm.call(1, &share_fetch("rc", &m, 1, t, acks, 300)).await;
+    assert_eq!(waited.responses[0].partitions[0].acknowledge_error_code, 0);
+    assert_eq!(acquired(&waited).0, vec![]);
+
+    // read_uncommitted (the default): everything written, the open transaction too.
+    let all = ru.call(1, &share_fetch("ru", &u, 0, t, vec![], 2_000)).await;
+    let (ranges, values) = acquired(&all);
+    assert_eq!(ranges, vec![(0, 11, 1)]);
+    assert_eq!(values.len(), 10);
+    assert!(values.contains(&"5=b-1".to_string()) && values.contains(&"11=c-2".to_string()));
+
+    // The commit moves the last stable offset: a waiting read_committed fetch gets the records
+    // and the marker.
+    let waiting = tokio::spawn(async move {
+        let got = rm.call(1, &share_fetch("rc", &m, 2, t, vec![], 10_000)).await;
+        (rm, m, got)
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    producer.commit_transaction(timeout).unwrap();
+    let (mut rm, m, got) = waiting.await.unwrap();
+    let (ranges, values) = acquired(&got);
+    assert_eq!(ranges, vec![(9, 12, 1)]);
+    assert_eq!(values, ["9=c-0", "10=c-1", "11=c-2"]);
+    // All done: the start offset passes the aborted transaction, archived, never delivered.
+    let acks = vec![(9, 11, vec![1]), (12, 12, vec![0])];
+    let last = rm.call(1, &share_fetch("rc", &m, 3, t, acks, 300)).await;
+    assert_eq!(last.responses[0].partitions[0].acknowledge_error_code, 0);
+    assert_eq!(acquired(&last).0, vec![]);
+    let described = raw.call(0, &describe_offsets("rc", None)).await;
+    assert_eq!(offsets_of(&described).unwrap(), vec![("txq".to_string(), 0, 13, 0)]);
 }
 
 /// Share sessions and malformed requests get Kafka's errors.

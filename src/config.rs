@@ -2612,7 +2612,11 @@ pub fn topic_key(name: &str) -> Option<&'static TopicKey> {
 
 /// The default of a group key without a broker synonym.
 pub fn group_key_default(name: &str) -> Option<String> {
-    (name == "share.auto.offset.reset").then(|| "latest".to_string())
+    match name {
+        "share.auto.offset.reset" => Some("latest".to_string()),
+        "share.isolation.level" => Some("read_uncommitted".to_string()),
+        _ => None,
+    }
 }
 
 /// `group.share.*`, Kafka 4.1's names and defaults.
@@ -2725,8 +2729,8 @@ impl ShareSettings {
 }
 
 /// The group-level keys (KIP-848 and KIP-932 dynamic group configs, ConfigResource type GROUP):
-/// each overrides its broker synonym for one group. All are ints but `share.auto.offset.reset`,
-/// which has no broker synonym (`group_key_default`).
+/// each overrides its broker synonym for one group. All are ints but `share.auto.offset.reset`
+/// and `share.isolation.level`, which have no broker synonym (`group_key_default`).
 pub const GROUP_KEYS: &[TopicKey] = &[
     key(
         "consumer.session.timeout.ms",
@@ -2764,6 +2768,12 @@ pub const GROUP_KEYS: &[TopicKey] = &[
         ConfigType::String,
         "Where a share group starts reading a partition it never read: latest, earliest or by_duration:<ISO-8601 duration>.",
     ),
+    key(
+        "share.isolation.level",
+        "",
+        ConfigType::String,
+        "Controls how to read records written transactionally: read_committed delivers only committed transactional records, read_uncommitted all of them.",
+    ),
 ];
 
 impl BrokerConfig {
@@ -2786,6 +2796,17 @@ impl BrokerConfig {
                         .is_some_and(|d| crate::share::parse_duration_ms(d).is_some());
                 if !valid {
                     return Err(invalid(key, format!("Invalid value {value} for configuration {key}")));
+                }
+                continue;
+            }
+            if key == "share.isolation.level" {
+                if value != "read_committed" && value != "read_uncommitted" {
+                    return Err(invalid(
+                        key,
+                        format!(
+                            "Invalid value {value} for configuration {key}: String must be one of: read_committed, read_uncommitted"
+                        ),
+                    ));
                 }
                 continue;
             }

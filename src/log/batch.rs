@@ -287,6 +287,14 @@ impl BatchHeader {
     pub fn is_log_append_time(&self) -> bool {
         self.attributes & TIMESTAMP_TYPE_LOG_APPEND != 0
     }
+
+    pub fn is_transactional(&self) -> bool {
+        self.attributes & TRANSACTIONAL != 0
+    }
+
+    pub fn is_control(&self) -> bool {
+        self.attributes & CONTROL != 0
+    }
 }
 
 /// The total size of the batch starting at `prefix` (which holds at least its framing prefix).

@@ -517,7 +517,7 @@ fn build_map(
             mapped_bytes += header.size as u64;
             // Markers carry no key, and an aborted record must not shadow an older committed
             // value (Kafka skips aborted batches here too).
-            if header.attributes & batch::CONTROL != 0 {
+            if header.is_control() {
                 // A marker ends its producer's transaction (the producer id is the same in the
                 // next one).
                 txns.marker(&header);
@@ -643,7 +643,7 @@ struct Filter<'a> {
 
 impl Filter<'_> {
     fn batch(&self, header: &BatchHeader, bytes: Bytes, txns: &mut Txns, stats: &mut CleanStats) -> Result<Kept> {
-        if header.attributes & batch::CONTROL != 0 {
+        if header.is_control() {
             // Copied unread: check what is copied, as a recovery would.
             batch::check_compacted(&bytes)?;
             return Ok(self.marker(header, bytes, txns, stats));
@@ -819,7 +819,7 @@ impl Txns {
 
     fn data(&mut self, header: &BatchHeader) -> TxnKind {
         self.reach(header.last_offset());
-        if header.attributes & batch::TRANSACTIONAL == 0 {
+        if !header.is_transactional() {
             return TxnKind::NotTransactional;
         }
         self.open.entry(header.producer_id).or_insert(false);

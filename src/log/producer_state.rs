@@ -150,7 +150,7 @@ impl ProducerBatch {
             first_offset: header.base_offset,
             last_offset: header.last_offset(),
             max_timestamp: header.max_timestamp,
-            transactional: header.attributes & batch::TRANSACTIONAL != 0,
+            transactional: header.is_transactional(),
             marker,
         }
     }

@@ -9,7 +9,7 @@ use std::path::Path;
 use super::checkpoint::{self, CLEAN_SHUTDOWN_FILE, LeaderEpochCache, TEMP_SUFFIX};
 use super::producer_state::{self, AbortedTxn, ProducerBatch, ProducerState};
 use super::segment::{self, DELETED_SUFFIX, Segment};
-use super::{Log, LogConfig, batch, cleaner};
+use super::{Log, LogConfig, cleaner};
 use crate::error::{Error, Result};
 
 impl Log {
@@ -215,13 +215,13 @@ impl Log {
             })?;
             let mut batches = Vec::with_capacity(headers.len());
             for (pos, h) in headers {
-                let marker = if h.attributes & batch::CONTROL != 0 {
+                let marker = if h.is_control() {
                     let bytes = segment.read_at(pos, h.size)?;
                     producer_state::read_marker(&bytes)
                 } else {
                     None
                 };
-                if h.attributes & batch::CONTROL != 0 && marker.is_none() {
+                if h.is_control() && marker.is_none() {
                     continue;
                 }
                 batches.push(ProducerBatch::from_header(&h, marker));

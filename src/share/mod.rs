@@ -47,6 +47,9 @@ const COORDINATOR_WAIT: Duration = Duration::from_secs(3);
 /// Bytes read from one partition for one ShareFetch at most.
 const PARTITION_READ_BYTES: usize = 1 << 20;
 
+/// Reads one ShareFetch makes of a partition at most while it finds only aborted records.
+const ARCHIVING_READS: usize = 8;
+
 type Key = (String, Uuid, i32);
 
 /// One share-partition led here, loaded at a leader epoch of its partition.
@@ -417,60 +420,96 @@ impl ShareManager {
         let Some(loaded) = guard.as_mut() else {
             return Err(ShareError::code(ResponseError::UnknownServerError.code()));
         };
-        let now = Instant::now();
+        let settings = group_settings(&self.config, &self.controller.image(), group);
         let offsets = partition.offsets().map_err(|e| ShareError::code(e.code()))?;
         loaded.state.move_start(offsets.log_start_offset);
-        let Some(from) = loaded.state.next_fetch_offset(now) else {
-            return Ok(Fetched {
-                records: None,
-                acquired: Vec::new(),
-            });
+        // A read_committed group reads up to the last stable offset, and never gets the
+        // records of an aborted transaction (the share consumer cannot drop them itself: a
+        // ShareFetch response has no aborted-transactions list).
+        let limit = if settings.read_committed {
+            offsets.last_stable_offset
+        } else {
+            offsets.high_watermark
         };
-        if from >= offsets.high_watermark || limits.max_records == 0 {
+        // Reads again (a few times) when a read found only aborted records, which moved the
+        // window without acquiring anything.
+        for _ in 0..ARCHIVING_READS {
+            let now = Instant::now();
+            let Some(from) = loaded.state.next_fetch_offset(now) else {
+                break;
+            };
+            if from >= limit || limits.max_records == 0 {
+                break;
+            }
+            let read = partition
+                .read_with(
+                    from,
+                    limits.max_bytes.min(PARTITION_READ_BYTES),
+                    true,
+                    settings.read_committed,
+                )
+                .map_err(|e| ShareError::code(e.code()))?;
+            let batches: Vec<(crate::log::batch::BatchHeader, Bytes)> = crate::log::batch::batches(&read.records)
+                .map_while(Result::ok)
+                .collect();
+            if batches.is_empty() {
+                break;
+            }
+            // Offsets a batch does not hold (removed by compaction) go with the next batch, so
+            // the window moves past them: the client acknowledges them as gaps.
+            let mut ranges = Vec::with_capacity(batches.len());
+            let mut next = from;
+            for (header, _) in &batches {
+                let last = header.last_offset();
+                ranges.push((header.base_offset.min(next), last));
+                next = next.max(last.saturating_add(1));
+            }
+            let aborted = read.aborted.unwrap_or_default();
+            let archive: Vec<bool> = batches
+                .iter()
+                .map(|(header, _)| {
+                    header.is_transactional()
+                        && !header.is_control()
+                        && aborted.iter().any(|txn| {
+                            txn.producer_id == header.producer_id
+                                && txn.first_offset <= header.base_offset
+                                && header.last_offset() < txn.last_offset
+                        })
+                })
+                .collect();
+            let acquired = loaded.state.acquire_archiving(
+                member,
+                &ranges,
+                &archive,
+                limits.max_records,
+                settings.lock_duration,
+                now,
+            );
+            tracing::debug!(group, member, partition = %partition.tp, from, ?ranges, ?archive, ?acquired, "acquired");
+            if acquired.is_empty() {
+                if archive.contains(&true) {
+                    continue;
+                }
+                break;
+            }
+            // Only the batches that hold an acquired record go back.
+            let mut records = bytes::BytesMut::new();
+            for ((first, last), (_, bytes)) in ranges.iter().zip(&batches) {
+                if acquired
+                    .iter()
+                    .any(|a| a.first_offset <= *last && a.last_offset >= *first)
+                {
+                    records.extend_from_slice(bytes);
+                }
+            }
             return Ok(Fetched {
-                records: None,
-                acquired: Vec::new(),
-            });
-        }
-        let read = partition
-            .read(from, limits.max_bytes.min(PARTITION_READ_BYTES), true)
-            .map_err(|e| ShareError::code(e.code()))?;
-        let batches: Vec<(crate::log::batch::BatchHeader, Bytes)> = crate::log::batch::batches(&read.records)
-            .map_while(Result::ok)
-            .collect();
-        // Offsets a batch does not hold (removed by compaction) go with the next batch, so the
-        // window moves past them: the client acknowledges them as gaps.
-        let mut ranges = Vec::with_capacity(batches.len());
-        let mut next = from;
-        for (header, _) in &batches {
-            let last = header.last_offset();
-            ranges.push((header.base_offset.min(next), last));
-            next = next.max(last.saturating_add(1));
-        }
-        let group_limits = group_settings(&self.config, &self.controller.image(), group);
-        let acquired = loaded
-            .state
-            .acquire(member, &ranges, limits.max_records, group_limits.lock_duration, now);
-        tracing::debug!(group, member, partition = %partition.tp, from, ?ranges, ?acquired, "acquired");
-        if acquired.is_empty() {
-            return Ok(Fetched {
-                records: None,
+                records: Some(records.freeze()),
                 acquired,
             });
         }
-        // Only the batches that hold an acquired record go back.
-        let mut records = bytes::BytesMut::new();
-        for ((first, last), (_, bytes)) in ranges.iter().zip(&batches) {
-            if acquired
-                .iter()
-                .any(|a| a.first_offset <= *last && a.last_offset >= *first)
-            {
-                records.extend_from_slice(bytes);
-            }
-        }
         Ok(Fetched {
-            records: Some(records.freeze()),
-            acquired,
+            records: None,
+            acquired: Vec::new(),
         })
     }
 
@@ -697,6 +736,8 @@ fn next_epoch(epoch: i32) -> i32 {
 #[derive(Debug, Clone, Copy)]
 pub struct GroupSettings {
     pub lock_duration: Duration,
+    /// `share.isolation.level=read_committed`.
+    pub read_committed: bool,
 }
 
 pub fn group_settings(config: &BrokerConfig, image: &MetadataImage, group: &str) -> GroupSettings {
@@ -707,6 +748,9 @@ pub fn group_settings(config: &BrokerConfig, image: &MetadataImage, group: &str)
         .unwrap_or(config.share.record_lock_duration_ms);
     GroupSettings {
         lock_duration: Duration::from_millis(lock_ms),
+        read_committed: configs
+            .and_then(|c| c.get("share.isolation.level"))
+            .is_some_and(|v| v == "read_committed"),
     }
 }
 

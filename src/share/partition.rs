@@ -239,6 +239,22 @@ impl SharePartition {
         lock_duration: Duration,
         now: Instant,
     ) -> Vec<Acquired> {
+        self.acquire_archiving(member, batches, &[], max_records, lock_duration, now)
+    }
+
+    /// `acquire`, except that the batches whose index `archive` marks true (a read_committed
+    /// group's aborted transactions: Kafka's `filterAbortedTransactionalAcquiredRecords`) are
+    /// never delivered: their available and new offsets are archived, and count for neither
+    /// `max_records` nor the result.
+    pub fn acquire_archiving(
+        &mut self,
+        member: &str,
+        batches: &[(i64, i64)],
+        archive: &[bool],
+        max_records: usize,
+        lock_duration: Duration,
+        now: Instant,
+    ) -> Vec<Acquired> {
         self.expire_locks(now);
         let deadline = now
             .checked_add(lock_duration)
@@ -249,13 +265,19 @@ impl SharePartition {
         };
         let mut out: Vec<Acquired> = Vec::new();
         let mut count = 0usize;
-        'batches: for &(first, last) in batches {
+        'batches: for (index, &(first, last)) in batches.iter().enumerate() {
             if count >= max_records {
                 break;
             }
             let lo = first.max(self.start_offset);
             if lo > last || lo > self.end_offset {
                 // Entirely below the window, empty, or past a gap: nothing to acquire here.
+                continue;
+            }
+            if archive.get(index).copied().unwrap_or(false) {
+                if !self.archive_range(lo, last) {
+                    break;
+                }
                 continue;
             }
             // Offsets already in the window: only the available ones are acquired.
@@ -288,7 +310,22 @@ impl SharePartition {
                 count += 1;
             }
         }
+        self.advance_start();
         out
+    }
+
+    /// Archives the available offsets of `lo..=last` in the window and adds the new ones past
+    /// `end_offset` as archived, never delivered. Returns false once the window is full.
+    fn archive_range(&mut self, lo: i64, last: i64) -> bool {
+        if lo < self.end_offset {
+            let hi = last.min(self.end_offset - 1);
+            for rec in self.records.range_mut(lo..=hi).map(|(_, rec)| rec) {
+                if rec.state == DeliveryState::Available {
+                    rec.state = DeliveryState::Archived;
+                }
+            }
+        }
+        self.restore_range(last, &DeliveryState::Archived, 0)
     }
 
     /// Applies `member`'s acknowledgement of `first..=last`: `types` holds one Kafka
@@ -448,8 +485,9 @@ impl SharePartition {
         sp
     }
 
-    /// Appends `end_offset..=last` in `state` while restoring. A done range on an empty window
-    /// just moves start and end. Returns false once the window is full (restoring stops).
+    /// Appends `end_offset..=last` in `state` (restoring a persisted window, or archiving). A
+    /// done range on an empty window just moves start and end. Returns false once the window
+    /// is full (restoring stops).
     fn restore_range(&mut self, last: i64, state: &DeliveryState, delivery_count: i16) -> bool {
         if self.records.is_empty() && state.is_done() {
             let next = last.saturating_add(1);
@@ -604,6 +642,48 @@ mod tests {
         // max_records 0 acquires nothing.
         assert!(sp.acquire("m2", &[(113, 115)], 0, LOCK, t0).is_empty());
         assert_eq!(sp.end_offset(), 113);
+        check(&sp);
+    }
+
+    #[test]
+    fn archived_batches_are_never_delivered_and_do_not_count() {
+        let t0 = Instant::now();
+        let mut sp = SharePartition::new(0, Limits::default());
+        // An aborted transaction at the front: the start moves past it, and it does not count
+        // against max_records (3 records are acquired after it).
+        let got = sp.acquire_archiving("m1", &[(0, 2), (3, 3), (4, 5)], &[true, false, false], 3, LOCK, t0);
+        assert_eq!(got, vec![acq(3, 5, 1)]);
+        assert_eq!((sp.start_offset(), sp.end_offset()), (3, 6));
+        check(&sp);
+        // Between delivered records, an aborted batch stays archived in the window; released
+        // records around it come back, it never does.
+        let got = sp.acquire_archiving("m1", &[(6, 6), (7, 9), (10, 10)], &[false, true, false], 100, LOCK, t0);
+        assert_eq!(got, vec![acq(6, 6, 1), acq(10, 10, 1)]);
+        assert_eq!(state(&sp, 8), DeliveryState::Archived);
+        assert_eq!(count(&sp, 8), 0);
+        sp.acknowledge("m1", 3, 10, &[ACK_RELEASE], t0).unwrap_err();
+        sp.acknowledge("m1", 3, 6, &[ACK_RELEASE], t0).unwrap();
+        sp.acknowledge("m1", 10, 10, &[ACK_RELEASE], t0).unwrap();
+        assert_eq!(sp.next_fetch_offset(t0), Some(3));
+        let got = sp.acquire_archiving("m2", &[(3, 3), (4, 5), (6, 6), (7, 9), (10, 10)], &[], 100, LOCK, t0);
+        assert_eq!(got, vec![acq(3, 6, 2), acq(10, 10, 2)]);
+        // An available record in a batch marked for archiving is archived, not acquired.
+        sp.acknowledge("m2", 3, 6, &[ACK_ACCEPT], t0).unwrap();
+        sp.acknowledge("m2", 10, 10, &[ACK_RELEASE], t0).unwrap();
+        assert!(
+            sp.acquire_archiving("m2", &[(10, 10)], &[true], 100, LOCK, t0)
+                .is_empty()
+        );
+        assert_eq!((sp.start_offset(), sp.end_offset(), sp.in_flight()), (11, 11, 0));
+        check(&sp);
+        // A full window stops archiving as it stops acquiring.
+        let mut sp = SharePartition::new(0, limits(4, 5));
+        assert_eq!(sp.acquire("m1", &[(0, 0)], 100, LOCK, t0), vec![acq(0, 0, 1)]);
+        assert!(
+            sp.acquire_archiving("m1", &[(1, 9), (10, 10)], &[true, false], 100, LOCK, t0)
+                .is_empty()
+        );
+        assert_eq!((sp.start_offset(), sp.end_offset()), (0, 4));
         check(&sp);
     }
 

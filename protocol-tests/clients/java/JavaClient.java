@@ -621,7 +621,54 @@ public class JavaClient {
                 + admin.listShareGroupOffsets(Map.of(txt, new ListShareGroupOffsetsSpec())).partitionsToOffsetInfo(txt).get()
                 + ", end " + admin.listOffsets(Map.of(new TopicPartition(txt, 0), OffsetSpec.latest())).all().get());
         ok("share group and transactions: 15 records of 3 transactions (one aborted, read uncommitted), start offset 18 past the 3 markers");
-        admin.deleteShareGroups(List.of(group, more, txt)).all().get(30, TimeUnit.SECONDS);
+        // share.isolation.level=read_committed: the aborted transaction is never delivered, and
+        // an open one waits for its commit (the group reads up to the last stable offset).
+        String rc = txt + "-rc";
+        admin.incrementalAlterConfigs(Map.of(new ConfigResource(ConfigResource.Type.GROUP, rc), List.of(
+                new AlterConfigOp(new ConfigEntry("share.auto.offset.reset", "earliest"), AlterConfigOp.OpType.SET),
+                new AlterConfigOp(new ConfigEntry("share.isolation.level", "read_committed"), AlterConfigOp.OpType.SET))))
+                .all().get(30, TimeUnit.SECONDS);
+        ConfigResource rcGroup = new ConfigResource(ConfigResource.Type.GROUP, rc);
+        String level = admin.describeConfigs(List.of(rcGroup)).all().get(30, TimeUnit.SECONDS)
+                .get(rcGroup).get("share.isolation.level").value();
+        expect("read_committed".equals(level), "describeConfigs of the group: share.isolation.level " + level);
+        try {
+            admin.incrementalAlterConfigs(Map.of(rcGroup, List.of(
+                    new AlterConfigOp(new ConfigEntry("share.isolation.level", "serializable"), AlterConfigOp.OpType.SET))))
+                    .all().get(30, TimeUnit.SECONDS);
+            expect(false, "share.isolation.level=serializable accepted");
+        } catch (ExecutionException e) {
+            expect(e.getCause() instanceof InvalidConfigurationException, "share.isolation.level=serializable: " + e.getCause());
+        }
+        List<String> committed = new ArrayList<>();
+        try (KafkaProducer<String, String> p = producer(props("transactional.id", rc));
+             KafkaShareConsumer<String, String> c = shareConsumer(props("group.id", rc))) {
+            p.initTransactions();
+            p.beginTransaction();
+            for (int i = 0; i < 5; i++) p.send(new ProducerRecord<>(txt, "open-" + i));
+            p.flush();
+            c.subscribe(List.of(txt));
+            long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+            while (committed.size() < 10 && System.nanoTime() < until) {
+                for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) committed.add(r.value());
+            }
+            for (int i = 0; i < 5; i++) {
+                for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) committed.add(r.value());
+            }
+            List<String> expected = new ArrayList<>();
+            for (int t : new int[] {0, 2}) for (int i = 0; i < 5; i++) expected.add("t" + t + "-" + i);
+            expect(committed.equals(expected), "read_committed share group before the commit: " + committed);
+            p.commitTransaction();
+            until = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+            while (committed.size() < 15 && System.nanoTime() < until) {
+                for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) committed.add(r.value());
+            }
+            for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) committed.add(r.value());
+            for (int i = 0; i < 5; i++) expected.add("open-" + i);
+            expect(committed.equals(expected), "read_committed share group after the commit: " + committed);
+        }
+        ok("share group read_committed: the 10 committed records, none of the aborted transaction, an open transaction's 5 only after its commit");
+        admin.deleteShareGroups(List.of(group, more, txt, rc)).all().get(30, TimeUnit.SECONDS);
         Collection<GroupListing> after = admin.listGroups(new ListGroupsOptions().withTypes(Set.of(GroupType.SHARE)))
                 .all().get(30, TimeUnit.SECONDS);
         expect(after.stream().noneMatch(g -> g.groupId().equals(group) || g.groupId().equals(more) || g.groupId().equals(txt)),
