@@ -183,7 +183,7 @@ fn acquired(resp: &ShareFetchResponse) -> (Vec<(i64, i64, i16)>, Vec<String>) {
 /// accepted and rejected records are done, and the state survives a restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_are_acquired_once_released_redelivered_and_kept_across_a_restart() {
-    let broker = TestBroker::start(&[]).await;
+    let broker = TestBroker::start(&[("metrics.listen", "127.0.0.1:0")]).await;
     let mut raw = Raw::connect(broker.addr).await;
     let t = create(&mut raw, "queue", 1).await;
     produce(&mut raw, "queue", batch("before", 3)).await;
@@ -253,6 +253,16 @@ async fn records_are_acquired_once_released_redelivered_and_kept_across_a_restar
         .call(1, &share_ack("g", &b, 3, t, vec![(8, 9, vec![3]), (10, 12, vec![1])]))
         .await;
     assert_eq!(done.responses[0].partitions[0].error_code, 0);
+    // Kafka's RecordAcknowledgementsPerSec by type, and the in-flight window (empty: every
+    // record is done).
+    let metrics = broker.handle.metrics_addr.expect("metrics.listen bound");
+    let scraped = scrape::samples(&scrape::get(metrics, "/metrics", "text/plain").1);
+    for (kind, count) in [("Accept", 8.0), ("Release", 10.0), ("Reject", 2.0)] {
+        let series = format!("kafka_server_sharegroupmetrics_recordacknowledgements_total{{acktype=\"{kind}\"}}");
+        assert_eq!(scrape::sample(&scraped, &series), count, "{series}");
+    }
+    let window = r#"kafka_server_sharepartitionmetrics_inflightmessagecount{group="g",topic="queue",partition="0"}"#;
+    assert_eq!(scrape::sample(&scraped, window), 0.0);
 
     // Across a restart: the group's start offset is 13, nothing is delivered again.
     drop((ra, rb, raw));
@@ -278,6 +288,7 @@ async fn locks_expire_the_delivery_limit_archives_and_a_closed_connection_releas
     let broker = TestBroker::start(&[
         ("group.share.delivery.count.limit", "2"),
         ("group.share.min.record.lock.duration.ms", "100"),
+        ("metrics.listen", "127.0.0.1:0"),
     ])
     .await;
     let mut raw = Raw::connect(broker.addr).await;
@@ -324,6 +335,25 @@ async fn locks_expire_the_delivery_limit_archives_and_a_closed_connection_releas
     let got_b = rb.call(1, &share_fetch("g2", &b, 0, t, vec![], 5_000)).await;
     assert_eq!(acquired(&got_b).0, vec![(4, 5, 2)]);
     assert!(started.elapsed() < Duration::from_secs(4));
+    // Kafka's SharePartitionMetrics: 4 records whose locks expired twice (the closed
+    // connection's release is not a lock timeout), and b's 2 records in flight.
+    let metrics = broker.handle.metrics_addr.expect("metrics.listen bound");
+    let scraped = scrape::samples(&scrape::get(metrics, "/metrics", "text/plain").1);
+    let labels = r#"{group="g2",topic="q2",partition="0"}"#;
+    assert_eq!(
+        scrape::sample(
+            &scraped,
+            &format!("kafka_server_sharepartitionmetrics_acquisitionlocktimeout_total{labels}")
+        ),
+        8.0
+    );
+    assert_eq!(
+        scrape::sample(
+            &scraped,
+            &format!("kafka_server_sharepartitionmetrics_inflightmessagecount{labels}")
+        ),
+        2.0
+    );
 }
 
 /// `share.isolation.level=read_committed` (Kafka's `filterAbortedTransactionalAcquiredRecords`):

@@ -671,6 +671,7 @@ impl Broker {
             let state = Arc::new(metrics::State {
                 replicas: replicas.clone(),
                 coordinator: ctx.coordinator.clone(),
+                share: ctx.share.clone(),
                 controller: ctx.controller.clone(),
                 node_id: config.node_id,
             });

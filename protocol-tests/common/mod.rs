@@ -4,6 +4,7 @@
 pub mod checker;
 pub mod cluster;
 pub mod docker;
+pub mod scrape;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

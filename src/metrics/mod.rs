@@ -397,6 +397,7 @@ pub struct RequestTimes {
 pub struct State {
     pub replicas: Arc<ReplicaManager>,
     pub coordinator: Arc<GroupCoordinator>,
+    pub share: Arc<crate::share::ShareManager>,
     pub controller: Arc<crate::cluster::Controller>,
     pub node_id: i32,
 }
@@ -417,6 +418,18 @@ struct LagLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabels {
     state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AckTypeLabels {
+    acktype: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SharePartitionLabels {
+    group: String,
+    topic: String,
+    partition: String,
 }
 
 impl State {
@@ -570,6 +583,50 @@ impl State {
             "kafka_consumergroup_lag",
             "High watermark minus the group's committed offset (kafka-exporter's name)",
             lag,
+        );
+        self.collect_share(r, &image);
+    }
+
+    /// Kafka's `ShareGroupMetrics` and `SharePartitionMetrics`, for the share-partitions led
+    /// here.
+    fn collect_share(&self, r: &mut Registry, image: &crate::cluster::MetadataImage) {
+        let share = self.share.metrics();
+        let acknowledged: Family<AckTypeLabels, Counter> = Family::default();
+        for (kind, count) in share.acknowledged {
+            acknowledged
+                .get_or_create(&AckTypeLabels { acktype: kind.into() })
+                .inc_by(count);
+        }
+        r.register(
+            "kafka_server_sharegroupmetrics_recordacknowledgements",
+            "Records share consumers acknowledged here, by type (Accept, Release, Reject)",
+            acknowledged,
+        );
+        let in_flight: Family<SharePartitionLabels, Gauge> = Family::default();
+        let lock_timeouts: Family<SharePartitionLabels, Counter> = Family::default();
+        for p in share.partitions {
+            let Some(topic) = image.topic_by_id(&p.topic_id) else {
+                continue;
+            };
+            let labels = SharePartitionLabels {
+                group: p.group,
+                topic: topic.name.clone(),
+                partition: p.partition.to_string(),
+            };
+            in_flight
+                .get_or_create(&labels)
+                .set(i64::try_from(p.in_flight).unwrap_or(i64::MAX));
+            lock_timeouts.get_or_create(&labels).inc_by(p.lock_timeouts);
+        }
+        r.register(
+            "kafka_server_sharepartitionmetrics_inflightmessagecount",
+            "Offsets in a share-partition's in-flight window (acquired, available again, or done past the start offset)",
+            in_flight,
+        );
+        r.register(
+            "kafka_server_sharepartitionmetrics_acquisitionlocktimeout",
+            "Records of a share-partition whose acquisition lock expired (counted when the share-partition is next used)",
+            lock_timeouts,
         );
     }
 }

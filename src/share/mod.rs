@@ -60,6 +60,8 @@ struct Loaded {
     state_epoch: i32,
     /// What the coordinator holds, so that unchanged state is not written again.
     stored: Persisted,
+    /// The state's lock timeouts already added to the slot's count.
+    published_lock_timeouts: u64,
 }
 
 #[derive(Default)]
@@ -69,6 +71,42 @@ struct Slot {
     /// Set when a member opened a session: the next use asks the coordinator whether the
     /// state epoch moved (an administrator's reset) before it trusts what is loaded.
     recheck: std::sync::atomic::AtomicBool,
+    /// Offsets in the in-flight window, as of the last use (a metric).
+    in_flight: AtomicU64,
+    /// Records whose lock expired, over every state loaded here (a metric).
+    lock_timeouts: AtomicU64,
+}
+
+impl Slot {
+    /// Publishes the metrics of `loaded`, after a use.
+    fn publish(&self, loaded: &mut Loaded) {
+        self.in_flight.store(
+            u64::try_from(loaded.state.in_flight()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        let timeouts = loaded.state.lock_timeouts();
+        self.lock_timeouts.fetch_add(
+            timeouts.saturating_sub(loaded.published_lock_timeouts),
+            Ordering::Relaxed,
+        );
+        loaded.published_lock_timeouts = timeouts;
+    }
+}
+
+/// What the share groups' metrics show (`metrics::State`).
+pub struct ShareMetrics {
+    /// Records acknowledged as ACCEPT, RELEASE and REJECT, by this broker's share-partitions.
+    pub acknowledged: [(&'static str, u64); 3],
+    pub partitions: Vec<SharePartitionMetrics>,
+}
+
+/// One share-partition's metrics, Kafka's `SharePartitionMetrics`.
+pub struct SharePartitionMetrics {
+    pub group: String,
+    pub topic_id: Uuid,
+    pub partition: i32,
+    pub in_flight: u64,
+    pub lock_timeouts: u64,
 }
 
 struct Session {
@@ -118,6 +156,8 @@ pub struct ShareManager {
     /// expired lock, a closed session), to wake fetches waiting for records.
     released: Arc<watch::Sender<u64>>,
     next_connection: AtomicU64,
+    /// Records acknowledged as ACCEPT, RELEASE, REJECT (Kafka's RecordAcknowledgementsPerSec).
+    acknowledged: [AtomicU64; 3],
 }
 
 /// Ends a connection's share sessions when the connection ends (`server`).
@@ -153,6 +193,7 @@ impl ShareManager {
             sessions: Mutex::new(HashMap::new()),
             released: Arc::new(watch::channel(0).0),
             next_connection: AtomicU64::new(1),
+            acknowledged: Default::default(),
         });
         manager.coordinator.set_share_manager(&manager);
         manager
@@ -287,7 +328,10 @@ impl ShareManager {
             let Some(slot) = slot else { continue };
             let busy = match slot.loaded.try_lock() {
                 Ok(mut loaded) => {
-                    any |= loaded.as_mut().is_some_and(|l| l.state.release_member(member));
+                    if let Some(l) = loaded.as_mut() {
+                        any |= l.state.release_member(member);
+                        slot.publish(l);
+                    }
                     false
                 }
                 Err(_) => true,
@@ -297,8 +341,11 @@ impl ShareManager {
                 let (member, released) = (member.to_string(), self.released.clone());
                 runtime.spawn(async move {
                     let mut loaded = slot.loaded.lock().await;
-                    if loaded.as_mut().is_some_and(|l| l.state.release_member(&member)) {
-                        released.send_modify(|n| *n = n.wrapping_add(1));
+                    if let Some(l) = loaded.as_mut() {
+                        if l.state.release_member(&member) {
+                            released.send_modify(|n| *n = n.wrapping_add(1));
+                        }
+                        slot.publish(l);
                     }
                 });
             }
@@ -332,6 +379,45 @@ impl ShareManager {
         self.partitions().retain(|(_, t, _), _| *t != topic_id);
         for session in self.sessions().values_mut() {
             session.partitions.retain(|(t, _)| *t != topic_id);
+        }
+    }
+
+    /// Counts an accepted acknowledgement of `first..=last` by type (gaps are not counted, as
+    /// in Kafka).
+    fn count_acknowledged(&self, first: i64, last: i64, types: &[i8]) {
+        let add = |kind: i8, n: u64| {
+            let index = match kind {
+                partition::ACK_ACCEPT => 0,
+                partition::ACK_RELEASE => 1,
+                partition::ACK_REJECT => 2,
+                _ => return,
+            };
+            self.acknowledged[index].fetch_add(n, Ordering::Relaxed);
+        };
+        match types {
+            [kind] => add(*kind, u64::try_from(last - first).map_or(0, |n| n.saturating_add(1))),
+            _ => types.iter().for_each(|kind| add(*kind, 1)),
+        }
+    }
+
+    /// The share groups' metrics: acknowledgements by type, and each share-partition used
+    /// here.
+    pub fn metrics(&self) -> ShareMetrics {
+        let acknowledged = ["Accept", "Release", "Reject"];
+        let partitions = self
+            .partitions()
+            .iter()
+            .map(|((group, topic_id, partition), slot)| SharePartitionMetrics {
+                group: group.clone(),
+                topic_id: *topic_id,
+                partition: *partition,
+                in_flight: slot.in_flight.load(Ordering::Relaxed),
+                lock_timeouts: slot.lock_timeouts.load(Ordering::Relaxed),
+            })
+            .collect();
+        ShareMetrics {
+            acknowledged: std::array::from_fn(|i| (acknowledged[i], self.acknowledged[i].load(Ordering::Relaxed))),
+            partitions,
         }
     }
 
@@ -382,6 +468,7 @@ impl ShareManager {
                     leader_epoch: epoch,
                     state_epoch,
                     stored,
+                    published_lock_timeouts: 0,
                 }
             }
             None => {
@@ -398,6 +485,7 @@ impl ShareManager {
                     leader_epoch: epoch,
                     state_epoch,
                     stored,
+                    published_lock_timeouts: 0,
                 }
             }
         };
@@ -420,6 +508,20 @@ impl ShareManager {
         let Some(loaded) = guard.as_mut() else {
             return Err(ShareError::code(ResponseError::UnknownServerError.code()));
         };
+        let fetched = self.acquire(loaded, group, member, partition, limits);
+        slot.publish(loaded);
+        fetched
+    }
+
+    /// `fetch` on the loaded share-partition.
+    fn acquire(
+        &self,
+        loaded: &mut Loaded,
+        group: &str,
+        member: &str,
+        partition: &Arc<Partition>,
+        limits: FetchLimits,
+    ) -> Result<Fetched, ShareError> {
         let settings = group_settings(&self.config, &self.controller.image(), group);
         let offsets = partition.offsets().map_err(|e| ShareError::code(e.code()))?;
         loaded.state.move_start(offsets.log_start_offset);
@@ -534,7 +636,10 @@ impl ShareManager {
         let mut released = false;
         for (first, last, types) in batches {
             match loaded.state.acknowledge(member, *first, *last, types, now) {
-                Ok(()) => released |= types.contains(&partition::ACK_RELEASE),
+                Ok(()) => {
+                    released |= types.contains(&partition::ACK_RELEASE);
+                    self.count_acknowledged(*first, *last, types);
+                }
                 Err(e) => {
                     tracing::debug!(
                         group,
@@ -563,6 +668,7 @@ impl ShareManager {
             }
             loaded.stored = snapshot;
         }
+        slot.publish(loaded);
         drop(guard);
         if released {
             self.released.send_modify(|n| *n = n.wrapping_add(1));

@@ -148,6 +148,8 @@ pub struct SharePartition {
     end_offset: i64,
     records: BTreeMap<i64, RecordState>,
     limits: Limits,
+    /// Records whose lock expired, since this state was built (a metric).
+    lock_timeouts: u64,
 }
 
 impl SharePartition {
@@ -158,6 +160,7 @@ impl SharePartition {
             end_offset: start_offset,
             records: BTreeMap::new(),
             limits,
+            lock_timeouts: 0,
         }
     }
 
@@ -188,6 +191,11 @@ impl SharePartition {
             .values()
             .filter(|r| matches!(r.state, DeliveryState::Acquired { .. }))
             .count()
+    }
+
+    /// Records whose lock expired since this state was built or restored.
+    pub fn lock_timeouts(&self) -> u64 {
+        self.lock_timeouts
     }
 
     /// Number of offsets in the in-flight window (`end_offset - start_offset`).
@@ -379,6 +387,7 @@ impl SharePartition {
         for rec in self.records.values_mut() {
             if matches!(rec.state, DeliveryState::Acquired { deadline, .. } if deadline <= now) {
                 release(rec, limit);
+                self.lock_timeouts += 1;
                 changed = true;
             }
         }
@@ -803,6 +812,8 @@ mod tests {
         // The second delivery reached the limit: expiring archives and the start moves on.
         assert!(sp.expire_locks(t1 + LOCK));
         assert_eq!((sp.start_offset(), sp.end_offset(), sp.in_flight()), (2, 2, 0));
+        // Two records expired twice each.
+        assert_eq!(sp.lock_timeouts(), 4);
         check(&sp);
     }
 
