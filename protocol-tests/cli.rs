@@ -587,6 +587,146 @@ async fn a_group_with_members_shows_them_and_is_not_reset() {
     drop(member);
 }
 
+/// A share group (KIP-932): `group list` names its type, `group describe` shows its start
+/// offset, the log end and its member (ShareGroupDescribe, DescribeShareGroupOffsets), and
+/// `group delete` deletes it once empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_share_group_is_listed_and_described() {
+    use kafka_protocol::messages::share_fetch_request::{AcknowledgementBatch, FetchPartition, FetchTopic};
+    use kafka_protocol::messages::{GroupId, ShareFetchRequest, ShareGroupHeartbeatRequest};
+    use kafka_protocol::protocol::StrBytes;
+    let broker = TestBroker::start(&[]).await;
+    let b = broker.bootstrap();
+    ok(&b, &["topic", "create", "jobs", "--partitions", "1"]).await;
+    let text = |s: &str| StrBytes::from_string(s.to_string());
+    let member = "sluiceCliShareMember00";
+    let mut raw = Raw::connect(broker.addr).await;
+    let joined = raw
+        .call(
+            1,
+            &ShareGroupHeartbeatRequest::default()
+                .with_group_id(GroupId(text("workers")))
+                .with_member_id(text(member))
+                .with_member_epoch(0)
+                .with_subscribed_topic_names(Some(vec![topic("jobs")])),
+        )
+        .await;
+    assert_eq!(joined.error_code, 0, "{:?}", joined.error_message);
+    let topic_id = joined.assignment.expect("an assignment").topic_partitions[0].topic_id;
+    let fetch = |epoch: i32, acks: Vec<AcknowledgementBatch>| {
+        ShareFetchRequest::default()
+            .with_group_id(Some(GroupId(text("workers"))))
+            .with_member_id(Some(text(member)))
+            .with_share_session_epoch(epoch)
+            .with_max_wait_ms(2_000)
+            .with_min_bytes(1)
+            .with_max_bytes(1 << 20)
+            .with_max_records(2)
+            .with_batch_size(2)
+            .with_topics(vec![FetchTopic::default().with_topic_id(topic_id).with_partitions(
+                vec![
+                FetchPartition::default().with_partition_index(0).with_acknowledgement_batches(acks),
+            ],
+            )])
+    };
+    // The group starts at the log end (share.auto.offset.reset latest): the first fetch opens
+    // the session there, then five records come, one per line.
+    raw.call(1, &fetch(0, vec![])).await;
+    assert_eq!(
+        sluice(&b, &["produce", "-t", "jobs", "-p", "0"], "a\nb\nc\nd\ne\n")
+            .await
+            .status
+            .code(),
+        Some(0)
+    );
+    let mut acquired = Vec::new();
+    let mut epoch = 1;
+    while epoch < 10 {
+        let got = raw.call(1, &fetch(epoch, vec![])).await;
+        epoch += 1;
+        acquired.extend(
+            got.responses[0].partitions[0]
+                .acquired_records
+                .iter()
+                .map(|a| (a.first_offset, a.last_offset)),
+        );
+        if acquired.iter().any(|(first, _)| *first == 0) {
+            break;
+        }
+    }
+    let (first, last) = *acquired
+        .iter()
+        .find(|(first, _)| *first == 0)
+        .expect("offset 0 acquired");
+    // Accept them: the start offset moves past them.
+    let ack = AcknowledgementBatch::default()
+        .with_first_offset(first)
+        .with_last_offset(last)
+        .with_acknowledge_types(vec![1]);
+    let acked = raw.call(1, &fetch(epoch, vec![ack])).await;
+    assert_eq!(acked.responses[0].partitions[0].acknowledge_error_code, 0);
+    let start = last + 1;
+
+    let listed = json(&b, &["group", "list"]).await;
+    let row = listed["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["group"] == "workers")
+        .cloned();
+    let row = row.unwrap_or_else(|| panic!("{listed}"));
+    assert_eq!(
+        (row["type"].clone(), row["state"].clone()),
+        ("share".into(), "Stable".into())
+    );
+    let described = json(&b, &["group", "describe", "workers"]).await;
+    assert_eq!(described["type"], "share", "{described}");
+    assert_eq!(described["members"][0]["member_id"], member, "{described}");
+    let p = &described["partitions"][0];
+    assert_eq!(
+        (
+            p["topic"].clone(),
+            p["start_offset"].clone(),
+            p["log_end_offset"].clone(),
+            p["lag"].clone()
+        ),
+        ("jobs".into(), start.into(), 5.into(), (5 - start).into()),
+        "{described}"
+    );
+    let text_out = ok(&b, &["group", "describe", "workers"]).await;
+    let expected = [
+        "workers",
+        "jobs",
+        "0",
+        &start.to_string(),
+        "5",
+        &(5 - start).to_string(),
+        "1",
+    ];
+    assert!(
+        text_out
+            .lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>() == expected),
+        "{text_out}"
+    );
+    // A member is in: NON_EMPTY_GROUP. Once it leaves (epoch -1), the group goes.
+    let refused = sluice(&b, &["group", "delete", "workers"], "").await;
+    assert!(stderr(&refused).contains("NON_EMPTY_GROUP"), "{}", stderr(&refused));
+    let left = raw
+        .call(
+            1,
+            &ShareGroupHeartbeatRequest::default()
+                .with_group_id(GroupId(text("workers")))
+                .with_member_id(text(member))
+                .with_member_epoch(-1),
+        )
+        .await;
+    assert_eq!(left.error_code, 0);
+    ok(&b, &["group", "delete", "workers"]).await;
+    let gone = sluice(&b, &["group", "describe", "workers"], "").await;
+    assert_eq!(gone.status.code(), Some(1), "{}", stdout(&gone));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scram_logins_from_the_command_config() {
     use kafka_protocol::messages::AlterUserScramCredentialsRequest;

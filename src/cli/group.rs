@@ -1,18 +1,20 @@
-//! `sluice group` (Kafka's `kafka-consumer-groups`): list, describe with lag, delete, and
-//! reset-offsets, a dry run unless `--execute`.
+//! `sluice group` (Kafka's `kafka-consumer-groups` and `kafka-share-groups`): list, describe
+//! with lag, delete, and reset-offsets, a dry run unless `--execute`.
 //!
 //! ListGroups goes to every broker (each lists the groups it coordinates); DescribeGroups,
-//! OffsetFetch, OffsetCommit and DeleteGroups to the group's coordinator (FindCoordinator);
-//! ListOffsets to each partition's leader (Metadata).
+//! ShareGroupDescribe, OffsetFetch, DescribeShareGroupOffsets, OffsetCommit and DeleteGroups to
+//! the group's coordinator (FindCoordinator); ListOffsets to each partition's leader (Metadata).
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use kafka_protocol::messages::describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestGroup;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup;
 use kafka_protocol::messages::{
-    ConsumerProtocolAssignment, DeleteGroupsRequest, DescribeGroupsRequest, GroupId, ListGroupsRequest,
-    ListOffsetsRequest, OffsetCommitRequest, OffsetFetchRequest,
+    ConsumerProtocolAssignment, DeleteGroupsRequest, DescribeGroupsRequest, DescribeShareGroupOffsetsRequest, GroupId,
+    ListGroupsRequest, ListOffsetsRequest, OffsetCommitRequest, OffsetFetchRequest, ShareGroupDescribeRequest,
+    ShareGroupDescribeResponse,
 };
 use kafka_protocol::protocol::Decodable;
 use serde_json::json;
@@ -65,7 +67,8 @@ where
 pub enum GroupAction {
     /// List groups and their states (ListGroups on every broker).
     List,
-    /// Per partition: committed offset, log end offset, lag, and the member that owns it.
+    /// Per partition: committed offset, log end offset, lag, and the member that owns it; for a
+    /// share group, its start offset, the log end, the records between, and its members.
     Describe { group: String },
     /// Delete groups with no members (DeleteGroups).
     Delete {
@@ -148,16 +151,21 @@ async fn list(client: &Client) -> Result<Report, CliError> {
                 true => g.group_state.to_string(),
                 false => String::new(),
             };
-            groups.insert(g.group_id.0.to_string(), (state, g.protocol_type.to_string()));
+            // v5 (KIP-848) names the group's type: classic, consumer or share.
+            let kind = match version >= 5 {
+                true => g.group_type.to_string(),
+                false => String::new(),
+            };
+            groups.insert(g.group_id.0.to_string(), (state, kind, g.protocol_type.to_string()));
         }
     }
     let rows: Vec<Vec<String>> = groups
         .iter()
-        .map(|(g, (state, protocol))| vec![g.clone(), state.clone(), protocol.clone()])
+        .map(|(g, (state, kind, protocol))| vec![g.clone(), state.clone(), kind.clone(), protocol.clone()])
         .collect();
     Ok(Report {
-        json: json!({"groups": groups.iter().map(|(g, (state, protocol))| json!({"group": g, "state": state, "protocol_type": protocol})).collect::<Vec<_>>()}),
-        text: table(&["GROUP", "STATE", "PROTOCOL-TYPE"], &rows),
+        json: json!({"groups": groups.iter().map(|(g, (state, kind, protocol))| json!({"group": g, "state": state, "type": kind, "protocol_type": protocol})).collect::<Vec<_>>()}),
+        text: table(&["GROUP", "STATE", "TYPE", "PROTOCOL-TYPE"], &rows),
     })
 }
 
@@ -325,6 +333,9 @@ pub async fn list_offsets(
 }
 
 async fn describe(client: &Client, group: &str) -> Result<Report, CliError> {
+    if let Some(share) = describe_share_group(client, group).await? {
+        return describe_share(client, group, share).await;
+    }
     let state = at_coordinator(
         client,
         group,
@@ -389,6 +400,145 @@ async fn describe(client: &Client, group: &str) -> Result<Report, CliError> {
                 ],
                 &rows
             )
+        ),
+    })
+}
+
+/// The share group `group` as ShareGroupDescribe tells it; None when it is not a share group
+/// (or the broker serves no share groups).
+async fn describe_share_group(
+    client: &Client,
+    group: &str,
+) -> Result<Option<kafka_protocol::messages::share_group_describe_response::DescribedGroup>, CliError> {
+    let Ok(version) = client.version::<ShareGroupDescribeRequest>(1) else {
+        return Ok(None);
+    };
+    let request = ShareGroupDescribeRequest::default().with_group_ids(vec![GroupId(str_bytes(group))]);
+    let request = &request;
+    let answer: ShareGroupDescribeResponse =
+        at_coordinator(
+            client,
+            group,
+            |c| async move { client.send(&c, version, request).await },
+        )
+        .await?;
+    let Some(described) = answer.groups.into_iter().next() else {
+        return Ok(None);
+    };
+    if described.error_code == GROUP_ID_NOT_FOUND || described.group_state.as_str() == "Dead" {
+        return Ok(None);
+    }
+    kafka_result(described.error_code, described.error_message.as_deref())?;
+    Ok(Some(described))
+}
+
+/// A share group (Kafka's `kafka-share-groups --describe`): per partition it has started, its
+/// start offset (records below it are all acknowledged or archived), the log end, the records
+/// between them and how many members are assigned the partition; then each member.
+async fn describe_share(
+    client: &Client,
+    group: &str,
+    described: kafka_protocol::messages::share_group_describe_response::DescribedGroup,
+) -> Result<Report, CliError> {
+    let version = client.version::<DescribeShareGroupOffsetsRequest>(0)?;
+    let request = DescribeShareGroupOffsetsRequest::default().with_groups(vec![
+        DescribeShareGroupOffsetsRequestGroup::default()
+            .with_group_id(GroupId(str_bytes(group)))
+            // None: every partition the group has started (the default is an empty list).
+            .with_topics(None),
+    ]);
+    let request = &request;
+    let offsets = at_coordinator(
+        client,
+        group,
+        |c| async move { client.send(&c, version, request).await },
+    )
+    .await?;
+    let mut starts: BTreeMap<TopicPartition, i64> = BTreeMap::new();
+    for g in &offsets.groups {
+        kafka_result(g.error_code, g.error_message.as_deref())?;
+        for t in &g.topics {
+            for p in &t.partitions {
+                if p.error_code == 0 && p.start_offset >= 0 {
+                    starts.insert((t.topic_name.to_string(), p.partition_index), p.start_offset);
+                }
+            }
+        }
+    }
+    let mut assigned: BTreeMap<TopicPartition, usize> = BTreeMap::new();
+    let mut members = Vec::new();
+    for m in &described.members {
+        let mut count = 0;
+        for tp in &m.assignment.topic_partitions {
+            for p in &tp.partitions {
+                *assigned.entry((tp.topic_name.to_string(), *p)).or_default() += 1;
+                count += 1;
+            }
+        }
+        members.push((
+            m.member_id.to_string(),
+            m.client_host.to_string(),
+            m.client_id.to_string(),
+            count,
+        ));
+    }
+    let partitions: BTreeSet<TopicPartition> = starts.keys().chain(assigned.keys()).cloned().collect();
+    let metadata = client.metadata(Some(&topic_names(&partitions))).await?;
+    let ends = list_offsets(client, &metadata, &partitions, LATEST, &mut Progress::new(false)).await?;
+    let dash = || "-".to_string();
+    let mut rows = Vec::new();
+    let mut json_rows = Vec::new();
+    for tp in &partitions {
+        let start = starts.get(tp).copied();
+        let end = ends.get(tp).copied();
+        let pending = match (start, end) {
+            (Some(s), Some(e)) => Some((e - s).max(0)),
+            _ => None,
+        };
+        let readers = assigned.get(tp).copied().unwrap_or(0);
+        rows.push(vec![
+            group.to_string(),
+            tp.0.clone(),
+            tp.1.to_string(),
+            start.map_or_else(dash, |s| s.to_string()),
+            end.map_or_else(dash, |e| e.to_string()),
+            pending.map_or_else(dash, |l| l.to_string()),
+            readers.to_string(),
+        ]);
+        json_rows.push(json!({
+            "topic": tp.0, "partition": tp.1, "start_offset": start, "log_end_offset": end,
+            "lag": pending, "members": readers,
+        }));
+    }
+    let member_rows: Vec<Vec<String>> = members
+        .iter()
+        .map(|(id, host, client_id, count)| vec![id.clone(), host.clone(), client_id.clone(), count.to_string()])
+        .collect();
+    let state = described.group_state.to_string();
+    Ok(Report {
+        json: json!({
+            "group": group, "type": "share", "state": state, "group_epoch": described.group_epoch,
+            "members": members.iter().map(|(id, host, client_id, count)| json!({
+                "member_id": id, "host": host, "client_id": client_id, "partitions": count,
+            })).collect::<Vec<_>>(),
+            "partitions": json_rows,
+        }),
+        text: format!(
+            "Share group: {group}\tState: {state}\tMembers: {}\n{}\n{}",
+            members.len(),
+            table(
+                &[
+                    "GROUP",
+                    "TOPIC",
+                    "PARTITION",
+                    "START-OFFSET",
+                    "LOG-END-OFFSET",
+                    "LAG",
+                    "MEMBERS"
+                ],
+                &rows
+            ),
+            table(&["CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"], &member_rows)
         ),
     })
 }
