@@ -588,8 +588,9 @@ async fn a_group_with_members_shows_them_and_is_not_reset() {
 }
 
 /// A share group (KIP-932): `group list` names its type, `group describe` shows its start
-/// offset, the log end and its member (ShareGroupDescribe, DescribeShareGroupOffsets), and
-/// `group delete` deletes it once empty.
+/// offset, the log end and its member (ShareGroupDescribe, DescribeShareGroupOffsets),
+/// `group reset-offsets` moves its start offset once it is empty (AlterShareGroupOffsets), and
+/// `group delete` deletes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_share_group_is_listed_and_described() {
     use kafka_protocol::messages::share_fetch_request::{AcknowledgementBatch, FetchPartition, FetchTopic};
@@ -722,6 +723,38 @@ async fn a_share_group_is_listed_and_described() {
         )
         .await;
     assert_eq!(left.error_code, 0);
+    // reset-offsets moves an empty share group's start offset (AlterShareGroupOffsets): a dry
+    // run first, then --execute.
+    let plan = json(
+        &b,
+        &["group", "reset-offsets", "workers", "--topic", "jobs", "--to-earliest"],
+    )
+    .await;
+    let row = &plan["partitions"][0];
+    assert_eq!(
+        (
+            row["current_offset"].clone(),
+            row["new_offset"].clone(),
+            plan["executed"].clone()
+        ),
+        (start.into(), 0.into(), false.into()),
+        "{plan}"
+    );
+    ok(
+        &b,
+        &[
+            "group",
+            "reset-offsets",
+            "workers",
+            "--all-topics",
+            "--shift-by",
+            "-1",
+            "--execute",
+        ],
+    )
+    .await;
+    let described = json(&b, &["group", "describe", "workers"]).await;
+    assert_eq!(described["partitions"][0]["start_offset"], start - 1, "{described}");
     ok(&b, &["group", "delete", "workers"]).await;
     let gone = sluice(&b, &["group", "describe", "workers"], "").await;
     assert_eq!(gone.status.code(), Some(1), "{}", stdout(&gone));

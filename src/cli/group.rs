@@ -75,7 +75,8 @@ pub enum GroupAction {
         #[arg(required = true)]
         groups: Vec<String>,
     },
-    /// Move a group's committed offsets. Prints the plan only unless --execute is given.
+    /// Move a group's committed offsets (a share group's start offsets). Prints the plan only
+    /// unless --execute is given.
     ResetOffsets(ResetArgs),
 }
 
@@ -432,14 +433,8 @@ async fn describe_share_group(
     Ok(Some(described))
 }
 
-/// A share group (Kafka's `kafka-share-groups --describe`): per partition it has started, its
-/// start offset (records below it are all acknowledged or archived), the log end, the records
-/// between them and how many members are assigned the partition; then each member.
-async fn describe_share(
-    client: &Client,
-    group: &str,
-    described: kafka_protocol::messages::share_group_describe_response::DescribedGroup,
-) -> Result<Report, CliError> {
+/// A share group's start offsets (DescribeShareGroupOffsets), for every partition it started.
+async fn share_start_offsets(client: &Client, group: &str) -> Result<BTreeMap<TopicPartition, i64>, CliError> {
     let version = client.version::<DescribeShareGroupOffsetsRequest>(0)?;
     let request = DescribeShareGroupOffsetsRequest::default().with_groups(vec![
         DescribeShareGroupOffsetsRequestGroup::default()
@@ -454,7 +449,7 @@ async fn describe_share(
         |c| async move { client.send(&c, version, request).await },
     )
     .await?;
-    let mut starts: BTreeMap<TopicPartition, i64> = BTreeMap::new();
+    let mut starts = BTreeMap::new();
     for g in &offsets.groups {
         kafka_result(g.error_code, g.error_message.as_deref())?;
         for t in &g.topics {
@@ -465,6 +460,61 @@ async fn describe_share(
             }
         }
     }
+    Ok(starts)
+}
+
+/// AlterShareGroupOffsets: the share group starts each partition of `offsets` there (the
+/// coordinator accepts it only while the group has no members).
+async fn alter_share_offsets(
+    client: &Client,
+    coordinator: &BrokerInfo,
+    group: &str,
+    offsets: &BTreeMap<TopicPartition, i64>,
+) -> Result<(), CliError> {
+    use kafka_protocol::messages::AlterShareGroupOffsetsRequest;
+    use kafka_protocol::messages::alter_share_group_offsets_request::{
+        AlterShareGroupOffsetsRequestPartition, AlterShareGroupOffsetsRequestTopic,
+    };
+    let version = client.version::<AlterShareGroupOffsetsRequest>(0)?;
+    let mut by_topic: BTreeMap<&str, Vec<AlterShareGroupOffsetsRequestPartition>> = BTreeMap::new();
+    for ((topic, partition), offset) in offsets {
+        by_topic.entry(topic).or_default().push(
+            AlterShareGroupOffsetsRequestPartition::default()
+                .with_partition_index(*partition)
+                .with_start_offset(*offset),
+        );
+    }
+    let request = AlterShareGroupOffsetsRequest::default()
+        .with_group_id(GroupId(str_bytes(group)))
+        .with_topics(
+            by_topic
+                .into_iter()
+                .map(|(topic, partitions)| {
+                    AlterShareGroupOffsetsRequestTopic::default()
+                        .with_topic_name(topic_name(topic))
+                        .with_partitions(partitions)
+                })
+                .collect(),
+        );
+    let answer = client.send(coordinator, version, &request).await?;
+    kafka_result(answer.error_code, answer.error_message.as_deref())?;
+    for t in &answer.responses {
+        for p in &t.partitions {
+            kafka_result(p.error_code, Some(&format!("{}-{}", t.topic_name.0, p.partition_index)))?;
+        }
+    }
+    Ok(())
+}
+
+/// A share group (Kafka's `kafka-share-groups --describe`): per partition it has started, its
+/// start offset (records below it are all acknowledged or archived), the log end, the records
+/// between them and how many members are assigned the partition; then each member.
+async fn describe_share(
+    client: &Client,
+    group: &str,
+    described: kafka_protocol::messages::share_group_describe_response::DescribedGroup,
+) -> Result<Report, CliError> {
+    let starts = share_start_offsets(client, group).await?;
     let mut assigned: BTreeMap<TopicPartition, usize> = BTreeMap::new();
     let mut members = Vec::new();
     for m in &described.members {
@@ -581,21 +631,33 @@ fn topic_selection(text: &str) -> Result<(String, Option<Vec<i32>>), CliError> {
 async fn reset_offsets(client: &Client, args: ResetArgs) -> Result<Report, CliError> {
     let group = args.group.as_str();
     let mut progress = Progress::new(args.progress);
-    let state = at_coordinator(
-        client,
-        group,
-        |c| async move { describe_group(client, &c, group).await },
-    )
-    .await?;
+    // A share group's "committed" offsets are its start offsets (Kafka's kafka-share-groups
+    // --reset-offsets); other groups' are their committed offsets.
+    let share = describe_share_group(client, group).await?;
+    let state = match &share {
+        Some(described) => described.group_state.to_string(),
+        None => {
+            at_coordinator(
+                client,
+                group,
+                |c| async move { describe_group(client, &c, group).await },
+            )
+            .await?
+            .state
+        }
+    };
     // Kafka's ConsumerGroupCommand resets only inactive groups: a live member would commit
     // over the new offsets.
-    if !matches!(state.state.as_str(), "Empty" | "Dead") {
+    if !matches!(state.as_str(), "Empty" | "Dead") {
         return Err(CliError::Refused(format!(
-            "Assignments can only be reset if the group '{group}' is inactive, but the current state is {}.",
-            state.state
+            "Assignments can only be reset if the group '{group}' is inactive, but the current state is {state}."
         )));
     }
-    let committed = at_coordinator(client, group, |c| async move { committed(client, &c, group).await }).await?;
+    let committed = match share {
+        Some(_) => share_start_offsets(client, group).await?,
+        None => at_coordinator(client, group, |c| async move { committed(client, &c, group).await }).await?,
+    };
+    let is_share = share.is_some();
     let mut partitions = BTreeSet::new();
     let mut metadata = Metadata::default();
     if args.all_topics {
@@ -677,7 +739,13 @@ async fn reset_offsets(client: &Client, args: ResetArgs) -> Result<Report, CliEr
     }
     if args.execute && !plan.is_empty() {
         let plan = &plan;
-        at_coordinator(client, group, |c| async move { commit(client, &c, group, plan).await }).await?;
+        at_coordinator(client, group, |c| async move {
+            match is_share {
+                true => alter_share_offsets(client, &c, group, plan).await,
+                false => commit(client, &c, group, plan).await,
+            }
+        })
+        .await?;
     }
     let rows: Vec<Vec<String>> = plan
         .iter()
