@@ -324,6 +324,11 @@ async fn locks_expire_the_delivery_limit_archives_and_a_closed_connection_releas
         set_group_config(&mut raw, "g2", "share.record.lock.duration.ms", "60000").await,
         0
     );
+    // Above Kafka's default group.share.max.record.lock.duration.ms (60 s): refused.
+    assert_eq!(
+        set_group_config(&mut raw, "g2", "share.record.lock.duration.ms", "60001").await,
+        ResponseError::InvalidConfig.code()
+    );
     produce(&mut raw, "q2", batch("s", 2)).await;
     let b = member_id();
     assert_eq!(raw.call(1, &heartbeat("g2", &b, 0, Some(&["q2"]))).await.error_code, 0);

@@ -2647,7 +2647,7 @@ impl Default for ShareSettings {
             max_heartbeat_interval_ms: 15_000,
             record_lock_duration_ms: 30_000,
             min_record_lock_duration_ms: 15_000,
-            max_record_lock_duration_ms: 3_600_000,
+            max_record_lock_duration_ms: 60_000,
             delivery_count_limit: 5,
             max_size: 200,
             partition_max_record_locks: 2_000,
