@@ -474,7 +474,7 @@ async fn group_configs_are_described_altered_validated_and_applied() {
         let resp = raw.call(version, &describe_group("cg")).await;
         assert_eq!(resp.results[0].error_code, 0, "DescribeConfigs v{version}");
         assert_eq!(resp.results[0].resource_type, GROUP);
-        assert_eq!(resp.results[0].configs.len(), 7);
+        assert_eq!(resp.results[0].configs.len(), 8);
         assert_eq!(entry(&resp, "consumer.session.timeout.ms"), ("45000".into(), 5));
         assert_eq!(entry(&resp, "consumer.heartbeat.interval.ms"), ("5000".into(), 5));
         // Share groups' keys (KIP-932): their broker defaults, and Kafka's defaults for the
@@ -482,6 +482,7 @@ async fn group_configs_are_described_altered_validated_and_applied() {
         assert_eq!(entry(&resp, "share.session.timeout.ms"), ("45000".into(), 5));
         assert_eq!(entry(&resp, "share.heartbeat.interval.ms"), ("5000".into(), 5));
         assert_eq!(entry(&resp, "share.record.lock.duration.ms"), ("30000".into(), 5));
+        assert_eq!(entry(&resp, "share.delivery.count.limit"), ("5".into(), 5));
         assert_eq!(entry(&resp, "share.auto.offset.reset"), ("latest".into(), 5));
         assert_eq!(entry(&resp, "share.isolation.level"), ("read_uncommitted".into(), 5));
     }
@@ -513,6 +514,19 @@ async fn group_configs_are_described_altered_validated_and_applied() {
             vec![("consumer.heartbeat.interval.ms", 0, Some("16000"))],
             40,
             "consumer.heartbeat.interval.ms",
+        ),
+        // KIP-1240: within group.share.min/max.delivery.count.limit (2, 10).
+        (
+            "cg",
+            vec![("share.delivery.count.limit", 0, Some("1"))],
+            40,
+            "group.share.min.delivery.count.limit",
+        ),
+        (
+            "cg",
+            vec![("share.delivery.count.limit", 0, Some("11"))],
+            40,
+            "group.share.max.delivery.count.limit",
         ),
         (
             "cg",

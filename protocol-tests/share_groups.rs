@@ -281,12 +281,13 @@ async fn records_are_acquired_once_released_redelivered_and_kept_across_a_restar
 }
 
 /// `share.auto.offset.reset=earliest` reads from the log start; a lock that expires makes its
-/// records available again, and a record delivered `group.share.delivery.count.limit` times is
-/// archived; a closed connection releases its member's records at once.
+/// records available again, and a record delivered `share.delivery.count.limit` times (the
+/// group's, over the broker's `group.share.delivery.count.limit`) is archived; a closed
+/// connection releases its member's records at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_expire_the_delivery_limit_archives_and_a_closed_connection_releases() {
     let broker = TestBroker::start(&[
-        ("group.share.delivery.count.limit", "2"),
+        ("group.share.delivery.count.limit", "3"),
         ("group.share.min.record.lock.duration.ms", "100"),
         ("metrics.listen", "127.0.0.1:0"),
     ])
@@ -294,6 +295,11 @@ async fn locks_expire_the_delivery_limit_archives_and_a_closed_connection_releas
     let mut raw = Raw::connect(broker.addr).await;
     let t = create(&mut raw, "q2", 1).await;
     produce(&mut raw, "q2", batch("r", 4)).await;
+    // The group's own limit (KIP-1240) overrides the broker's 3.
+    assert_eq!(
+        set_group_config(&mut raw, "g2", "share.delivery.count.limit", "2").await,
+        0
+    );
     assert_eq!(
         set_group_config(&mut raw, "g2", "share.auto.offset.reset", "earliest").await,
         0

@@ -1415,6 +1415,18 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
         "Deliveries of a record to share group members before it is archived.",
     ),
     broker_key(
+        "group.share.min.delivery.count.limit",
+        ConfigType::Int,
+        false,
+        "The lowest share.delivery.count.limit a group may have.",
+    ),
+    broker_key(
+        "group.share.max.delivery.count.limit",
+        ConfigType::Int,
+        false,
+        "The highest share.delivery.count.limit a group may have.",
+    ),
+    broker_key(
         "group.share.max.size",
         ConfigType::Int,
         false,
@@ -2632,6 +2644,8 @@ pub struct ShareSettings {
     pub min_record_lock_duration_ms: u64,
     pub max_record_lock_duration_ms: u64,
     pub delivery_count_limit: u64,
+    pub min_delivery_count_limit: u64,
+    pub max_delivery_count_limit: u64,
     pub max_size: u64,
     pub partition_max_record_locks: u64,
 }
@@ -2649,6 +2663,8 @@ impl Default for ShareSettings {
             min_record_lock_duration_ms: 15_000,
             max_record_lock_duration_ms: 60_000,
             delivery_count_limit: 5,
+            min_delivery_count_limit: 2,
+            max_delivery_count_limit: 10,
             max_size: 200,
             partition_max_record_locks: 2_000,
         }
@@ -2669,6 +2685,8 @@ impl ShareSettings {
             "min.record.lock.duration.ms" => &mut self.min_record_lock_duration_ms,
             "max.record.lock.duration.ms" => &mut self.max_record_lock_duration_ms,
             "delivery.count.limit" => &mut self.delivery_count_limit,
+            "min.delivery.count.limit" => &mut self.min_delivery_count_limit,
+            "max.delivery.count.limit" => &mut self.max_delivery_count_limit,
             "max.size" => &mut self.max_size,
             "partition.max.record.locks" => &mut self.partition_max_record_locks,
             _ => return None,
@@ -2680,9 +2698,10 @@ impl ShareSettings {
         copy.slot(key).map(|v| *v)
     }
 
-    /// The session timeout, heartbeat interval and lock duration as `keys` name them (the
-    /// group's keys or the broker's), each with the broker keys bounding it.
-    fn bounds(&self, keys: [&'static str; 3], values: [u64; 3]) -> [Bound; 3] {
+    /// The session timeout, heartbeat interval, lock duration and delivery count limit as
+    /// `keys` name them (the group's keys or the broker's), each with the broker keys bounding
+    /// it.
+    fn bounds(&self, keys: [&'static str; 4], values: [u64; 4]) -> [Bound; 4] {
         [
             (
                 keys[0],
@@ -2708,21 +2727,31 @@ impl ShareSettings {
                 "group.share.max.record.lock.duration.ms",
                 self.max_record_lock_duration_ms,
             ),
+            (
+                keys[3],
+                values[3],
+                "group.share.min.delivery.count.limit",
+                self.min_delivery_count_limit,
+                "group.share.max.delivery.count.limit",
+                self.max_delivery_count_limit,
+            ),
         ]
     }
 
     /// The broker's own defaults, within their bounds (checked at start).
-    fn broker_bounds(&self) -> [Bound; 3] {
+    fn broker_bounds(&self) -> [Bound; 4] {
         self.bounds(
             [
                 "group.share.session.timeout.ms",
                 "group.share.heartbeat.interval.ms",
                 "group.share.record.lock.duration.ms",
+                "group.share.delivery.count.limit",
             ],
             [
                 self.session_timeout_ms,
                 self.heartbeat_interval_ms,
                 self.record_lock_duration_ms,
+                self.delivery_count_limit,
             ],
         )
     }
@@ -2763,6 +2792,12 @@ pub const GROUP_KEYS: &[TopicKey] = &[
         "The record acquisition lock duration in milliseconds for share groups.",
     ),
     key(
+        "share.delivery.count.limit",
+        "group.share.delivery.count.limit",
+        ConfigType::Int,
+        "The maximum number of delivery attempts for a record delivered to a share group.",
+    ),
+    key(
         "share.auto.offset.reset",
         "",
         ConfigType::String,
@@ -2787,6 +2822,7 @@ impl BrokerConfig {
         let mut share_session = self.share.session_timeout_ms;
         let mut share_heartbeat = self.share.heartbeat_interval_ms;
         let mut share_lock = self.share.record_lock_duration_ms;
+        let mut share_deliveries = self.share.delivery_count_limit;
         for (key, value) in configs {
             if key == "share.auto.offset.reset" {
                 let valid = value == "latest"
@@ -2818,6 +2854,7 @@ impl BrokerConfig {
                 "share.session.timeout.ms" => share_session = v,
                 "share.heartbeat.interval.ms" => share_heartbeat = v,
                 "share.record.lock.duration.ms" => share_lock = v,
+                "share.delivery.count.limit" => share_deliveries = v,
                 _ => return Err(invalid(key, "unknown group config")),
             }
         }
@@ -2826,8 +2863,9 @@ impl BrokerConfig {
                 "share.session.timeout.ms",
                 "share.heartbeat.interval.ms",
                 "share.record.lock.duration.ms",
+                "share.delivery.count.limit",
             ],
-            [share_session, share_heartbeat, share_lock],
+            [share_session, share_heartbeat, share_lock, share_deliveries],
         ))?;
         if share_session <= share_heartbeat {
             return Err(invalid(

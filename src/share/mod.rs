@@ -320,6 +320,9 @@ impl ShareManager {
     /// once that request lets it go.
     fn release(&self, group: &str, member: &str, partitions: &BTreeSet<Tp>) {
         let mut any = false;
+        let delivery_limit = group_settings(&self.config, &self.controller.image(), group)
+            .limits
+            .delivery_limit;
         for (topic_id, partition) in partitions {
             let slot = self
                 .partitions()
@@ -329,6 +332,7 @@ impl ShareManager {
             let busy = match slot.loaded.try_lock() {
                 Ok(mut loaded) => {
                     if let Some(l) = loaded.as_mut() {
+                        l.state.set_delivery_limit(delivery_limit);
                         any |= l.state.release_member(member);
                         slot.publish(l);
                     }
@@ -342,6 +346,7 @@ impl ShareManager {
                 runtime.spawn(async move {
                     let mut loaded = slot.loaded.lock().await;
                     if let Some(l) = loaded.as_mut() {
+                        l.state.set_delivery_limit(delivery_limit);
                         if l.state.release_member(&member) {
                             released.send_modify(|n| *n = n.wrapping_add(1));
                         }
@@ -449,7 +454,7 @@ impl ShareManager {
         }
         let tp = (partition.topic_id, partition.tp.partition);
         let image = self.controller.image();
-        let limits = limits_of(&self.config);
+        let limits = group_settings(&self.config, &image, group).limits;
         let (state_epoch, stored) = self.read_state(group, tp).await.map_err(ShareError::code)?;
         if guard
             .as_ref()
@@ -523,6 +528,7 @@ impl ShareManager {
         limits: FetchLimits,
     ) -> Result<Fetched, ShareError> {
         let settings = group_settings(&self.config, &self.controller.image(), group);
+        loaded.state.set_delivery_limit(settings.limits.delivery_limit);
         let offsets = partition.offsets().map_err(|e| ShareError::code(e.code()))?;
         loaded.state.move_start(offsets.log_start_offset);
         // A read_committed group reads up to the last stable offset, and never gets the
@@ -631,6 +637,8 @@ impl ShareManager {
             return Err(ShareError::code(ResponseError::UnknownServerError.code()));
         };
         let now = Instant::now();
+        let limits = group_settings(&self.config, &self.controller.image(), group).limits;
+        loaded.state.set_delivery_limit(limits.delivery_limit);
         tracing::debug!(group, member, partition = %partition.tp, ?batches, "acknowledgements");
         let mut refused = None;
         let mut released = false;
@@ -844,6 +852,9 @@ pub struct GroupSettings {
     pub lock_duration: Duration,
     /// `share.isolation.level=read_committed`.
     pub read_committed: bool,
+    /// The broker's `group.share.partition.max.record.locks`, and the group's
+    /// `share.delivery.count.limit` (KIP-1240) over the broker's.
+    pub limits: Limits,
 }
 
 pub fn group_settings(config: &BrokerConfig, image: &MetadataImage, group: &str) -> GroupSettings {
@@ -852,19 +863,19 @@ pub fn group_settings(config: &BrokerConfig, image: &MetadataImage, group: &str)
         .and_then(|c| c.get("share.record.lock.duration.ms"))
         .and_then(|v| v.parse::<u64>().ok())
         .unwrap_or(config.share.record_lock_duration_ms);
+    let deliveries = configs
+        .and_then(|c| c.get("share.delivery.count.limit"))
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(config.share.delivery_count_limit);
     GroupSettings {
         lock_duration: Duration::from_millis(lock_ms),
         read_committed: configs
             .and_then(|c| c.get("share.isolation.level"))
             .is_some_and(|v| v == "read_committed"),
-    }
-}
-
-/// The broker's `group.share.partition.max.record.locks` and `group.share.delivery.count.limit`.
-fn limits_of(config: &BrokerConfig) -> Limits {
-    Limits {
-        max_in_flight: usize::try_from(config.share.partition_max_record_locks).unwrap_or(usize::MAX),
-        delivery_limit: i16::try_from(config.share.delivery_count_limit).unwrap_or(i16::MAX),
+        limits: Limits {
+            max_in_flight: usize::try_from(config.share.partition_max_record_locks).unwrap_or(usize::MAX),
+            delivery_limit: i16::try_from(deliveries).unwrap_or(i16::MAX),
+        },
     }
 }
 

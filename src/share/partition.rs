@@ -193,6 +193,13 @@ impl SharePartition {
             .count()
     }
 
+    /// The group's delivery limit changed (`share.delivery.count.limit`, KIP-1240): it applies
+    /// from the next release or lock expiry, so a record already at or past a lowered limit is
+    /// archived then, after the delivery in flight.
+    pub fn set_delivery_limit(&mut self, delivery_limit: i16) {
+        self.limits.delivery_limit = delivery_limit;
+    }
+
     /// Records whose lock expired since this state was built or restored.
     pub fn lock_timeouts(&self) -> u64 {
         self.lock_timeouts
@@ -693,6 +700,26 @@ mod tests {
                 .is_empty()
         );
         assert_eq!((sp.start_offset(), sp.end_offset()), (0, 4));
+        check(&sp);
+    }
+
+    #[test]
+    fn a_changed_delivery_limit_applies_at_the_next_release() {
+        let t0 = Instant::now();
+        let mut sp = SharePartition::new(0, limits(100, 5));
+        sp.acquire("m1", &[(0, 1)], 100, LOCK, t0);
+        sp.acknowledge("m1", 0, 1, &[ACK_RELEASE], t0).unwrap();
+        assert_eq!(sp.acquire("m1", &[(0, 1)], 100, LOCK, t0), vec![acq(0, 1, 2)]);
+        // Lowered below the deliveries made: the delivery in flight is the last one.
+        sp.set_delivery_limit(2);
+        sp.acknowledge("m1", 0, 0, &[ACK_RELEASE], t0).unwrap();
+        // Archived: the start offset moves past it.
+        assert_eq!(sp.start_offset(), 1);
+        // Raised again: the other record, released now, comes back.
+        sp.set_delivery_limit(3);
+        sp.acknowledge("m1", 1, 1, &[ACK_RELEASE], t0).unwrap();
+        assert_eq!(state(&sp, 1), DeliveryState::Available);
+        assert_eq!(sp.acquire("m1", &[(0, 1)], 100, LOCK, t0), vec![acq(1, 1, 3)]);
         check(&sp);
     }
 
