@@ -626,12 +626,15 @@ public class JavaClient {
         String rc = txt + "-rc";
         admin.incrementalAlterConfigs(Map.of(new ConfigResource(ConfigResource.Type.GROUP, rc), List.of(
                 new AlterConfigOp(new ConfigEntry("share.auto.offset.reset", "earliest"), AlterConfigOp.OpType.SET),
-                new AlterConfigOp(new ConfigEntry("share.isolation.level", "read_committed"), AlterConfigOp.OpType.SET))))
+                new AlterConfigOp(new ConfigEntry("share.isolation.level", "read_committed"), AlterConfigOp.OpType.SET),
+                new AlterConfigOp(new ConfigEntry("share.delivery.count.limit", "3"), AlterConfigOp.OpType.SET))))
                 .all().get(30, TimeUnit.SECONDS);
         ConfigResource rcGroup = new ConfigResource(ConfigResource.Type.GROUP, rc);
-        String level = admin.describeConfigs(List.of(rcGroup)).all().get(30, TimeUnit.SECONDS)
-                .get(rcGroup).get("share.isolation.level").value();
+        Config rcConfig = admin.describeConfigs(List.of(rcGroup)).all().get(30, TimeUnit.SECONDS).get(rcGroup);
+        String level = rcConfig.get("share.isolation.level").value();
         expect("read_committed".equals(level), "describeConfigs of the group: share.isolation.level " + level);
+        String limit = rcConfig.get("share.delivery.count.limit").value();
+        expect("3".equals(limit), "describeConfigs of the group: share.delivery.count.limit " + limit);
         try {
             admin.incrementalAlterConfigs(Map.of(rcGroup, List.of(
                     new AlterConfigOp(new ConfigEntry("share.isolation.level", "serializable"), AlterConfigOp.OpType.SET))))
