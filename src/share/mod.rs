@@ -400,7 +400,10 @@ impl ShareManager {
             self.acknowledged[index].fetch_add(n, Ordering::Relaxed);
         };
         match types {
-            [kind] => add(*kind, u64::try_from(last - first).map_or(0, |n| n.saturating_add(1))),
+            [kind] => add(
+                *kind,
+                u64::try_from(last.saturating_sub(first)).map_or(0, |n| n.saturating_add(1)),
+            ),
             _ => types.iter().for_each(|kind| add(*kind, 1)),
         }
     }
