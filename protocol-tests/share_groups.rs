@@ -654,6 +654,27 @@ async fn membership_describe_and_the_feature_gate() {
 use kafka_protocol::error::ResponseError;
 
 /// Calls `addr` until `ok` holds of the answer (a cluster settles after starts and kills).
+/// One ShareFetch of `member`'s session after a kill: the answer once neither the request nor
+/// the partition has an error, else None after a pause, with the session to open again (the
+/// coordinator or the leader has not settled yet).
+async fn settled_fetch(
+    at: &mut Raw,
+    group: &str,
+    member: &str,
+    epoch: &mut i32,
+    t: Uuid,
+) -> Option<ShareFetchResponse> {
+    let resp = at.call(1, &share_fetch(group, member, *epoch, t, vec![], 1_000)).await;
+    let p = resp.responses.first().and_then(|t| t.partitions.first());
+    if resp.error_code != 0 || p.is_some_and(|p| p.error_code != 0) {
+        *epoch = 0;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        return None;
+    }
+    *epoch += 1;
+    Some(resp)
+}
+
 async fn call_until<R, F>(addr: std::net::SocketAddr, version: i16, request: &R, what: &str, ok: F) -> R::Response
 where
     R: kafka_protocol::protocol::Request + kafka_protocol::protocol::Encodable + Clone,
@@ -774,15 +795,9 @@ async fn the_state_lives_with_the_coordinator_and_survives_the_leaders_kill() {
     let deadline = Instant::now() + Duration::from_secs(60);
     while offsets.len() < 2 {
         assert!(Instant::now() < deadline, "the new leader delivered {offsets:?}");
-        let resp = at.call(1, &share_fetch(&group, &a, epoch, t, vec![], 1_000)).await;
-        let p = resp.responses.first().and_then(|t| t.partitions.first());
-        if resp.error_code != 0 || p.is_some_and(|p| p.error_code != 0) {
-            // Not settled yet (the coordinator or the leader): a new session.
-            epoch = 0;
-            tokio::time::sleep(Duration::from_millis(200)).await;
+        let Some(resp) = settled_fetch(&mut at, &group, &a, &mut epoch, t).await else {
             continue;
-        }
-        epoch += 1;
+        };
         let (ranges, got) = acquired(&resp);
         offsets.extend(
             ranges
@@ -841,14 +856,9 @@ async fn the_state_lives_with_the_coordinator_and_survives_the_leaders_kill() {
             Instant::now() < deadline,
             "nothing delivered after the coordinator's kill"
         );
-        let resp = at.call(1, &share_fetch(&group, &a, epoch, t, vec![], 1_000)).await;
-        let p = resp.responses.first().and_then(|t| t.partitions.first());
-        if resp.error_code != 0 || p.is_some_and(|p| p.error_code != 0) {
-            epoch = 0;
-            tokio::time::sleep(Duration::from_millis(200)).await;
+        let Some(resp) = settled_fetch(&mut at, &group, &a, &mut epoch, t).await else {
             continue;
-        }
-        epoch += 1;
+        };
         delivered = acquired(&resp).1;
     }
     assert_eq!(delivered, vec!["5=v5".to_string()]);
