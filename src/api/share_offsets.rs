@@ -138,6 +138,11 @@ pub async fn describe(
 /// A topic of AlterShareGroupOffsets: its name, id and each partition's error code.
 type TopicAnswer = (String, Uuid, Vec<(i32, i16)>);
 
+/// The message of a refused reset: Kafka names NON_EMPTY_GROUP's reason.
+fn reset_refusal(code: i16) -> Option<kafka_protocol::protocol::StrBytes> {
+    (code == ResponseError::NonEmptyGroup.code()).then(|| "The group is not empty.".into())
+}
+
 pub async fn alter(ctx: &Ctx, req: AlterShareGroupOffsetsRequest, _version: i16) -> AlterShareGroupOffsetsResponse {
     let group = req.group_id.as_str();
     if let Some((code, text)) = refuse(ctx, group, Operation::Read) {
@@ -178,9 +183,7 @@ pub async fn alter(ctx: &Ctx, req: AlterShareGroupOffsetsRequest, _version: i16)
     if let Err(code) = ctx.coordinator.reset_share_offsets(group, resets, true).await {
         return AlterShareGroupOffsetsResponse::default()
             .with_error_code(code)
-            .with_error_message(
-                (code == ResponseError::NonEmptyGroup.code()).then(|| "The group is not empty.".into()),
-            );
+            .with_error_message(reset_refusal(code));
     }
     let responses = answers
         .into_iter()
@@ -224,9 +227,7 @@ pub async fn delete(ctx: &Ctx, req: DeleteShareGroupOffsetsRequest, _version: i1
     if let Err(code) = ctx.coordinator.reset_share_offsets(group, resets, false).await {
         return DeleteShareGroupOffsetsResponse::default()
             .with_error_code(code)
-            .with_error_message(
-                (code == ResponseError::NonEmptyGroup.code()).then(|| "The group is not empty.".into()),
-            );
+            .with_error_message(reset_refusal(code));
     }
     let responses = answers
         .into_iter()
