@@ -588,7 +588,8 @@ async fn a_group_with_members_shows_them_and_is_not_reset() {
 }
 
 /// A share group (KIP-932): `group list` names its type, `group describe` shows its start
-/// offset, the log end and its member (ShareGroupDescribe, DescribeShareGroupOffsets),
+/// offset, the log end, the lag as the broker counts it (DescribeShareGroupOffsets v1) and its
+/// member (ShareGroupDescribe, DescribeShareGroupOffsets),
 /// `group reset-offsets` moves its start offset once it is empty (AlterShareGroupOffsets), and
 /// `group delete` deletes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -659,12 +660,26 @@ async fn a_share_group_is_listed_and_described() {
         .iter()
         .find(|(first, _)| *first == 0)
         .expect("offset 0 acquired");
-    // Accept them: the start offset moves past them.
-    let ack = AcknowledgementBatch::default()
-        .with_first_offset(first)
-        .with_last_offset(last)
-        .with_acknowledge_types(vec![1]);
-    let acked = raw.call(1, &fetch(epoch, vec![ack])).await;
+    // Accept all but the first: the start offset stays, and the lag (DescribeShareGroupOffsets
+    // v1, KIP-1226) leaves out the accepted ones.
+    assert!(last > first, "one batch of 5 records: acquired {acquired:?}");
+    let accept = |from: i64, to: i64| {
+        AcknowledgementBatch::default()
+            .with_first_offset(from)
+            .with_last_offset(to)
+            .with_acknowledge_types(vec![1])
+    };
+    let acked = raw.call(1, &fetch(epoch, vec![accept(first + 1, last)])).await;
+    assert_eq!(acked.responses[0].partitions[0].acknowledge_error_code, 0);
+    let described = json(&b, &["group", "describe", "workers"]).await;
+    let p = &described["partitions"][0];
+    assert_eq!(
+        (p["start_offset"].clone(), p["lag"].clone()),
+        (first.into(), (5 - first - (last - first)).into()),
+        "{described}"
+    );
+    // Then the first: the start offset moves past them all.
+    let acked = raw.call(1, &fetch(epoch + 1, vec![accept(first, first)])).await;
     assert_eq!(acked.responses[0].partitions[0].acknowledge_error_code, 0);
     let start = last + 1;
 

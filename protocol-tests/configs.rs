@@ -474,7 +474,7 @@ async fn group_configs_are_described_altered_validated_and_applied() {
         let resp = raw.call(version, &describe_group("cg")).await;
         assert_eq!(resp.results[0].error_code, 0, "DescribeConfigs v{version}");
         assert_eq!(resp.results[0].resource_type, GROUP);
-        assert_eq!(resp.results[0].configs.len(), 8);
+        assert_eq!(resp.results[0].configs.len(), 9);
         assert_eq!(entry(&resp, "consumer.session.timeout.ms"), ("45000".into(), 5));
         assert_eq!(entry(&resp, "consumer.heartbeat.interval.ms"), ("5000".into(), 5));
         // Share groups' keys (KIP-932): their broker defaults, and Kafka's defaults for the
@@ -485,6 +485,7 @@ async fn group_configs_are_described_altered_validated_and_applied() {
         assert_eq!(entry(&resp, "share.delivery.count.limit"), ("5".into(), 5));
         assert_eq!(entry(&resp, "share.auto.offset.reset"), ("latest".into(), 5));
         assert_eq!(entry(&resp, "share.isolation.level"), ("read_uncommitted".into(), 5));
+        assert_eq!(entry(&resp, "share.renew.acknowledge.enable"), ("true".into(), 5));
     }
 
     // Validation, each IncrementalAlterConfigs version: Kafka's GroupConfig rules, INVALID_CONFIG

@@ -554,6 +554,150 @@ async fn sessions_and_malformed_requests_get_kafkas_errors() {
     assert_eq!((code(&r), r.responses.len()), (0, 0));
 }
 
+/// Kafka 4.2's ShareFetch and ShareAcknowledge v2 and DescribeShareGroupOffsets v1: the
+/// record-limit acquire mode (KIP-1206) takes no more than MaxRecords, splitting a batch, where
+/// the batch-optimized one keeps batches whole; RENEW (KIP-1222) keeps records acquired, their
+/// locks running again; a renew-only ShareFetch fetches nothing; malformed v2 requests and
+/// RENEW at v1 get INVALID_REQUEST; `share.renew.acknowledge.enable=false` refuses renewals;
+/// the lag (KIP-1226) leaves out what was acknowledged past the start offset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_modes_lock_renewal_and_the_lag() {
+    let broker = TestBroker::start(&[("group.share.min.record.lock.duration.ms", "100")]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    let t = create(&mut raw, "q5", 1).await;
+    assert_eq!(
+        set_group_config(&mut raw, "g5", "share.auto.offset.reset", "earliest").await,
+        0
+    );
+    assert_eq!(
+        set_group_config(&mut raw, "g5", "share.record.lock.duration.ms", "3000").await,
+        0
+    );
+    produce(&mut raw, "q5", batch("m", 10)).await;
+    let (a, b) = (member_id(), member_id());
+    for m in [&a, &b] {
+        assert_eq!(raw.call(1, &heartbeat("g5", m, 0, Some(&["q5"]))).await.error_code, 0);
+    }
+    let mut ra = Raw::connect(broker.addr).await;
+    let mut rb = Raw::connect(broker.addr).await;
+    let record_limit = |epoch: i32, max: i32| {
+        share_fetch("g5", &a, epoch, t, vec![], 2_000)
+            .with_max_records(max)
+            .with_share_acquire_mode(1)
+    };
+    // Record-limit: 3 of the 10-record batch. The whole batch comes back; only 3 are acquired.
+    let got = ra.call(2, &record_limit(0, 3)).await;
+    assert_eq!(got.acquisition_lock_timeout_ms, 3_000);
+    let (ranges, values) = acquired(&got);
+    assert_eq!(ranges, vec![(0, 2, 1)]);
+    assert_eq!(values.len(), 10);
+    // Batch-optimized (v2's mode 0, and v1): MaxRecords 1 takes the rest of the batch.
+    let got = ra
+        .call(2, &share_fetch("g5", &a, 1, t, vec![], 0).with_max_records(1))
+        .await;
+    assert_eq!(acquired(&got).0, vec![(3, 9, 1)]);
+    let locked_at = Instant::now();
+
+    // Malformed v2 requests: a renew-only ShareFetch that asks for records, an unknown mode.
+    let r = ra
+        .call(2, &share_fetch("g5", &a, 2, t, vec![], 0).with_is_renew_ack(true))
+        .await;
+    assert_eq!(r.error_code, ResponseError::InvalidRequest.code());
+    let r = ra
+        .call(2, &share_fetch("g5", &a, 2, t, vec![], 0).with_share_acquire_mode(7))
+        .await;
+    assert_eq!(r.error_code, ResponseError::InvalidRequest.code());
+    // RENEW at v1: INVALID_REQUEST for the partition, nothing renewed.
+    let r = ra.call(1, &share_ack("g5", &a, 2, t, vec![(0, 2, vec![4])])).await;
+    assert_eq!(
+        r.responses[0].partitions[0].error_code,
+        ResponseError::InvalidRequest.code()
+    );
+    let r = ra.call(1, &share_fetch("g5", &a, 3, t, vec![(0, 2, vec![4])], 0)).await;
+    assert_eq!(
+        r.responses[0].partitions[0].acknowledge_error_code,
+        ResponseError::InvalidRequest.code()
+    );
+
+    // Halfway through the lock, a renew-only ShareFetch renews 0..=2: answered at once with
+    // nothing acquired. A ShareAcknowledge v2 renews 3..=4 and says how long the lock is.
+    tokio::time::sleep(Duration::from_millis(1_500).saturating_sub(locked_at.elapsed())).await;
+    let renew_only = share_fetch("g5", &a, 4, t, vec![(0, 2, vec![4])], 0)
+        .with_is_renew_ack(true)
+        .with_min_bytes(0)
+        .with_max_bytes(0)
+        .with_max_records(0);
+    let r = ra.call(2, &renew_only).await;
+    assert_eq!(r.error_code, 0);
+    let p = &r.responses[0].partitions[0];
+    assert_eq!((p.acknowledge_error_code, p.acquired_records.len()), (0, 0));
+    let r = ra
+        .call(
+            2,
+            &share_ack("g5", &a, 5, t, vec![(3, 4, vec![4])]).with_is_renew_ack(true),
+        )
+        .await;
+    assert_eq!((r.error_code, r.responses[0].partitions[0].error_code), (0, 0));
+    assert_eq!(r.acquisition_lock_timeout_ms, 3_000);
+    // Past the first lock, before the renewed ones end: b gets 5..=9 only, at their second
+    // delivery. a still holds 0..=4 and accepts them.
+    tokio::time::sleep(Duration::from_millis(3_300).saturating_sub(locked_at.elapsed())).await;
+    let got = rb.call(2, &share_fetch("g5", &b, 0, t, vec![], 2_000)).await;
+    assert_eq!(acquired(&got).0, vec![(5, 9, 2)]);
+    assert!(
+        locked_at.elapsed() < Duration::from_millis(4_400),
+        "too slow to tell renewed locks"
+    );
+    // b may not renew what a holds; a accepts 0..=1 and renews 2..=4 in one batch, per offset.
+    let r = rb.call(2, &share_ack("g5", &b, 1, t, vec![(0, 1, vec![4])])).await;
+    assert_eq!(
+        r.responses[0].partitions[0].error_code,
+        ResponseError::InvalidRecordState.code()
+    );
+    let r = ra
+        .call(2, &share_ack("g5", &a, 6, t, vec![(0, 4, vec![1, 1, 4, 4, 4])]))
+        .await;
+    assert_eq!(r.responses[0].partitions[0].error_code, 0);
+    // b accepts 5..=9: the lag is 10 - 2 (the start offset) - 5 (accepted past it) = 3.
+    let r = rb.call(2, &share_ack("g5", &b, 2, t, vec![(5, 9, vec![1])])).await;
+    assert_eq!(r.responses[0].partitions[0].error_code, 0);
+    let d = raw.call(1, &describe_offsets("g5", Some(vec![("q5", vec![0])]))).await;
+    let p = &d.groups[0].topics[0].partitions[0];
+    assert_eq!((p.start_offset, p.lag, p.error_code), (2, 3, 0));
+    // v0 has no lag; a partition the group never read has none either.
+    let d = raw.call(0, &describe_offsets("g5", Some(vec![("q5", vec![0])]))).await;
+    assert_eq!(d.groups[0].topics[0].partitions[0].lag, -1);
+    create(&mut raw, "q6", 1).await;
+    let d = raw.call(1, &describe_offsets("g5", Some(vec![("q6", vec![0])]))).await;
+    let p = &d.groups[0].topics[0].partitions[0];
+    assert_eq!((p.start_offset, p.lag), (-1, -1));
+
+    // A group that turned renewals off: INVALID_RECORD_STATE, the records still a's.
+    assert_eq!(
+        set_group_config(&mut raw, "g5", "share.renew.acknowledge.enable", "false").await,
+        0
+    );
+    let r = ra
+        .call(
+            2,
+            &share_ack("g5", &a, 7, t, vec![(2, 4, vec![4])]).with_is_renew_ack(true),
+        )
+        .await;
+    assert_eq!(
+        r.responses[0].partitions[0].error_code,
+        ResponseError::InvalidRecordState.code()
+    );
+    let r = ra.call(2, &share_ack("g5", &a, 8, t, vec![(2, 4, vec![1])])).await;
+    assert_eq!(r.responses[0].partitions[0].error_code, 0);
+    let d = raw.call(1, &describe_offsets("g5", None)).await;
+    let p = &d.groups[0].topics[0].partitions[0];
+    assert_eq!((p.start_offset, p.lag), (10, 0));
+    assert_eq!(
+        set_group_config(&mut raw, "g5", "share.renew.acknowledge.enable", "maybe").await,
+        ResponseError::InvalidConfig.code()
+    );
+}
+
 /// Heartbeat errors, ShareGroupDescribe, ListGroups, a group of another type, and the feature
 /// turned off.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -775,6 +919,18 @@ async fn the_state_lives_with_the_coordinator_and_survives_the_leaders_kill() {
     })
     .await;
     assert_eq!(state.results[0].partitions[0].start_offset, 3);
+    // The lag at the coordinator (v1, KIP-1226), from the high watermark it asks the leader on
+    // another node: 5 - 3, nothing past the start offset acknowledged yet.
+    let described = call_until(
+        cluster.addr(coordinator),
+        1,
+        &describe_offsets(&group, Some(vec![("sq", vec![0])])),
+        "DescribeShareGroupOffsets",
+        |r| r.groups[0].error_code == 0,
+    )
+    .await;
+    let p = &described.groups[0].topics[0].partitions[0];
+    assert_eq!((p.start_offset, p.lag, p.error_code), (3, 2, 0));
     // Not advertised: ApiVersions does not list it.
     let versions = at_leader.call(2, &ApiVersionsRequest::default()).await;
     assert!(versions.api_keys.iter().all(|k| k.api_key != 84 && k.api_key != 85));

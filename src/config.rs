@@ -2627,6 +2627,7 @@ pub fn group_key_default(name: &str) -> Option<String> {
     match name {
         "share.auto.offset.reset" => Some("latest".to_string()),
         "share.isolation.level" => Some("read_uncommitted".to_string()),
+        "share.renew.acknowledge.enable" => Some("true".to_string()),
         _ => None,
     }
 }
@@ -2758,8 +2759,8 @@ impl ShareSettings {
 }
 
 /// The group-level keys (KIP-848 and KIP-932 dynamic group configs, ConfigResource type GROUP):
-/// each overrides its broker synonym for one group. All are ints but `share.auto.offset.reset`
-/// and `share.isolation.level`, which have no broker synonym (`group_key_default`).
+/// each overrides its broker synonym for one group. All are ints but `share.auto.offset.reset`,
+/// `share.isolation.level` and `share.renew.acknowledge.enable` (a boolean), which have no broker synonym (`group_key_default`).
 pub const GROUP_KEYS: &[TopicKey] = &[
     key(
         "consumer.session.timeout.ms",
@@ -2809,6 +2810,12 @@ pub const GROUP_KEYS: &[TopicKey] = &[
         ConfigType::String,
         "Controls how to read records written transactionally: read_committed delivers only committed transactional records, read_uncommitted all of them.",
     ),
+    key(
+        "share.renew.acknowledge.enable",
+        "",
+        ConfigType::Boolean,
+        "Whether the renew acknowledge type is enabled for the share group.",
+    ),
 ];
 
 impl BrokerConfig {
@@ -2841,6 +2848,17 @@ impl BrokerConfig {
                         key,
                         format!(
                             "Invalid value {value} for configuration {key}: String must be one of: read_committed, read_uncommitted"
+                        ),
+                    ));
+                }
+                continue;
+            }
+            if key == "share.renew.acknowledge.enable" {
+                if !value.trim().eq_ignore_ascii_case("true") && !value.trim().eq_ignore_ascii_case("false") {
+                    return Err(invalid(
+                        key,
+                        format!(
+                            "Invalid value {value} for configuration {key}: Expected value to be either true or false"
                         ),
                     ));
                 }

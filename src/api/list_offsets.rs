@@ -6,6 +6,8 @@
 //! (nothing here waits for a remote tier). v11's earliest-pending-upload spec (-6, KIP-1023) is
 //! not served.
 
+use std::collections::BTreeMap;
+
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
 use kafka_protocol::messages::{ApiKey, ListOffsetsRequest, ListOffsetsResponse};
 
@@ -21,6 +23,32 @@ const EARLIEST: i64 = -2;
 const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
 const LATEST_TIERED: i64 = -5;
+
+/// A consumer's ListOffsets (replica id -1, read_uncommitted) for the same `timestamp` in
+/// each partition of `topics`, as one broker sends another (the lag of
+/// DescribeShareGroupOffsets) and the CLI sends a leader.
+pub fn request_for(topics: &BTreeMap<String, Vec<i32>>, timestamp: i64) -> ListOffsetsRequest {
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    ListOffsetsRequest::default().with_replica_id((-1).into()).with_topics(
+        topics
+            .iter()
+            .map(|(t, ps)| {
+                ListOffsetsTopic::default()
+                    .with_name(super::topic_name(t))
+                    .with_partitions(
+                        ps.iter()
+                            .map(|p| {
+                                ListOffsetsPartition::default()
+                                    .with_partition_index(*p)
+                                    .with_current_leader_epoch(-1)
+                                    .with_timestamp(timestamp)
+                            })
+                            .collect(),
+                    )
+            })
+            .collect(),
+    )
+}
 
 pub async fn handle(ctx: &Ctx, req: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
     let mut topics = Vec::with_capacity(req.topics.len());

@@ -1,8 +1,12 @@
 //! Share groups (KIP-932), records, served by `crate::share`.
 //! ShareFetch (key 78): v1 baseline (v0 was Kafka 4.0's early access, removed in 4.1): acquires
 //! records for a member, with acknowledgements of earlier ones carried along; MaxRecords,
-//! BatchSize (a hint, not used). v2 (acquire modes, the Renew acknowledgement) is not served.
-//! ShareAcknowledge (key 79): v1 baseline. v2 (Renew) is not served.
+//! BatchSize (a hint, not used). v2 (Kafka 4.2): ShareAcquireMode (KIP-1206: 0 batch-optimized,
+//! MaxRecords may be exceeded to keep batches whole; 1 record-limit, never more than
+//! MaxRecords), the RENEW acknowledge type (KIP-1222: the record stays acquired, its lock
+//! started again) and IsRenewAck (a renew-only request: no fetching, every limit 0).
+//! ShareAcknowledge (key 79): v1 baseline. v2: RENEW, IsRenewAck, and the lock duration in the
+//! answer (AcquisitionLockTimeoutMs).
 //! Both keep a share session per (group, member): epoch 0 opens it (no acknowledgements
 //! allowed), -1 closes it (no fetching), any other must be the session's current epoch
 //! (INVALID_SHARE_SESSION_EPOCH, SHARE_SESSION_NOT_FOUND otherwise). Both answer
@@ -30,10 +34,14 @@ use super::{Ctx, Versions, message};
 use crate::acl::{Operation, ResourceType};
 use crate::coordinator::consumer::Tp;
 use crate::replica::Partition;
+use crate::share::partition::ACK_RENEW;
 use crate::share::{FetchLimits, ShareError};
 
-pub const FETCH_VERSIONS: Versions = Versions::new(ApiKey::ShareFetch, 1, 1);
-pub const ACKNOWLEDGE_VERSIONS: Versions = Versions::new(ApiKey::ShareAcknowledge, 1, 1);
+pub const FETCH_VERSIONS: Versions = Versions::new(ApiKey::ShareFetch, 1, 2);
+pub const ACKNOWLEDGE_VERSIONS: Versions = Versions::new(ApiKey::ShareAcknowledge, 1, 2);
+
+/// ShareAcquireMode 1 (KIP-1206): at most MaxRecords records, batches split if need be.
+const ACQUIRE_RECORD_LIMIT: i8 = 1;
 
 /// The longest a ShareFetch waits for records.
 const WAIT_MS_MAX: u64 = 60_000;
@@ -79,7 +87,30 @@ fn resolve(ctx: &Ctx, tp: Tp) -> Result<Arc<Partition>, i16> {
 
 type AckBatches = Vec<(i64, i64, Vec<i8>)>;
 
-pub async fn share_fetch(ctx: &Ctx, req: ShareFetchRequest, _version: i16) -> ShareFetchResponse {
+/// Whether `version` accepts every acknowledge type of `batches`: RENEW only from v2 (a v1
+/// request carrying one is refused, as Kafka refuses it, with INVALID_REQUEST).
+fn types_allowed(version: i16, batches: &AckBatches) -> bool {
+    version >= 2 || batches.iter().all(|(_, _, types)| !types.contains(&ACK_RENEW))
+}
+
+/// The v2 request checks of a ShareFetch: a known acquire mode, and a renew-only request
+/// (IsRenewAck) asking for no records.
+fn check_v2_fetch(req: &ShareFetchRequest, version: i16) -> Result<(), String> {
+    if version < 2 {
+        return Ok(());
+    }
+    if !(0..=ACQUIRE_RECORD_LIMIT).contains(&req.share_acquire_mode) {
+        return Err(format!("Unknown share acquire mode id: {}", req.share_acquire_mode));
+    }
+    if req.is_renew_ack && (req.max_bytes != 0 || req.min_bytes != 0 || req.max_records != 0 || req.max_wait_ms != 0) {
+        return Err(
+            "MaxBytes, MinBytes, MaxRecords and MaxWaitMs must be 0 in a ShareFetch with IsRenewAck.".to_string(),
+        );
+    }
+    Ok(())
+}
+
+pub async fn share_fetch(ctx: &Ctx, req: ShareFetchRequest, version: i16) -> ShareFetchResponse {
     let top = |code: i16, text: Option<&str>| {
         ShareFetchResponse::default()
             .with_error_code(code)
@@ -87,6 +118,9 @@ pub async fn share_fetch(ctx: &Ctx, req: ShareFetchRequest, _version: i16) -> Sh
     };
     if let Some((code, text)) = refuse(ctx, req.group_id.as_ref(), req.member_id.as_ref()) {
         return top(code, text);
+    }
+    if let Err(text) = check_v2_fetch(&req, version) {
+        return top(ResponseError::InvalidRequest.code(), Some(&text));
     }
     let group = req.group_id.as_ref().map(|g| g.0.to_string()).unwrap_or_default();
     let member = req.member_id.as_ref().map(|m| m.to_string()).unwrap_or_default();
@@ -167,6 +201,10 @@ pub async fn share_fetch(ctx: &Ctx, req: ShareFetchRequest, _version: i16) -> Sh
         let answer = answers
             .entry(*tp)
             .or_insert_with(|| PartitionData::default().with_partition_index(tp.1));
+        if !types_allowed(version, batches) {
+            answer.acknowledge_error_code = ResponseError::InvalidRequest.code();
+            continue;
+        }
         if let Err(ShareError { code, message: text }) = share.acknowledge(&group, &member, partition, batches).await {
             answer.acknowledge_error_code = code;
             answer.acknowledge_error_message = text.and_then(message);
@@ -174,8 +212,19 @@ pub async fn share_fetch(ctx: &Ctx, req: ShareFetchRequest, _version: i16) -> Sh
     }
     if epoch == -1 {
         share.close_session(&group, &member);
-    } else {
-        fetch_records(ctx, &req, &group, &member, &fetched, &resolved, &mut answers).await;
+    } else if !(version >= 2 && req.is_renew_ack) {
+        let record_limit = version >= 2 && req.share_acquire_mode == ACQUIRE_RECORD_LIMIT;
+        fetch_records(
+            ctx,
+            &req,
+            record_limit,
+            &group,
+            &member,
+            &fetched,
+            &resolved,
+            &mut answers,
+        )
+        .await;
     }
     // A new session's answer lists each of its partitions; a later one only those with
     // something to say.
@@ -209,9 +258,11 @@ pub async fn share_fetch(ctx: &Ctx, req: ShareFetchRequest, _version: i16) -> Sh
 /// Acquires records in each fetched partition led here, under the request's byte and record
 /// budgets; when none was acquired anywhere, waits (up to the request's wait) for records to
 /// arrive or be released, and tries again.
+#[allow(clippy::too_many_arguments)]
 async fn fetch_records(
     ctx: &Ctx,
     req: &ShareFetchRequest,
+    record_limit: bool,
     group: &str,
     member: &str,
     fetched: &BTreeSet<Tp>,
@@ -250,6 +301,7 @@ async fn fetch_records(
             let limits = FetchLimits {
                 max_bytes: bytes_left,
                 max_records: records_left,
+                record_limit,
             };
             let Some(answer) = answers.get_mut(tp) else { continue };
             match ctx.share.fetch(group, member, partition, limits).await {
@@ -370,7 +422,7 @@ fn point_fetch_to_leaders(ctx: &Ctx, response: &mut ShareFetchResponse) {
         .collect();
 }
 
-pub async fn share_acknowledge(ctx: &Ctx, req: ShareAcknowledgeRequest, _version: i16) -> ShareAcknowledgeResponse {
+pub async fn share_acknowledge(ctx: &Ctx, req: ShareAcknowledgeRequest, version: i16) -> ShareAcknowledgeResponse {
     let top = |code: i16, text: Option<&str>| {
         ShareAcknowledgeResponse::default()
             .with_error_code(code)
@@ -397,6 +449,7 @@ pub async fn share_acknowledge(ctx: &Ctx, req: ShareAcknowledgeRequest, _version
             let mut answer = AckPartitionData::default().with_partition_index(p.partition_index);
             match resolve(ctx, tp) {
                 Err(code) => answer.error_code = code,
+                Ok(_) if !types_allowed(version, &batches) => answer.error_code = ResponseError::InvalidRequest.code(),
                 Ok(partition) => {
                     if let Err(ShareError { code, message: text }) =
                         ctx.share.acknowledge(&group, &member, &partition, &batches).await
@@ -417,7 +470,10 @@ pub async fn share_acknowledge(ctx: &Ctx, req: ShareAcknowledgeRequest, _version
     if req.share_session_epoch == -1 {
         ctx.share.close_session(&group, &member);
     }
-    let mut response = ShareAcknowledgeResponse::default().with_responses(topics);
+    let settings = crate::share::group_settings(&ctx.config, &ctx.controller.image(), &group);
+    let mut response = ShareAcknowledgeResponse::default()
+        .with_acquisition_lock_timeout_ms(i32::try_from(settings.lock_duration.as_millis()).unwrap_or(i32::MAX))
+        .with_responses(topics);
     let not_leader = ResponseError::NotLeaderOrFollower.code();
     let hints = hints(
         ctx,

@@ -3,7 +3,10 @@
 //! listShareGroupOffsets, alterShareGroupOffsets and deleteShareGroupOffsets), served by the
 //! group's coordinator from the share-partition states it stores (`crate::share`).
 //! DescribeShareGroupOffsets (key 90): v0 baseline; all started partitions when no topics are
-//! named; -1 for a partition the group never read.
+//! named; -1 for a partition the group never read. v1 (Kafka 4.2, KIP-1226): each partition's
+//! lag, the records between the start offset and the high watermark whose delivery is not
+//! complete (-1 for a partition never read); the high watermark is read here where this broker
+//! leads the partition, else asked of its leader (ListOffsets).
 //! AlterShareGroupOffsets (key 91): v0 baseline: new start offsets, nothing in flight; only
 //! while the group has no members (NON_EMPTY_GROUP); creates an empty share group when none
 //! exists yet.
@@ -30,7 +33,10 @@ use super::share_groups::share_groups_enabled;
 use super::{Ctx, Versions, message, topic_name};
 use crate::acl::{Operation, ResourceType};
 
-pub const DESCRIBE_VERSIONS: Versions = Versions::new(ApiKey::DescribeShareGroupOffsets, 0, 0);
+pub const DESCRIBE_VERSIONS: Versions = Versions::new(ApiKey::DescribeShareGroupOffsets, 0, 1);
+
+/// The ListOffsets version one broker asks another's high watermarks at.
+const LIST_OFFSETS_VERSION: i16 = 9;
 pub const ALTER_VERSIONS: Versions = Versions::new(ApiKey::AlterShareGroupOffsets, 0, 0);
 pub const DELETE_VERSIONS: Versions = Versions::new(ApiKey::DeleteShareGroupOffsets, 0, 0);
 
@@ -62,10 +68,88 @@ fn topic_of(ctx: &Ctx, name: &str, operation: Operation) -> Result<(Uuid, i32), 
     Ok((topic.id, topic.partitions))
 }
 
+/// The high watermark of each partition (the latest offset, as Kafka's lag takes it from a
+/// read_uncommitted ListOffsets): read here where this broker leads the partition, asked of
+/// its leader otherwise, one ListOffsets per leader. An error code where the leader is not
+/// known or did not answer.
+async fn high_watermarks(ctx: &Ctx, tps: &[(String, i32)]) -> BTreeMap<(String, i32), Result<i64, i16>> {
+    let image = ctx.controller.image();
+    let mut out = BTreeMap::new();
+    let mut remote: BTreeMap<i32, BTreeMap<String, Vec<i32>>> = BTreeMap::new();
+    for (topic, partition) in tps {
+        let key = (topic.clone(), *partition);
+        if let Some(p) = ctx.replicas.get(topic, *partition) {
+            out.insert(key, p.offsets().map(|o| o.high_watermark).map_err(|e| e.code()));
+            continue;
+        }
+        let leader = image.topic(topic).map_or(-1, |t| t.leader(*partition));
+        if leader < 0 || leader == ctx.config.node_id || !image.is_live(leader) {
+            out.insert(key, Err(ResponseError::LeaderNotAvailable.code()));
+            continue;
+        }
+        remote
+            .entry(leader)
+            .or_default()
+            .entry(topic.clone())
+            .or_default()
+            .push(*partition);
+    }
+    let calls = remote.into_iter().map(|(leader, topics)| {
+        let broker = image.brokers.get(&leader).cloned();
+        async move {
+            let asked: Vec<(String, i32)> = topics
+                .iter()
+                .flat_map(|(t, ps)| ps.iter().map(move |p| (t.clone(), *p)))
+                .collect();
+            let request = super::list_offsets::request_for(&topics, -1);
+            let answer = match broker {
+                None => Err(ResponseError::LeaderNotAvailable.code()),
+                Some(b) => ctx
+                    .share
+                    .brokers()
+                    .call(&b, LIST_OFFSETS_VERSION, &request)
+                    .await
+                    .map_err(|e| e.code()),
+            };
+            asked
+                .into_iter()
+                .map(|(t, p)| {
+                    let found = answer.as_ref().map_err(|c| *c).and_then(|r| {
+                        r.topics
+                            .iter()
+                            .filter(|x| x.name.as_str() == t)
+                            .flat_map(|x| x.partitions.iter())
+                            .find(|x| x.partition_index == p)
+                            .map_or(Err(ResponseError::UnknownServerError.code()), |x| {
+                                if x.error_code == 0 {
+                                    Ok(x.offset)
+                                } else {
+                                    Err(x.error_code)
+                                }
+                            })
+                    });
+                    ((t, p), found)
+                })
+                .collect::<Vec<_>>()
+        }
+    });
+    for answers in futures::future::join_all(calls).await {
+        out.extend(answers);
+    }
+    out
+}
+
+/// KIP-1226's lag: the records from the start offset to the high watermark whose delivery is
+/// not complete; never below 0 (a start offset reset past the high watermark has nothing to
+/// deliver).
+fn lag(high_watermark: i64, start: i64, complete: i64) -> i64 {
+    high_watermark.saturating_sub(start).saturating_sub(complete).max(0)
+}
+
 pub async fn describe(
     ctx: &Ctx,
     req: DescribeShareGroupOffsetsRequest,
-    _version: i16,
+    version: i16,
 ) -> DescribeShareGroupOffsetsResponse {
     let image = ctx.controller.image();
     let mut groups = Vec::with_capacity(req.groups.len());
@@ -100,17 +184,36 @@ pub async fn describe(
             }
         };
         let mut by_topic: BTreeMap<(String, Uuid), Vec<DescribeShareGroupOffsetsResponsePartition>> = BTreeMap::new();
-        for ((id, partition), start) in offsets {
+        let mut rows = Vec::with_capacity(offsets.len());
+        for ((id, partition), start, complete) in offsets {
             let Some(t) = image.topic_by_id(&id) else { continue };
             if asked.is_none() && !ctx.authorize(Operation::Describe, ResourceType::Topic, &t.name) {
                 continue;
             }
-            by_topic.entry((t.name.clone(), id)).or_default().push(
-                DescribeShareGroupOffsetsResponsePartition::default()
-                    .with_partition_index(partition)
-                    .with_start_offset(start)
-                    .with_leader_epoch(-1),
-            );
+            rows.push((t.name.clone(), id, partition, start, complete));
+        }
+        // The lag needs each started partition's high watermark (v1 only).
+        let started: Vec<(String, i32)> = rows
+            .iter()
+            .filter(|r| version >= 1 && r.3 >= 0 && r.4 >= 0)
+            .map(|r| (r.0.clone(), r.2))
+            .collect();
+        let watermarks = if started.is_empty() {
+            BTreeMap::new()
+        } else {
+            high_watermarks(ctx, &started).await
+        };
+        for (name, id, partition, start, complete) in rows {
+            let mut answer = DescribeShareGroupOffsetsResponsePartition::default()
+                .with_partition_index(partition)
+                .with_start_offset(start)
+                .with_leader_epoch(-1);
+            match watermarks.get(&(name.clone(), partition)) {
+                Some(Ok(hw)) => answer.lag = lag(*hw, start, complete),
+                Some(Err(code)) => answer.error_code = *code,
+                None => {}
+            }
+            by_topic.entry((name, id)).or_default().push(answer);
         }
         for (name, id, partition, code) in refused {
             by_topic.entry((name, id)).or_default().push(
@@ -239,4 +342,17 @@ pub async fn delete(ctx: &Ctx, req: DeleteShareGroupOffsetsRequest, _version: i1
         })
         .collect();
     DeleteShareGroupOffsetsResponse::default().with_responses(responses)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lag;
+
+    #[test]
+    fn lag_leaves_out_completed_deliveries_and_is_never_negative() {
+        assert_eq!(lag(100, 40, 10), 50);
+        assert_eq!(lag(100, 100, 0), 0);
+        assert_eq!(lag(100, 120, 0), 0);
+        assert_eq!(lag(i64::MAX, -1, 0), i64::MAX);
+    }
 }

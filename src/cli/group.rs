@@ -8,7 +8,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use kafka_protocol::messages::describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestGroup;
-use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup;
 use kafka_protocol::messages::{
@@ -303,23 +302,7 @@ pub async fn list_offsets(
                 topics.keys().cloned().collect::<Vec<_>>().join(", ")
             ),
         })?;
-        let request = ListOffsetsRequest::default().with_replica_id((-1).into()).with_topics(
-            topics
-                .iter()
-                .map(|(t, ps)| {
-                    ListOffsetsTopic::default().with_name(topic_name(t)).with_partitions(
-                        ps.iter()
-                            .map(|p| {
-                                ListOffsetsPartition::default()
-                                    .with_partition_index(*p)
-                                    .with_current_leader_epoch(-1)
-                                    .with_timestamp(timestamp)
-                            })
-                            .collect(),
-                    )
-                })
-                .collect(),
-        );
+        let request = crate::api::list_offsets::request_for(&topics, timestamp);
         let answer = client.send(broker, version, &request).await?;
         for t in &answer.topics {
             for p in &t.partitions {
@@ -433,9 +416,10 @@ async fn describe_share_group(
     Ok(Some(described))
 }
 
-/// A share group's start offsets (DescribeShareGroupOffsets), for every partition it started.
-async fn share_start_offsets(client: &Client, group: &str) -> Result<BTreeMap<TopicPartition, i64>, CliError> {
-    let version = client.version::<DescribeShareGroupOffsetsRequest>(0)?;
+/// A share group's start offset and, from v1 (KIP-1226), its lag as the broker counts it
+/// (records not yet delivered for good), for every partition it started.
+async fn share_offsets(client: &Client, group: &str) -> Result<BTreeMap<TopicPartition, (i64, Option<i64>)>, CliError> {
+    let version = client.version::<DescribeShareGroupOffsetsRequest>(1)?;
     let request = DescribeShareGroupOffsetsRequest::default().with_groups(vec![
         DescribeShareGroupOffsetsRequestGroup::default()
             .with_group_id(GroupId(str_bytes(group)))
@@ -455,7 +439,8 @@ async fn share_start_offsets(client: &Client, group: &str) -> Result<BTreeMap<To
         for t in &g.topics {
             for p in &t.partitions {
                 if p.error_code == 0 && p.start_offset >= 0 {
-                    starts.insert((t.topic_name.to_string(), p.partition_index), p.start_offset);
+                    let lag = (p.lag >= 0).then_some(p.lag);
+                    starts.insert((t.topic_name.to_string(), p.partition_index), (p.start_offset, lag));
                 }
             }
         }
@@ -514,7 +499,7 @@ async fn describe_share(
     group: &str,
     described: kafka_protocol::messages::share_group_describe_response::DescribedGroup,
 ) -> Result<Report, CliError> {
-    let starts = share_start_offsets(client, group).await?;
+    let offsets = share_offsets(client, group).await?;
     let mut assigned: BTreeMap<TopicPartition, usize> = BTreeMap::new();
     let mut members = Vec::new();
     for m in &described.members {
@@ -532,17 +517,20 @@ async fn describe_share(
             count,
         ));
     }
-    let partitions: BTreeSet<TopicPartition> = starts.keys().chain(assigned.keys()).cloned().collect();
+    let partitions: BTreeSet<TopicPartition> = offsets.keys().chain(assigned.keys()).cloned().collect();
     let metadata = client.metadata(Some(&topic_names(&partitions))).await?;
     let ends = list_offsets(client, &metadata, &partitions, LATEST, &mut Progress::new(false)).await?;
     let dash = || "-".to_string();
     let mut rows = Vec::new();
     let mut json_rows = Vec::new();
     for tp in &partitions {
-        let start = starts.get(tp).copied();
+        let start = offsets.get(tp).map(|o| o.0);
         let end = ends.get(tp).copied();
-        let pending = match (start, end) {
-            (Some(s), Some(e)) => Some((e - s).max(0)),
+        // The broker's lag leaves out what was acknowledged past the start offset; a broker
+        // before Kafka 4.2's v1 gives none, and the records past the start offset stand in.
+        let pending = match (offsets.get(tp), end) {
+            (Some((_, Some(lag))), _) => Some(*lag),
+            (Some((s, None)), Some(e)) => Some((e - s).max(0)),
             _ => None,
         };
         let readers = assigned.get(tp).copied().unwrap_or(0);
@@ -654,7 +642,11 @@ async fn reset_offsets(client: &Client, args: ResetArgs) -> Result<Report, CliEr
         )));
     }
     let committed = match share {
-        Some(_) => share_start_offsets(client, group).await?,
+        Some(_) => share_offsets(client, group)
+            .await?
+            .into_iter()
+            .map(|(tp, (start, _))| (tp, start))
+            .collect(),
         None => at_coordinator(client, group, |c| async move { committed(client, &c, group).await }).await?,
     };
     let is_share = share.is_some();

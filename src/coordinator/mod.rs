@@ -1456,23 +1456,31 @@ impl GroupCoordinator {
         }
     }
 
-    /// The stored start offset of each share-partition of a group (DescribeShareGroupOffsets):
-    /// those named, or all it ever started when `partitions` is None. -1: not started.
+    /// The stored start offset of each share-partition of a group, with the offsets past it
+    /// whose delivery is complete (DescribeShareGroupOffsets, the lag of KIP-1226): those
+    /// named, or all it ever started when `partitions` is None. -1 and -1: not started.
     pub fn share_offsets(
         self: &Arc<Self>,
         group_id: &str,
         partitions: Option<&[consumer::Tp]>,
-    ) -> Result<Vec<(consumer::Tp, i64)>, i16> {
+    ) -> Result<Vec<(consumer::Tp, i64, i64)>, i16> {
         let slot = self.share_slot(group_id)?;
         let e = slot.lock();
-        let start = |s: Option<&StoredShareState>| s.and_then(|s| s.state.as_ref()).map_or(-1, |p| p.start_offset);
+        let offsets = |s: Option<&StoredShareState>| {
+            s.and_then(|s| s.state.as_ref())
+                .map_or((-1, -1), |p| (p.start_offset, p.delivery_complete_count()))
+        };
+        let row = |tp: &consumer::Tp, s: Option<&StoredShareState>| {
+            let (start, complete) = offsets(s);
+            (*tp, start, complete)
+        };
         Ok(match partitions {
-            Some(tps) => tps.iter().map(|tp| (*tp, start(e.share_states.get(tp)))).collect(),
+            Some(tps) => tps.iter().map(|tp| row(tp, e.share_states.get(tp))).collect(),
             None => e
                 .share_states
                 .iter()
                 .filter(|(_, s)| s.state.is_some())
-                .map(|(tp, s)| (*tp, start(Some(s))))
+                .map(|(tp, s)| row(tp, Some(s)))
                 .collect(),
         })
     }

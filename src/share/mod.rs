@@ -141,6 +141,9 @@ impl ShareError {
 pub struct FetchLimits {
     pub max_bytes: usize,
     pub max_records: usize,
+    /// Never more than `max_records` (KIP-1206's record-limit acquire mode), rather than whole
+    /// batches.
+    pub record_limit: bool,
 }
 
 pub struct ShareManager {
@@ -429,6 +432,12 @@ impl ShareManager {
         }
     }
 
+    /// The client this broker calls other brokers with (for the share-partition state, and the
+    /// high watermarks of DescribeShareGroupOffsets).
+    pub fn brokers(&self) -> &BrokerClient {
+        &self.brokers
+    }
+
     /// A receiver that moves when records are released (see `released`).
     pub fn released(&self) -> watch::Receiver<u64> {
         self.released.subscribe()
@@ -592,7 +601,10 @@ impl ShareManager {
                 member,
                 &ranges,
                 &archive,
-                limits.max_records,
+                partition::Budget {
+                    max_records: limits.max_records,
+                    exact: limits.record_limit,
+                },
                 settings.lock_duration,
                 now,
             );
@@ -640,13 +652,21 @@ impl ShareManager {
             return Err(ShareError::code(ResponseError::UnknownServerError.code()));
         };
         let now = Instant::now();
-        let limits = group_settings(&self.config, &self.controller.image(), group).limits;
-        loaded.state.set_delivery_limit(limits.delivery_limit);
+        let settings = group_settings(&self.config, &self.controller.image(), group);
+        loaded.state.set_delivery_limit(settings.limits.delivery_limit);
         tracing::debug!(group, member, partition = %partition.tp, ?batches, "acknowledgements");
         let mut refused = None;
         let mut released = false;
         for (first, last, types) in batches {
-            match loaded.state.acknowledge(member, *first, *last, types, now) {
+            // A group with `share.renew.acknowledge.enable=false` refuses renewals.
+            let outcome = if !settings.renew_enabled && types.contains(&partition::ACK_RENEW) {
+                Err(partition::AckError::InvalidRecordState)
+            } else {
+                loaded
+                    .state
+                    .acknowledge(member, *first, *last, types, settings.lock_duration, now)
+            };
+            match outcome {
                 Ok(()) => {
                     released |= types.contains(&partition::ACK_RELEASE);
                     self.count_acknowledged(*first, *last, types);
@@ -858,6 +878,9 @@ pub struct GroupSettings {
     /// The broker's `group.share.partition.max.record.locks`, and the group's
     /// `share.delivery.count.limit` (KIP-1240) over the broker's.
     pub limits: Limits,
+    /// `share.renew.acknowledge.enable` (Kafka 4.3, default true): whether members may renew
+    /// their locks (the RENEW acknowledge type of KIP-1222).
+    pub renew_enabled: bool,
 }
 
 pub fn group_settings(config: &BrokerConfig, image: &MetadataImage, group: &str) -> GroupSettings {
@@ -879,6 +902,9 @@ pub fn group_settings(config: &BrokerConfig, image: &MetadataImage, group: &str)
             max_in_flight: usize::try_from(config.share.partition_max_record_locks).unwrap_or(usize::MAX),
             delivery_limit: i16::try_from(deliveries).unwrap_or(i16::MAX),
         },
+        renew_enabled: !configs
+            .and_then(|c| c.get("share.renew.acknowledge.enable"))
+            .is_some_and(|v| v.eq_ignore_ascii_case("false")),
     }
 }
 

@@ -15,6 +15,9 @@ pub const ACK_ACCEPT: i8 = 1;
 pub const ACK_RELEASE: i8 = 2;
 /// Acknowledge type 3: the record cannot be processed; it is archived.
 pub const ACK_REJECT: i8 = 3;
+/// Acknowledge type 4 (KIP-1222, ShareFetch and ShareAcknowledge v2): the record stays
+/// acquired by the member, its lock running again for a whole lock duration.
+pub const ACK_RENEW: i8 = 4;
 
 /// Persisted delivery state of an offset that may be delivered (again).
 pub const PERSISTED_AVAILABLE: i8 = 0;
@@ -85,6 +88,15 @@ pub struct RecordState {
     pub delivery_count: i16,
 }
 
+/// How many records one acquisition may take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Budget {
+    /// The request's MaxRecords (what is left of it).
+    pub max_records: usize,
+    /// Never more than `max_records` (KIP-1206's record-limit mode), rather than whole batches.
+    pub exact: bool,
+}
+
 /// A range of offsets acquired by one `acquire` call, all with the same delivery count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Acquired {
@@ -122,6 +134,26 @@ pub struct Persisted {
     pub start_offset: i64,
     /// States of the in-flight offsets, in ascending, non-overlapping ranges.
     pub batches: Vec<PersistedBatch>,
+}
+
+impl Persisted {
+    /// Offsets at or past the start offset whose delivery is complete (acknowledged or
+    /// archived): what KIP-1226's lag leaves out of the records between the start offset and
+    /// the high watermark.
+    pub fn delivery_complete_count(&self) -> i64 {
+        self.batches
+            .iter()
+            .filter(|b| b.state == PERSISTED_ACKNOWLEDGED || b.state == PERSISTED_ARCHIVED)
+            .map(|b| {
+                let first = b.first_offset.max(self.start_offset);
+                if b.last_offset < first {
+                    0
+                } else {
+                    b.last_offset.saturating_sub(first).saturating_add(1)
+                }
+            })
+            .fold(0i64, i64::saturating_add)
+    }
 }
 
 /// A range of offsets sharing one persisted state and delivery count.
@@ -243,9 +275,10 @@ impl SharePartition {
     ///
     /// Available offsets of the window and new offsets at `end_offset` (while the window has
     /// room) are locked until `now + lock_duration`; other offsets are skipped. Stops once
-    /// `max_records` were acquired, at a batch boundary (batches stay whole), or mid-batch when
-    /// the window is full. Returns the acquired offsets merged into ranges of equal delivery
-    /// count.
+    /// `max_records` were acquired: at a batch boundary (batches stay whole, Kafka's
+    /// batch-optimized acquire mode) or, with `exact` (the record-limit mode of KIP-1206),
+    /// at exactly `max_records`, mid-batch; and mid-batch when the window is full. Returns the
+    /// acquired offsets merged into ranges of equal delivery count.
     pub fn acquire(
         &mut self,
         member: &str,
@@ -254,26 +287,29 @@ impl SharePartition {
         lock_duration: Duration,
         now: Instant,
     ) -> Vec<Acquired> {
-        self.acquire_archiving(member, batches, &[], max_records, lock_duration, now)
+        let budget = Budget {
+            max_records,
+            exact: false,
+        };
+        self.acquire_archiving(member, batches, &[], budget, lock_duration, now)
     }
 
     /// `acquire`, except that the batches whose index `archive` marks true (a read_committed
     /// group's aborted transactions: Kafka's `filterAbortedTransactionalAcquiredRecords`) are
     /// never delivered: their available and new offsets are archived, and count for neither
-    /// `max_records` nor the result.
+    /// the budget nor the result.
     pub fn acquire_archiving(
         &mut self,
         member: &str,
         batches: &[(i64, i64)],
         archive: &[bool],
-        max_records: usize,
+        budget: Budget,
         lock_duration: Duration,
         now: Instant,
     ) -> Vec<Acquired> {
+        let Budget { max_records, exact } = budget;
         self.expire_locks(now);
-        let deadline = now
-            .checked_add(lock_duration)
-            .unwrap_or_else(|| now.checked_add(FAR_FUTURE).unwrap_or(now));
+        let deadline = lock_deadline(now, lock_duration);
         let acquired_state = || DeliveryState::Acquired {
             member: member.to_string(),
             deadline,
@@ -299,6 +335,9 @@ impl SharePartition {
             if lo < self.end_offset {
                 let hi = last.min(self.end_offset - 1);
                 for (&offset, rec) in self.records.range_mut(lo..=hi) {
+                    if exact && count >= max_records {
+                        break 'batches;
+                    }
                     if rec.state == DeliveryState::Available {
                         rec.delivery_count = rec.delivery_count.saturating_add(1);
                         rec.state = acquired_state();
@@ -309,7 +348,7 @@ impl SharePartition {
             }
             // New offsets, from end_offset on, while the window has room.
             while self.end_offset <= last {
-                if !self.has_room() || self.end_offset == i64::MAX {
+                if !self.has_room() || self.end_offset == i64::MAX || (exact && count >= max_records) {
                     break 'batches;
                 }
                 let offset = self.end_offset;
@@ -345,13 +384,16 @@ impl SharePartition {
 
     /// Applies `member`'s acknowledgement of `first..=last`: `types` holds one Kafka
     /// acknowledge type for the whole range or one per offset. Locks are expired first; every
-    /// offset must be in the window and acquired by `member`, or nothing changes.
+    /// offset must be in the window and acquired by `member`, or nothing changes. A renewed
+    /// offset (`ACK_RENEW`) stays acquired, locked until `now + lock_duration`, its delivery
+    /// count unchanged.
     pub fn acknowledge(
         &mut self,
         member: &str,
         first: i64,
         last: i64,
         types: &[i8],
+        lock_duration: Duration,
         now: Instant,
     ) -> Result<(), AckError> {
         if first < 0 || first > last {
@@ -362,7 +404,7 @@ impl SharePartition {
         if types.is_empty() || (types.len() != 1 && types.len() as i128 != span) {
             return Err(AckError::InvalidRequest);
         }
-        if types.iter().any(|t| !(ACK_GAP..=ACK_REJECT).contains(t)) {
+        if types.iter().any(|t| !(ACK_GAP..=ACK_RENEW).contains(t)) {
             return Err(AckError::InvalidRequest);
         }
         self.expire_locks(now);
@@ -374,11 +416,17 @@ impl SharePartition {
             return Err(AckError::InvalidRecordState);
         }
         let limit = self.limits.delivery_limit;
+        let deadline = lock_deadline(now, lock_duration);
         // `types` has length 1 (cycled) or exactly one entry per offset.
         for ((_, rec), &kind) in self.records.range_mut(first..=last).zip(types.iter().cycle()) {
             match kind {
                 ACK_ACCEPT => rec.state = DeliveryState::Acknowledged,
                 ACK_RELEASE => release(rec, limit),
+                ACK_RENEW => {
+                    if let DeliveryState::Acquired { deadline: d, .. } = &mut rec.state {
+                        *d = deadline;
+                    }
+                }
                 _ => rec.state = DeliveryState::Archived,
             }
         }
@@ -549,6 +597,12 @@ impl SharePartition {
     }
 }
 
+/// `now + lock_duration`, or as far as an `Instant` reaches.
+fn lock_deadline(now: Instant, lock_duration: Duration) -> Instant {
+    now.checked_add(lock_duration)
+        .unwrap_or_else(|| now.checked_add(FAR_FUTURE).unwrap_or(now))
+}
+
 /// Whether `rec` is acquired by `member`.
 fn held_by(rec: &RecordState, member: &str) -> bool {
     matches!(&rec.state, DeliveryState::Acquired { member: m, .. } if m == member)
@@ -590,6 +644,14 @@ mod tests {
         Limits {
             max_in_flight,
             delivery_limit,
+        }
+    }
+
+    /// Kafka's batch-optimized budget of `max_records`.
+    fn whole(max_records: usize) -> Budget {
+        Budget {
+            max_records,
+            exact: false,
         }
     }
 
@@ -662,32 +724,119 @@ mod tests {
     }
 
     #[test]
+    fn record_limit_mode_acquires_exactly_max_records() {
+        let t0 = Instant::now();
+        let mut sp = SharePartition::new(0, Limits::default());
+        let exact = |max_records| Budget {
+            max_records,
+            exact: true,
+        };
+        // New records: 3 of a 10-record batch; the rest stays past the window.
+        let got = sp.acquire_archiving("m1", &[(0, 9), (10, 19)], &[], exact(3), LOCK, t0);
+        assert_eq!(got, vec![acq(0, 2, 1)]);
+        assert_eq!((sp.start_offset(), sp.end_offset()), (0, 3));
+        // Records already in the window: 2 of 3 released ones, then nothing past the budget.
+        sp.acknowledge("m1", 0, 2, &[ACK_RELEASE], LOCK, t0).unwrap();
+        let got = sp.acquire_archiving("m2", &[(0, 9)], &[], exact(2), LOCK, t0);
+        assert_eq!(got, vec![acq(0, 1, 2)]);
+        assert_eq!(sp.record(2).map(|r| &r.state), Some(&DeliveryState::Available));
+        assert_eq!(sp.end_offset(), 3);
+        // Across the window's end: the last released one and 4 new ones.
+        let got = sp.acquire_archiving("m2", &[(0, 9)], &[], exact(5), LOCK, t0);
+        assert_eq!(got, vec![acq(2, 2, 2), acq(3, 6, 1)]);
+        assert_eq!(sp.end_offset(), 7);
+        // The batch-optimized mode takes the rest of the batch.
+        let got = sp.acquire_archiving("m2", &[(0, 9)], &[], whole(1), LOCK, t0);
+        assert_eq!(got, vec![acq(7, 9, 1)]);
+        check(&sp);
+    }
+
+    #[test]
+    fn renew_restarts_the_lock_of_the_members_records() {
+        let t0 = Instant::now();
+        let mut sp = SharePartition::new(0, Limits::default());
+        sp.acquire("m1", &[(0, 3)], 100, LOCK, t0);
+        let later = t0 + LOCK / 2;
+        // Renewed offsets stay acquired, locked a whole duration from now, the count unchanged.
+        sp.acknowledge("m1", 0, 1, &[ACK_RENEW], LOCK, later).unwrap();
+        let locked = |deadline| DeliveryState::Acquired {
+            member: "m1".to_string(),
+            deadline,
+        };
+        assert_eq!(state(&sp, 0), locked(later + LOCK));
+        assert_eq!(state(&sp, 1), locked(later + LOCK));
+        assert_eq!(state(&sp, 2), locked(t0 + LOCK));
+        assert_eq!(count(&sp, 0), 1);
+        // Past the first lock: 2 and 3 expired, 0 and 1 are still held.
+        let after = t0 + LOCK;
+        sp.expire_locks(after);
+        assert_eq!(state(&sp, 2), DeliveryState::Available);
+        assert_eq!(state(&sp, 0), locked(later + LOCK));
+        // Mixed with other types, per offset.
+        sp.acknowledge("m1", 0, 1, &[ACK_ACCEPT, ACK_RENEW], LOCK, after)
+            .unwrap();
+        // 0 acknowledged: the start offset moved past it.
+        assert_eq!(sp.start_offset(), 1);
+        assert_eq!(state(&sp, 1), locked(after + LOCK));
+        // Another member's record, or one no longer acquired, cannot be renewed.
+        let bad = Err(AckError::InvalidRecordState);
+        assert_eq!(sp.acknowledge("m2", 1, 1, &[ACK_RENEW], LOCK, after), bad);
+        assert_eq!(sp.acknowledge("m1", 2, 2, &[ACK_RENEW], LOCK, after), bad);
+        assert_eq!(
+            sp.acknowledge("m1", 1, 1, &[5], LOCK, after),
+            Err(AckError::InvalidRequest)
+        );
+        check(&sp);
+    }
+
+    #[test]
     fn archived_batches_are_never_delivered_and_do_not_count() {
         let t0 = Instant::now();
         let mut sp = SharePartition::new(0, Limits::default());
         // An aborted transaction at the front: the start moves past it, and it does not count
         // against max_records (3 records are acquired after it).
-        let got = sp.acquire_archiving("m1", &[(0, 2), (3, 3), (4, 5)], &[true, false, false], 3, LOCK, t0);
+        let got = sp.acquire_archiving(
+            "m1",
+            &[(0, 2), (3, 3), (4, 5)],
+            &[true, false, false],
+            whole(3),
+            LOCK,
+            t0,
+        );
         assert_eq!(got, vec![acq(3, 5, 1)]);
         assert_eq!((sp.start_offset(), sp.end_offset()), (3, 6));
         check(&sp);
         // Between delivered records, an aborted batch stays archived in the window; released
         // records around it come back, it never does.
-        let got = sp.acquire_archiving("m1", &[(6, 6), (7, 9), (10, 10)], &[false, true, false], 100, LOCK, t0);
+        let got = sp.acquire_archiving(
+            "m1",
+            &[(6, 6), (7, 9), (10, 10)],
+            &[false, true, false],
+            whole(100),
+            LOCK,
+            t0,
+        );
         assert_eq!(got, vec![acq(6, 6, 1), acq(10, 10, 1)]);
         assert_eq!(state(&sp, 8), DeliveryState::Archived);
         assert_eq!(count(&sp, 8), 0);
-        sp.acknowledge("m1", 3, 10, &[ACK_RELEASE], t0).unwrap_err();
-        sp.acknowledge("m1", 3, 6, &[ACK_RELEASE], t0).unwrap();
-        sp.acknowledge("m1", 10, 10, &[ACK_RELEASE], t0).unwrap();
+        sp.acknowledge("m1", 3, 10, &[ACK_RELEASE], LOCK, t0).unwrap_err();
+        sp.acknowledge("m1", 3, 6, &[ACK_RELEASE], LOCK, t0).unwrap();
+        sp.acknowledge("m1", 10, 10, &[ACK_RELEASE], LOCK, t0).unwrap();
         assert_eq!(sp.next_fetch_offset(t0), Some(3));
-        let got = sp.acquire_archiving("m2", &[(3, 3), (4, 5), (6, 6), (7, 9), (10, 10)], &[], 100, LOCK, t0);
+        let got = sp.acquire_archiving(
+            "m2",
+            &[(3, 3), (4, 5), (6, 6), (7, 9), (10, 10)],
+            &[],
+            whole(100),
+            LOCK,
+            t0,
+        );
         assert_eq!(got, vec![acq(3, 6, 2), acq(10, 10, 2)]);
         // An available record in a batch marked for archiving is archived, not acquired.
-        sp.acknowledge("m2", 3, 6, &[ACK_ACCEPT], t0).unwrap();
-        sp.acknowledge("m2", 10, 10, &[ACK_RELEASE], t0).unwrap();
+        sp.acknowledge("m2", 3, 6, &[ACK_ACCEPT], LOCK, t0).unwrap();
+        sp.acknowledge("m2", 10, 10, &[ACK_RELEASE], LOCK, t0).unwrap();
         assert!(
-            sp.acquire_archiving("m2", &[(10, 10)], &[true], 100, LOCK, t0)
+            sp.acquire_archiving("m2", &[(10, 10)], &[true], whole(100), LOCK, t0)
                 .is_empty()
         );
         assert_eq!((sp.start_offset(), sp.end_offset(), sp.in_flight()), (11, 11, 0));
@@ -696,7 +845,7 @@ mod tests {
         let mut sp = SharePartition::new(0, limits(4, 5));
         assert_eq!(sp.acquire("m1", &[(0, 0)], 100, LOCK, t0), vec![acq(0, 0, 1)]);
         assert!(
-            sp.acquire_archiving("m1", &[(1, 9), (10, 10)], &[true, false], 100, LOCK, t0)
+            sp.acquire_archiving("m1", &[(1, 9), (10, 10)], &[true, false], whole(100), LOCK, t0)
                 .is_empty()
         );
         assert_eq!((sp.start_offset(), sp.end_offset()), (0, 4));
@@ -708,16 +857,16 @@ mod tests {
         let t0 = Instant::now();
         let mut sp = SharePartition::new(0, limits(100, 5));
         sp.acquire("m1", &[(0, 1)], 100, LOCK, t0);
-        sp.acknowledge("m1", 0, 1, &[ACK_RELEASE], t0).unwrap();
+        sp.acknowledge("m1", 0, 1, &[ACK_RELEASE], LOCK, t0).unwrap();
         assert_eq!(sp.acquire("m1", &[(0, 1)], 100, LOCK, t0), vec![acq(0, 1, 2)]);
         // Lowered below the deliveries made: the delivery in flight is the last one.
         sp.set_delivery_limit(2);
-        sp.acknowledge("m1", 0, 0, &[ACK_RELEASE], t0).unwrap();
+        sp.acknowledge("m1", 0, 0, &[ACK_RELEASE], LOCK, t0).unwrap();
         // Archived: the start offset moves past it.
         assert_eq!(sp.start_offset(), 1);
         // Raised again: the other record, released now, comes back.
         sp.set_delivery_limit(3);
-        sp.acknowledge("m1", 1, 1, &[ACK_RELEASE], t0).unwrap();
+        sp.acknowledge("m1", 1, 1, &[ACK_RELEASE], LOCK, t0).unwrap();
         assert_eq!(state(&sp, 1), DeliveryState::Available);
         assert_eq!(sp.acquire("m1", &[(0, 1)], 100, LOCK, t0), vec![acq(1, 1, 3)]);
         check(&sp);
@@ -731,7 +880,7 @@ mod tests {
         assert_eq!(sp.end_offset(), 4);
         assert_eq!(sp.next_fetch_offset(t0), None);
         assert!(sp.acquire("m1", &[(4, 9)], 100, LOCK, t0).is_empty());
-        sp.acknowledge("m1", 0, 1, &[ACK_ACCEPT], t0).unwrap();
+        sp.acknowledge("m1", 0, 1, &[ACK_ACCEPT], LOCK, t0).unwrap();
         assert_eq!(sp.start_offset(), 2);
         assert_eq!(sp.next_fetch_offset(t0), Some(4));
         assert_eq!(sp.acquire("m1", &[(4, 9)], 100, LOCK, t0), vec![acq(4, 5, 1)]);
@@ -744,13 +893,13 @@ mod tests {
         let t0 = Instant::now();
         let mut sp = SharePartition::new(0, Limits::default());
         sp.acquire("m1", &[(0, 9)], 100, LOCK, t0);
-        sp.acknowledge("m1", 3, 5, &[ACK_ACCEPT], t0).unwrap();
+        sp.acknowledge("m1", 3, 5, &[ACK_ACCEPT], LOCK, t0).unwrap();
         assert_eq!(sp.start_offset(), 0);
         assert_eq!(state(&sp, 4), DeliveryState::Acknowledged);
-        sp.acknowledge("m1", 0, 2, &[ACK_ACCEPT], t0).unwrap();
+        sp.acknowledge("m1", 0, 2, &[ACK_ACCEPT], LOCK, t0).unwrap();
         assert_eq!(sp.start_offset(), 6);
         assert_eq!(sp.in_flight(), 4);
-        sp.acknowledge("m1", 6, 9, &[ACK_ACCEPT], t0).unwrap();
+        sp.acknowledge("m1", 6, 9, &[ACK_ACCEPT], LOCK, t0).unwrap();
         assert_eq!((sp.start_offset(), sp.end_offset(), sp.in_flight()), (10, 10, 0));
         assert_eq!(sp.next_deadline(), None);
         check(&sp);
@@ -761,7 +910,7 @@ mod tests {
         let t0 = Instant::now();
         let mut sp = SharePartition::new(0, Limits::default());
         sp.acquire("m1", &[(0, 4)], 100, LOCK, t0);
-        sp.acknowledge("m1", 1, 2, &[ACK_RELEASE], t0).unwrap();
+        sp.acknowledge("m1", 1, 2, &[ACK_RELEASE], LOCK, t0).unwrap();
         assert_eq!(state(&sp, 1), DeliveryState::Available);
         assert_eq!(sp.acquired_count(), 3);
         assert_eq!(sp.next_fetch_offset(t0), Some(1));
@@ -779,9 +928,9 @@ mod tests {
         let t0 = Instant::now();
         let mut sp = SharePartition::new(0, limits(100, 2));
         sp.acquire("m1", &[(0, 0)], 100, LOCK, t0);
-        sp.acknowledge("m1", 0, 0, &[ACK_RELEASE], t0).unwrap();
+        sp.acknowledge("m1", 0, 0, &[ACK_RELEASE], LOCK, t0).unwrap();
         assert_eq!(sp.acquire("m1", &[(0, 0)], 100, LOCK, t0), vec![acq(0, 0, 2)]);
-        sp.acknowledge("m1", 0, 0, &[ACK_RELEASE], t0).unwrap();
+        sp.acknowledge("m1", 0, 0, &[ACK_RELEASE], LOCK, t0).unwrap();
         assert_eq!((sp.start_offset(), sp.end_offset()), (1, 1));
         check(&sp);
     }
@@ -791,11 +940,11 @@ mod tests {
         let t0 = Instant::now();
         let mut sp = SharePartition::new(0, Limits::default());
         sp.acquire("m1", &[(0, 3)], 100, LOCK, t0);
-        sp.acknowledge("m1", 0, 0, &[ACK_REJECT], t0).unwrap();
-        sp.acknowledge("m1", 1, 1, &[ACK_GAP], t0).unwrap();
+        sp.acknowledge("m1", 0, 0, &[ACK_REJECT], LOCK, t0).unwrap();
+        sp.acknowledge("m1", 1, 1, &[ACK_GAP], LOCK, t0).unwrap();
         assert_eq!(sp.start_offset(), 2);
         assert!(sp.record(1).is_none());
-        sp.acknowledge("m1", 3, 3, &[ACK_REJECT], t0).unwrap();
+        sp.acknowledge("m1", 3, 3, &[ACK_REJECT], LOCK, t0).unwrap();
         assert_eq!(state(&sp, 3), DeliveryState::Archived);
         assert_eq!(sp.start_offset(), 2);
         check(&sp);
@@ -806,7 +955,7 @@ mod tests {
         let t0 = Instant::now();
         let mut sp = SharePartition::new(0, Limits::default());
         sp.acquire("m1", &[(0, 3)], 100, LOCK, t0);
-        sp.acknowledge("m1", 0, 3, &[ACK_ACCEPT, ACK_RELEASE, ACK_REJECT, ACK_GAP], t0)
+        sp.acknowledge("m1", 0, 3, &[ACK_ACCEPT, ACK_RELEASE, ACK_REJECT, ACK_GAP], LOCK, t0)
             .unwrap();
         assert_eq!(sp.start_offset(), 1);
         assert_eq!(state(&sp, 1), DeliveryState::Available);
@@ -851,14 +1000,14 @@ mod tests {
         sp.acquire("m1", &[(0, 1)], 100, LOCK, t0);
         let late = t0 + Duration::from_secs(31);
         assert_eq!(
-            sp.acknowledge("m1", 0, 1, &[ACK_ACCEPT], late),
+            sp.acknowledge("m1", 0, 1, &[ACK_ACCEPT], LOCK, late),
             Err(AckError::InvalidRecordState)
         );
         assert_eq!(state(&sp, 0), DeliveryState::Available);
         // A lock is valid until its deadline is reached.
         sp.acquire("m1", &[(0, 1)], 100, LOCK, late);
         assert_eq!(
-            sp.acknowledge("m1", 0, 1, &[ACK_ACCEPT], late + LOCK),
+            sp.acknowledge("m1", 0, 1, &[ACK_ACCEPT], LOCK, late + LOCK),
             Err(AckError::InvalidRecordState)
         );
     }
@@ -868,22 +1017,22 @@ mod tests {
         let t0 = Instant::now();
         let mut sp = SharePartition::new(0, Limits::default());
         sp.acquire("m1", &[(0, 4)], 100, LOCK, t0);
-        sp.acknowledge("m1", 0, 0, &[ACK_RELEASE], t0).unwrap();
+        sp.acknowledge("m1", 0, 0, &[ACK_RELEASE], LOCK, t0).unwrap();
         let before = sp.clone();
         let bad = Err(AckError::InvalidRecordState);
         // Another member's locks.
-        assert_eq!(sp.acknowledge("m2", 1, 1, &[ACK_ACCEPT], t0), bad);
+        assert_eq!(sp.acknowledge("m2", 1, 1, &[ACK_ACCEPT], LOCK, t0), bad);
         // An unacquired (available) offset in the range.
-        assert_eq!(sp.acknowledge("m1", 0, 2, &[ACK_ACCEPT], t0), bad);
+        assert_eq!(sp.acknowledge("m1", 0, 2, &[ACK_ACCEPT], LOCK, t0), bad);
         // Past the window.
-        assert_eq!(sp.acknowledge("m1", 3, 7, &[ACK_ACCEPT], t0), bad);
+        assert_eq!(sp.acknowledge("m1", 3, 7, &[ACK_ACCEPT], LOCK, t0), bad);
         assert_eq!(sp, before);
         // Below the start offset.
         sp.acquire("m1", &[(0, 0)], 100, LOCK, t0);
-        sp.acknowledge("m1", 0, 1, &[ACK_ACCEPT], t0).unwrap();
+        sp.acknowledge("m1", 0, 1, &[ACK_ACCEPT], LOCK, t0).unwrap();
         assert_eq!(sp.start_offset(), 2);
         let before = sp.clone();
-        assert_eq!(sp.acknowledge("m1", 1, 2, &[ACK_ACCEPT], t0), bad);
+        assert_eq!(sp.acknowledge("m1", 1, 2, &[ACK_ACCEPT], LOCK, t0), bad);
         assert_eq!(sp, before);
         check(&sp);
     }
@@ -895,18 +1044,21 @@ mod tests {
         sp.acquire("m1", &[(0, 4)], 100, LOCK, t0);
         let before = sp.clone();
         let req = Err(AckError::InvalidRequest);
-        assert_eq!(sp.acknowledge("m1", 3, 2, &[ACK_ACCEPT], t0), req);
-        assert_eq!(sp.acknowledge("m1", 0, 2, &[ACK_ACCEPT, ACK_ACCEPT], t0), req);
-        assert_eq!(sp.acknowledge("m1", 0, 2, &[], t0), req);
-        assert_eq!(sp.acknowledge("m1", 0, 0, &[7], t0), req);
-        assert_eq!(sp.acknowledge("m1", 0, 0, &[-1], t0), req);
-        assert_eq!(sp.acknowledge("m1", -1, 0, &[ACK_ACCEPT], t0), req);
-        assert_eq!(sp.acknowledge("m1", i64::MIN, i64::MAX, &[ACK_ACCEPT], t0), req);
-        assert_eq!(sp.acknowledge("m1", 0, i64::MAX, &[ACK_ACCEPT, ACK_ACCEPT], t0), req);
+        assert_eq!(sp.acknowledge("m1", 3, 2, &[ACK_ACCEPT], LOCK, t0), req);
+        assert_eq!(sp.acknowledge("m1", 0, 2, &[ACK_ACCEPT, ACK_ACCEPT], LOCK, t0), req);
+        assert_eq!(sp.acknowledge("m1", 0, 2, &[], LOCK, t0), req);
+        assert_eq!(sp.acknowledge("m1", 0, 0, &[7], LOCK, t0), req);
+        assert_eq!(sp.acknowledge("m1", 0, 0, &[-1], LOCK, t0), req);
+        assert_eq!(sp.acknowledge("m1", -1, 0, &[ACK_ACCEPT], LOCK, t0), req);
+        assert_eq!(sp.acknowledge("m1", i64::MIN, i64::MAX, &[ACK_ACCEPT], LOCK, t0), req);
+        assert_eq!(
+            sp.acknowledge("m1", 0, i64::MAX, &[ACK_ACCEPT, ACK_ACCEPT], LOCK, t0),
+            req
+        );
         // Huge but well-formed: refused by the window check, without iterating.
         let state = Err(AckError::InvalidRecordState);
-        assert_eq!(sp.acknowledge("m1", 0, i64::MAX, &[ACK_ACCEPT], t0), state);
-        assert_eq!(sp.acknowledge("m1", i64::MAX, i64::MAX, &[ACK_ACCEPT], t0), state);
+        assert_eq!(sp.acknowledge("m1", 0, i64::MAX, &[ACK_ACCEPT], LOCK, t0), state);
+        assert_eq!(sp.acknowledge("m1", i64::MAX, i64::MAX, &[ACK_ACCEPT], LOCK, t0), state);
         assert_eq!(sp, before);
         assert_eq!(AckError::InvalidRequest.code(), 42);
         assert_eq!(AckError::InvalidRecordState.code(), 121);
@@ -939,13 +1091,13 @@ mod tests {
         let t0 = Instant::now();
         let mut sp = SharePartition::new(0, Limits::default());
         sp.acquire("m1", &[(0, 9)], 100, LOCK, t0);
-        sp.acknowledge("m1", 6, 6, &[ACK_ACCEPT], t0).unwrap();
+        sp.acknowledge("m1", 6, 6, &[ACK_ACCEPT], LOCK, t0).unwrap();
         sp.move_start(5);
         assert_eq!((sp.start_offset(), sp.end_offset(), sp.in_flight()), (5, 10, 5));
         sp.move_start(3);
         assert_eq!(sp.start_offset(), 5);
         // The new start is followed by an acknowledged offset: the start moves past it.
-        sp.acknowledge("m1", 5, 5, &[ACK_ACCEPT], t0).unwrap();
+        sp.acknowledge("m1", 5, 5, &[ACK_ACCEPT], LOCK, t0).unwrap();
         assert_eq!(sp.start_offset(), 7);
         sp.move_start(20);
         assert_eq!((sp.start_offset(), sp.end_offset(), sp.in_flight()), (20, 20, 0));
@@ -971,11 +1123,11 @@ mod tests {
         let t0 = Instant::now();
         let mut sp = SharePartition::new(10, limits(100, 5));
         sp.acquire("m1", &[(10, 19)], 100, LOCK, t0);
-        sp.acknowledge("m1", 10, 10, &[ACK_RELEASE], t0).unwrap();
+        sp.acknowledge("m1", 10, 10, &[ACK_RELEASE], LOCK, t0).unwrap();
         sp.acquire("m2", &[(10, 10)], 100, LOCK, t0);
-        sp.acknowledge("m1", 12, 13, &[ACK_ACCEPT], t0).unwrap();
-        sp.acknowledge("m1", 14, 14, &[ACK_REJECT], t0).unwrap();
-        sp.acknowledge("m1", 15, 15, &[ACK_RELEASE], t0).unwrap();
+        sp.acknowledge("m1", 12, 13, &[ACK_ACCEPT], LOCK, t0).unwrap();
+        sp.acknowledge("m1", 14, 14, &[ACK_REJECT], LOCK, t0).unwrap();
+        sp.acknowledge("m1", 15, 15, &[ACK_RELEASE], LOCK, t0).unwrap();
         let snap = sp.snapshot();
         let expected = vec![
             pb(10, 10, PERSISTED_AVAILABLE, 2),
@@ -1012,6 +1164,26 @@ mod tests {
         );
         let sp = SharePartition::restore(&empty, Limits::default());
         assert_eq!((sp.start_offset(), sp.end_offset()), (7, 7));
+    }
+
+    #[test]
+    fn delivery_complete_count_counts_done_offsets_from_the_start() {
+        let persisted = Persisted {
+            start_offset: 12,
+            batches: vec![
+                pb(10, 13, PERSISTED_ACKNOWLEDGED, 1),
+                pb(14, 15, PERSISTED_AVAILABLE, 2),
+                pb(16, 16, PERSISTED_ARCHIVED, 5),
+                pb(17, 20, PERSISTED_ACKNOWLEDGED, 1),
+            ],
+        };
+        // 12-13, 16 and 17-20.
+        assert_eq!(persisted.delivery_complete_count(), 7);
+        let hostile = Persisted {
+            start_offset: 0,
+            batches: vec![pb(0, i64::MAX, PERSISTED_ARCHIVED, 1), pb(5, 1, PERSISTED_ARCHIVED, 1)],
+        };
+        assert_eq!(hostile.delivery_complete_count(), i64::MAX);
     }
 
     #[test]
@@ -1075,7 +1247,7 @@ mod tests {
         assert_eq!(got, vec![acq(i64::MAX - 2, i64::MAX - 1, 1)]);
         assert_eq!(sp.end_offset(), i64::MAX);
         assert!(sp.next_deadline().is_some_and(|d| d > t0));
-        sp.acknowledge("m1", i64::MAX - 2, i64::MAX - 1, &[ACK_ACCEPT], t0)
+        sp.acknowledge("m1", i64::MAX - 2, i64::MAX - 1, &[ACK_ACCEPT], LOCK, t0)
             .unwrap();
         assert_eq!((sp.start_offset(), sp.end_offset()), (i64::MAX, i64::MAX));
         check(&sp);

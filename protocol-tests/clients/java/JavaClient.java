@@ -671,13 +671,86 @@ public class JavaClient {
             expect(committed.equals(expected), "read_committed share group after the commit: " + committed);
         }
         ok("share group read_committed: the 10 committed records, none of the aborted transaction, an open transaction's 5 only after its commit");
-        admin.deleteShareGroups(List.of(group, more, txt, rc)).all().get(30, TimeUnit.SECONDS);
+        String modes = shareModes(admin, topic);
+        admin.deleteShareGroups(List.of(group, more, txt, rc, modes)).all().get(30, TimeUnit.SECONDS);
         Collection<GroupListing> after = admin.listGroups(new ListGroupsOptions().withTypes(Set.of(GroupType.SHARE)))
                 .all().get(30, TimeUnit.SECONDS);
         expect(after.stream().noneMatch(g -> g.groupId().equals(group) || g.groupId().equals(more) || g.groupId().equals(txt)),
                 "deleteShareGroups: still listed " + after);
         ok("share group, explicit acknowledgement: " + released.size() + " released and delivered again (count 2), "
                 + rejected.size() + " rejected and never again; deleteShareGroups");
+    }
+
+    /**
+     * Kafka 4.2's share-group additions, with ShareFetch and ShareAcknowledge v2 and
+     * DescribeShareGroupOffsets v1: `share.acquire.mode=record_limit` (KIP-1206) never hands a
+     * poll more than max.poll.records, though the records were written as one batch; the lag
+     * of listShareGroupOffsets (KIP-1226) counts what is not yet acknowledged; RENEW (KIP-1222)
+     * keeps a record for the consumer, which returns it on a later poll at the same delivery.
+     * Returns the group it made.
+     */
+    static String shareModes(Admin admin, String base) throws Exception {
+        String topic = base + "-modes";
+        String group = topic;
+        int n = 100;
+        createTopic(admin, topic, 1, null);
+        admin.incrementalAlterConfigs(Map.of(new ConfigResource(ConfigResource.Type.GROUP, group), List.of(
+                new AlterConfigOp(new ConfigEntry("share.auto.offset.reset", "earliest"), AlterConfigOp.OpType.SET))))
+                .all().get(30, TimeUnit.SECONDS);
+        try (KafkaProducer<String, String> p = producer(props("linger.ms", "100"))) {
+            for (int i = 0; i < n; i++) p.send(new ProducerRecord<>(topic, "k" + i, "m" + i));
+        }
+        TopicPartition tp = new TopicPartition(topic, 0);
+        Set<String> seen = new HashSet<>();
+        int largest = 0;
+        long lagAfterFirst = -2;
+        try (KafkaShareConsumer<String, String> c = shareConsumer(props("group.id", group,
+                "share.acknowledgement.mode", "explicit", "share.acquire.mode", "record_limit", "max.poll.records", "7"))) {
+            c.subscribe(List.of(topic));
+            long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+            ConsumerRecord<String, String> renewed = null;
+            boolean renewedBack = false;
+            while ((seen.size() < n || !renewedBack) && System.nanoTime() < until) {
+                ConsumerRecords<String, String> got = c.poll(Duration.ofMillis(200));
+                largest = Math.max(largest, got.count());
+                for (ConsumerRecord<String, String> r : got) {
+                    if (renewed == null && r.offset() == 10) {
+                        // Kept: the consumer hands it back on a later poll, at the same delivery.
+                        renewed = r;
+                        c.acknowledge(r, AcknowledgeType.RENEW);
+                        continue;
+                    }
+                    if (renewed != null && r.offset() == renewed.offset()) {
+                        expect(r.deliveryCount().equals(renewed.deliveryCount()),
+                                "a renewed record came back at delivery " + r.deliveryCount());
+                        renewedBack = true;
+                    }
+                    seen.add(r.value());
+                    c.acknowledge(r, AcknowledgeType.ACCEPT);
+                }
+                Map<TopicIdPartition, Optional<KafkaException>> committed = c.commitSync();
+                expect(committed.values().stream().allMatch(Optional::isEmpty), "acknowledgements refused: " + committed);
+                if (lagAfterFirst == -2 && !seen.isEmpty()) {
+                    // What the first poll accepted is done; the rest of the batch is lag.
+                    SharePartitionOffsetInfo info = admin.listShareGroupOffsets(Map.of(group, new ListShareGroupOffsetsSpec()))
+                            .partitionsToOffsetInfo(group).get(30, TimeUnit.SECONDS).get(tp);
+                    expect(info != null && info.startOffset() == seen.size(), "start offset after the first poll: " + info);
+                    lagAfterFirst = info.lag().orElse(-1L);
+                    expect(lagAfterFirst == n - seen.size(), "lag after accepting " + seen.size() + " of " + n + ": " + info);
+                }
+            }
+            expect(renewedBack, "the renewed record never came back");
+            Optional<Integer> lock = c.acquisitionLockTimeoutMs();
+            expect(lock.isPresent() && lock.get() > 0, "acquisitionLockTimeoutMs: " + lock);
+        }
+        expect(seen.size() == n, "record_limit: read " + seen.size() + " of " + n);
+        expect(largest > 0 && largest <= 7, "record_limit with max.poll.records=7: a poll of " + largest);
+        SharePartitionOffsetInfo done = admin.listShareGroupOffsets(Map.of(group, new ListShareGroupOffsetsSpec()))
+                .partitionsToOffsetInfo(group).get(30, TimeUnit.SECONDS).get(tp);
+        expect(done.startOffset() == n && done.lag().equals(Optional.of(0L)), "after all were accepted: " + done);
+        ok("share group v2: share.acquire.mode=record_limit read " + n + " records, at most " + largest
+                + " a poll (max.poll.records=7); listShareGroupOffsets lag " + lagAfterFirst + " then 0; a RENEWed record kept and returned");
+        return group;
     }
 
     /** The consumer's `preferred-read-replica` metric for `tp` (KIP-392): -1 while it reads
