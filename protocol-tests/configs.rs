@@ -474,7 +474,7 @@ async fn group_configs_are_described_altered_validated_and_applied() {
         let resp = raw.call(version, &describe_group("cg")).await;
         assert_eq!(resp.results[0].error_code, 0, "DescribeConfigs v{version}");
         assert_eq!(resp.results[0].resource_type, GROUP);
-        assert_eq!(resp.results[0].configs.len(), 9);
+        assert_eq!(resp.results[0].configs.len(), 10);
         assert_eq!(entry(&resp, "consumer.session.timeout.ms"), ("45000".into(), 5));
         assert_eq!(entry(&resp, "consumer.heartbeat.interval.ms"), ("5000".into(), 5));
         // Share groups' keys (KIP-932): their broker defaults, and Kafka's defaults for the
@@ -483,6 +483,7 @@ async fn group_configs_are_described_altered_validated_and_applied() {
         assert_eq!(entry(&resp, "share.heartbeat.interval.ms"), ("5000".into(), 5));
         assert_eq!(entry(&resp, "share.record.lock.duration.ms"), ("30000".into(), 5));
         assert_eq!(entry(&resp, "share.delivery.count.limit"), ("5".into(), 5));
+        assert_eq!(entry(&resp, "share.partition.max.record.locks"), ("2000".into(), 5));
         assert_eq!(entry(&resp, "share.auto.offset.reset"), ("latest".into(), 5));
         assert_eq!(entry(&resp, "share.isolation.level"), ("read_uncommitted".into(), 5));
         assert_eq!(entry(&resp, "share.renew.acknowledge.enable"), ("true".into(), 5));
@@ -528,6 +529,19 @@ async fn group_configs_are_described_altered_validated_and_applied() {
             vec![("share.delivery.count.limit", 0, Some("11"))],
             40,
             "group.share.max.delivery.count.limit",
+        ),
+        // KIP-1240: within group.share.min/max.partition.max.record.locks (100, 4000).
+        (
+            "cg",
+            vec![("share.partition.max.record.locks", 0, Some("99"))],
+            40,
+            "group.share.min.partition.max.record.locks",
+        ),
+        (
+            "cg",
+            vec![("share.partition.max.record.locks", 0, Some("4001"))],
+            40,
+            "group.share.max.partition.max.record.locks",
         ),
         (
             "cg",

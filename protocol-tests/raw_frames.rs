@@ -340,6 +340,14 @@ async fn list_offsets_by_timestamp_and_max_timestamp() {
     assert_eq!(answer(&raw.call(8, &lookup(-4)).await), (0, 0, -1), "earliest-local");
     assert_eq!(answer(&raw.call(10, &lookup(-5)).await), (0, -1, -1), "latest-tiered");
     assert_eq!(answer(&raw.call(8, &lookup(-5)).await).0, 42, "-5 in v8");
+    // KIP-1023 (v11, Kafka 4.2): earliest-pending-upload (-6) has no offset without tiered
+    // storage; below v11 it is not a spec.
+    assert_eq!(
+        answer(&raw.call(11, &lookup(-6)).await),
+        (0, -1, -1),
+        "earliest-pending-upload"
+    );
+    assert_eq!(answer(&raw.call(10, &lookup(-6)).await).0, 42, "-6 in v10");
     broker.handle.shutdown().await;
 }
 

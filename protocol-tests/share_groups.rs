@@ -77,6 +77,13 @@ async fn set_group_config(raw: &mut Raw, group: &str, key: &str, value: &str) ->
     raw.call(1, &req).await.responses[0].error_code
 }
 
+/// Sets each of `configs` on `group`, each accepted.
+async fn configure(raw: &mut Raw, group: &str, configs: &[(&str, &str)]) {
+    for (key, value) in configs {
+        assert_eq!(set_group_config(raw, group, key, value).await, 0, "{key}={value}");
+    }
+}
+
 fn heartbeat(group: &str, member: &str, epoch: i32, topics: Option<&[&str]>) -> ShareGroupHeartbeatRequest {
     ShareGroupHeartbeatRequest::default()
         .with_group_id(GroupId(s(group)))
@@ -565,14 +572,15 @@ async fn acquire_modes_lock_renewal_and_the_lag() {
     let broker = TestBroker::start(&[("group.share.min.record.lock.duration.ms", "100")]).await;
     let mut raw = Raw::connect(broker.addr).await;
     let t = create(&mut raw, "q5", 1).await;
-    assert_eq!(
-        set_group_config(&mut raw, "g5", "share.auto.offset.reset", "earliest").await,
-        0
-    );
-    assert_eq!(
-        set_group_config(&mut raw, "g5", "share.record.lock.duration.ms", "3000").await,
-        0
-    );
+    configure(
+        &mut raw,
+        "g5",
+        &[
+            ("share.auto.offset.reset", "earliest"),
+            ("share.record.lock.duration.ms", "3000"),
+        ],
+    )
+    .await;
     produce(&mut raw, "q5", batch("m", 10)).await;
     let (a, b) = (member_id(), member_id());
     for m in [&a, &b] {
@@ -696,6 +704,53 @@ async fn acquire_modes_lock_renewal_and_the_lag() {
         set_group_config(&mut raw, "g5", "share.renew.acknowledge.enable", "maybe").await,
         ResponseError::InvalidConfig.code()
     );
+}
+
+/// A group's own in-flight window (`share.partition.max.record.locks`, Kafka 4.3, KIP-1240),
+/// within the broker's `group.share.min/max.partition.max.record.locks`: it stops acquisition
+/// mid-batch; raised, the window takes more at once; lowered below what is in flight, nothing
+/// is taken back and nothing new enters until the window drains.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_groups_record_lock_limit_bounds_its_window_live() {
+    let broker = TestBroker::start(&[("group.share.min.partition.max.record.locks", "2")]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    let t = create(&mut raw, "q7", 1).await;
+    configure(
+        &mut raw,
+        "g7",
+        &[
+            ("share.auto.offset.reset", "earliest"),
+            ("share.partition.max.record.locks", "3"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        set_group_config(&mut raw, "g7", "share.partition.max.record.locks", "1").await,
+        ResponseError::InvalidConfig.code()
+    );
+    produce(&mut raw, "q7", batch("w", 10)).await;
+    let a = member_id();
+    assert_eq!(raw.call(1, &heartbeat("g7", &a, 0, Some(&["q7"]))).await.error_code, 0);
+    let mut ra = Raw::connect(broker.addr).await;
+    let got = ra.call(1, &share_fetch("g7", &a, 0, t, vec![], 2_000)).await;
+    assert_eq!(acquired(&got).0, vec![(0, 2, 1)]);
+    // Raised to 5: two more.
+    assert_eq!(
+        set_group_config(&mut raw, "g7", "share.partition.max.record.locks", "5").await,
+        0
+    );
+    let got = ra.call(1, &share_fetch("g7", &a, 1, t, vec![], 0)).await;
+    assert_eq!(acquired(&got).0, vec![(3, 4, 1)]);
+    // Lowered to 2 with 5 in flight: nothing new, even after 3 are accepted (2 left).
+    assert_eq!(
+        set_group_config(&mut raw, "g7", "share.partition.max.record.locks", "2").await,
+        0
+    );
+    let got = ra.call(1, &share_fetch("g7", &a, 2, t, vec![(0, 2, vec![1])], 0)).await;
+    assert_eq!(acquired(&got).0, vec![]);
+    // Drained to 1: one more enters.
+    let got = ra.call(1, &share_fetch("g7", &a, 3, t, vec![(3, 3, vec![1])], 0)).await;
+    assert_eq!(acquired(&got).0, vec![(5, 5, 1)]);
 }
 
 /// Heartbeat errors, ShareGroupDescribe, ListGroups, a group of another type, and the feature

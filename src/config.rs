@@ -1439,6 +1439,18 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
         "Records of one partition a share group may have in flight.",
     ),
     broker_key(
+        "group.share.min.partition.max.record.locks",
+        ConfigType::Int,
+        false,
+        "The lowest share.partition.max.record.locks a group may have.",
+    ),
+    broker_key(
+        "group.share.max.partition.max.record.locks",
+        ConfigType::Int,
+        false,
+        "The highest share.partition.max.record.locks a group may have.",
+    ),
+    broker_key(
         "producer.id.expiration.ms",
         ConfigType::Int,
         true,
@@ -2649,6 +2661,8 @@ pub struct ShareSettings {
     pub max_delivery_count_limit: u64,
     pub max_size: u64,
     pub partition_max_record_locks: u64,
+    pub min_partition_max_record_locks: u64,
+    pub max_partition_max_record_locks: u64,
 }
 
 impl Default for ShareSettings {
@@ -2668,6 +2682,8 @@ impl Default for ShareSettings {
             max_delivery_count_limit: 10,
             max_size: 200,
             partition_max_record_locks: 2_000,
+            min_partition_max_record_locks: 100,
+            max_partition_max_record_locks: 4_000,
         }
     }
 }
@@ -2690,6 +2706,8 @@ impl ShareSettings {
             "max.delivery.count.limit" => &mut self.max_delivery_count_limit,
             "max.size" => &mut self.max_size,
             "partition.max.record.locks" => &mut self.partition_max_record_locks,
+            "min.partition.max.record.locks" => &mut self.min_partition_max_record_locks,
+            "max.partition.max.record.locks" => &mut self.max_partition_max_record_locks,
             _ => return None,
         })
     }
@@ -2699,10 +2717,10 @@ impl ShareSettings {
         copy.slot(key).map(|v| *v)
     }
 
-    /// The session timeout, heartbeat interval, lock duration and delivery count limit as
-    /// `keys` name them (the group's keys or the broker's), each with the broker keys bounding
-    /// it.
-    fn bounds(&self, keys: [&'static str; 4], values: [u64; 4]) -> [Bound; 4] {
+    /// The session timeout, heartbeat interval, lock duration, delivery count limit and
+    /// in-flight window as `keys` name them (the group's keys or the broker's), each with the
+    /// broker keys bounding it.
+    fn bounds(&self, keys: [&'static str; 5], values: [u64; 5]) -> [Bound; 5] {
         [
             (
                 keys[0],
@@ -2736,23 +2754,33 @@ impl ShareSettings {
                 "group.share.max.delivery.count.limit",
                 self.max_delivery_count_limit,
             ),
+            (
+                keys[4],
+                values[4],
+                "group.share.min.partition.max.record.locks",
+                self.min_partition_max_record_locks,
+                "group.share.max.partition.max.record.locks",
+                self.max_partition_max_record_locks,
+            ),
         ]
     }
 
     /// The broker's own defaults, within their bounds (checked at start).
-    fn broker_bounds(&self) -> [Bound; 4] {
+    fn broker_bounds(&self) -> [Bound; 5] {
         self.bounds(
             [
                 "group.share.session.timeout.ms",
                 "group.share.heartbeat.interval.ms",
                 "group.share.record.lock.duration.ms",
                 "group.share.delivery.count.limit",
+                "group.share.partition.max.record.locks",
             ],
             [
                 self.session_timeout_ms,
                 self.heartbeat_interval_ms,
                 self.record_lock_duration_ms,
                 self.delivery_count_limit,
+                self.partition_max_record_locks,
             ],
         )
     }
@@ -2799,6 +2827,12 @@ pub const GROUP_KEYS: &[TopicKey] = &[
         "The maximum number of delivery attempts for a record delivered to a share group.",
     ),
     key(
+        "share.partition.max.record.locks",
+        "group.share.partition.max.record.locks",
+        ConfigType::Int,
+        "Share-group record lock limit per share-partition.",
+    ),
+    key(
         "share.auto.offset.reset",
         "",
         ConfigType::String,
@@ -2830,6 +2864,7 @@ impl BrokerConfig {
         let mut share_heartbeat = self.share.heartbeat_interval_ms;
         let mut share_lock = self.share.record_lock_duration_ms;
         let mut share_deliveries = self.share.delivery_count_limit;
+        let mut share_locks = self.share.partition_max_record_locks;
         for (key, value) in configs {
             if key == "share.auto.offset.reset" {
                 let valid = value == "latest"
@@ -2873,6 +2908,7 @@ impl BrokerConfig {
                 "share.heartbeat.interval.ms" => share_heartbeat = v,
                 "share.record.lock.duration.ms" => share_lock = v,
                 "share.delivery.count.limit" => share_deliveries = v,
+                "share.partition.max.record.locks" => share_locks = v,
                 _ => return Err(invalid(key, "unknown group config")),
             }
         }
@@ -2882,8 +2918,15 @@ impl BrokerConfig {
                 "share.heartbeat.interval.ms",
                 "share.record.lock.duration.ms",
                 "share.delivery.count.limit",
+                "share.partition.max.record.locks",
             ],
-            [share_session, share_heartbeat, share_lock, share_deliveries],
+            [
+                share_session,
+                share_heartbeat,
+                share_lock,
+                share_deliveries,
+                share_locks,
+            ],
         ))?;
         if share_session <= share_heartbeat {
             return Err(invalid(

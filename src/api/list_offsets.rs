@@ -3,8 +3,8 @@
 //! epoch in answers · v6 flexible · v7 max-timestamp spec (-3) · v8 earliest-local spec (-4: no
 //! tiered storage, so the log start) · v9 latest-tiered spec (-5, KIP-1005: no tiered storage,
 //! so no offset, -1, as Kafka answers for a topic without remote storage) · v10 timeout_ms
-//! (nothing here waits for a remote tier). v11's earliest-pending-upload spec (-6, KIP-1023) is
-//! not served.
+//! (nothing here waits for a remote tier) · v11 earliest-pending-upload spec (-6, KIP-1023, Kafka
+//! 4.2: no tiered storage, so no offset, -1, as Kafka answers without remote storage).
 
 use std::collections::BTreeMap;
 
@@ -16,13 +16,14 @@ use crate::acl::{Operation, ResourceType};
 use crate::error::Error;
 use crate::replica::Partition;
 
-pub const VERSIONS: Versions = Versions::new(ApiKey::ListOffsets, 1, 10);
+pub const VERSIONS: Versions = Versions::new(ApiKey::ListOffsets, 1, 11);
 
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
 const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
 const LATEST_TIERED: i64 = -5;
+const EARLIEST_PENDING_UPLOAD: i64 = -6;
 
 /// A consumer's ListOffsets (replica id -1, read_uncommitted) for the same `timestamp` in
 /// each partition of `topics`, as one broker sends another (the lag of
@@ -130,6 +131,7 @@ fn lookup(
             None => none,
         },
         LATEST_TIERED if version >= 9 => none,
+        EARLIEST_PENDING_UPLOAD if version >= 11 => none,
         t if t >= 0 => match p.offset_for_timestamp(t)? {
             // Kafka's fetchOffsetByTimestamp: read_committed finds only offsets below the LSO.
             Some((offset, _)) if read_committed && offset >= offsets.last_stable_offset => none,

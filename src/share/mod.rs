@@ -323,9 +323,7 @@ impl ShareManager {
     /// once that request lets it go.
     fn release(&self, group: &str, member: &str, partitions: &BTreeSet<Tp>) {
         let mut any = false;
-        let delivery_limit = group_settings(&self.config, &self.controller.image(), group)
-            .limits
-            .delivery_limit;
+        let limits = group_settings(&self.config, &self.controller.image(), group).limits;
         for (topic_id, partition) in partitions {
             let slot = self
                 .partitions()
@@ -335,7 +333,7 @@ impl ShareManager {
             let busy = match slot.loaded.try_lock() {
                 Ok(mut loaded) => {
                     if let Some(l) = loaded.as_mut() {
-                        l.state.set_delivery_limit(delivery_limit);
+                        l.state.set_limits(limits);
                         any |= l.state.release_member(member);
                         slot.publish(l);
                     }
@@ -349,7 +347,7 @@ impl ShareManager {
                 runtime.spawn(async move {
                     let mut loaded = slot.loaded.lock().await;
                     if let Some(l) = loaded.as_mut() {
-                        l.state.set_delivery_limit(delivery_limit);
+                        l.state.set_limits(limits);
                         if l.state.release_member(&member) {
                             released.send_modify(|n| *n = n.wrapping_add(1));
                         }
@@ -478,7 +476,14 @@ impl ShareManager {
         let offsets = partition.offsets().map_err(|e| ShareError::code(e.code()))?;
         let loaded = match stored {
             Some(stored) => {
-                let mut state = SharePartition::restore(&stored, limits);
+                // Restored within the largest window a group may have had, so that a window
+                // lowered since (`share.partition.max.record.locks`) keeps what it holds.
+                let widest = Limits {
+                    max_in_flight: limits.max_in_flight.max(widest_window(&self.config)),
+                    ..limits
+                };
+                let mut state = SharePartition::restore(&stored, widest);
+                state.set_limits(limits);
                 state.move_start(offsets.log_start_offset);
                 Loaded {
                     state,
@@ -540,7 +545,7 @@ impl ShareManager {
         limits: FetchLimits,
     ) -> Result<Fetched, ShareError> {
         let settings = group_settings(&self.config, &self.controller.image(), group);
-        loaded.state.set_delivery_limit(settings.limits.delivery_limit);
+        loaded.state.set_limits(settings.limits);
         let offsets = partition.offsets().map_err(|e| ShareError::code(e.code()))?;
         loaded.state.move_start(offsets.log_start_offset);
         // A read_committed group reads up to the last stable offset, and never gets the
@@ -653,7 +658,7 @@ impl ShareManager {
         };
         let now = Instant::now();
         let settings = group_settings(&self.config, &self.controller.image(), group);
-        loaded.state.set_delivery_limit(settings.limits.delivery_limit);
+        loaded.state.set_limits(settings.limits);
         tracing::debug!(group, member, partition = %partition.tp, ?batches, "acknowledgements");
         let mut refused = None;
         let mut released = false;
@@ -875,12 +880,22 @@ pub struct GroupSettings {
     pub lock_duration: Duration,
     /// `share.isolation.level=read_committed`.
     pub read_committed: bool,
-    /// The broker's `group.share.partition.max.record.locks`, and the group's
-    /// `share.delivery.count.limit` (KIP-1240) over the broker's.
+    /// The group's `share.partition.max.record.locks` and `share.delivery.count.limit`
+    /// (KIP-1240), each over its broker default.
     pub limits: Limits,
     /// `share.renew.acknowledge.enable` (Kafka 4.3, default true): whether members may renew
     /// their locks (the RENEW acknowledge type of KIP-1222).
     pub renew_enabled: bool,
+}
+
+/// The largest in-flight window any group may have: the broker's default and the top of the
+/// range a group's `share.partition.max.record.locks` may take.
+fn widest_window(config: &BrokerConfig) -> usize {
+    let widest = config
+        .share
+        .partition_max_record_locks
+        .max(config.share.max_partition_max_record_locks);
+    usize::try_from(widest).unwrap_or(usize::MAX)
 }
 
 pub fn group_settings(config: &BrokerConfig, image: &MetadataImage, group: &str) -> GroupSettings {
@@ -893,13 +908,17 @@ pub fn group_settings(config: &BrokerConfig, image: &MetadataImage, group: &str)
         .and_then(|c| c.get("share.delivery.count.limit"))
         .and_then(|v| v.parse::<u64>().ok())
         .unwrap_or(config.share.delivery_count_limit);
+    let record_locks = configs
+        .and_then(|c| c.get("share.partition.max.record.locks"))
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(config.share.partition_max_record_locks);
     GroupSettings {
         lock_duration: Duration::from_millis(lock_ms),
         read_committed: configs
             .and_then(|c| c.get("share.isolation.level"))
             .is_some_and(|v| v == "read_committed"),
         limits: Limits {
-            max_in_flight: usize::try_from(config.share.partition_max_record_locks).unwrap_or(usize::MAX),
+            max_in_flight: usize::try_from(record_locks).unwrap_or(usize::MAX),
             delivery_limit: i16::try_from(deliveries).unwrap_or(i16::MAX),
         },
         renew_enabled: !configs

@@ -172,8 +172,9 @@ pub struct PersistedBatch {
 /// The state one share group keeps for one topic partition.
 ///
 /// Invariants: `records` holds exactly the offsets `start_offset..end_offset`, at most
-/// `limits.max_in_flight` of them (`restore` cuts a larger persisted window), and the offset at
-/// `start_offset`, if any, is neither acknowledged nor archived.
+/// `limits.max_in_flight` of them (`restore` cuts a larger persisted window) unless the limit
+/// was lowered since they entered, and the offset at `start_offset`, if any, is neither
+/// acknowledged nor archived.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SharePartition {
     start_offset: i64,
@@ -225,11 +226,13 @@ impl SharePartition {
             .count()
     }
 
-    /// The group's delivery limit changed (`share.delivery.count.limit`, KIP-1240): it applies
-    /// from the next release or lock expiry, so a record already at or past a lowered limit is
-    /// archived then, after the delivery in flight.
-    pub fn set_delivery_limit(&mut self, delivery_limit: i16) {
-        self.limits.delivery_limit = delivery_limit;
+    /// The group's limits as they are now (KIP-1240's group configs, read at each use). A
+    /// changed delivery limit (`share.delivery.count.limit`) applies from the next release or
+    /// lock expiry, so a record already at or past a lowered limit is archived then, after the
+    /// delivery in flight. A lowered window (`share.partition.max.record.locks`) takes no new
+    /// offsets until it has drained below the limit; nothing in flight is taken back.
+    pub fn set_limits(&mut self, limits: Limits) {
+        self.limits = limits;
     }
 
     /// Records whose lock expired since this state was built or restored.
@@ -860,15 +863,42 @@ mod tests {
         sp.acknowledge("m1", 0, 1, &[ACK_RELEASE], LOCK, t0).unwrap();
         assert_eq!(sp.acquire("m1", &[(0, 1)], 100, LOCK, t0), vec![acq(0, 1, 2)]);
         // Lowered below the deliveries made: the delivery in flight is the last one.
-        sp.set_delivery_limit(2);
+        sp.set_limits(limits(100, 2));
         sp.acknowledge("m1", 0, 0, &[ACK_RELEASE], LOCK, t0).unwrap();
         // Archived: the start offset moves past it.
         assert_eq!(sp.start_offset(), 1);
         // Raised again: the other record, released now, comes back.
-        sp.set_delivery_limit(3);
+        sp.set_limits(limits(100, 3));
         sp.acknowledge("m1", 1, 1, &[ACK_RELEASE], LOCK, t0).unwrap();
         assert_eq!(state(&sp, 1), DeliveryState::Available);
         assert_eq!(sp.acquire("m1", &[(0, 1)], 100, LOCK, t0), vec![acq(1, 1, 3)]);
+        check(&sp);
+    }
+
+    #[test]
+    fn a_lowered_window_drains_before_new_offsets_enter() {
+        let t0 = Instant::now();
+        let mut sp = SharePartition::new(0, limits(6, 5));
+        assert_eq!(sp.acquire("m1", &[(0, 9)], 100, LOCK, t0), vec![acq(0, 5, 1)]);
+        // Lowered to 3 with 6 in flight: nothing is taken back, nothing new enters.
+        sp.set_limits(limits(3, 5));
+        assert_eq!(sp.in_flight(), 6);
+        sp.acknowledge("m1", 0, 1, &[ACK_ACCEPT], LOCK, t0).unwrap();
+        sp.acknowledge("m1", 2, 2, &[ACK_RELEASE], LOCK, t0).unwrap();
+        assert_eq!(sp.next_fetch_offset(t0), Some(2));
+        // A released offset in the window may still be acquired again.
+        assert_eq!(sp.acquire("m2", &[(0, 9)], 100, LOCK, t0), vec![acq(2, 2, 2)]);
+        assert_eq!(sp.end_offset(), 6);
+        // Drained to 2 in flight: one new offset fits under the new limit.
+        sp.acknowledge("m1", 3, 4, &[ACK_ACCEPT], LOCK, t0).unwrap();
+        sp.acknowledge("m2", 2, 2, &[ACK_ACCEPT], LOCK, t0).unwrap();
+        assert_eq!(sp.in_flight(), 1);
+        assert_eq!(sp.acquire("m2", &[(0, 9)], 100, LOCK, t0), vec![acq(6, 7, 1)]);
+        assert_eq!(sp.in_flight(), 3);
+        check(&sp);
+        // Raised: the window takes more again.
+        sp.set_limits(limits(5, 5));
+        assert_eq!(sp.acquire("m2", &[(0, 9)], 100, LOCK, t0), vec![acq(8, 9, 1)]);
         check(&sp);
     }
 

@@ -627,7 +627,8 @@ public class JavaClient {
         admin.incrementalAlterConfigs(Map.of(new ConfigResource(ConfigResource.Type.GROUP, rc), List.of(
                 new AlterConfigOp(new ConfigEntry("share.auto.offset.reset", "earliest"), AlterConfigOp.OpType.SET),
                 new AlterConfigOp(new ConfigEntry("share.isolation.level", "read_committed"), AlterConfigOp.OpType.SET),
-                new AlterConfigOp(new ConfigEntry("share.delivery.count.limit", "3"), AlterConfigOp.OpType.SET))))
+                new AlterConfigOp(new ConfigEntry("share.delivery.count.limit", "3"), AlterConfigOp.OpType.SET),
+                new AlterConfigOp(new ConfigEntry("share.partition.max.record.locks", "500"), AlterConfigOp.OpType.SET))))
                 .all().get(30, TimeUnit.SECONDS);
         ConfigResource rcGroup = new ConfigResource(ConfigResource.Type.GROUP, rc);
         Config rcConfig = admin.describeConfigs(List.of(rcGroup)).all().get(30, TimeUnit.SECONDS).get(rcGroup);
@@ -635,6 +636,8 @@ public class JavaClient {
         expect("read_committed".equals(level), "describeConfigs of the group: share.isolation.level " + level);
         String limit = rcConfig.get("share.delivery.count.limit").value();
         expect("3".equals(limit), "describeConfigs of the group: share.delivery.count.limit " + limit);
+        String locks = rcConfig.get("share.partition.max.record.locks").value();
+        expect("500".equals(locks), "describeConfigs of the group: share.partition.max.record.locks " + locks);
         try {
             admin.incrementalAlterConfigs(Map.of(rcGroup, List.of(
                     new AlterConfigOp(new ConfigEntry("share.isolation.level", "serializable"), AlterConfigOp.OpType.SET))))
@@ -969,6 +972,9 @@ public class JavaClient {
         expect(r.get(tp).offset() == cut, "earliestLocal after deleteRecords " + r.get(tp));
         r = admin.listOffsets(Map.of(tp, OffsetSpec.latestTiered())).all().get();
         expect(r.get(tp).offset() == -1, "latestTiered " + r.get(tp));
+        // KIP-1023 (ListOffsets v11, Kafka 4.2): nothing waits for upload either.
+        r = admin.listOffsets(Map.of(tp, OffsetSpec.earliestPendingUpload())).all().get();
+        expect(r.get(tp).offset() == -1, "earliestPendingUpload " + r.get(tp));
         try (KafkaConsumer<String, String> c = consumer(props("auto.offset.reset", "earliest"))) {
             c.assign(List.of(tp));
             c.seekToBeginning(List.of(tp));
@@ -977,7 +983,7 @@ public class JavaClient {
                     "after deleteRecords read " + got.size() + " from " + (got.isEmpty() ? -1 : got.get(0).offset()));
         }
         ok("deleteRecords before " + cut + ": earliest and earliestLocal move, a consumer from the start reads from "
-                + cut + "; latestTiered -1");
+                + cut + "; latestTiered and earliestPendingUpload -1");
 
         // Partitions can be added; the topic can be deleted.
         admin.createPartitions(Map.of(topic, NewPartitions.increaseTo(4))).all().get();
