@@ -697,3 +697,104 @@ async fn an_unregistered_broker_is_forgotten_until_it_registers_again() {
     })
     .await;
 }
+
+/// KIP-1066 on three nodes: a broker whose log directory is cordoned (`cordoned.log.dirs=*`,
+/// set through IncrementalAlterConfigs at that broker) gets no replica of a new topic, placed
+/// through any node; a replication factor that would need it is INVALID_REPLICATION_FACTOR;
+/// uncordoned, it takes replicas again. Only its own DescribeLogDirs (v5) says it is cordoned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cordoned_broker_gets_no_replica_of_a_new_topic() {
+    use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
+    use kafka_protocol::protocol::StrBytes;
+    let cluster = Cluster::start(3).await;
+    cluster.wait_ready().await;
+    let cordoned = 2;
+    let set = |value: Option<&str>| {
+        IncrementalAlterConfigsRequest::default().with_resources(vec![
+            AlterConfigsResource::default()
+                .with_resource_type(4)
+                .with_resource_name(StrBytes::from_static_str("2"))
+                .with_configs(vec![
+                    AlterableConfig::default()
+                        .with_name(StrBytes::from_static_str("cordoned.log.dirs"))
+                        .with_config_operation(if value.is_some() { 0 } else { 1 })
+                        .with_value(value.map(|v| StrBytes::from_string(v.to_string()))),
+                ]),
+        ])
+    };
+    let resp = try_call(cluster.addr(cordoned), 1, &set(Some("*")), POLL_REQUEST_TIMEOUT)
+        .await
+        .unwrap();
+    assert_eq!(resp.responses[0].error_code, 0, "{:?}", resp.responses[0].error_message);
+    // Each node's view: only the cordoned one reports its directory cordoned.
+    for id in cluster.ids() {
+        let dirs = DescribeLogDirsRequest::default().with_topics(None);
+        let resp = try_call(cluster.addr(id), 5, &dirs, POLL_REQUEST_TIMEOUT)
+            .await
+            .unwrap();
+        assert_eq!(resp.results[0].is_cordoned, id == cordoned, "node {id}");
+    }
+    // Created through another node, once it has applied the change (within a few tries).
+    let create = |name: &str, rf: i16| {
+        let mut req = common::create_topic_request(name, 6, 10_000);
+        req.topics[0].replication_factor = rf;
+        req
+    };
+    let via = if cordoned == 1 { 3 } else { 1 };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let resp = try_call(cluster.addr(via), 7, &create("wide", 3), POLL_REQUEST_TIMEOUT)
+            .await
+            .unwrap();
+        let t = &resp.topics[0];
+        if t.error_code == 38 {
+            assert!(
+                t.error_message.as_deref().is_some_and(|m| m.contains("cordoned")),
+                "{:?}",
+                t.error_message
+            );
+            break;
+        }
+        // Not yet applied there: the topic was created; delete it and try again.
+        assert_eq!(t.error_code, 0, "{:?}", t.error_message);
+        let delete = DeleteTopicsRequest::default().with_topic_names(vec![topic("wide")]);
+        try_call(cluster.addr(via), 4, &delete, POLL_REQUEST_TIMEOUT)
+            .await
+            .unwrap();
+        assert!(Instant::now() < deadline, "the cordon never reached node {via}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let resp = try_call(cluster.addr(via), 7, &create("narrow", 2), POLL_REQUEST_TIMEOUT)
+        .await
+        .unwrap();
+    assert_eq!(resp.topics[0].error_code, 0, "{:?}", resp.topics[0].error_message);
+    let md = cluster.metadata(via, &["narrow"]).await.unwrap();
+    let hosts: BTreeSet<i32> = md.topics[0]
+        .partitions
+        .iter()
+        .flat_map(|p| p.replica_nodes.iter().map(|b| b.0))
+        .collect();
+    assert_eq!(
+        hosts,
+        BTreeSet::from([1, 2, 3])
+            .difference(&BTreeSet::from([cordoned]))
+            .copied()
+            .collect()
+    );
+    // Uncordoned: a topic on all three.
+    let resp = try_call(cluster.addr(cordoned), 1, &set(None), POLL_REQUEST_TIMEOUT)
+        .await
+        .unwrap();
+    assert_eq!(resp.responses[0].error_code, 0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let resp = try_call(cluster.addr(via), 7, &create("wide", 3), POLL_REQUEST_TIMEOUT)
+            .await
+            .unwrap();
+        if resp.topics[0].error_code == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{:?}", resp.topics[0].error_message);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -1420,3 +1420,128 @@ async fn librdkafka_admin_alters_and_describes_dynamic_broker_configs() {
     );
     broker.handle.shutdown().await;
 }
+
+/// The broker's one log directory as DescribeLogDirs at `version` describes it.
+async fn dirs(
+    raw: &mut Raw,
+    version: i16,
+) -> kafka_protocol::messages::describe_log_dirs_response::DescribeLogDirsResult {
+    let req = DescribeLogDirsRequest::default().with_topics(None);
+    raw.call(version, &req).await.results[0].clone()
+}
+
+/// IncrementalAlterConfigs v1 of `ops` on BROKER `name`: its error code and message.
+async fn alter(raw: &mut Raw, ops: Ops<'_>, name: &str) -> (i16, String) {
+    let r = raw.call(1, &incremental(BROKER, name, ops, false)).await.responses[0].clone();
+    (r.error_code, r.error_message.map(|m| m.to_string()).unwrap_or_default())
+}
+
+/// KIP-1066 (Kafka 4.3): `cordoned.log.dirs`, per broker, statically or at runtime. A cordoned
+/// log directory takes no new replica: a new topic gets INVALID_REPLICATION_FACTOR with Kafka's
+/// message, AlterReplicaLogDirs into it INVALID_REPLICA_ASSIGNMENT, and DescribeLogDirs v5
+/// says so; what it holds keeps being served. The cluster-wide default may not set it, and an
+/// entry must be the broker's log directory or `*`. The dynamic value overrides the static one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cordoned_log_dir_takes_no_new_replicas() {
+    use kafka_protocol::messages::alter_replica_log_dirs_request::{AlterReplicaLogDir, AlterReplicaLogDirTopic};
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    create(&mut raw, "before").await;
+    let dir = dirs(&mut raw, 5).await;
+    assert!(!dir.is_cordoned);
+    let log_dir = dir.log_dir.to_string();
+    // Refused: the cluster-wide default, and an entry that is not the log directory.
+    let (code, text) = alter(&mut raw, vec![("cordoned.log.dirs", SET, Some("*"))], "").await;
+    assert_eq!(code, 42, "{text}");
+    assert!(
+        text.contains(
+            "Cannot update these configs at default cluster level, broker id must be specified: cordoned.log.dirs"
+        ),
+        "{text}"
+    );
+    let (code, text) = alter(&mut raw, vec![("cordoned.log.dirs", SET, Some("/elsewhere"))], "1").await;
+    assert_eq!(code, 42, "{text}");
+    assert!(
+        text.contains("Invalid entry in cordoned.log.dirs: /elsewhere."),
+        "{text}"
+    );
+    // Cordoned by its path.
+    assert_eq!(
+        alter(&mut raw, vec![("cordoned.log.dirs", SET, Some(&log_dir))], "1")
+            .await
+            .0,
+        0
+    );
+    assert!(dirs(&mut raw, 5).await.is_cordoned);
+    assert!(!dirs(&mut raw, 4).await.is_cordoned, "no such field before v5");
+    let resp = raw.call(7, &create_topic_request("after", 1, 10_000)).await;
+    let t = &resp.topics[0];
+    assert_eq!(t.error_code, 38, "INVALID_REPLICATION_FACTOR");
+    assert!(
+        t.error_message
+            .as_deref()
+            .is_some_and(|m| m.contains("some brokers have all their log directories cordoned")),
+        "{:?}",
+        t.error_message
+    );
+    let moved = raw
+        .call(
+            2,
+            &AlterReplicaLogDirsRequest::default().with_dirs(vec![
+                AlterReplicaLogDir::default().with_path(s(&log_dir)).with_topics(vec![
+                    AlterReplicaLogDirTopic::default()
+                        .with_name(topic("before"))
+                        .with_partitions(vec![0]),
+                ]),
+            ]),
+        )
+        .await;
+    assert_eq!(
+        moved.results[0].partitions[0].error_code, 39,
+        "INVALID_REPLICA_ASSIGNMENT"
+    );
+    // What it holds is still served.
+    let still = vec![(
+        None,
+        Some(bytes::Bytes::from_static(b"still")),
+        sluice::replica::now_ms(),
+    )];
+    let records = sluice::log::batch::encode_records(&still, kafka_protocol::records::Compression::None).unwrap();
+    let produced = raw.call(9, &produce_request("before", 0, records, -1)).await;
+    assert_eq!(produced.responses[0].partition_responses[0].error_code, 0);
+    // Uncordoned: a new topic is created.
+    assert_eq!(
+        alter(&mut raw, vec![("cordoned.log.dirs", DELETE, None)], "1").await.0,
+        0
+    );
+    assert!(!dirs(&mut raw, 5).await.is_cordoned);
+    assert_eq!(
+        raw.call(7, &create_topic_request("after", 1, 10_000)).await.topics[0].error_code,
+        0
+    );
+
+    // Static, with `*`; a dynamic empty value overrides it.
+    drop(raw);
+    let broker = broker.restart(&[("cordoned.log.dirs", "*")]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    assert!(dirs(&mut raw, 5).await.is_cordoned);
+    let described = raw
+        .call(4, &describe_of(BROKER, "1", Some(&["cordoned.log.dirs"])))
+        .await;
+    let value = described.results[0].configs[0].value.as_ref().map(|v| v.to_string());
+    assert_eq!(value.as_deref(), Some("*"));
+    assert_eq!(
+        raw.call(7, &create_topic_request("later", 1, 10_000)).await.topics[0].error_code,
+        38
+    );
+    assert_eq!(
+        alter(&mut raw, vec![("cordoned.log.dirs", SET, Some(""))], "1").await.0,
+        0
+    );
+    assert!(!dirs(&mut raw, 5).await.is_cordoned);
+    assert_eq!(
+        raw.call(7, &create_topic_request("later", 1, 10_000)).await.topics[0].error_code,
+        0
+    );
+    broker.handle.shutdown().await;
+}

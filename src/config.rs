@@ -181,6 +181,10 @@ pub struct BrokerConfig {
     pub inter_broker_listener_name: String,
     /// `log.dirs`: where partitions and the metadata log live.
     pub data_dir: PathBuf,
+    /// `cordoned.log.dirs` (Kafka 4.3, KIP-1066): the log directories that take no new
+    /// replicas, each `log.dirs`'s one or `*`; set statically here, or per broker dynamically
+    /// (the metadata image's broker layer, which overrides this).
+    pub cordoned_log_dirs: Vec<String>,
     /// `num.partitions`: partitions of an auto-created topic or a CreateTopics asking for -1.
     pub num_partitions: i32,
     /// `default.replication.factor`.
@@ -481,6 +485,7 @@ impl Default for BrokerConfig {
             replica_selector: None,
             inter_broker_listener_name: PLAINTEXT.into(),
             data_dir: PathBuf::from("./data"),
+            cordoned_log_dirs: Vec::new(),
             num_partitions: 1,
             default_replication_factor: 1,
             auto_create_topics_enable: true,
@@ -938,6 +943,12 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
         ConfigType::String,
         false,
         "The directory holding partitions and the metadata log.",
+    ),
+    broker_key(
+        "cordoned.log.dirs",
+        ConfigType::List,
+        true,
+        "Log directories that take no new replicas (KIP-1066): entries of log.dirs, or * for all. Per broker only.",
     ),
     broker_key(
         "num.partitions",
@@ -1571,6 +1582,7 @@ impl BrokerConfig {
                 entries.join(",")
             }
             "log.dirs" => self.data_dir.display().to_string(),
+            "cordoned.log.dirs" => self.cordoned_log_dirs.join(","),
             "num.partitions" => self.num_partitions.to_string(),
             "default.replication.factor" => self.default_replication_factor.to_string(),
             "auto.create.topics.enable" => self.auto_create_topics_enable.to_string(),
@@ -1804,6 +1816,15 @@ impl BrokerConfig {
             "auto.create.topics.enable" => self.auto_create_topics_enable = parse_bool(key, value)?,
             "socket.request.max.bytes" => self.socket_request_max_bytes = at_least(key, parse_int(key, value)?, 1024)?,
             "max.connections" => self.max_connections = at_least(key, parse_int(key, value)?, 1)?,
+            // Checked against `log.dirs` once every key is set (`check`).
+            "cordoned.log.dirs" => {
+                self.cordoned_log_dirs = value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|d| !d.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            }
             "queued.max.requests" => self.queued_max_requests = at_least(key, parse_int(key, value)?, 1)?,
             "queued.max.request.bytes" => self.queued_max_request_bytes = at_least(key, parse_int(key, value)?, -1)?,
             "connections.max.idle.ms" => {
@@ -2399,6 +2420,19 @@ impl BrokerConfig {
     /// Checks relations between keys, naming them.
     pub fn check(&self) -> Result<(), ConfigError> {
         self.check_quorum()?;
+        // Kafka's DynamicLogConfig.validateCordonedLogDirs.
+        if let Some(dir) = self
+            .cordoned_log_dirs
+            .iter()
+            .find(|d| d.as_str() != CORDON_ALL && !same_dir(Path::new(d.as_str()), &self.data_dir))
+        {
+            return Err(invalid(
+                "cordoned.log.dirs",
+                format!(
+                    "Invalid entry in cordoned.log.dirs: {dir}. All cordoned log dirs must be entries of log.dirs or log.dir."
+                ),
+            ));
+        }
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms {
             return Err(invalid(
                 "group.min.session.timeout.ms",
@@ -2785,6 +2819,22 @@ impl ShareSettings {
         )
     }
 }
+
+/// Whether two paths name one directory: equal as written, or once both are resolved.
+fn same_dir(a: &Path, b: &Path) -> bool {
+    a == b
+        || matches!(
+            (std::fs::canonicalize(a), std::fs::canonicalize(b)),
+            (Ok(x), Ok(y)) if x == y
+        )
+}
+
+/// `cordoned.log.dirs`'s entry for every log directory of the broker.
+pub const CORDON_ALL: &str = "*";
+
+/// Broker keys that only a broker's own layer may set, not the cluster-wide default (Kafka's
+/// `DynamicBrokerConfig.PER_BROKER_CONFIGS`).
+pub const PER_BROKER_KEYS: &[&str] = &["cordoned.log.dirs"];
 
 /// The group-level keys (KIP-848 and KIP-932 dynamic group configs, ConfigResource type GROUP):
 /// each overrides its broker synonym for one group. All are ints but `share.auto.offset.reset`,

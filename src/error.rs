@@ -55,7 +55,9 @@ pub enum Error {
     InvalidTopic { name: String, reason: &'static str },
     #[error("invalid partition count {0}")]
     InvalidPartitions(i32),
-    #[error("replication factor {asked} exceeds the {nodes} available node(s)")]
+    #[error(
+        "Unable to replicate the partition {asked} time(s): The target replication factor of {asked} cannot be reached because only {nodes} broker(s) are registered or some brokers have all their log directories cordoned."
+    )]
     InvalidReplicationFactor { asked: i32, nodes: i32 },
     /// A metadata change computed against an image that changed meanwhile; the caller retries
     /// against a newer one.

@@ -77,6 +77,7 @@ fn this_broker(config: &BrokerConfig) -> BrokerInfo {
         endpoints,
         rack: config.broker_rack.clone(),
         fenced: false,
+        cordoned: !config.cordoned_log_dirs.is_empty(),
     }
 }
 

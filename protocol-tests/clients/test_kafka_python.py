@@ -3,7 +3,7 @@
 
 usage: test_kafka_python.py HOST:PORT
 
-First the broker version kafka-python infers from ApiVersions (4.2) and the
+First the broker version kafka-python infers from ApiVersions (4.3) and the
 features it describes; then the scenario of test_confluent.py through
 kafka-python's own protocol code: KafkaAdminClient create/delete topics (incl.
 error codes), keyed produce with
@@ -628,16 +628,16 @@ def test_log_dirs_delete_records_retention(admin):
 
 def broker_version_and_features(admin):
     """kafka-python infers the broker's release from the ApiVersions table
-    (infer_broker_version_from_api_versions: ListOffsets v11, KIP-1023, means 4.2;
-    Produce v13 alone would be 4.1) and reads the
+    (infer_broker_version_from_api_versions: DescribeLogDirs v5, KIP-1066, means
+    4.3; ListOffsets v11 4.2, Produce v13 4.1) and reads the
     KIP-584 features of ApiVersions v3+ (describe_features): Sluice's are
     group.version 1 (KIP-848 groups) and transaction.version 2 (KIP-890 part 2),
     as Kafka 4.1 finalizes them, and share.version 1 (KIP-932 share groups), as
     Kafka 4.2 does (see src/api/api_versions.rs)."""
     version = admin._manager.broker_version
     print(f"  info: kafka-python detected broker version {version}", flush=True)
-    expect(version == (4, 2), f"kafka-python infers Kafka 4.2 from ApiVersions, not {version}")
-    ok("broker version inferred as 4.2")
+    expect(version == (4, 3), f"kafka-python infers Kafka 4.3 from ApiVersions, not {version}")
+    ok("broker version inferred as 4.3")
     features = admin.describe_features()
     expected = {
         "group.version": {"supported": (0, 1), "finalized": (1, 1), "finalized_epoch": 3},

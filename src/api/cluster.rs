@@ -5,13 +5,15 @@
 //! controller endpoint request gets UNSUPPORTED_ENDPOINT_TYPE: there is no separate
 //! controller listener) · v2 `include_fenced_brokers` adds the fenced ones, `is_fenced` set.
 //! DescribeLogDirs (key 35): v1 baseline here · v2 flexible · v3 top-level error code · v4
-//! total and usable bytes of the directory.
+//! total and usable bytes of the directory · v5 whether it is cordoned (KIP-1066,
+//! `cordoned.log.dirs`).
 //! UnregisterBroker (key 64): v0. Removes a broker's registration through the metadata quorum
 //! (ALTER on the cluster); BROKER_ID_NOT_REGISTERED for an id that is not registered.
 //! AlterReplicaLogDirs (key 34): v1 baseline here (v0 removed in Kafka 4) · v2 flexible. A
 //! broker has one log directory (`log.dirs`), so a replica can only be "moved" to where it
 //! already is: NONE, with nothing to copy; any other path is LOG_DIR_NOT_FOUND, as Kafka
-//! answers for a directory not in its configuration.
+//! answers for a directory not in its configuration. A cordoned directory takes no replica:
+//! INVALID_REPLICA_ASSIGNMENT (Kafka 4.3's "Log directory ... is cordoned").
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::alter_replica_log_dirs_response::{
@@ -28,7 +30,7 @@ use super::{Ctx, Versions, message, topic_name};
 use crate::acl::Operation;
 
 pub const DESCRIBE_CLUSTER_VERSIONS: Versions = Versions::new(ApiKey::DescribeCluster, 0, 2);
-pub const DESCRIBE_LOG_DIRS_VERSIONS: Versions = Versions::new(ApiKey::DescribeLogDirs, 1, 4);
+pub const DESCRIBE_LOG_DIRS_VERSIONS: Versions = Versions::new(ApiKey::DescribeLogDirs, 1, 5);
 pub const ALTER_REPLICA_LOG_DIRS_VERSIONS: Versions = Versions::new(ApiKey::AlterReplicaLogDirs, 1, 2);
 pub const UNREGISTER_BROKER_VERSIONS: Versions = Versions::new(ApiKey::UnregisterBroker, 0, 0);
 
@@ -137,6 +139,9 @@ pub async fn describe_log_dirs(ctx: &Ctx, req: DescribeLogDirsRequest, version: 
         result.total_bytes = total;
         result.usable_bytes = usable;
     }
+    if version >= 5 {
+        result.is_cordoned = image.is_cordoned(ctx.config.node_id);
+    }
     DescribeLogDirsResponse::default().with_results(vec![result])
 }
 
@@ -178,6 +183,7 @@ pub async fn alter_replica_log_dirs(
             }
         }
     }
+    let cordoned = ctx.controller.image().is_cordoned(ctx.config.node_id);
     let mut results: Vec<AlterReplicaLogDirTopicResult> = Vec::new();
     for ((topic, partition), path) in wanted {
         let code = if !authorized {
@@ -186,6 +192,8 @@ pub async fn alter_replica_log_dirs(
             ResponseError::InvalidTopicException.code()
         } else if !is_log_dir(ctx, &path) {
             ResponseError::LogDirNotFound.code()
+        } else if cordoned {
+            ResponseError::InvalidReplicaAssignment.code()
         } else if ctx.replicas.hosted(&topic, partition).is_some() {
             // Already in the one directory there is: nothing to move.
             0

@@ -93,6 +93,10 @@ pub enum MetadataRecord {
         /// Every advertised listener (Kafka's BrokerEndpoint list).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         listeners: Vec<Endpoint>,
+        /// Its log directory is cordoned by its static `cordoned.log.dirs` (KIP-1066; its
+        /// dynamic per-broker value, in the image's broker layer, overrides this).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        cordoned: bool,
     },
     /// A broker's registration is removed (Kafka's UnregisterBrokerRecord): an UnregisterBroker
     /// request, for a broker taken out of the cluster for good. Like a fenced one, it leaves
@@ -276,6 +280,9 @@ pub struct BrokerInfo {
     pub endpoints: Vec<Endpoint>,
     pub rack: Option<String>,
     pub fenced: bool,
+    /// Its static `cordoned.log.dirs` cordons its log directory (see
+    /// `MetadataImage::is_cordoned` for the value that applies).
+    pub cordoned: bool,
 }
 
 impl BrokerInfo {
@@ -290,6 +297,7 @@ impl BrokerInfo {
             }],
             rack: None,
             fenced: false,
+            cordoned: false,
         }
     }
 
@@ -308,6 +316,7 @@ impl BrokerInfo {
             port: first.map_or(0, |e| e.port),
             rack: self.rack.clone(),
             listeners: self.endpoints.clone(),
+            cordoned: self.cordoned,
         }
     }
 }
@@ -477,6 +486,25 @@ impl MetadataImage {
     /// Whether node `id` is registered and not fenced.
     pub fn is_live(&self, id: i32) -> bool {
         self.brokers.get(&id).is_some_and(|b| !b.fenced)
+    }
+
+    /// Whether broker `id`'s log directory is cordoned (KIP-1066: it takes no new replicas):
+    /// its dynamic per-broker `cordoned.log.dirs` if set (empty: not cordoned), else its
+    /// static one, as it registered. A broker has one log directory, so any entry cordons it.
+    pub fn is_cordoned(&self, id: i32) -> bool {
+        match self
+            .broker_configs
+            .get(&id)
+            .and_then(|layer| layer.get("cordoned.log.dirs"))
+        {
+            Some(value) => value.split(',').any(|d| !d.trim().is_empty()),
+            None => self.brokers.get(&id).is_some_and(|b| b.cordoned),
+        }
+    }
+
+    /// The brokers new replicas may be placed on: live, with a log directory not cordoned.
+    pub fn placeable_brokers(&self) -> impl Iterator<Item = &Arc<BrokerInfo>> {
+        self.live_brokers().filter(|b| !self.is_cordoned(b.id))
     }
 
     /// The dynamic broker config layers that apply to broker `node`: the cluster-wide default
@@ -1210,6 +1238,7 @@ impl MetadataImage {
                 port,
                 rack,
                 listeners,
+                cordoned,
             } => {
                 let endpoints = if listeners.is_empty() {
                     vec![Endpoint {
@@ -1227,6 +1256,7 @@ impl MetadataImage {
                         endpoints,
                         rack: rack.clone(),
                         fenced: false,
+                        cordoned: *cordoned,
                     }),
                 );
             }
@@ -1348,7 +1378,7 @@ fn place_replicas(
     first: i32,
     start: usize,
 ) -> Result<Vec<Vec<i32>>> {
-    let brokers = rack_alternated(image.live_brokers().map(|b| (b.id, b.rack.clone())).collect());
+    let brokers = rack_alternated(image.placeable_brokers().map(|b| (b.id, b.rack.clone())).collect());
     let n = brokers.len();
     let rf = usize::try_from(replication_factor).unwrap_or(0);
     if rf == 0 || rf > n {
@@ -1607,7 +1637,7 @@ impl Controller {
     /// image's rules, then placement (a replication factor a cluster cannot serve yet).
     pub fn validate_new_topic(&self, name: &str, partitions: i32, replication_factor: i16) -> Result<()> {
         let image = self.image();
-        let nodes = i32::try_from(image.live_brokers().count()).unwrap_or(i32::MAX);
+        let nodes = i32::try_from(image.placeable_brokers().count()).unwrap_or(i32::MAX);
         Self::check_new_topic(&image, name, partitions, replication_factor, nodes)?;
         self.place(&image, partitions.min(1), replication_factor, 0).map(drop)
     }
@@ -1684,7 +1714,7 @@ impl Controller {
     ) -> Result<Arc<TopicInfo>> {
         let id = Uuid::new_v4();
         let image = self.commit(|image| {
-            let nodes = i32::try_from(image.live_brokers().count()).unwrap_or(i32::MAX);
+            let nodes = i32::try_from(image.placeable_brokers().count()).unwrap_or(i32::MAX);
             Self::check_new_topic(image, name, partitions, replication_factor, nodes)?;
             let assignments = match &manual {
                 Some(manual) => self.check_manual(image, manual)?,
@@ -1744,6 +1774,11 @@ impl Controller {
     /// recorded on a single node (all on it), else placed over the live brokers.
     fn place(&self, image: &MetadataImage, count: i32, replication_factor: i16, first: i32) -> Result<Vec<Vec<i32>>> {
         match &self.backend {
+            // The single node holds every partition, unless its log directory is cordoned.
+            Backend::Local(_) if image.placeable_brokers().next().is_none() => Err(Error::InvalidReplicationFactor {
+                asked: replication_factor.into(),
+                nodes: 0,
+            }),
             Backend::Local(_) => Ok(Vec::new()),
             Backend::Quorum(_) => place_replicas(image, count, replication_factor, first, rand_index()),
         }

@@ -1783,12 +1783,12 @@ pub(crate) fn replication_error_code(err: &Error) -> Option<i16> {
 
 /// The replication factor of an internal topic this node creates: the configured one
 /// (`offsets.topic.replication.factor`, `transaction.state.log.replication.factor`) capped at
-/// the live registered brokers. Kafka refuses instead (the topic is not created, and the
+/// the live registered brokers that take new replicas (not cordoned). Kafka refuses instead (the topic is not created, and the
 /// coordinator is not available, until enough brokers are up); capping keeps a single node,
 /// with Kafka's default of 3, working, at the cost of a topic replicated less than asked when
 /// it is created while brokers are missing (raise it later by reassignment).
 pub(crate) fn internal_replication_factor(image: &MetadataImage, configured: i16) -> i16 {
-    let live = i16::try_from(image.live_brokers().count()).unwrap_or(i16::MAX);
+    let live = i16::try_from(image.placeable_brokers().count()).unwrap_or(i16::MAX);
     configured.min(live).max(1)
 }
 

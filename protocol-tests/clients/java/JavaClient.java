@@ -1192,6 +1192,50 @@ public class JavaClient {
         ok("alterReplicaLogDirs and describeReplicaLogDirs: " + moves.size() + " replica(s) in their log dir; "
                 + "another path refused with LogDirNotFoundException");
 
+        // KIP-1066 (Kafka 4.3): cordon a broker's log directories (kafka-configs.sh --entity-type
+        // brokers --entity-name N --add-config cordoned.log.dirs=*): describeLogDirs says so, no
+        // replica moves into it, and no new topic needs it; then uncordon.
+        int node = first.brokerId();
+        ConfigResource br = new ConfigResource(ConfigResource.Type.BROKER, String.valueOf(node));
+        admin.incrementalAlterConfigs(Map.of(br, List.of(new AlterConfigOp(
+                new ConfigEntry("cordoned.log.dirs", "*"), AlterConfigOp.OpType.SET)))).all().get();
+        LogDirDescription cordonedDir = admin.describeLogDirs(List.of(node)).allDescriptions().get().get(node)
+                .values().iterator().next();
+        expect(cordonedDir.isCordoned(), "describeLogDirs after cordoning: " + cordonedDir);
+        try {
+            admin.alterReplicaLogDirs(Map.of(first, moves.get(first))).all().get();
+            expect(false, "alterReplicaLogDirs into a cordoned directory succeeded");
+        } catch (ExecutionException e) {
+            expect(e.getCause() instanceof InvalidReplicaAssignmentException, "alterReplicaLogDirs into a cordoned dir: " + e.getCause());
+        }
+        String everywhere = topic + "-everywhere";
+        eventually(() -> {
+            try {
+                admin.createTopics(List.of(new NewTopic(everywhere, 1, (short) ids.size()))).all().get();
+                // Created by a node that had not seen the cordon yet: again.
+                admin.deleteTopics(List.of(everywhere)).all().get();
+                return false;
+            } catch (ExecutionException e) {
+                expect(e.getCause() instanceof InvalidReplicationFactorException, "createTopics with a cordoned broker: " + e.getCause());
+                return true;
+            }
+        }, "createTopics refused while broker " + node + " is cordoned");
+        admin.incrementalAlterConfigs(Map.of(br, List.of(new AlterConfigOp(
+                new ConfigEntry("cordoned.log.dirs", ""), AlterConfigOp.OpType.DELETE)))).all().get();
+        expect(!admin.describeLogDirs(List.of(node)).allDescriptions().get().get(node).values().iterator().next().isCordoned(),
+                "describeLogDirs after uncordoning");
+        eventually(() -> {
+            try {
+                admin.createTopics(List.of(new NewTopic(everywhere, 1, (short) ids.size()))).all().get();
+                return true;
+            } catch (ExecutionException e) {
+                return false;
+            }
+        }, "createTopics once broker " + node + " is uncordoned");
+        admin.deleteTopics(List.of(everywhere)).all().get();
+        ok("cordoned.log.dirs=* on broker " + node + ": describeLogDirs isCordoned, alterReplicaLogDirs into it "
+                + "InvalidReplicaAssignmentException, createTopics InvalidReplicationFactorException; uncordoned, created");
+
         Collection<TransactionListing> txns = admin.listTransactions().all().get();
         String txid = "java-tx-" + RUN;
         expect(txns.stream().anyMatch(t -> t.transactionalId().equals(txid)), "listTransactions: " + txns);

@@ -41,6 +41,20 @@ fn check_layer(
             scala_set(read_only)
         )));
     }
+    // Kafka's DynamicBrokerConfig.validateConfigs: some keys are one broker's own.
+    if node.is_none() {
+        let per_broker: Vec<&str> = layer
+            .keys()
+            .map(String::as_str)
+            .filter(|k| crate::config::PER_BROKER_KEYS.contains(k))
+            .collect();
+        if !per_broker.is_empty() {
+            return Err(Refusal::invalid_request(format!(
+                "Cannot update these configs at default cluster level, broker id must be specified: {}",
+                per_broker.join(",")
+            )));
+        }
+    }
     // Kafka keeps unknown keys for plugins; Sluice has none, so an unknown key is a mistake.
     let unknown: Vec<&str> = layer
         .keys()

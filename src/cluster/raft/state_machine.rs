@@ -332,6 +332,7 @@ pub(super) mod tests {
                 port: 9092,
                 rack: Some("r1".into()),
                 listeners: Vec::new(),
+                cordoned: true,
             },
             MetadataRecord::RegisterBroker {
                 id: 2,
@@ -339,6 +340,7 @@ pub(super) mod tests {
                 port: 9192,
                 rack: None,
                 listeners: Vec::new(),
+                cordoned: false,
             },
             MetadataRecord::SetBrokerFenced { id: 2, fenced: true },
             create("orders.v1", a),
