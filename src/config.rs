@@ -2939,14 +2939,7 @@ impl BrokerConfig {
                 continue;
             }
             if key == "share.renew.acknowledge.enable" {
-                if !value.trim().eq_ignore_ascii_case("true") && !value.trim().eq_ignore_ascii_case("false") {
-                    return Err(invalid(
-                        key,
-                        format!(
-                            "Invalid value {value} for configuration {key}: Expected value to be either true or false"
-                        ),
-                    ));
-                }
+                parse_bool(key, value)?;
                 continue;
             }
             let v = at_least(key, parse_int::<i32>(key, value)?, 1)?;

@@ -34,7 +34,7 @@ use super::{Ctx, Versions, message};
 use crate::acl::{Operation, ResourceType};
 use crate::coordinator::consumer::Tp;
 use crate::replica::Partition;
-use crate::share::partition::ACK_RENEW;
+use crate::share::partition::{ACK_RENEW, Budget};
 use crate::share::{FetchLimits, ShareError};
 
 pub const FETCH_VERSIONS: Versions = Versions::new(ApiKey::ShareFetch, 1, 2);
@@ -300,8 +300,10 @@ async fn fetch_records(
             }
             let limits = FetchLimits {
                 max_bytes: bytes_left,
-                max_records: records_left,
-                record_limit,
+                records: Budget {
+                    max_records: records_left,
+                    exact: record_limit,
+                },
             };
             let Some(answer) = answers.get_mut(tp) else { continue };
             match ctx.share.fetch(group, member, partition, limits).await {

@@ -140,10 +140,8 @@ impl ShareError {
 #[derive(Debug, Clone, Copy)]
 pub struct FetchLimits {
     pub max_bytes: usize,
-    pub max_records: usize,
-    /// Never more than `max_records` (KIP-1206's record-limit acquire mode), rather than whole
-    /// batches.
-    pub record_limit: bool,
+    /// The records left to acquire, and whether batches may be split to keep to them.
+    pub records: partition::Budget,
 }
 
 pub struct ShareManager {
@@ -563,7 +561,7 @@ impl ShareManager {
             let Some(from) = loaded.state.next_fetch_offset(now) else {
                 break;
             };
-            if from >= limit || limits.max_records == 0 {
+            if from >= limit || limits.records.max_records == 0 {
                 break;
             }
             let read = partition
@@ -602,17 +600,10 @@ impl ShareManager {
                         })
                 })
                 .collect();
-            let acquired = loaded.state.acquire_archiving(
-                member,
-                &ranges,
-                &archive,
-                partition::Budget {
-                    max_records: limits.max_records,
-                    exact: limits.record_limit,
-                },
-                settings.lock_duration,
-                now,
-            );
+            let acquired =
+                loaded
+                    .state
+                    .acquire_archiving(member, &ranges, &archive, limits.records, settings.lock_duration, now);
             tracing::debug!(group, member, partition = %partition.tp, from, ?ranges, ?archive, ?acquired, "acquired");
             if acquired.is_empty() {
                 if archive.contains(&true) {
@@ -923,7 +914,7 @@ pub fn group_settings(config: &BrokerConfig, image: &MetadataImage, group: &str)
         },
         renew_enabled: !configs
             .and_then(|c| c.get("share.renew.acknowledge.enable"))
-            .is_some_and(|v| v.eq_ignore_ascii_case("false")),
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("false")),
     }
 }
 
