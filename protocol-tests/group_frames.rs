@@ -1271,6 +1271,17 @@ mod txn {
         instance: Option<&str>,
         generation: i32,
     ) -> i16 {
+        commit_partition_code(raw, version, producer, (group, member, instance, generation), 0).await
+    }
+
+    /// TxnOffsetCommit of t-`partition` at `version` by (group, member, instance, generation).
+    pub async fn commit_partition_code(
+        raw: &mut Raw,
+        version: i16,
+        producer: (&str, i64, i16),
+        (group, member, instance, generation): (&str, &str, Option<&str>, i32),
+        partition: i32,
+    ) -> i16 {
         let (id, pid, epoch) = producer;
         let mut req = TxnOffsetCommitRequest::default()
             .with_transactional_id(TransactionalId(s(id)))
@@ -1282,7 +1293,7 @@ mod txn {
                     .with_name(topic("t"))
                     .with_partitions(vec![
                         TxnOffsetCommitRequestPartition::default()
-                            .with_partition_index(0)
+                            .with_partition_index(partition)
                             .with_committed_offset(1)
                             .with_committed_leader_epoch(-1),
                     ]),
@@ -1476,5 +1487,115 @@ async fn a_consumer_group_checks_the_member_then_the_version_then_the_epoch() {
     let left = raw.call(1, &beat(-1)).await;
     assert_eq!(left.error_code, 0);
     assert_eq!(commit_code(&mut raw, 9, "kc", "m1", None, -1).await, 0);
+    broker.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_older_member_epoch_commits_the_partitions_held_since_then() {
+    // KIP-1251 (Kafka 4.3's ConsumerGroup.validateOffsetCommit): a commit at an epoch older than
+    // the member's passes for partitions it has held since that epoch, so a commit that raced the
+    // heartbeat moving its epoch is not refused; one for a partition it gave up is, as is one at
+    // a newer epoch. TxnOffsetCommit says ILLEGAL_GENERATION where OffsetCommit says
+    // STALE_MEMBER_EPOCH.
+    use kafka_protocol::messages::ConsumerGroupHeartbeatRequest;
+    use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions;
+    let broker = TestBroker::start(BROKER).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    create_topic_t(&mut raw).await;
+    let t = topic_id_of(&mut raw, "t").await;
+    let beat = |member: &str, epoch: i32, owned: &[i32]| {
+        let mut req = ConsumerGroupHeartbeatRequest::default()
+            .with_group_id(gid("ke"))
+            .with_member_id(s(member))
+            .with_member_epoch(epoch)
+            .with_rebalance_timeout_ms(30_000)
+            .with_topic_partitions(Some(vec![
+                TopicPartitions::default()
+                    .with_topic_id(t)
+                    .with_partitions(owned.to_vec()),
+            ]));
+        if epoch == 0 {
+            req.subscribed_topic_names = Some(vec![topic("t")]);
+        }
+        req
+    };
+    let owned = |resp: &ConsumerGroupHeartbeatResponse| -> Vec<i32> {
+        let mut p: Vec<i32> = resp
+            .assignment
+            .as_ref()
+            .expect("an assignment")
+            .topic_partitions
+            .iter()
+            .flat_map(|tp| tp.partitions.clone())
+            .collect();
+        p.sort_unstable();
+        p
+    };
+    let a = raw.call(1, &beat("a", 0, &[])).await;
+    assert_eq!((a.error_code, a.member_epoch, owned(&a)), (0, 1, vec![0, 1]));
+    let b = raw.call(1, &beat("b", 0, &[])).await;
+    assert_eq!((b.error_code, b.member_epoch), (0, 2));
+    // a gives one partition up at epoch 1, then takes epoch 2 with the other.
+    let told = raw.call(1, &beat("a", 1, &[0, 1])).await;
+    let kept = owned(&told);
+    assert_eq!((told.member_epoch, kept.len()), (1, 1), "{told:?}");
+    let (kept, lost) = (kept[0], 1 - kept[0]);
+    let moved = raw.call(1, &beat("a", 1, &[kept])).await;
+    assert_eq!(moved.member_epoch, 2, "{moved:?}");
+    for version in 9..=10 {
+        let code = |resp: OffsetCommitResponse| resp.topics[0].partitions[0].error_code;
+        let commit_at = |epoch: i32, partition: i32| {
+            let mut req = commit("ke", "a", epoch, "t", partition, 5, "");
+            if version >= 10 {
+                req.topics[0].topic_id = t;
+            }
+            req
+        };
+        assert_eq!(
+            code(raw.call(version, &commit_at(1, kept)).await),
+            0,
+            "v{version}: held since epoch 1"
+        );
+        assert_eq!(
+            code(raw.call(version, &commit_at(1, lost)).await),
+            STALE_MEMBER_EPOCH,
+            "v{version}: given up"
+        );
+        assert_eq!(
+            code(raw.call(version, &commit_at(0, kept)).await),
+            STALE_MEMBER_EPOCH,
+            "v{version}: before it was assigned"
+        );
+        assert_eq!(
+            code(raw.call(version, &commit_at(3, kept)).await),
+            STALE_MEMBER_EPOCH,
+            "v{version}: newer"
+        );
+        assert_eq!(
+            code(raw.call(version, &commit_at(2, lost)).await),
+            0,
+            "v{version}: its own epoch"
+        );
+    }
+    let (pid, epoch) = txn::begin(&mut raw, "ke-tx", &["ke"]).await;
+    let producer = ("ke-tx", pid, epoch);
+    assert_eq!(
+        txn::commit_partition_code(&mut raw, 5, producer, ("ke", "a", None, 1), kept).await,
+        0,
+        "TxnOffsetCommit: held since epoch 1"
+    );
+    assert_eq!(
+        txn::commit_partition_code(&mut raw, 5, producer, ("ke", "a", None, 1), lost).await,
+        ILLEGAL_GENERATION,
+        "TxnOffsetCommit: given up"
+    );
+    txn::abort(&mut raw, producer).await;
+    // The assignment epochs survive a restart.
+    let broker = broker.restart(BROKER).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    let code = raw.call(9, &commit("ke", "a", 1, "t", kept, 6, "")).await.topics[0].partitions[0].error_code;
+    assert_eq!(code, 0, "after a restart: held since epoch 1");
+    let code = raw.call(9, &commit("ke", "a", 1, "t", lost, 6, "")).await.topics[0].partitions[0].error_code;
+    assert_eq!(code, STALE_MEMBER_EPOCH, "after a restart: given up");
     broker.handle.shutdown().await;
 }

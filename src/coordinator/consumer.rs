@@ -111,6 +111,10 @@ pub struct ConsumerMember {
     pub assigned: BTreeSet<Tp>,
     /// Partitions it was told to give up and has not yet confirmed releasing.
     revoking: BTreeSet<Tp>,
+    /// KIP-1251: for each partition it holds (assigned or revoking), the member epoch at which
+    /// it was assigned to this member. A commit at an older epoch than the member's passes for
+    /// the partitions held since that epoch or before.
+    assigned_at: BTreeMap<Tp, i32>,
     /// When revoking must be done by (the rebalance timeout), else the member is fenced.
     revoke_deadline: Option<Instant>,
     /// The assignment last sent, so unchanged assignments are not repeated.
@@ -195,7 +199,8 @@ pub struct ConsumerMemberSnapshot {
     pub member_epoch: i32,
     pub subscribed: Vec<String>,
     pub subscribed_regex: Option<String>,
-    pub assigned: Vec<Tp>,
+    /// Each assigned partition with its assignment epoch (KIP-1251).
+    pub assigned: Vec<(Tp, i32)>,
 }
 
 pub struct ConsumerGroup {
@@ -254,7 +259,11 @@ impl ConsumerGroup {
                     member_epoch: m.epoch,
                     subscribed: m.subscribed.clone(),
                     subscribed_regex: m.subscribed_regex.clone(),
-                    assigned: m.assigned.iter().copied().collect(),
+                    assigned: m
+                        .assigned
+                        .iter()
+                        .map(|p| (*p, m.assigned_at.get(p).copied().unwrap_or(m.epoch)))
+                        .collect(),
                 })
                 .collect(),
         }
@@ -278,7 +287,8 @@ impl ConsumerGroup {
             if let Some(instance) = &m.instance_id {
                 g.static_members.insert(instance.clone(), m.member_id.clone());
             }
-            let assigned: BTreeSet<Tp> = m.assigned.into_iter().collect();
+            let assigned_at: BTreeMap<Tp, i32> = m.assigned.into_iter().collect();
+            let assigned: BTreeSet<Tp> = assigned_at.keys().copied().collect();
             g.target.insert(m.member_id.clone(), assigned.clone());
             g.members.insert(
                 m.member_id.clone(),
@@ -295,6 +305,7 @@ impl ConsumerGroup {
                     previous_epoch: m.member_epoch,
                     assigned: assigned.clone(),
                     revoking: BTreeSet::new(),
+                    assigned_at,
                     revoke_deadline: None,
                     last_sent: Some(assigned),
                     session_deadline: now + limits.session_timeout,
@@ -464,6 +475,8 @@ impl ConsumerGroup {
                 rebalance_timeout,
                 epoch: 0,
                 previous_epoch: 0,
+                // Held from epoch 0 under the new id, as Kafka's static leave resets them.
+                assigned_at: old.assigned.iter().map(|p| (*p, 0)).collect(),
                 assigned: old.assigned,
                 revoking: BTreeSet::new(),
                 revoke_deadline: None,
@@ -540,6 +553,9 @@ impl ConsumerGroup {
                         m.epoch = STATIC_LEAVE_EPOCH;
                         m.revoking.clear();
                         m.revoke_deadline = None;
+                        // Kafka's `resetAssignedPartitionsEpochsToZero` (KIP-1251): a commit
+                        // under this member id is refused from now on.
+                        m.assigned_at = m.assigned.iter().map(|p| (*p, 0)).collect();
                     }
                 } else {
                     self.remove_member(&id, now);
@@ -621,6 +637,7 @@ impl ConsumerGroup {
                                 previous_epoch: 0,
                                 assigned: BTreeSet::new(),
                                 revoking: BTreeSet::new(),
+                                assigned_at: BTreeMap::new(),
                                 revoke_deadline: None,
                                 last_sent: None,
                                 session_deadline: now + limits.session_timeout,
@@ -775,7 +792,9 @@ impl ConsumerGroup {
         let assignment_epoch = self.assignment_epoch;
         let Some(m) = self.members.get_mut(id) else { return };
         if !m.revoking.is_empty() && owned.as_ref().is_some_and(|o| o.is_disjoint(&m.revoking)) {
-            m.revoking.clear();
+            for p in std::mem::take(&mut m.revoking) {
+                m.assigned_at.remove(&p);
+            }
             m.revoke_deadline = None;
         }
         if !m.revoking.is_empty() {
@@ -793,9 +812,24 @@ impl ConsumerGroup {
             m.epoch = assignment_epoch;
         }
         for p in target {
-            if !held_by_others.contains(&p) {
-                m.assigned.insert(p);
+            if !held_by_others.contains(&p) && m.assigned.insert(p) {
+                m.assigned_at.insert(p, m.epoch);
             }
+        }
+    }
+
+    /// KIP-1251 (Kafka 4.3's `ConsumerGroup.validateOffsetCommit`): may `member`, whose epoch
+    /// is `epoch`, commit `partitions`? Its own epoch commits anything; a newer one nothing; an
+    /// older one only partitions it still holds (assigned or revoking) and was assigned at that
+    /// epoch or before, so a commit that raced a heartbeat bumping its epoch still lands, and a
+    /// zombie's commit for a partition that moved on is refused.
+    pub fn may_commit(member: &ConsumerMember, epoch: i32, partitions: &[Tp]) -> bool {
+        match epoch.cmp(&member.epoch) {
+            std::cmp::Ordering::Equal => true,
+            std::cmp::Ordering::Greater => false,
+            std::cmp::Ordering::Less => partitions
+                .iter()
+                .all(|p| member.assigned_at.get(p).is_some_and(|since| *since <= epoch)),
         }
     }
 }
@@ -967,6 +1001,54 @@ mod tests {
         assert_eq!(b_owned.len(), 2);
         assert!(b_owned.is_disjoint(&a_kept));
         assert_eq!(g.state(), ConsumerGroupState::Stable);
+    }
+
+    #[test]
+    fn an_older_epoch_commits_only_partitions_held_since_then() {
+        // KIP-1251: a's epoch moves 1 → 2 → 3 while it keeps two partitions from epoch 1.
+        let now = Instant::now();
+        let (view, _) = topics(4);
+        let mut g = ConsumerGroup::new("g", now);
+        let a = join(&mut g, &view, now);
+        let all = a.assignment.clone().unwrap();
+        let b = join(&mut g, &view, now);
+        let kept = beat(&mut g, &a.member_id, 1, &all, &view, now).assignment.unwrap();
+        let lost: Vec<Tp> = all.difference(&kept).copied().collect();
+        let kept: Vec<Tp> = kept.into_iter().collect();
+        let member = |g: &ConsumerGroup, id: &str| g.members[id].clone();
+        // While a revokes, it still holds what it gives up, at epoch 1.
+        assert!(ConsumerGroup::may_commit(&member(&g, &a.member_id), 1, &lost));
+        assert_eq!(
+            beat(&mut g, &a.member_id, 1, &kept.iter().copied().collect(), &view, now).member_epoch,
+            2
+        );
+        let a_now = member(&g, &a.member_id);
+        assert!(ConsumerGroup::may_commit(&a_now, 1, &kept), "held since epoch 1");
+        assert!(!ConsumerGroup::may_commit(&a_now, 1, &lost), "released");
+        assert!(
+            !ConsumerGroup::may_commit(&a_now, 1, &[kept[0], lost[0]]),
+            "one refused refuses all"
+        );
+        assert!(
+            ConsumerGroup::may_commit(&a_now, 2, &lost),
+            "the member's own epoch commits anything"
+        );
+        assert!(!ConsumerGroup::may_commit(&a_now, 3, &kept), "a newer epoch is refused");
+        // b gets the released partitions at epoch 2: its epoch 1 never held them.
+        let b_owned = beat(&mut g, &b.member_id, 2, &BTreeSet::new(), &view, now)
+            .assignment
+            .unwrap();
+        let b_owned: Vec<Tp> = b_owned.into_iter().collect();
+        assert_eq!(b_owned, lost);
+        assert!(!ConsumerGroup::may_commit(&member(&g, &b.member_id), 1, &b_owned));
+        // The epochs survive a restart.
+        let restored = ConsumerGroup::restore("g", g.snapshot(), &view, &limits(), now);
+        assert!(ConsumerGroup::may_commit(&member(&restored, &a.member_id), 1, &kept));
+        assert!(!ConsumerGroup::may_commit(
+            &member(&restored, &b.member_id),
+            1,
+            &b_owned
+        ));
     }
 
     #[test]

@@ -927,6 +927,16 @@ impl GroupCoordinator {
         Ok(codes)
     }
 
+    /// The partitions of `offsets` by topic id, as a consumer group's members hold them; a
+    /// topic that does not exist gets the nil id, which no member holds.
+    fn partition_ids(&self, offsets: &[CommitRequest]) -> Vec<consumer::Tp> {
+        let image = self.controller.image();
+        offsets
+            .iter()
+            .map(|(topic, partition, ..)| (image.topic(topic).map_or(uuid::Uuid::nil(), |t| t.id), *partition))
+            .collect()
+    }
+
     /// Checks each commit (known partition, metadata size) and builds the records of those
     /// accepted: one code per commit, the records, and (index, partition, value) per accepted
     /// commit. Shared by OffsetCommit and TxnOffsetCommit.
@@ -1001,7 +1011,9 @@ impl GroupCoordinator {
                 return all(ResponseError::GroupIdNotFound.code());
             }
             let valid = match &e.consumer {
-                Some(c) => validate_consumer_commit(c, member_id, instance_id, generation, false, version),
+                Some(c) => validate_consumer_commit(c, member_id, instance_id, generation, false, version, || {
+                    self.partition_ids(&offsets)
+                }),
                 None => e.group.validate_commit(member_id, instance_id, generation, false),
             };
             if let Err(e) = valid {
@@ -1076,13 +1088,15 @@ impl GroupCoordinator {
                 return all(ResponseError::GroupIdNotFound.code());
             }
             let valid = match &e.consumer {
-                Some(c) => validate_consumer_commit(c, member_id, instance_id, generation, true, 0)
-                    // The TxnOffsetCommit API knows no STALE_MEMBER_EPOCH (Kafka's
-                    // `OffsetMetadataManager.validateTransactionalOffsetCommit`).
-                    .map_err(|e| match e {
-                        ResponseError::StaleMemberEpoch => ResponseError::IllegalGeneration,
-                        other => other,
-                    }),
+                Some(c) => validate_consumer_commit(c, member_id, instance_id, generation, true, 0, || {
+                    self.partition_ids(&offsets)
+                })
+                // The TxnOffsetCommit API knows no STALE_MEMBER_EPOCH (Kafka's
+                // `OffsetMetadataManager.validateTransactionalOffsetCommit`).
+                .map_err(|e| match e {
+                    ResponseError::StaleMemberEpoch => ResponseError::IllegalGeneration,
+                    other => other,
+                }),
                 None => e.group.validate_commit(member_id, instance_id, generation, true),
             };
             if let Err(e) = valid {
@@ -1793,11 +1807,15 @@ pub(crate) fn internal_replication_factor(image: &MetadataImage, configured: i16
 }
 
 /// OffsetCommit (or, `transactional`, TxnOffsetCommit) checks for a KIP-848 group, in the
-/// order of Kafka's `ConsumerGroup.validateOffsetCommit` (4.x): a commit without epoch while the
+/// order of Kafka's `ConsumerGroup.validateOffsetCommit` (4.3): a commit without epoch while the
 /// group has no members; a transactional commit naming nobody (TxnOffsetCommit v0-2); then the
-/// member, the API version, the epoch. Every member here speaks the consumer protocol (classic
-/// members cannot join a consumer group), so a plain commit needs OffsetCommit v9 and a wrong
-/// epoch is STALE_MEMBER_EPOCH, never the ILLEGAL_GENERATION of a classic member.
+/// member, the API version, the epoch, which may be older than the member's for partitions it
+/// has held since (KIP-1251, `ConsumerGroup::may_commit`). Every member here speaks the consumer
+/// protocol (classic members cannot join a consumer group), so a plain commit needs OffsetCommit
+/// v9 and a refused epoch is STALE_MEMBER_EPOCH, never the ILLEGAL_GENERATION of a classic
+/// member. `partitions` gives those committed, by topic id (a topic that does not exist: nil),
+/// asked only for an older epoch.
+#[allow(clippy::too_many_arguments)]
 fn validate_consumer_commit(
     group: &ConsumerGroup,
     member_id: &str,
@@ -1805,6 +1823,7 @@ fn validate_consumer_commit(
     epoch: i32,
     transactional: bool,
     version: i16,
+    partitions: impl FnOnce() -> Vec<consumer::Tp>,
 ) -> Result<(), ResponseError> {
     if epoch < 0 && group.members.is_empty() {
         return Ok(());
@@ -1816,7 +1835,7 @@ fn validate_consumer_commit(
     if !transactional && version < 9 {
         return Err(ResponseError::UnsupportedVersion);
     }
-    if epoch != member.epoch {
+    if epoch != member.epoch && !ConsumerGroup::may_commit(member, epoch, &partitions()) {
         return Err(ResponseError::StaleMemberEpoch);
     }
     Ok(())

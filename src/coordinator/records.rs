@@ -132,8 +132,9 @@ impl OffsetsRecord {
                 put_string(&mut key, group);
                 let value = value.as_ref().map(|g| {
                     let mut b = BytesMut::new();
-                    // Sluice snapshot format: version 1 adds each member's regex.
-                    b.put_i16(1);
+                    // Sluice snapshot format: version 1 adds each member's regex, version 2 each
+                    // assigned partition's assignment epoch (KIP-1251).
+                    b.put_i16(2);
                     b.put_i32(g.epoch);
                     put_string(&mut b, &g.assignor);
                     b.put_i32(i32::try_from(g.members.len()).unwrap_or(i32::MAX));
@@ -151,9 +152,10 @@ impl OffsetsRecord {
                         }
                         put_nullable_string(&mut b, m.subscribed_regex.as_deref());
                         b.put_i32(i32::try_from(m.assigned.len()).unwrap_or(i32::MAX));
-                        for (topic, partition) in &m.assigned {
+                        for ((topic, partition), since) in &m.assigned {
                             b.put_slice(topic.as_bytes());
                             b.put_i32(*partition);
+                            b.put_i32(*since);
                         }
                     }
                     b.freeze()
@@ -250,7 +252,7 @@ impl OffsetsRecord {
                     Some(v) => {
                         let mut r = Reader(v.clone());
                         let version = r.i16()?;
-                        if !(0..=1).contains(&version) {
+                        if !(0..=2).contains(&version) {
                             return None;
                         }
                         let epoch = r.i32()?;
@@ -273,7 +275,11 @@ impl OffsetsRecord {
                             let mut assigned = Vec::new();
                             for _ in 0..r.i32()?.max(0) {
                                 let id = r.uuid()?;
-                                assigned.push((id, r.i32()?));
+                                let partition = r.i32()?;
+                                // Before version 2, held since the member's epoch: a commit at
+                                // an older one is refused, as before KIP-1251.
+                                let since = if version >= 2 { r.i32()? } else { member_epoch };
+                                assigned.push(((id, partition), since));
                             }
                             members.push(ConsumerMemberSnapshot {
                                 member_id,
@@ -521,7 +527,7 @@ mod tests {
                     member_epoch: 7,
                     subscribed: vec!["t".into()],
                     subscribed_regex: Some("t-.*".into()),
-                    assigned: vec![(uuid::Uuid::from_u128(9), 0), (uuid::Uuid::from_u128(9), 3)],
+                    assigned: vec![((uuid::Uuid::from_u128(9), 0), 5), ((uuid::Uuid::from_u128(9), 3), 7)],
                 }],
             }),
         };
@@ -577,5 +583,42 @@ mod tests {
         v0.put_slice(&v1[2..cut]);
         v0.put_slice(&v1[cut + 2..]);
         assert_eq!(OffsetsRecord::decode(&k, Some(&v0.freeze())), Some(record));
+    }
+
+    #[test]
+    fn consumer_group_snapshots_of_version_1_hold_partitions_since_the_members_epoch() {
+        // Version 1 had no assignment epochs: the same bytes without each partition's i32.
+        let id = uuid::Uuid::from_u128(9);
+        let snapshot = |assigned| ConsumerGroupSnapshot {
+            epoch: 4,
+            assignor: "uniform".into(),
+            members: vec![ConsumerMemberSnapshot {
+                member_id: "m".into(),
+                instance_id: None,
+                rack_id: None,
+                client_id: "c".into(),
+                client_host: "/h".into(),
+                rebalance_timeout_ms: 30_000,
+                member_epoch: 4,
+                subscribed: vec!["t".into()],
+                subscribed_regex: None,
+                assigned,
+            }],
+        };
+        let record = OffsetsRecord::ConsumerGroup {
+            group: "cg".into(),
+            value: Some(snapshot(vec![((id, 1), 2)])),
+        };
+        let (k, v) = record.encode();
+        let v2 = v.unwrap();
+        // The last partition's assignment epoch is the value's last 4 bytes.
+        let mut v1 = BytesMut::new();
+        v1.put_i16(1);
+        v1.put_slice(&v2[2..v2.len() - 4]);
+        let expected = OffsetsRecord::ConsumerGroup {
+            group: "cg".into(),
+            value: Some(snapshot(vec![((id, 1), 4)])),
+        };
+        assert_eq!(OffsetsRecord::decode(&k, Some(&v1.freeze())), Some(expected));
     }
 }
