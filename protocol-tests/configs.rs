@@ -474,8 +474,11 @@ async fn group_configs_are_described_altered_validated_and_applied() {
         let resp = raw.call(version, &describe_group("cg")).await;
         assert_eq!(resp.results[0].error_code, 0, "DescribeConfigs v{version}");
         assert_eq!(resp.results[0].resource_type, GROUP);
-        assert_eq!(resp.results[0].configs.len(), 10);
+        assert_eq!(resp.results[0].configs.len(), 12);
         assert_eq!(entry(&resp, "consumer.session.timeout.ms"), ("45000".into(), 5));
+        // KIP-1263 (Kafka 4.3): the broker's group.{consumer,share}.assignment.interval.ms.
+        assert_eq!(entry(&resp, "consumer.assignment.interval.ms"), ("1000".into(), 5));
+        assert_eq!(entry(&resp, "share.assignment.interval.ms"), ("1000".into(), 5));
         assert_eq!(entry(&resp, "consumer.heartbeat.interval.ms"), ("5000".into(), 5));
         // Share groups' keys (KIP-932): their broker defaults, and Kafka's defaults for the
         // two without a broker synonym.
@@ -516,6 +519,19 @@ async fn group_configs_are_described_altered_validated_and_applied() {
             vec![("consumer.heartbeat.interval.ms", 0, Some("16000"))],
             40,
             "consumer.heartbeat.interval.ms",
+        ),
+        // KIP-1263: within group.{consumer,share}.min/max.assignment.interval.ms (0, 15000).
+        (
+            "cg",
+            vec![("consumer.assignment.interval.ms", 0, Some("15001"))],
+            40,
+            "group.consumer.max.assignment.interval.ms",
+        ),
+        (
+            "cg",
+            vec![("share.assignment.interval.ms", 0, Some("-1"))],
+            40,
+            "share.assignment.interval.ms",
         ),
         // KIP-1240: within group.share.min/max.delivery.count.limit (2, 10).
         (

@@ -40,6 +40,9 @@ const BROKER: &[(&str, &str)] = &[
     ("group.min.session.timeout.ms", "1000"),
     // A client asking for a deleted topic must not create it again.
     ("auto.create.topics.enable", "false"),
+    // Raw members joining back to back get their targets at once, not after the 1 s
+    // assignment interval (KIP-1263, tested in group_frames.rs).
+    ("group.consumer.assignment.interval.ms", "0"),
 ];
 
 fn s(text: &str) -> StrBytes {

@@ -17,7 +17,13 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
-const BROKER: &[(&str, &str)] = &[("group.initial.rebalance.delay.ms", "0"), ("num.partitions", "2")];
+const BROKER: &[(&str, &str)] = &[
+    ("group.initial.rebalance.delay.ms", "0"),
+    ("num.partitions", "2"),
+    // KIP-848 members joining back to back get their targets at once; the 1 s default of the
+    // assignment interval (KIP-1263) has its own test, on the defaults.
+    ("group.consumer.assignment.interval.ms", "0"),
+];
 
 fn s(text: &str) -> StrBytes {
     StrBytes::from_string(text.to_string())
@@ -1497,28 +1503,11 @@ async fn an_older_member_epoch_commits_the_partitions_held_since_then() {
     // heartbeat moving its epoch is not refused; one for a partition it gave up is, as is one at
     // a newer epoch. TxnOffsetCommit says ILLEGAL_GENERATION where OffsetCommit says
     // STALE_MEMBER_EPOCH.
-    use kafka_protocol::messages::ConsumerGroupHeartbeatRequest;
-    use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions;
     let broker = TestBroker::start(BROKER).await;
     let mut raw = Raw::connect(broker.addr).await;
     create_topic_t(&mut raw).await;
     let t = topic_id_of(&mut raw, "t").await;
-    let beat = |member: &str, epoch: i32, owned: &[i32]| {
-        let mut req = ConsumerGroupHeartbeatRequest::default()
-            .with_group_id(gid("ke"))
-            .with_member_id(s(member))
-            .with_member_epoch(epoch)
-            .with_rebalance_timeout_ms(30_000)
-            .with_topic_partitions(Some(vec![
-                TopicPartitions::default()
-                    .with_topic_id(t)
-                    .with_partitions(owned.to_vec()),
-            ]));
-        if epoch == 0 {
-            req.subscribed_topic_names = Some(vec![topic("t")]);
-        }
-        req
-    };
+    let beat = |member: &str, epoch: i32, owned: &[i32]| t_member_beat("ke", member, epoch, t, owned);
     let owned = |resp: &ConsumerGroupHeartbeatResponse| -> Vec<i32> {
         let mut p: Vec<i32> = resp
             .assignment
@@ -1598,4 +1587,85 @@ async fn an_older_member_epoch_commits_the_partitions_held_since_then() {
     let code = raw.call(9, &commit("ke", "a", 1, "t", lost, 6, "")).await.topics[0].partitions[0].error_code;
     assert_eq!(code, STALE_MEMBER_EPOCH, "after a restart: given up");
     broker.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_group_assigns_at_most_once_per_assignment_interval() {
+    // KIP-1263 (Kafka 4.3): on the broker's defaults (group.consumer.assignment.interval.ms
+    // 1000) a member joining right after the group's first target gets nothing, at that
+    // target's epoch, while the group is Assigning; the first heartbeat a second later computes
+    // the next target. A group whose consumer.assignment.interval.ms is 0 assigns at once.
+    use kafka_protocol::messages::ConsumerGroupDescribeRequest;
+    use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
+    let broker = TestBroker::start(&BROKER[..2]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    create_topic_t(&mut raw).await;
+    let t = topic_id_of(&mut raw, "t").await;
+    let beat = |group: &str, member: &str, epoch: i32, owned: &[i32]| t_member_beat(group, member, epoch, t, owned);
+    let count = |resp: &ConsumerGroupHeartbeatResponse| {
+        resp.assignment
+            .as_ref()
+            .map(|a| a.topic_partitions.iter().map(|tp| tp.partitions.len()).sum::<usize>())
+    };
+    let describe = |group: &str| ConsumerGroupDescribeRequest::default().with_group_ids(vec![gid(group)]);
+
+    let a = raw.call(1, &beat("paced", "a", 0, &[])).await;
+    let first_target = std::time::Instant::now();
+    assert_eq!((a.error_code, a.member_epoch, count(&a)), (0, 1, Some(2)));
+    let b = raw.call(1, &beat("paced", "b", 0, &[])).await;
+    assert_eq!((b.error_code, b.member_epoch, count(&b)), (0, 1, Some(0)), "{b:?}");
+    let d = raw.call(1, &describe("paced")).await;
+    let g = &d.groups[0];
+    assert_eq!(
+        (g.group_state.as_str(), g.group_epoch, g.assignment_epoch),
+        ("Assigning", 2, 1)
+    );
+    let a = raw.call(1, &beat("paced", "a", 1, &[0, 1])).await;
+    assert_eq!((a.member_epoch, count(&a)), (1, None), "a keeps both meanwhile");
+
+    // A group of its own interval 0 assigns at each change.
+    let set = IncrementalAlterConfigsRequest::default().with_resources(vec![
+        AlterConfigsResource::default()
+            .with_resource_type(32)
+            .with_resource_name(s("eager"))
+            .with_configs(vec![
+                AlterableConfig::default()
+                    .with_name(s("consumer.assignment.interval.ms"))
+                    .with_config_operation(0)
+                    .with_value(Some(s("0"))),
+            ]),
+    ]);
+    assert_eq!(raw.call(1, &set).await.responses[0].error_code, 0);
+    let a0 = raw.call(1, &beat("eager", "a", 0, &[])).await;
+    assert_eq!((a0.member_epoch, count(&a0)), (1, Some(2)));
+    let b0 = raw.call(1, &beat("eager", "b", 0, &[])).await;
+    assert_eq!(b0.member_epoch, 2, "{b0:?}");
+
+    // A second after the first target, a's heartbeat computes the next: it gives one up.
+    tokio::time::sleep(std::time::Duration::from_millis(1_050).saturating_sub(first_target.elapsed())).await;
+    let a = raw.call(1, &beat("paced", "a", 1, &[0, 1])).await;
+    assert_eq!((a.member_epoch, count(&a)), (1, Some(1)), "{a:?}");
+    let d = raw.call(1, &describe("paced")).await;
+    assert_eq!((d.groups[0].group_epoch, d.groups[0].assignment_epoch), (2, 2));
+    broker.handle.shutdown().await;
+}
+
+/// A ConsumerGroupHeartbeat of `member` of `group` at `epoch`, owning `owned` of topic t (id
+/// `t`); joining (epoch 0) it subscribes to t.
+fn t_member_beat(group: &str, member: &str, epoch: i32, t: Uuid, owned: &[i32]) -> ConsumerGroupHeartbeatRequest {
+    use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions;
+    let mut req = ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(gid(group))
+        .with_member_id(s(member))
+        .with_member_epoch(epoch)
+        .with_rebalance_timeout_ms(30_000)
+        .with_topic_partitions(Some(vec![
+            TopicPartitions::default()
+                .with_topic_id(t)
+                .with_partitions(owned.to_vec()),
+        ]));
+    if epoch == 0 {
+        req.subscribed_topic_names = Some(vec![topic("t")]);
+    }
+    req
 }

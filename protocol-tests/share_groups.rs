@@ -20,6 +20,11 @@ use uuid::Uuid;
 
 const GROUP_RESOURCE: i8 = 32;
 
+/// Members joining back to back get their assignment at once: without it the second waits for
+/// the group's 1 s assignment interval (KIP-1263), which these tests of other mechanics would
+/// have to sleep through.
+const ASSIGN_AT_ONCE: (&str, &str) = ("group.share.assignment.interval.ms", "0");
+
 fn s(text: &str) -> StrBytes {
     StrBytes::from_string(text.to_string())
 }
@@ -190,7 +195,7 @@ fn acquired(resp: &ShareFetchResponse) -> (Vec<(i64, i64, i16)>, Vec<String>) {
 /// accepted and rejected records are done, and the state survives a restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_are_acquired_once_released_redelivered_and_kept_across_a_restart() {
-    let broker = TestBroker::start(&[("metrics.listen", "127.0.0.1:0")]).await;
+    let broker = TestBroker::start(&[("metrics.listen", "127.0.0.1:0"), ASSIGN_AT_ONCE]).await;
     let mut raw = Raw::connect(broker.addr).await;
     let t = create(&mut raw, "queue", 1).await;
     produce(&mut raw, "queue", batch("before", 3)).await;
@@ -757,7 +762,7 @@ async fn a_groups_record_lock_limit_bounds_its_window_live() {
 /// turned off.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn membership_describe_and_the_feature_gate() {
-    let broker = TestBroker::start(&[]).await;
+    let broker = TestBroker::start(&[ASSIGN_AT_ONCE]).await;
     let mut raw = Raw::connect(broker.addr).await;
     let t = create(&mut raw, "q4", 3).await;
     let (a, b) = (member_id(), member_id());

@@ -268,6 +268,8 @@ pub struct BrokerConfig {
     pub group_consumer_max_heartbeat_interval_ms: u64,
     /// `group.share.*`: share groups (KIP-932).
     pub share: ShareSettings,
+    /// `group.{consumer,share}.{,min.,max.}assignment.interval.ms` (Kafka 4.3, KIP-1263).
+    pub assignment_intervals: AssignmentIntervals,
     /// `producer.id.expiration.ms`: a producer id idle this long (no write, no open
     /// transaction) is forgotten by a partition; its next write may use any sequence.
     pub producer_id_expiration_ms: i64,
@@ -522,6 +524,7 @@ impl Default for BrokerConfig {
             group_consumer_min_heartbeat_interval_ms: 5_000,
             group_consumer_max_heartbeat_interval_ms: 15_000,
             share: ShareSettings::default(),
+            assignment_intervals: AssignmentIntervals::default(),
             producer_id_expiration_ms: 86_400_000,
             producer_id_expiration_check_interval_ms: 600_000,
             transaction_state_log_num_partitions: 50,
@@ -1366,6 +1369,24 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
         "The highest consumer.heartbeat.interval.ms a group may have.",
     ),
     broker_key(
+        "group.consumer.assignment.interval.ms",
+        ConfigType::Int,
+        false,
+        "The least time between two target assignments of a KIP-848 group (KIP-1263).",
+    ),
+    broker_key(
+        "group.consumer.min.assignment.interval.ms",
+        ConfigType::Int,
+        false,
+        "The lowest consumer.assignment.interval.ms a group may have.",
+    ),
+    broker_key(
+        "group.consumer.max.assignment.interval.ms",
+        ConfigType::Int,
+        false,
+        "The highest consumer.assignment.interval.ms a group may have.",
+    ),
+    broker_key(
         "group.share.session.timeout.ms",
         ConfigType::Int,
         false,
@@ -1462,6 +1483,24 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
         "The highest share.partition.max.record.locks a group may have.",
     ),
     broker_key(
+        "group.share.assignment.interval.ms",
+        ConfigType::Int,
+        false,
+        "The least time between two target assignments of a share group (KIP-1263).",
+    ),
+    broker_key(
+        "group.share.min.assignment.interval.ms",
+        ConfigType::Int,
+        false,
+        "The lowest share.assignment.interval.ms a group may have.",
+    ),
+    broker_key(
+        "group.share.max.assignment.interval.ms",
+        ConfigType::Int,
+        false,
+        "The highest share.assignment.interval.ms a group may have.",
+    ),
+    broker_key(
         "producer.id.expiration.ms",
         ConfigType::Int,
         true,
@@ -1526,6 +1565,9 @@ impl BrokerConfig {
     /// The textual value of a broker key, as DescribeConfigs shows it.
     pub fn get(&self, key: &str) -> Option<String> {
         if let Some(value) = self.share.get(key) {
+            return Some(value.to_string());
+        }
+        if let Some(value) = self.assignment_intervals.get(key) {
             return Some(value.to_string());
         }
         let ts = |t: TimestampType| match t {
@@ -1691,6 +1733,10 @@ impl BrokerConfig {
         };
         if let Some(slot) = self.share.slot(key) {
             *slot = at_least(key, parse_int(key, value)?, 1)?;
+            return Ok(());
+        }
+        if let Some(slot) = self.assignment_intervals.slot(key) {
+            *slot = at_least(key, parse_int(key, value)?, 0)?;
             return Ok(());
         }
         match key {
@@ -2471,7 +2517,11 @@ impl BrokerConfig {
                 "must be below group.share.session.timeout.ms",
             ));
         }
-        for (key, value, min_key, min, max_key, max) in bounded.into_iter().chain(self.share.broker_bounds()) {
+        for (key, value, min_key, min, max_key, max) in bounded
+            .into_iter()
+            .chain(self.share.broker_bounds())
+            .chain(self.assignment_intervals.broker_bounds())
+        {
             if min > max {
                 return Err(invalid(min_key, format!("must not exceed {max_key}")));
             }
@@ -2675,6 +2725,87 @@ pub fn group_key_default(name: &str) -> Option<String> {
         "share.isolation.level" => Some("read_uncommitted".to_string()),
         "share.renew.acknowledge.enable" => Some("true".to_string()),
         _ => None,
+    }
+}
+
+/// One group type's assignment interval (KIP-1263): the broker default and the bounds of a
+/// group's own value, in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IntervalSetting {
+    pub default_ms: u64,
+    pub min_ms: u64,
+    pub max_ms: u64,
+}
+
+/// `group.consumer.*` and `group.share.*` `assignment.interval.ms` with their `min.`/`max.`
+/// bounds: Kafka 4.3's names and defaults (1 s, between 0 and 15 s). A group computes a new
+/// target assignment at most once per interval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AssignmentIntervals {
+    pub consumer: IntervalSetting,
+    pub share: IntervalSetting,
+}
+
+impl Default for AssignmentIntervals {
+    fn default() -> AssignmentIntervals {
+        let kafka = IntervalSetting {
+            default_ms: 1_000,
+            min_ms: 0,
+            max_ms: 15_000,
+        };
+        AssignmentIntervals {
+            consumer: kafka,
+            share: kafka,
+        }
+    }
+}
+
+impl AssignmentIntervals {
+    /// The setting a broker key names.
+    fn slot(&mut self, key: &str) -> Option<&mut u64> {
+        let (group, rest) = if let Some(rest) = key.strip_prefix("group.consumer.") {
+            (&mut self.consumer, rest)
+        } else {
+            (&mut self.share, key.strip_prefix("group.share.")?)
+        };
+        Some(match rest {
+            "assignment.interval.ms" => &mut group.default_ms,
+            "min.assignment.interval.ms" => &mut group.min_ms,
+            "max.assignment.interval.ms" => &mut group.max_ms,
+            _ => return None,
+        })
+    }
+
+    fn get(&self, key: &str) -> Option<u64> {
+        let mut copy = *self;
+        copy.slot(key).map(|v| *v)
+    }
+
+    /// A group's `consumer.assignment.interval.ms` or `share.assignment.interval.ms` (`key`)
+    /// of `value`, with the broker keys bounding it.
+    fn bound(&self, key: &'static str, value: u64) -> Bound {
+        let (setting, min_key, max_key) = if key.starts_with("consumer.") || key.starts_with("group.consumer.") {
+            (
+                self.consumer,
+                "group.consumer.min.assignment.interval.ms",
+                "group.consumer.max.assignment.interval.ms",
+            )
+        } else {
+            (
+                self.share,
+                "group.share.min.assignment.interval.ms",
+                "group.share.max.assignment.interval.ms",
+            )
+        };
+        (key, value, min_key, setting.min_ms, max_key, setting.max_ms)
+    }
+
+    /// The broker's own defaults, within their bounds (checked at start).
+    fn broker_bounds(&self) -> [Bound; 2] {
+        [
+            self.bound("group.consumer.assignment.interval.ms", self.consumer.default_ms),
+            self.bound("group.share.assignment.interval.ms", self.share.default_ms),
+        ]
     }
 }
 
@@ -2883,6 +3014,18 @@ pub const GROUP_KEYS: &[TopicKey] = &[
         "Share-group record lock limit per share-partition.",
     ),
     key(
+        "consumer.assignment.interval.ms",
+        "group.consumer.assignment.interval.ms",
+        ConfigType::Int,
+        "The interval between assignment updates for a consumer group.",
+    ),
+    key(
+        "share.assignment.interval.ms",
+        "group.share.assignment.interval.ms",
+        ConfigType::Int,
+        "The interval between assignment updates for a share group.",
+    ),
+    key(
         "share.auto.offset.reset",
         "",
         ConfigType::String,
@@ -2940,6 +3083,14 @@ impl BrokerConfig {
             }
             if key == "share.renew.acknowledge.enable" {
                 parse_bool(key, value)?;
+                continue;
+            }
+            if let Some(key) = ["consumer.assignment.interval.ms", "share.assignment.interval.ms"]
+                .into_iter()
+                .find(|k| *k == key.as_str())
+            {
+                let v = at_least(key, parse_int::<i32>(key, value)?, 0)?;
+                check_bounds(&[self.assignment_intervals.bound(key, u64::try_from(v).unwrap_or(0))])?;
                 continue;
             }
             let v = at_least(key, parse_int::<i32>(key, value)?, 1)?;

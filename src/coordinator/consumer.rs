@@ -90,6 +90,8 @@ pub struct ConsumerLimits {
     pub session_timeout: Duration,
     pub heartbeat_interval: Duration,
     pub max_size: usize,
+    /// The least time between two target assignments (KIP-1263).
+    pub assignment_interval: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -162,6 +164,13 @@ fn fail(code: ResponseError, message: &str, member_id: &str) -> HeartbeatOut {
     }
 }
 
+/// Kafka's `canComputeNextTargetAssignment` (KIP-1263): a group computes a new target when it
+/// never did (since it was loaded), when its interval is 0, or once the interval has passed
+/// since the last one.
+pub fn assignment_due(last: Option<Instant>, interval: Duration, now: Instant) -> bool {
+    last.is_none_or(|at| interval.is_zero() || now >= at + interval)
+}
+
 /// Kafka's member epoch for a leaving member (-1) and a static member leaving temporarily (-2).
 const LEAVE_EPOCH: i32 = -1;
 pub const STATIC_LEAVE_EPOCH: i32 = -2;
@@ -221,6 +230,9 @@ pub struct ConsumerGroup {
     /// either moves, a heartbeat need not resolve the subscriptions again (each regex against
     /// every topic name). Every change of members or subscriptions moves the epoch.
     resolved_at: Option<(u64, i32)>,
+    /// When the target was last computed: the next waits for the group's assignment interval
+    /// (KIP-1263). None after a load, as Kafka's timestamp 0.
+    assigned_time: Option<Instant>,
     pub empty_since: Option<Instant>,
 }
 
@@ -236,6 +248,7 @@ impl ConsumerGroup {
             target: HashMap::new(),
             computed_for: BTreeMap::new(),
             resolved_at: None,
+            assigned_time: None,
             patterns: HashMap::new(),
             empty_since: Some(now),
         }
@@ -747,17 +760,21 @@ impl ConsumerGroup {
         // Topic metadata the target depends on (a subscribed or matching topic created, grown
         // or deleted), resolved again only when the topics or the subscriptions changed.
         if self.resolved_at != Some((topics.generation, self.epoch)) {
-            let subscribed = self.subscribed_topics(topics);
-            if subscribed != self.computed_for && self.epoch == self.assignment_epoch {
+            if self.epoch == self.assignment_epoch && self.subscribed_topics(topics) != self.computed_for {
                 self.epoch += 1;
             }
-            if self.assignment_epoch < self.epoch {
-                let subscriptions = self.subscriptions(topics);
-                self.target = assign(&self.assignor, &subscriptions, &subscribed, &self.target);
-                self.assignment_epoch = self.epoch;
-                self.computed_for = subscribed;
-            }
             self.resolved_at = Some((topics.generation, self.epoch));
+        }
+        // KIP-1263: a new target at most once per assignment interval. Until then the group is
+        // Assigning and members reconcile towards the target they have, joining members at its
+        // epoch with nothing; the first heartbeat after the interval computes it.
+        if self.assignment_epoch < self.epoch && assignment_due(self.assigned_time, limits.assignment_interval, now) {
+            let subscribed = self.subscribed_topics(topics);
+            let subscriptions = self.subscriptions(topics);
+            self.target = assign(&self.assignor, &subscriptions, &subscribed, &self.target);
+            self.assignment_epoch = self.epoch;
+            self.computed_for = subscribed;
+            self.assigned_time = Some(now);
         }
         self.reconcile(id, req.owned, now);
         let Some(member) = self.members.get_mut(id) else {
@@ -931,6 +948,7 @@ mod tests {
             session_timeout: Duration::from_secs(45),
             heartbeat_interval: Duration::from_secs(5),
             max_size: 100,
+            assignment_interval: Duration::ZERO,
         }
     }
 
@@ -1001,6 +1019,59 @@ mod tests {
         assert_eq!(b_owned.len(), 2);
         assert!(b_owned.is_disjoint(&a_kept));
         assert_eq!(g.state(), ConsumerGroupState::Stable);
+    }
+
+    #[test]
+    fn a_new_target_waits_for_the_assignment_interval() {
+        // KIP-1263: the first target at once, the next no sooner than 1 s after it.
+        let paced = ConsumerLimits {
+            assignment_interval: Duration::from_secs(1),
+            ..limits()
+        };
+        let t0 = Instant::now();
+        let (view, _) = topics(4);
+        let mut g = ConsumerGroup::new("g", t0);
+        let beat_at = |g: &mut ConsumerGroup, req: HeartbeatIn, at| g.heartbeat(req, &view, &paced, at);
+        let join_req = |id: &str| HeartbeatIn {
+            member_id: id.into(),
+            member_epoch: 0,
+            subscribed: Some(vec!["t".into()]),
+            owned: Some(BTreeSet::new()),
+            rebalance_timeout_ms: 30_000,
+            ..Default::default()
+        };
+        let beat_req = |id: &str, epoch, owned: &BTreeSet<Tp>| HeartbeatIn {
+            member_id: id.into(),
+            member_epoch: epoch,
+            owned: Some(owned.clone()),
+            ..Default::default()
+        };
+        let a = beat_at(&mut g, join_req("a"), t0);
+        let all = a.assignment.clone().unwrap();
+        assert_eq!((a.member_epoch, all.len()), (1, 4));
+        // b joins 100 ms later: the group epoch moves, the target waits; b joins at the
+        // target's epoch with nothing.
+        let b = beat_at(&mut g, join_req("b"), t0 + Duration::from_millis(100));
+        assert_eq!((b.member_epoch, b.assignment), (1, Some(BTreeSet::new())));
+        assert_eq!(
+            (g.epoch, g.assignment_epoch, g.state()),
+            (2, 1, ConsumerGroupState::Assigning)
+        );
+        let a2 = beat_at(&mut g, beat_req("a", 1, &all), t0 + Duration::from_millis(999));
+        assert_eq!(
+            (a2.member_epoch, a2.assignment),
+            (1, None),
+            "a keeps everything meanwhile"
+        );
+        // The first heartbeat after the interval computes the target: a gives two up.
+        let a3 = beat_at(&mut g, beat_req("a", 1, &all), t0 + Duration::from_millis(1000));
+        assert_eq!(g.assignment_epoch, 2);
+        assert_eq!(a3.assignment.map(|p| p.len()), Some(2));
+        // With an interval of 0 every change is assigned at once.
+        let mut h = ConsumerGroup::new("h", t0);
+        h.heartbeat(join_req("a"), &view, &limits(), t0);
+        let b = h.heartbeat(join_req("b"), &view, &limits(), t0);
+        assert_eq!((b.member_epoch, h.assignment_epoch), (2, 2));
     }
 
     #[test]

@@ -250,11 +250,13 @@ impl GroupCoordinator {
             session_timeout: Duration::from_millis(config.group_consumer_session_timeout_ms),
             heartbeat_interval: Duration::from_millis(config.group_consumer_heartbeat_interval_ms),
             max_size: config.group_consumer_max_size,
+            assignment_interval: Duration::from_millis(config.assignment_intervals.consumer.default_ms),
         };
         let share_limits = ShareLimits {
             session_timeout: Duration::from_millis(config.share.session_timeout_ms),
             heartbeat_interval: Duration::from_millis(config.share.heartbeat_interval_ms),
             max_size: usize::try_from(config.share.max_size).unwrap_or(usize::MAX),
+            assignment_interval: Duration::from_millis(config.assignment_intervals.share.default_ms),
         };
         GroupCoordinator {
             share_limits,
@@ -277,6 +279,8 @@ impl GroupCoordinator {
         ConsumerLimits {
             session_timeout: ms("consumer.session.timeout.ms").unwrap_or(self.consumer_limits.session_timeout),
             heartbeat_interval: ms("consumer.heartbeat.interval.ms").unwrap_or(self.consumer_limits.heartbeat_interval),
+            assignment_interval: ms("consumer.assignment.interval.ms")
+                .unwrap_or(self.consumer_limits.assignment_interval),
             ..self.consumer_limits
         }
     }
@@ -287,6 +291,7 @@ impl GroupCoordinator {
         ShareLimits {
             session_timeout: ms("share.session.timeout.ms").unwrap_or(self.share_limits.session_timeout),
             heartbeat_interval: ms("share.heartbeat.interval.ms").unwrap_or(self.share_limits.heartbeat_interval),
+            assignment_interval: ms("share.assignment.interval.ms").unwrap_or(self.share_limits.assignment_interval),
             ..self.share_limits
         }
     }
@@ -751,7 +756,11 @@ impl GroupCoordinator {
                     let now = Instant::now();
                     let consumer_changed = e.consumer.as_mut().is_some_and(|c| c.expire(now));
                     let share_changed = match e.share.as_mut() {
-                        Some(s) => s.expire(&me.topics_view(&me.controller.image()), now),
+                        Some(s) => {
+                            let image = me.controller.image();
+                            let interval = me.share_limits_of(&s.id, &image).assignment_interval;
+                            s.expire(&me.topics_view(&image), interval, now)
+                        }
                         None => false,
                     };
                     let changed = e.group.expire(&me.limits, now) || consumer_changed || share_changed;

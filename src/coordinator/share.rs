@@ -29,6 +29,8 @@ pub struct ShareLimits {
     pub session_timeout: Duration,
     pub heartbeat_interval: Duration,
     pub max_size: usize,
+    /// The least time between two target assignments (KIP-1263).
+    pub assignment_interval: Duration,
 }
 
 /// One ShareGroupHeartbeat, decoded.
@@ -99,6 +101,9 @@ pub struct ShareGroup {
     target: BTreeMap<String, BTreeSet<Tp>>,
     /// The subscribed topics (name → id, partitions) the target was computed for.
     computed_for: BTreeMap<String, (Uuid, i32)>,
+    /// When the target was last computed: the next waits for the group's assignment interval
+    /// (KIP-1263).
+    assigned_time: Option<Instant>,
 }
 
 impl ShareGroup {
@@ -110,6 +115,7 @@ impl ShareGroup {
             members: BTreeMap::new(),
             target: BTreeMap::new(),
             computed_for: BTreeMap::new(),
+            assigned_time: None,
         }
     }
 
@@ -144,15 +150,25 @@ impl ShareGroup {
     }
 
     /// Removes members whose session ended; true when the group changed.
-    pub fn expire(&mut self, topics: &TopicsView, now: Instant) -> bool {
+    pub fn expire(&mut self, topics: &TopicsView, interval: Duration, now: Instant) -> bool {
         let before = self.members.len();
         self.members.retain(|_, m| m.session_deadline > now);
         if self.members.len() == before {
             return false;
         }
         self.epoch += 1;
-        self.compute_target(topics);
+        self.assign_if_due(topics, interval, now);
         true
+    }
+
+    /// KIP-1263: a new target for a group whose epoch moved past it, at most once per
+    /// assignment `interval`; until then members keep the target they have (a joining member
+    /// gets nothing at its epoch), and the first heartbeat after the interval computes it.
+    fn assign_if_due(&mut self, topics: &TopicsView, interval: Duration, now: Instant) {
+        if self.assignment_epoch < self.epoch && super::consumer::assignment_due(self.assigned_time, interval, now) {
+            self.compute_target(topics);
+            self.assigned_time = Some(now);
+        }
     }
 
     /// The subscribed topics as `topics` has them now.
@@ -194,7 +210,7 @@ impl ShareGroup {
                 );
             }
             self.epoch += 1;
-            self.compute_target(topics);
+            self.assign_if_due(topics, limits.assignment_interval, now);
             return HeartbeatOut {
                 member_id: id,
                 member_epoch: -1,
@@ -272,10 +288,10 @@ impl ShareGroup {
             }
         }
         // A subscribed topic created, deleted or grown moves the epoch as a subscription does.
-        if changed || self.subscribed_topics(topics) != self.computed_for {
+        if changed || (self.assignment_epoch == self.epoch && self.subscribed_topics(topics) != self.computed_for) {
             self.epoch += 1;
-            self.compute_target(topics);
         }
+        self.assign_if_due(topics, limits.assignment_interval, now);
         let target = self.target.get(&id).cloned().unwrap_or_default();
         let assignment_epoch = self.assignment_epoch;
         let Some(member) = self.members.get_mut(&id) else {
@@ -353,6 +369,7 @@ mod tests {
             session_timeout: Duration::from_secs(45),
             heartbeat_interval: Duration::from_secs(5),
             max_size: 3,
+            assignment_interval: Duration::ZERO,
         }
     }
 
@@ -390,6 +407,35 @@ mod tests {
             &limits(),
             now,
         )
+    }
+
+    #[test]
+    fn a_new_target_waits_for_the_assignment_interval() {
+        // KIP-1263: b joining 100 ms after the first target gets nothing at that target's
+        // epoch; its first heartbeat after 1 s computes the next.
+        let paced = ShareLimits {
+            assignment_interval: Duration::from_secs(1),
+            ..limits()
+        };
+        let t = Uuid::new_v4();
+        let v = view(&[("t", t, 4)]);
+        let t0 = Instant::now();
+        let mut g = ShareGroup::new("g");
+        let req = |id: &str, epoch| ShareHeartbeatIn {
+            member_id: id.into(),
+            member_epoch: epoch,
+            subscribed: (epoch == 0).then(|| vec!["t".to_string()]),
+            ..Default::default()
+        };
+        let a = g.heartbeat(req("a", 0), &v, &paced, t0);
+        assert_eq!((a.member_epoch, a.assignment.map(|p| p.len())), (1, Some(4)));
+        let b = g.heartbeat(req("b", 0), &v, &paced, t0 + Duration::from_millis(100));
+        assert_eq!((b.member_epoch, b.assignment), (1, Some(BTreeSet::new())));
+        assert_eq!((g.epoch, g.assignment_epoch), (2, 1));
+        let b = g.heartbeat(req("b", 1), &v, &paced, t0 + Duration::from_millis(900));
+        assert_eq!((b.member_epoch, b.assignment), (1, None));
+        let b = g.heartbeat(req("b", 1), &v, &paced, t0 + Duration::from_secs(1));
+        assert_eq!((b.member_epoch, b.assignment.map(|p| p.len())), (2, Some(2)));
     }
 
     #[test]
@@ -472,7 +518,7 @@ mod tests {
         let mut g = ShareGroup::new("g");
         join(&mut g, &v, "a", &["t"], now);
         join(&mut g, &v, "b", &["t"], now + Duration::from_secs(30));
-        assert!(g.expire(&v, now + Duration::from_secs(46)));
+        assert!(g.expire(&v, Duration::ZERO, now + Duration::from_secs(46)));
         assert_eq!(g.members.keys().collect::<Vec<_>>(), vec!["b"]);
         let b = beat(&mut g, &v, "b", 2, now + Duration::from_secs(47));
         assert_eq!(b.member_epoch, 3);
@@ -481,7 +527,7 @@ mod tests {
         let b = beat(&mut g, &grown, "b", 3, now + Duration::from_secs(48));
         assert_eq!(b.member_epoch, 4);
         assert_eq!(b.assignment.unwrap().len(), 3);
-        assert!(!g.expire(&grown, now + Duration::from_secs(50)));
+        assert!(!g.expire(&grown, Duration::ZERO, now + Duration::from_secs(50)));
     }
 
     #[test]
