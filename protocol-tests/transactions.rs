@@ -539,6 +539,85 @@ async fn transaction_version_2_clients_send_neither_add_partitions_nor_add_offse
 }
 
 #[tokio::test]
+async fn a_late_version_2_marker_does_not_end_the_next_transaction() {
+    // KIP-1228 (WriteTxnMarkers v2): under transaction version 2 the coordinator bumps the
+    // epoch before it writes the markers, so a leader takes only a marker newer than the
+    // producer's epoch there. A late copy of a marker, arriving once the producer's next
+    // transaction (at that epoch) is open, is refused instead of ending it; a retry of a marker
+    // already written is answered without writing it twice. Markers of transaction version 0
+    // (what the admin client's abortTransaction sends) keep the old rule.
+    use kafka_protocol::messages::describe_producers_request::TopicRequest;
+    use kafka_protocol::messages::write_txn_markers_request::{WritableTxnMarker, WritableTxnMarkerTopic};
+    let broker = TestBroker::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    let t = unique("tv2-late");
+    create(&mut raw, &t, 1).await;
+    let id = unique("tv2-late-id");
+    let (pid, e) = init_retrying(&mut raw, 5, &id, 60_000).await;
+    assert_eq!(produce_txn(&mut raw, 12, &id, &t, txn_batch(2, pid, e, 0)).await, 0); // 0-1
+    let r = raw
+        .call(
+            5,
+            &EndTxnRequest::default()
+                .with_transactional_id(txn(&id))
+                .with_producer_id(ProducerId(pid))
+                .with_producer_epoch(e)
+                .with_committed(true),
+        )
+        .await;
+    assert_eq!((r.error_code, r.producer_epoch), (0, e + 1)); // the marker at 2, epoch e + 1
+    let producers = raw
+        .call(
+            0,
+            &DescribeProducersRequest::default().with_topics(vec![
+                TopicRequest::default()
+                    .with_name(topic(&t))
+                    .with_partition_indexes(vec![0]),
+            ]),
+        )
+        .await;
+    let coordinator_epoch = producers.topics[0].partitions[0].active_producers[0].coordinator_epoch;
+    let marker = |version: i8, epoch: i16, commit: bool| {
+        WriteTxnMarkersRequest::default().with_markers(vec![
+            WritableTxnMarker::default()
+                .with_producer_id(ProducerId(pid))
+                .with_producer_epoch(epoch)
+                .with_transaction_result(commit)
+                .with_coordinator_epoch(coordinator_epoch)
+                .with_transaction_version(version)
+                .with_topics(vec![
+                    WritableTxnMarkerTopic::default()
+                        .with_name(topic(&t))
+                        .with_partition_indexes(vec![0]),
+                ]),
+        ])
+    };
+    let code = |resp: WriteTxnMarkersResponse| resp.markers[0].topics[0].partitions[0].error_code;
+    // The coordinator's marker again, as a retry whose answer was lost: answered, not written.
+    assert_eq!(code(raw.call(2, &marker(2, e + 1, true)).await), 0);
+    assert_eq!(
+        latest_offset(&mut raw, &t).await,
+        3,
+        "records 0-1 and one commit marker"
+    );
+    // The next transaction, at epoch e + 1.
+    assert_eq!(produce_txn(&mut raw, 12, &id, &t, txn_batch(2, pid, e + 1, 0)).await, 0); // 3-4
+    // A late copy of the first transaction's marker: refused, the transaction stays open.
+    assert_eq!(code(raw.call(2, &marker(2, e + 1, true)).await), INVALID_PRODUCER_EPOCH);
+    let (_, hw, lso, _) = fetch_committed(&mut raw, 12, &t).await;
+    assert_eq!(
+        (hw, lso),
+        (5, 3),
+        "the open transaction still holds the last stable offset"
+    );
+    // A version 0 marker of the producer's epoch is taken, as abortTransaction needs.
+    assert_eq!(code(raw.call(2, &marker(0, e + 1, false)).await), 0);
+    let (_, hw, lso, aborted) = fetch_committed(&mut raw, 12, &t).await;
+    assert_eq!((hw, lso, aborted), (6, 6, vec![(pid, 3)]));
+    broker.handle.shutdown().await;
+}
+
+#[tokio::test]
 async fn verify_only_reports_partitions_outside_the_transaction() {
     // KIP-890 part 1: AddPartitionsToTxn v4+ verify_only adds nothing; a partition not in the
     // transaction is TRANSACTION_ABORTABLE from v5, INVALID_TXN_STATE at v4.

@@ -5,7 +5,9 @@
 //! writes markers to the partitions it hosts itself (`MarkerWriter::write_hosted`: append, wait
 //! until durable, then settle the transaction's offsets in a `__consumer_offsets` partition)
 //! and answers per partition.
-//! v1 baseline, flexible (v0 was removed in Kafka 4.0, KIP-896).
+//! v1 baseline, flexible (v0 was removed in Kafka 4.0, KIP-896). v2 (Kafka 4.2, KIP-1228) carries
+//! each marker's transaction version: under 2 a partition takes only a marker newer than the
+//! producer's epoch there (`Log::append_marker`); the admin client's abortTransaction sends 0.
 //! A partition not hosted here gets NOT_LEADER_OR_FOLLOWER when the metadata places it on
 //! another broker, else UNKNOWN_TOPIC_OR_PARTITION, as Produce answers; Kafka answers
 //! UNKNOWN_TOPIC_OR_PARTITION to both, and its coordinator retries either. A stale coordinator
@@ -26,7 +28,7 @@ use crate::acl::Operation;
 use crate::coordinator::transactions::TxnMarker;
 use crate::replica::Partition;
 
-pub const VERSIONS: Versions = Versions::new(ApiKey::WriteTxnMarkers, 1, 1);
+pub const VERSIONS: Versions = Versions::new(ApiKey::WriteTxnMarkers, 1, 2);
 
 /// Every marker of the request is written concurrently (their fsyncs overlap); the answer
 /// comes when all are durable or failed.
@@ -72,6 +74,8 @@ async fn write_one(ctx: &Ctx, m: &WritableTxnMarker) -> WritableTxnMarkerResult 
         producer_epoch: m.producer_epoch,
         coordinator_epoch: m.coordinator_epoch,
         commit: m.transaction_result,
+        // 0 below v2, as Kafka reads an absent field.
+        transaction_version: m.transaction_version,
     };
     // Each partition's code by (topic, partition) position, filled in as it is known.
     let mut codes: Vec<Vec<i16>> = Vec::with_capacity(m.topics.len());

@@ -1892,7 +1892,7 @@ mod tests {
         c.complete_txn(offsets_partition, 9, true);
         assert!(c.fetch_offsets("g").is_empty());
         let partition = c.replicas.get(OFFSETS_TOPIC, offsets_partition).unwrap();
-        let info = partition.write_txn_marker(7, 0, 0, true).await.unwrap();
+        let info = partition.write_txn_marker(7, 0, 0, true, 0).await.unwrap();
         partition.wait_durable(info.last_offset).await.unwrap();
         c.complete_txn(offsets_partition, 7, true);
         assert_eq!(
@@ -1901,7 +1901,7 @@ mod tests {
         );
         // An aborted one is dropped.
         assert_eq!(c.txn_commit("g", 7, 0, "", None, -1, commit(9)).await, vec![0]);
-        let info = partition.write_txn_marker(7, 0, 0, false).await.unwrap();
+        let info = partition.write_txn_marker(7, 0, 0, false, 0).await.unwrap();
         partition.wait_durable(info.last_offset).await.unwrap();
         c.complete_txn(offsets_partition, 7, false);
         assert_eq!(c.fetch_offsets("g")[&("t".to_string(), 0)].offset, 5);
@@ -1910,7 +1910,7 @@ mod tests {
         // Mixed with a plain commit, the later record wins, whichever the marker follows.
         assert_eq!(c.txn_commit("g", 7, 0, "", None, -1, commit(20)).await, vec![0]);
         assert_eq!(c.commit("g", "", None, -1, commit(30), 9).await, vec![0]);
-        let info = partition.write_txn_marker(7, 0, 0, true).await.unwrap();
+        let info = partition.write_txn_marker(7, 0, 0, true, 0).await.unwrap();
         partition.wait_durable(info.last_offset).await.unwrap();
         c.complete_txn(offsets_partition, 7, true);
         assert_eq!(
@@ -1920,13 +1920,13 @@ mod tests {
         );
         assert_eq!(c.commit("g", "", None, -1, commit(40), 9).await, vec![0]);
         assert_eq!(c.txn_commit("g", 7, 0, "", None, -1, commit(50)).await, vec![0]);
-        let info = partition.write_txn_marker(7, 0, 0, true).await.unwrap();
+        let info = partition.write_txn_marker(7, 0, 0, true, 0).await.unwrap();
         partition.wait_durable(info.last_offset).await.unwrap();
         c.complete_txn(offsets_partition, 7, true);
         assert_eq!(c.fetch_offsets("g")[&("t".to_string(), 0)].offset, 50);
         assert_eq!(c.txn_commit("g", 7, 0, "", None, -1, commit(60)).await, vec![0]);
         assert_eq!(c.commit("g", "", None, -1, commit(70), 9).await, vec![0]);
-        let info = partition.write_txn_marker(7, 0, 0, true).await.unwrap();
+        let info = partition.write_txn_marker(7, 0, 0, true, 0).await.unwrap();
         partition.wait_durable(info.last_offset).await.unwrap();
         c.complete_txn(offsets_partition, 7, true);
         assert_eq!(c.fetch_offsets("g")[&("t".to_string(), 0)].offset, 70);

@@ -769,13 +769,16 @@ pub struct TxnMarker {
     /// refuses markers of an older coordinator (TRANSACTION_COORDINATOR_FENCED).
     pub coordinator_epoch: i32,
     pub commit: bool,
+    /// The transaction's version (KIP-1228): under 2 a partition takes only a marker newer
+    /// than the producer's epoch there.
+    pub transaction_version: i8,
 }
 
 /// What became of a marker on each partition.
 pub type MarkerResults = Vec<(TopicPartition, Result<(), i16>)>;
 
-/// The WriteTxnMarkers version sent: the only one Kafka 4 serves (v0 went with KIP-896).
-pub const WRITE_TXN_MARKERS_VERSION: i16 = 1;
+/// The WriteTxnMarkers version sent: 2 carries the transaction version (KIP-1228).
+pub const WRITE_TXN_MARKERS_VERSION: i16 = 2;
 
 /// Writes transaction markers: the one place a coordinator touches the data partitions of a
 /// transaction (Kafka's `TransactionMarkerChannelManager`). Partitions hosted here are written
@@ -863,6 +866,7 @@ fn marker_request(marker: TxnMarker, partitions: &[TopicPartition]) -> WriteTxnM
             .with_producer_epoch(marker.producer_epoch)
             .with_transaction_result(marker.commit)
             .with_coordinator_epoch(marker.coordinator_epoch)
+            .with_transaction_version(marker.transaction_version)
             .with_topics(topics),
     ])
 }
@@ -961,6 +965,7 @@ impl MarkerWriter {
                         marker.producer_epoch,
                         marker.coordinator_epoch,
                         marker.commit,
+                        marker.transaction_version,
                     )
                     .await
                     .map(|info| info.last_offset)
@@ -1555,9 +1560,10 @@ impl TransactionCoordinator {
                 m.partitions.iter().cloned().collect::<Vec<_>>(),
                 m.producer_id,
                 m.producer_epoch,
+                i8::try_from(m.client_transaction_version).unwrap_or(i8::MAX),
             ))
         });
-        let Some((t, partitions, producer_id, producer_epoch)) = prepared else {
+        let Some((t, partitions, producer_id, producer_epoch, transaction_version)) = prepared else {
             return;
         };
         let Some(coordinator_epoch) = epoch else {
@@ -1571,6 +1577,7 @@ impl TransactionCoordinator {
             producer_epoch,
             coordinator_epoch,
             commit,
+            transaction_version,
         };
         let results = self.markers.write_markers(marker, &partitions).await;
         let failed: Vec<String> = results
@@ -2496,6 +2503,7 @@ mod tests {
             producer_epoch: 3,
             coordinator_epoch: 2,
             commit: false,
+            transaction_version: 2,
         };
         let req = marker_request(marker, &[tp("b", 1), tp("a", 0), tp("b", 0)]);
         assert_eq!(req.markers.len(), 1);

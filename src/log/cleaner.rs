@@ -1424,7 +1424,7 @@ mod tests {
             commit,
             coordinator_epoch: 0,
         };
-        log.append_marker(producer_id, 0, marker, 0, ts).unwrap().base_offset
+        log.append_marker(producer_id, 0, marker, 0, 0, ts).unwrap().base_offset
     }
 
     /// Every batch of the log: its header and records (a marker's one record included).

@@ -368,7 +368,7 @@ mod tests {
                 };
                 log.append(batches, epoch, NOW).unwrap();
                 if i == 5 && round == 1 {
-                    log.append_marker(9, 0, ABORT, epoch, NOW).unwrap();
+                    log.append_marker(9, 0, ABORT, 0, epoch, NOW).unwrap();
                 }
             }
         }

@@ -328,14 +328,44 @@ impl Log {
     /// Appends a transaction marker for `producer_id` (Kafka's WriteTxnMarkers at the
     /// partition): a control batch that ends the producer's transaction here. A marker with an
     /// epoch older than the producer's is refused (INVALID_PRODUCER_EPOCH).
+    ///
+    /// `transaction_version` is the transaction's (KIP-1228). Under version 2 the coordinator
+    /// bumps the epoch before it writes the markers, so a marker must be newer than the epoch
+    /// the producer has here (Kafka's `checkProducerEpoch` for TV2): one of the producer's
+    /// current epoch would end a newer transaction of that epoch, and is refused with
+    /// INVALID_PRODUCER_EPOCH. Unlike Kafka, a marker of the current epoch while the producer
+    /// has no transaction open here is taken as a retry of one already written (its answer
+    /// lost, or its wait for the in-sync replicas failed): nothing is appended, and the answer
+    /// waits for the log as it is, so the coordinator's retry ends the transaction instead of
+    /// failing it forever. Versions 0 and 1 accept the producer's epoch or newer.
     pub fn append_marker(
         &mut self,
         producer_id: i64,
         producer_epoch: i16,
         marker: Marker,
+        transaction_version: i8,
         leader_epoch: i32,
         now_ms: i64,
     ) -> Result<AppendInfo> {
+        if transaction_version >= 2
+            && let Some(current) = self.producers.producers().get(&producer_id)
+            && producer_epoch <= current.epoch
+        {
+            if producer_epoch == current.epoch && current.current_txn_first_offset.is_none() {
+                let last_offset = self.log_end_offset() - 1;
+                return Ok(AppendInfo {
+                    base_offset: last_offset,
+                    last_offset,
+                    log_append_time_ms: -1,
+                    duplicate: true,
+                });
+            }
+            return Err(Error::InvalidProducerEpoch {
+                producer_id,
+                epoch: producer_epoch,
+                current: current.epoch,
+            });
+        }
         let bytes = producer_state::encode_marker(producer_id, producer_epoch, marker, now_ms);
         let batches = validate_batches(&bytes, usize::MAX)?;
         self.append_from(batches, leader_epoch, now_ms, Origin::Coordinator)

@@ -610,6 +610,37 @@ mod tests {
     }
 
     #[test]
+    fn a_transaction_version_2_marker_must_be_newer_than_the_producers_epoch() {
+        // KIP-1228: the coordinator bumps the epoch before it writes version 2 markers.
+        let dir = tempfile::tempdir().unwrap();
+        let two = encode_batch(&[1, 2], 10);
+        let commit = Marker {
+            commit: true,
+            coordinator_epoch: 0,
+        };
+        let mut log = Log::open(dir.path(), LogConfig::default(), NOW).unwrap();
+        log.append(from_producer(&two, 1, 4, 0, true), 0, NOW).unwrap(); // 0-1, epoch 4
+        // A marker of the transaction's own epoch would end a transaction of that epoch: refused
+        // under version 2 (47 INVALID_PRODUCER_EPOCH), as is an older one.
+        assert_eq!(log.append_marker(1, 4, commit, 2, 0, NOW).unwrap_err().code(), 47);
+        assert_eq!(log.append_marker(1, 3, commit, 2, 0, NOW).unwrap_err().code(), 47);
+        assert_eq!(log.first_unstable_offset(), Some(0));
+        let m = log.append_marker(1, 5, commit, 2, 0, NOW).unwrap(); // 2, the bumped epoch
+        assert_eq!((m.base_offset, m.duplicate), (2, false));
+        assert_eq!(log.first_unstable_offset(), None);
+        // The same marker again (a retry whose answer was lost): nothing appended.
+        let again = log.append_marker(1, 5, commit, 2, 0, NOW).unwrap();
+        assert_eq!((again.last_offset, again.duplicate, log.log_end_offset()), (2, true, 3));
+        // The next transaction, at epoch 5: a late copy of that marker must not end it.
+        log.append(from_producer(&two, 1, 5, 0, true), 0, NOW).unwrap(); // 3-4
+        assert_eq!(log.append_marker(1, 5, commit, 2, 0, NOW).unwrap_err().code(), 47);
+        assert_eq!(log.first_unstable_offset(), Some(3));
+        // Versions 0 and 1 take the producer's own epoch.
+        assert_eq!(log.append_marker(1, 5, commit, 0, 0, NOW).unwrap().base_offset, 5);
+        assert_eq!(log.first_unstable_offset(), None);
+    }
+
+    #[test]
     fn aborted_transactions_are_indexed_and_rebuilt_after_a_crash() {
         let dir = tempfile::tempdir().unwrap();
         let two = encode_batch(&[1, 2], 10);
@@ -622,7 +653,7 @@ mod tests {
             log.append(from_producer(&two, 1, 0, 0, true), 0, NOW).unwrap(); // 0-1
             log.append(from_producer(&two, 2, 0, 0, true), 0, NOW).unwrap(); // 2-3
             assert_eq!(log.first_unstable_offset(), Some(0));
-            let m = log.append_marker(1, 0, abort, 0, NOW).unwrap(); // 4
+            let m = log.append_marker(1, 0, abort, 0, 0, NOW).unwrap(); // 4
             assert_eq!(m.base_offset, 4);
             assert_eq!(log.first_unstable_offset(), Some(2));
             let aborted = log.aborted_transactions(0, 5);
@@ -632,15 +663,15 @@ mod tests {
             );
             // A marker from a fenced (older) epoch is refused.
             log.append(from_producer(&two, 3, 5, 0, true), 0, NOW).unwrap();
-            assert_eq!(log.append_marker(3, 4, abort, 0, NOW).unwrap_err().code(), 47);
+            assert_eq!(log.append_marker(3, 4, abort, 0, 0, NOW).unwrap_err().code(), 47);
         }
         // Crash: the txnindex entry is on disk; the open transaction of producer 2 is replayed.
         let mut log = Log::open(dir.path(), LogConfig::default(), NOW).unwrap();
         assert_eq!(log.aborted_transactions(0, 100).len(), 1);
         assert_eq!(log.first_unstable_offset(), Some(2));
-        log.append_marker(2, 0, Marker { commit: true, ..abort }, 0, NOW)
+        log.append_marker(2, 0, Marker { commit: true, ..abort }, 0, 0, NOW)
             .unwrap();
-        log.append_marker(3, 5, abort, 0, NOW).unwrap();
+        log.append_marker(3, 5, abort, 0, 0, NOW).unwrap();
         assert_eq!(log.first_unstable_offset(), None);
         assert_eq!(log.aborted_transactions(0, 100).len(), 2);
         log.close().unwrap();

@@ -501,7 +501,7 @@ mod tests {
             commit: false,
             coordinator_epoch: 0,
         };
-        log.append_marker(9, 0, marker, 0, NOW).unwrap();
+        log.append_marker(9, 0, marker, 0, 0, NOW).unwrap();
         let snapshot = reader.snapshot();
         assert_eq!(snapshot.first_unstable_offset(), None);
         assert_eq!(snapshot.aborted_transactions(0, 6), log.aborted_transactions(0, 6));

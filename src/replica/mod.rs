@@ -375,6 +375,7 @@ impl Partition {
         producer_epoch: i16,
         coordinator_epoch: i32,
         commit: bool,
+        transaction_version: i8,
     ) -> Result<AppendInfo> {
         let marker = Marker {
             commit,
@@ -385,8 +386,17 @@ impl Partition {
                 if !p.is_leader() {
                     return Err(Error::NotLeader(p.tp.to_string()));
                 }
-                let info = log.append_marker(producer_id, producer_epoch, marker, p.leader_epoch(), now_ms())?;
-                p.appended(log.log_end_offset());
+                let info = log.append_marker(
+                    producer_id,
+                    producer_epoch,
+                    marker,
+                    transaction_version,
+                    p.leader_epoch(),
+                    now_ms(),
+                )?;
+                if !info.duplicate {
+                    p.appended(log.log_end_offset());
+                }
                 Ok(info)
             })?;
             if p.flush_before_ack.load(Ordering::Acquire) {

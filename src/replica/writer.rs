@@ -697,7 +697,7 @@ mod tests {
         p.close().unwrap();
         let closed = p.append(batch("after"), true).await.unwrap_err();
         assert_eq!(closed.code(), 3, "{closed}"); // UNKNOWN_TOPIC_OR_PARTITION
-        let marker = p.write_txn_marker(7, 0, 0, true).await.unwrap_err();
+        let marker = p.write_txn_marker(7, 0, 0, true, 0).await.unwrap_err();
         assert_eq!(marker.code(), 3, "{marker}");
 
         // A shard whose thread is gone: KAFKA_STORAGE_ERROR.
