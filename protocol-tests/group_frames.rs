@@ -1647,6 +1647,31 @@ async fn a_group_assigns_at_most_once_per_assignment_interval() {
     assert_eq!((a.member_epoch, count(&a)), (1, Some(1)), "{a:?}");
     let d = raw.call(1, &describe("paced")).await;
     assert_eq!((d.groups[0].group_epoch, d.groups[0].assignment_epoch), (2, 2));
+
+    // The broker default is a dynamic broker config: set to 0 cluster-wide, a group without its
+    // own value assigns at once from its next heartbeat; past the broker's max it is refused.
+    let broker_default = |value: &str| {
+        IncrementalAlterConfigsRequest::default().with_resources(vec![
+            AlterConfigsResource::default()
+                .with_resource_type(4)
+                .with_resource_name(s(""))
+                .with_configs(vec![
+                    AlterableConfig::default()
+                        .with_name(s("group.consumer.assignment.interval.ms"))
+                        .with_config_operation(0)
+                        .with_value(Some(s(value))),
+                ]),
+        ])
+    };
+    let refused = raw.call(1, &broker_default("15001")).await;
+    // INVALID_REQUEST, naming the bound, as Kafka's broker config validation answers.
+    assert_eq!(refused.responses[0].error_code, 42, "{refused:?}");
+    assert!(format!("{:?}", refused.responses[0].error_message).contains("group.consumer.max.assignment.interval.ms"));
+    assert_eq!(raw.call(1, &broker_default("0")).await.responses[0].error_code, 0);
+    let a = raw.call(1, &beat("live", "a", 0, &[])).await;
+    assert_eq!((a.member_epoch, count(&a)), (1, Some(2)));
+    let b = raw.call(1, &beat("live", "b", 0, &[])).await;
+    assert_eq!(b.member_epoch, 2, "{b:?}");
     broker.handle.shutdown().await;
 }
 

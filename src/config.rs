@@ -1371,7 +1371,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     broker_key(
         "group.consumer.assignment.interval.ms",
         ConfigType::Int,
-        false,
+        true,
         "The least time between two target assignments of a KIP-848 group (KIP-1263).",
     ),
     broker_key(
@@ -1485,7 +1485,7 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
     broker_key(
         "group.share.assignment.interval.ms",
         ConfigType::Int,
-        false,
+        true,
         "The least time between two target assignments of a share group (KIP-1263).",
     ),
     broker_key(

@@ -279,8 +279,9 @@ impl GroupCoordinator {
         ConsumerLimits {
             session_timeout: ms("consumer.session.timeout.ms").unwrap_or(self.consumer_limits.session_timeout),
             heartbeat_interval: ms("consumer.heartbeat.interval.ms").unwrap_or(self.consumer_limits.heartbeat_interval),
+            // The broker default may change at runtime (a dynamic broker config, as in Kafka).
             assignment_interval: ms("consumer.assignment.interval.ms")
-                .unwrap_or(self.consumer_limits.assignment_interval),
+                .unwrap_or_else(|| Duration::from_millis(self.config.live().assignment_intervals.consumer.default_ms)),
             ..self.consumer_limits
         }
     }
@@ -291,7 +292,8 @@ impl GroupCoordinator {
         ShareLimits {
             session_timeout: ms("share.session.timeout.ms").unwrap_or(self.share_limits.session_timeout),
             heartbeat_interval: ms("share.heartbeat.interval.ms").unwrap_or(self.share_limits.heartbeat_interval),
-            assignment_interval: ms("share.assignment.interval.ms").unwrap_or(self.share_limits.assignment_interval),
+            assignment_interval: ms("share.assignment.interval.ms")
+                .unwrap_or_else(|| Duration::from_millis(self.config.live().assignment_intervals.share.default_ms)),
             ..self.share_limits
         }
     }
