@@ -1623,19 +1623,23 @@ async fn a_group_assigns_at_most_once_per_assignment_interval() {
     let a = raw.call(1, &beat("paced", "a", 1, &[0, 1])).await;
     assert_eq!((a.member_epoch, count(&a)), (1, None), "a keeps both meanwhile");
 
+    // IncrementalAlterConfigs SET of one key on a resource (type, name).
+    let set = |kind: i8, name: &str, key: &str, value: &str| {
+        IncrementalAlterConfigsRequest::default().with_resources(vec![
+            AlterConfigsResource::default()
+                .with_resource_type(kind)
+                .with_resource_name(s(name))
+                .with_configs(vec![
+                    AlterableConfig::default()
+                        .with_name(s(key))
+                        .with_config_operation(0)
+                        .with_value(Some(s(value))),
+                ]),
+        ])
+    };
     // A group of its own interval 0 assigns at each change.
-    let set = IncrementalAlterConfigsRequest::default().with_resources(vec![
-        AlterConfigsResource::default()
-            .with_resource_type(32)
-            .with_resource_name(s("eager"))
-            .with_configs(vec![
-                AlterableConfig::default()
-                    .with_name(s("consumer.assignment.interval.ms"))
-                    .with_config_operation(0)
-                    .with_value(Some(s("0"))),
-            ]),
-    ]);
-    assert_eq!(raw.call(1, &set).await.responses[0].error_code, 0);
+    let eager = set(32, "eager", "consumer.assignment.interval.ms", "0");
+    assert_eq!(raw.call(1, &eager).await.responses[0].error_code, 0);
     let a0 = raw.call(1, &beat("eager", "a", 0, &[])).await;
     assert_eq!((a0.member_epoch, count(&a0)), (1, Some(2)));
     let b0 = raw.call(1, &beat("eager", "b", 0, &[])).await;
@@ -1650,19 +1654,7 @@ async fn a_group_assigns_at_most_once_per_assignment_interval() {
 
     // The broker default is a dynamic broker config: set to 0 cluster-wide, a group without its
     // own value assigns at once from its next heartbeat; past the broker's max it is refused.
-    let broker_default = |value: &str| {
-        IncrementalAlterConfigsRequest::default().with_resources(vec![
-            AlterConfigsResource::default()
-                .with_resource_type(4)
-                .with_resource_name(s(""))
-                .with_configs(vec![
-                    AlterableConfig::default()
-                        .with_name(s("group.consumer.assignment.interval.ms"))
-                        .with_config_operation(0)
-                        .with_value(Some(s(value))),
-                ]),
-        ])
-    };
+    let broker_default = |value: &str| set(4, "", "group.consumer.assignment.interval.ms", value);
     let refused = raw.call(1, &broker_default("15001")).await;
     // INVALID_REQUEST, naming the bound, as Kafka's broker config validation answers.
     assert_eq!(refused.responses[0].error_code, 42, "{refused:?}");
