@@ -110,13 +110,16 @@ async fn add(
         .collect()
 }
 
-async fn end(raw: &mut Raw, version: i16, id: &str, pid: i64, epoch: i16, commit: bool) -> i16 {
-    let req = EndTxnRequest::default()
+fn end_request(id: &str, pid: i64, epoch: i16, commit: bool) -> EndTxnRequest {
+    EndTxnRequest::default()
         .with_transactional_id(txn(id))
         .with_producer_id(ProducerId(pid))
         .with_producer_epoch(epoch)
-        .with_committed(commit);
-    raw.call(version, &req).await.error_code
+        .with_committed(commit)
+}
+
+async fn end(raw: &mut Raw, version: i16, id: &str, pid: i64, epoch: i16, commit: bool) -> i16 {
+    raw.call(version, &end_request(id, pid, epoch, commit)).await.error_code
 }
 
 async fn describe(raw: &mut Raw, id: &str) -> describe_transactions_response::TransactionState {
@@ -493,16 +496,7 @@ async fn transaction_version_2_clients_send_neither_add_partitions_nor_add_offse
     );
     let (bytes, hw, lso, _) = fetch_committed(&mut raw, 12, &t).await;
     assert_eq!((bytes, hw, lso), (0, 3, 0), "nothing is stable before the commit");
-    let r = raw
-        .call(
-            5,
-            &EndTxnRequest::default()
-                .with_transactional_id(txn(&id))
-                .with_producer_id(ProducerId(pid))
-                .with_producer_epoch(e)
-                .with_committed(true),
-        )
-        .await;
+    let r = raw.call(5, &end_request(&id, pid, e, true)).await;
     assert_eq!((r.error_code, r.producer_id.0, r.producer_epoch), (0, pid, e + 1));
     let (bytes, hw, lso, aborted) = fetch_committed(&mut raw, 12, &t).await;
     assert!(bytes > 0);
@@ -521,16 +515,7 @@ async fn transaction_version_2_clients_send_neither_add_partitions_nor_add_offse
     // are listed as such and the offsets dropped.
     assert_eq!(produce_txn(&mut raw, 12, &id, &t, txn_batch(2, pid, e + 1, 0)).await, 0); // 4-5
     assert_eq!(txn_commit(&mut raw, 5, (&id, pid, e + 1), &group, &input, 50).await, 0);
-    let r = raw
-        .call(
-            5,
-            &EndTxnRequest::default()
-                .with_transactional_id(txn(&id))
-                .with_producer_id(ProducerId(pid))
-                .with_producer_epoch(e + 1)
-                .with_committed(false),
-        )
-        .await;
+    let r = raw.call(5, &end_request(&id, pid, e + 1, false)).await;
     assert_eq!((r.error_code, r.producer_epoch), (0, e + 2));
     let (_, hw, lso, aborted) = fetch_committed(&mut raw, 12, &t).await;
     assert_eq!((hw, lso, aborted), (7, 7, vec![(pid, 4)]));
@@ -555,16 +540,7 @@ async fn a_late_version_2_marker_does_not_end_the_next_transaction() {
     let id = unique("tv2-late-id");
     let (pid, e) = init_retrying(&mut raw, 5, &id, 60_000).await;
     assert_eq!(produce_txn(&mut raw, 12, &id, &t, txn_batch(2, pid, e, 0)).await, 0); // 0-1
-    let r = raw
-        .call(
-            5,
-            &EndTxnRequest::default()
-                .with_transactional_id(txn(&id))
-                .with_producer_id(ProducerId(pid))
-                .with_producer_epoch(e)
-                .with_committed(true),
-        )
-        .await;
+    let r = raw.call(5, &end_request(&id, pid, e, true)).await;
     assert_eq!((r.error_code, r.producer_epoch), (0, e + 1)); // the marker at 2, epoch e + 1
     let producers = raw
         .call(
