@@ -759,9 +759,16 @@ impl ConsumerGroup {
         }
         // Topic metadata the target depends on (a subscribed or matching topic created, grown
         // or deleted), resolved again only when the topics or the subscriptions changed.
+        // Resolving the subscriptions matches each regex against every topic name: done at most
+        // once per heartbeat, and kept for the assignment below.
+        let mut resolved = None;
         if self.resolved_at != Some((topics.generation, self.epoch)) {
-            if self.epoch == self.assignment_epoch && self.subscribed_topics(topics) != self.computed_for {
-                self.epoch += 1;
+            if self.epoch == self.assignment_epoch {
+                let subscribed = self.subscribed_topics(topics);
+                if subscribed != self.computed_for {
+                    self.epoch += 1;
+                }
+                resolved = Some(subscribed);
             }
             self.resolved_at = Some((topics.generation, self.epoch));
         }
@@ -769,7 +776,7 @@ impl ConsumerGroup {
         // Assigning and members reconcile towards the target they have, joining members at its
         // epoch with nothing; the first heartbeat after the interval computes it.
         if self.assignment_epoch < self.epoch && assignment_due(self.assigned_time, limits.assignment_interval, now) {
-            let subscribed = self.subscribed_topics(topics);
+            let subscribed = resolved.unwrap_or_else(|| self.subscribed_topics(topics));
             let subscriptions = self.subscriptions(topics);
             self.target = assign(&self.assignor, &subscriptions, &subscribed, &self.target);
             self.assignment_epoch = self.epoch;

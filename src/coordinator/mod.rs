@@ -250,12 +250,14 @@ impl GroupCoordinator {
             session_timeout: Duration::from_millis(config.group_consumer_session_timeout_ms),
             heartbeat_interval: Duration::from_millis(config.group_consumer_heartbeat_interval_ms),
             max_size: config.group_consumer_max_size,
+            // The static default; `consumer_limits_of` reads the live one (a dynamic config).
             assignment_interval: Duration::from_millis(config.assignment_intervals.consumer.default_ms),
         };
         let share_limits = ShareLimits {
             session_timeout: Duration::from_millis(config.share.session_timeout_ms),
             heartbeat_interval: Duration::from_millis(config.share.heartbeat_interval_ms),
             max_size: usize::try_from(config.share.max_size).unwrap_or(usize::MAX),
+            // The static default; `share_limits_of` reads the live one (a dynamic config).
             assignment_interval: Duration::from_millis(config.assignment_intervals.share.default_ms),
         };
         GroupCoordinator {
