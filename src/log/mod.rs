@@ -351,7 +351,12 @@ impl Log {
             && let Some(current) = self.producers.producers().get(&producer_id)
             && producer_epoch <= current.epoch
         {
-            if producer_epoch == current.epoch && current.current_txn_first_offset.is_none() {
+            // A retry only from a coordinator not older than the last marker's: a deposed one
+            // is refused, as before.
+            if producer_epoch == current.epoch
+                && current.current_txn_first_offset.is_none()
+                && marker.coordinator_epoch >= current.coordinator_epoch
+            {
                 let last_offset = self.log_end_offset() - 1;
                 return Ok(AppendInfo {
                     base_offset: last_offset,

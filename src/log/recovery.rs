@@ -638,6 +638,14 @@ mod tests {
         // Versions 0 and 1 take the producer's own epoch.
         assert_eq!(log.append_marker(1, 5, commit, 0, 0, NOW).unwrap().base_offset, 5);
         assert_eq!(log.first_unstable_offset(), None);
+        // A retry is taken only from a coordinator not older than the one that wrote the marker.
+        let newer = Marker {
+            coordinator_epoch: 1,
+            ..commit
+        };
+        log.append_marker(1, 6, newer, 2, 0, NOW).unwrap(); // 6, at coordinator epoch 1
+        assert_eq!(log.append_marker(1, 6, commit, 2, 0, NOW).unwrap_err().code(), 47);
+        assert!(log.append_marker(1, 6, newer, 2, 0, NOW).unwrap().duplicate);
     }
 
     #[test]
