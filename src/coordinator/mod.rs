@@ -1052,10 +1052,7 @@ impl GroupCoordinator {
             }
             Err(err) => {
                 tracing::warn!(group = group_id, error = %err, "offset commit not durable");
-                let code = replication_error_code(&err).unwrap_or_else(|| match err {
-                    Error::Storage { .. } => ResponseError::CoordinatorNotAvailable.code(),
-                    other => other.code(),
-                });
+                let code = replication_error_code(&err).unwrap_or_else(|| err.code());
                 for (i, _, _) in accepted {
                     codes[i] = code;
                 }
@@ -1135,7 +1132,7 @@ impl GroupCoordinator {
                 tracing::warn!(group = group_id, producer_id, error = %err, "transactional offset commit not written");
                 // Kafka's CoordinatorRuntime normalization of write errors.
                 let code = replication_error_code(&err).unwrap_or_else(|| match err {
-                    Error::Storage { .. } | Error::ShuttingDown => ResponseError::NotCoordinator.code(),
+                    Error::ShuttingDown => ResponseError::NotCoordinator.code(),
                     Error::UnknownTopicOrPartition(_) => ResponseError::CoordinatorNotAvailable.code(),
                     Error::MessageTooLarge { .. } => ResponseError::UnknownServerError.code(),
                     other => other.code(),
@@ -1787,20 +1784,21 @@ fn group_config_ms(image: &MetadataImage, group_id: &str, key: &str) -> Option<D
 /// stored state; or the coordinator is not available now.
 fn store_failure(e: &Error) -> ResponseError {
     match e {
-        Error::NotLeader(_) => ResponseError::NotCoordinator,
+        Error::NotLeader(_) | Error::Storage { .. } => ResponseError::NotCoordinator,
         _ => ResponseError::CoordinatorNotAvailable,
     }
 }
 
 /// The replication failures of a coordinator write as Kafka's coordinators answer them
 /// (`GroupMetadataManager.storeOffsets`, `TransactionStateManager.appendTransactionToLog`,
-/// `CoordinatorRuntime`): the partition led elsewhere now, or its state unloaded here, is
-/// NOT_COORDINATOR, so the client looks the coordinator up again; too few in-sync replicas,
-/// before or after the append, is COORDINATOR_NOT_AVAILABLE, which it retries. None for the
-/// other errors, which each caller maps.
+/// `CoordinatorRuntime`): the partition led elsewhere now, or its state unloaded here, or its
+/// storage failing (KAFKA_STORAGE_ERROR: a full disk), is NOT_COORDINATOR, so the client looks
+/// the coordinator up again; too few in-sync replicas, before or after the append, is
+/// COORDINATOR_NOT_AVAILABLE, which it retries. None for the other errors, which each caller
+/// maps.
 pub(crate) fn replication_error_code(err: &Error) -> Option<i16> {
     match err {
-        Error::NotLeader(_) => Some(ResponseError::NotCoordinator.code()),
+        Error::NotLeader(_) | Error::Storage { .. } => Some(ResponseError::NotCoordinator.code()),
         Error::NotEnoughReplicas { .. } | Error::NotEnoughReplicasAfterAppend { .. } => {
             Some(ResponseError::CoordinatorNotAvailable.code())
         }
@@ -1876,6 +1874,34 @@ mod tests {
         let c = Arc::new(GroupCoordinator::new(config, controller, replicas));
         c.load().unwrap();
         c
+    }
+
+    #[test]
+    fn a_write_refused_by_storage_sends_the_client_to_look_the_coordinator_up_again() {
+        // Kafka's coordinators (`CoordinatorRuntime`, `TransactionStateManager`): a failed
+        // write to the partition (a full disk) is NOT_COORDINATOR, as a lost leadership is;
+        // too few replicas is COORDINATOR_NOT_AVAILABLE.
+        let full = Error::storage("append", "p", std::io::Error::from_raw_os_error(libc::ENOSPC));
+        assert_eq!(
+            replication_error_code(&full),
+            Some(ResponseError::NotCoordinator.code())
+        );
+        assert_eq!(store_failure(&full), ResponseError::NotCoordinator);
+        let moved = Error::NotLeader("p".into());
+        assert_eq!(
+            replication_error_code(&moved),
+            Some(ResponseError::NotCoordinator.code())
+        );
+        let few = Error::NotEnoughReplicas {
+            partition: "p".into(),
+            isr: 1,
+            min: 2,
+        };
+        assert_eq!(
+            replication_error_code(&few),
+            Some(ResponseError::CoordinatorNotAvailable.code())
+        );
+        assert_eq!(replication_error_code(&Error::ShuttingDown), None);
     }
 
     #[tokio::test]

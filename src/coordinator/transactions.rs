@@ -1331,7 +1331,7 @@ impl TransactionCoordinator {
             Err(e) => {
                 tracing::warn!(transactional_id, error = %e, "writing {TRANSACTION_STATE_TOPIC}");
                 Err(super::replication_error_code(&e).unwrap_or(match e {
-                    Error::Storage { .. } | Error::ShuttingDown => code(ResponseError::NotCoordinator),
+                    Error::ShuttingDown => code(ResponseError::NotCoordinator),
                     Error::MessageTooLarge { .. } => code(ResponseError::UnknownServerError),
                     _ => code(ResponseError::CoordinatorNotAvailable),
                 }))
