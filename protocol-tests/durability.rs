@@ -188,3 +188,216 @@ async fn topics_and_data_survive_a_clean_restart() {
     assert_eq!(got, vec![(0, 0, b"p0".to_vec()), (1, 0, b"p1".to_vec())]);
     broker.handle.shutdown().await;
 }
+
+/// A tmpfs of a given size mounted on a fresh directory, for a broker whose disk fills up;
+/// unmounted when dropped. Mounting needs root (CI runs as root).
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    /// None, with the reason printed, where this process may not mount.
+    fn mount(mib: u32) -> Option<SmallDisk> {
+        let dir = tempfile::tempdir().unwrap();
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+            .arg(dir.path())
+            .output();
+        match out {
+            Ok(out) if out.status.success() => Some(SmallDisk { dir }),
+            Ok(out) => {
+                println!(
+                    "SKIP: cannot mount a tmpfs: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
+                None
+            }
+            Err(e) => {
+                println!("SKIP: cannot run mount: {e}");
+                None
+            }
+        }
+    }
+
+    fn path(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    /// Grows (or shrinks) the filesystem, as an operator gives a full volume more room.
+    fn resize(&self, mib: u32) {
+        let status = std::process::Command::new("mount")
+            .args(["-o", &format!("remount,size={mib}m")])
+            .arg(self.dir.path())
+            .status()
+            .unwrap();
+        assert!(status.success(), "remount");
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// Sends `count` records of 10 KiB numbered from `first` to partition 0 of `topic`, all at
+/// once; returns the acknowledged ones as (offset, number) and the errors of the others.
+async fn send_numbered(
+    producer: &rdkafka::producer::FutureProducer,
+    topic: &str,
+    first: usize,
+    count: usize,
+) -> (Vec<(i64, usize)>, Vec<String>) {
+    let sends: Vec<_> = (first..first + count)
+        .map(|i| {
+            let value = format!("{i:06}{}", "x".repeat(10 * 1024));
+            let producer = producer.clone();
+            let topic = topic.to_owned();
+            async move {
+                let sent = producer
+                    .send(
+                        FutureRecord::<(), _>::to(&topic).payload(&value).partition(0),
+                        Duration::from_secs(60),
+                    )
+                    .await;
+                (i, sent.map(|d| d.offset).map_err(|(e, _)| e.to_string()))
+            }
+        })
+        .collect();
+    let (mut acked, mut failed) = (Vec::new(), Vec::new());
+    for (i, sent) in futures::future::join_all(sends).await {
+        match sent {
+            Ok(offset) => acked.push((offset, i)),
+            Err(e) => failed.push(e),
+        }
+    }
+    acked.sort();
+    (acked, failed)
+}
+
+/// Writes `path` until the filesystem holding it is full.
+fn fill_up(path: &std::path::Path) {
+    let mut file = std::fs::File::create(path).unwrap();
+    let block = vec![0u8; 4096];
+    while std::io::Write::write_all(&mut file, &block).is_ok() {}
+}
+
+/// The record numbers stored in partition 0 of `topic`, by offset, read until `count` or 30 s.
+fn stored_numbers(bootstrap: &str, topic: &str, count: usize) -> Vec<(i64, usize)> {
+    read_all(bootstrap, topic, count)
+        .into_iter()
+        .map(|(offset, value)| (offset, String::from_utf8_lossy(&value[..6]).parse().unwrap()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_refuses_writes_keeps_what_was_acknowledged_and_recovers_when_grown() {
+    let Some(disk) = SmallDisk::mount(12) else {
+        return;
+    };
+    let data = disk.path().join("data");
+    // Small segments: the disk fills across rolls. One offsets partition: little to create.
+    // The recovery-point checkpoint after every fsync: a full disk refuses it while a small
+    // append still fits in a segment's last page.
+    let settings = [
+        ("log.segment.bytes", "1048576"),
+        ("offsets.topic.num.partitions", "1"),
+        ("log.flush.offset.checkpoint.interval.ms", "0"),
+    ];
+    let broker = start_in(&data, &settings).await;
+    let bootstrap = broker.addr.to_string();
+    use rdkafka::consumer::Consumer;
+    let commit = |bootstrap: &str, offset: i64| {
+        let group = consumer(bootstrap, &[("group.id", "through-full")]);
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        tpl.add_partition_offset("full", 0, rdkafka::Offset::Offset(offset))
+            .unwrap();
+        group.commit(&tpl, rdkafka::consumer::CommitMode::Sync)
+    };
+    // The Java client's default: an idempotent producer, acks=all.
+    let producer = producer(
+        &bootstrap,
+        &[
+            ("enable.idempotence", "true"),
+            ("linger.ms", "5"),
+            ("message.timeout.ms", "4000"),
+        ],
+    );
+    // 20 MiB into 12: the tail is refused with KAFKA_STORAGE_ERROR, which the client retries
+    // until its message timeout.
+    let (mut acked, failed) = send_numbered(&producer, "full", 0, 1).await;
+    assert!(failed.is_empty(), "{failed:?}");
+    commit(&bootstrap, 1).unwrap();
+    let (rest, failed) = send_numbered(&producer, "full", 1, 1999).await;
+    acked.extend(rest);
+    assert!(
+        !acked.is_empty() && !failed.is_empty(),
+        "acked {} failed {}",
+        acked.len(),
+        failed.len()
+    );
+    assert!(
+        failed
+            .iter()
+            .all(|e| e.contains("timed out") || e.contains("Disk error")),
+        "{:?}",
+        &failed[..failed.len().min(3)]
+    );
+    // What was acknowledged is there, once each, and reads go on while the disk is full.
+    let check = |bootstrap: &str, acked: &[(i64, usize)]| {
+        let stored = stored_numbers(bootstrap, "full", acked.len());
+        let mut numbers: Vec<usize> = stored.iter().map(|(_, n)| *n).collect();
+        numbers.sort();
+        numbers.dedup();
+        assert_eq!(numbers.len(), stored.len(), "a record stored twice");
+        for a in acked {
+            assert!(stored.contains(a), "acknowledged {a:?} missing");
+        }
+        stored.len()
+    };
+    check(&bootstrap, &acked);
+    // A commit while the disk is full to the last page: its record may still fit in the
+    // offsets segment's last page, while the checkpoint after its fsync cannot be written; or it
+    // is refused (NOT_COORDINATOR, which the client retries until its timeout). Either way the
+    // group works again below.
+    let pad = disk.path().join("pad");
+    fill_up(&pad);
+    let _ = commit(&bootstrap, 2);
+    std::fs::remove_file(&pad).unwrap();
+    drop(producer);
+
+    // More room, without a restart: the same partitions take writes again, and the group
+    // commits.
+    disk.resize(48);
+    let before = acked.len().max(check(&bootstrap, &acked));
+    let producer = common::producer(
+        &bootstrap,
+        &[("enable.idempotence", "true"), ("message.timeout.ms", "20000")],
+    );
+    let (more, failed) = send_numbered(&producer, "full", 2000, 200).await;
+    assert!(failed.is_empty(), "{:?}", &failed[..failed.len().min(3)]);
+    assert_eq!(more.first().map(|(offset, _)| *offset), Some(before as i64));
+    commit(&bootstrap, 7).unwrap();
+    drop(producer);
+
+    // Full again, with a file of someone else's: a clean stop, and a start on the full disk
+    // finds everything acknowledged, before and after.
+    fill_up(&pad);
+    broker.shutdown().await;
+    let broker = start_in(&data, &settings).await;
+    let bootstrap = broker.addr.to_string();
+    let all: Vec<(i64, usize)> = acked.iter().chain(&more).copied().collect();
+    check(&bootstrap, &all);
+    let group = consumer(&bootstrap, &[("group.id", "through-full")]);
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition("full", 0);
+    let committed = group.committed_offsets(tpl, Duration::from_secs(10)).unwrap();
+    assert_eq!(
+        committed.find_partition("full", 0).unwrap().offset(),
+        rdkafka::Offset::Offset(7)
+    );
+    broker.shutdown().await;
+}

@@ -279,7 +279,11 @@ impl Log {
         self.write_run(&mut slices, run_start)?;
         self.apply_producers(&producer_batches[applied..])?;
         if self.active.pending_index_entries() >= INDEX_ENTRIES_PENDING_MAX {
-            self.active.persist_indexes()?;
+            // The batches are written: an index write failing (a full disk) must not refuse
+            // them. The entries stay pending for the next write or flush (`mark_flushed`).
+            if let Err(e) = self.active.persist_indexes() {
+                tracing::debug!(dir = %self.dir.display(), error = %e, "index entries not written yet");
+            }
         }
         Ok(())
     }

@@ -125,6 +125,12 @@ pub struct Partition {
     /// Set when an fsync failed: the partition stops acknowledging (Kafka takes the log dir
     /// offline: KAFKA_STORAGE_ERROR).
     failed: AtomicBool,
+    /// Whether the last append failed on storage (a full disk): logged once when writes start
+    /// failing and once when they succeed again, not at every refused produce.
+    appends_failing: AtomicBool,
+    /// Whether the bookkeeping after the last fsync (index entries, the recovery-point
+    /// checkpoint) failed to write; logged the same way.
+    checkpoints_failing: AtomicBool,
 }
 
 /// How a partition starts on this node.
@@ -189,6 +195,8 @@ impl Partition {
             fsync_running: AtomicBool::new(false),
             closing: AtomicBool::new(false),
             failed: AtomicBool::new(false),
+            appends_failing: AtomicBool::new(false),
+            checkpoints_failing: AtomicBool::new(false),
         }
     }
 
@@ -339,7 +347,7 @@ impl Partition {
     /// ask for the fsync (the durable offset moves only once it returns).
     fn append_now(&self, batches: Vec<ValidBatch>, durable: bool, origin: Origin) -> Result<AppendInfo> {
         let waits_for_fsync = durable && self.flush_before_ack.load(Ordering::Acquire);
-        let (info, writeback) = self.with_log(|log| {
+        let appended = self.with_log(|log| {
             // Under the log's lock, which role changes take: nothing is appended once this
             // node stopped leading, whenever the request found it leading.
             if !self.is_leader() {
@@ -356,7 +364,9 @@ impl Partition {
                 }
             }
             Ok((info, writeback))
-        })?;
+        });
+        self.note_append(&appended);
+        let (info, writeback) = appended?;
         if let Some(writeback) = writeback {
             writeback.start();
         }
@@ -364,6 +374,25 @@ impl Partition {
             self.flush_needed.notify_one();
         }
         Ok(info)
+    }
+
+    /// Logs the start and the end of a run of appends refused by storage (a full disk answers
+    /// every produce with KAFKA_STORAGE_ERROR until space is freed; each write that fails is
+    /// cut back, so the log stays whole and takes writes again once it can).
+    fn note_append<T>(&self, result: &Result<T>) {
+        match result {
+            Err(e @ Error::Storage { .. }) => {
+                if !self.appends_failing.swap(true, Ordering::AcqRel) {
+                    tracing::error!(partition = %self.tp, error = %e, "appends fail on storage; produce is answered KAFKA_STORAGE_ERROR until they succeed");
+                }
+            }
+            Ok(_) => {
+                if self.appends_failing.load(Ordering::Acquire) && self.appends_failing.swap(false, Ordering::AcqRel) {
+                    tracing::info!(partition = %self.tp, "appends succeed again");
+                }
+            }
+            Err(_) => {}
+        }
     }
 
     /// Writes a transaction marker (commit or abort) for `producer_id`: the control batch that
@@ -736,6 +765,10 @@ impl Partition {
     }
 
     /// One fsync round: everything appended before it started becomes durable and visible.
+    /// An error means the fsync failed. The bookkeeping after it (index entries, the
+    /// recovery-point checkpoint) failing, on a full disk, is logged and done again at the
+    /// next round: the data is durable either way, and a crash before the checkpoint only
+    /// makes recovery validate more.
     fn flush_once(&self) -> Result<()> {
         let handle = match self.lock().as_ref() {
             Some(log) => log.flush_handle(),
@@ -761,7 +794,21 @@ impl Partition {
             *durable = (*durable).max(flushed);
             moved
         });
-        log.mark_flushed(flushed)
+        match log.mark_flushed(flushed) {
+            Ok(()) => {
+                if self.checkpoints_failing.load(Ordering::Acquire)
+                    && self.checkpoints_failing.swap(false, Ordering::AcqRel)
+                {
+                    tracing::info!(partition = %self.tp, "checkpoints written again");
+                }
+            }
+            Err(e) => {
+                if !self.checkpoints_failing.swap(true, Ordering::AcqRel) {
+                    tracing::warn!(partition = %self.tp, error = %e, "writing the index or recovery-point checkpoint failed after an fsync; trying again at the next one");
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The flusher: one per partition, fsyncing on a blocking thread so appends continue

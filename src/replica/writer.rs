@@ -689,6 +689,34 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_checkpoint_that_cannot_be_written_after_an_fsync_does_not_fail_the_partition() {
+        // A full disk can refuse the recovery-point checkpoint while the segment still takes
+        // data (the active segment's reserved blocks): the fsync succeeded, so the partition
+        // keeps acknowledging, and the checkpoint is written once it can be.
+        let dir = tempfile::TempDir::new().unwrap();
+        let writers = Writers::start(1, 4);
+        let p = partition(dir.path(), &writers);
+        let checkpoint = dir.path().join("recovery-point-offset-checkpoint");
+        // A directory where the checkpoint's temporary file goes: every write of it fails.
+        let blocker = dir.path().join("recovery-point-offset-checkpoint.tmp");
+        std::fs::create_dir(&blocker).unwrap();
+        for value in ["one", "two", "three"] {
+            let info = p.append(batch(value), true).await.unwrap();
+            p.wait_durable(info.last_offset).await.unwrap();
+        }
+        assert!(!checkpoint.exists());
+        std::fs::remove_dir(&blocker).unwrap();
+        let info = p.append(batch("four"), true).await.unwrap();
+        p.wait_durable(info.last_offset).await.unwrap();
+        // Written just after the acknowledgement.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while crate::log::checkpoint::read_recovery_point(dir.path()).unwrap() != Some(4) {
+            assert!(std::time::Instant::now() < deadline, "the checkpoint was never written");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_closed_partition_or_a_lost_writer_answers_an_error_not_a_hang() {
         let dir = tempfile::TempDir::new().unwrap();
         let writers = Writers::start(1, 4);
