@@ -58,8 +58,80 @@ pub(super) fn corrupt(path: &Path, why: impl Into<String>) -> Error {
     )
 }
 
+/// Whether `e` is a write refused for want of space (ENOSPC, or EDQUOT for a quota): one that
+/// succeeds again once space is freed.
+pub(super) fn is_disk_full(e: &Error) -> bool {
+    matches!(e, Error::Storage { source, .. }
+        if matches!(source.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)))
+}
+
+/// How long a write refused by a full disk waits before it is tried again.
+const FULL_DISK_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Waits out a full disk for the raft files. Openraft takes every storage error as fatal and
+/// stops the node's raft for good, which would leave the broker serving a metadata image that
+/// never moves again; so a write refused for want of space is tried again every second (the
+/// node stalls, as a paused one does, and the others elect a leader without it) until it
+/// succeeds or the node stops. Any other error is returned at once.
+#[derive(Clone)]
+pub(crate) struct FullDiskWait {
+    stopping: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    retry: std::time::Duration,
+}
+
+impl Default for FullDiskWait {
+    fn default() -> FullDiskWait {
+        FullDiskWait {
+            stopping: std::sync::Arc::default(),
+            retry: FULL_DISK_RETRY,
+        }
+    }
+}
+
+impl FullDiskWait {
+    /// The node stops: writes still waiting fail with their error.
+    pub(crate) fn stop(&self) {
+        self.stopping.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Runs the blocking write `op` on a blocking thread until it does not fail on a full disk.
+    pub(super) async fn run<T: Send + 'static>(
+        &self,
+        dir: &Path,
+        op: impl Fn() -> Result<T> + Send + Sync + 'static,
+    ) -> Result<T> {
+        let op = std::sync::Arc::new(op);
+        let mut waited = false;
+        loop {
+            let attempt = op.clone();
+            let result = tokio::task::spawn_blocking(move || attempt())
+                .await
+                .map_err(|e| Error::storage("join", dir, std::io::Error::other(e)))
+                .and_then(|r| r);
+            match result {
+                Err(e) if is_disk_full(&e) && !self.stopping.load(std::sync::atomic::Ordering::Acquire) => {
+                    if !waited {
+                        tracing::error!(error = %e, "metadata quorum: the disk is full; this node's raft waits until the write succeeds");
+                        waited = true;
+                    }
+                    tokio::time::sleep(self.retry).await;
+                }
+                result => {
+                    if waited && result.is_ok() {
+                        tracing::info!(dir = %dir.display(), "metadata quorum: written again after the full disk");
+                    }
+                    return result;
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
     use super::*;
 
     #[test]
@@ -71,5 +143,54 @@ mod tests {
         assert_eq!(read_if_exists(&path).unwrap(), Some(b"two".to_vec()));
         assert!(!temp_path(&path).exists());
         assert_eq!(read_if_exists(&dir.path().join("absent")).unwrap(), None);
+    }
+
+    fn refused(errno: i32) -> Error {
+        Error::storage("write", "f", std::io::Error::from_raw_os_error(errno))
+    }
+
+    #[tokio::test]
+    async fn a_write_refused_by_a_full_disk_is_tried_again_until_it_succeeds_or_the_node_stops() {
+        let dir = Path::new("raft");
+        let wait = FullDiskWait {
+            retry: std::time::Duration::from_millis(10),
+            ..FullDiskWait::default()
+        };
+        // Full three times, then written.
+        let tries = Arc::new(AtomicUsize::new(0));
+        let counted = tries.clone();
+        let written = wait
+            .run(dir, move || match counted.fetch_add(1, Ordering::SeqCst) {
+                0..3 => Err(refused(libc::ENOSPC)),
+                n => Ok(n),
+            })
+            .await
+            .unwrap();
+        assert_eq!(written, 3);
+        // Any other error is returned at once.
+        let tries = Arc::new(AtomicUsize::new(0));
+        let counted = tries.clone();
+        let failed = wait
+            .run(dir, move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+                Err::<(), _>(refused(libc::EIO))
+            })
+            .await
+            .unwrap_err();
+        assert!(!is_disk_full(&failed));
+        assert_eq!(tries.load(Ordering::SeqCst), 1);
+        // A stopped node gives up on a full disk too, with its error.
+        let waiting = {
+            let wait = wait.clone();
+            tokio::spawn(async move {
+                wait.run(Path::new("raft"), || Err::<(), _>(refused(libc::EDQUOT)))
+                    .await
+            })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert!(!waiting.is_finished());
+        wait.stop();
+        let given_up = waiting.await.unwrap().unwrap_err();
+        assert!(is_disk_full(&given_up));
     }
 }

@@ -51,6 +51,8 @@ pub(crate) struct LogStore {
     vote: Option<Vote>,
     committed: Option<LogId>,
     last_purged: Option<LogId>,
+    /// Writes refused by a full disk wait for space instead of stopping the raft.
+    full_disk: disk::FullDiskWait,
 }
 
 /// A reader of the log, one per replication task.
@@ -82,6 +84,7 @@ impl LogStore {
             vote,
             committed,
             last_purged,
+            full_disk: disk::FullDiskWait::default(),
         })
     }
 
@@ -90,15 +93,32 @@ impl LogStore {
         entries.last_key_value().map(|(_, e)| e.log_id).or(self.last_purged)
     }
 
-    /// Runs `op` on the log file on a blocking thread.
+    /// The wait for space of this store's writes (the quorum stops it at shutdown).
+    pub(crate) fn full_disk_wait(&self) -> disk::FullDiskWait {
+        self.full_disk.clone()
+    }
+
+    /// Runs `op` on the log file on a blocking thread, again after a refusal for want of space
+    /// (`disk::FullDiskWait`).
     async fn with_file<T: Send + 'static>(
         &self,
-        op: impl FnOnce(&mut LogFile) -> Result<T> + Send + 'static,
+        op: impl Fn(&mut LogFile) -> Result<T> + Send + Sync + 'static,
     ) -> Result<T> {
         let file = self.file.clone();
-        tokio::task::spawn_blocking(move || op(&mut lock(&file)))
+        self.full_disk.run(&self.dir, move || op(&mut lock(&file))).await
+    }
+
+    /// Writes a small JSON file, again after a refusal for want of space.
+    async fn write_json_file<T: serde::Serialize + Send + Sync + 'static>(
+        &self,
+        name: &str,
+        value: T,
+        durable: bool,
+    ) -> Result<()> {
+        let path = self.dir.join(name);
+        self.full_disk
+            .run(&self.dir, move || write_json(&path, &value, durable))
             .await
-            .map_err(|e| Error::storage("join", &self.dir, std::io::Error::other(e)))?
     }
 }
 
@@ -200,19 +220,30 @@ impl LogFile {
     }
 
     /// Appends the frames (index, bytes) and fsyncs them.
-    fn append(&mut self, frames: Vec<(u64, Vec<u8>)>) -> Result<()> {
+    fn append(&mut self, frames: &[(u64, Vec<u8>)]) -> Result<()> {
         let mut bytes = Vec::new();
         let mut positions = Vec::with_capacity(frames.len());
         for (index, frame) in frames {
-            positions.push((index, self.end + bytes.len() as u64));
-            bytes.extend_from_slice(&frame);
+            positions.push((*index, self.end + bytes.len() as u64));
+            bytes.extend_from_slice(frame);
         }
-        self.file
+        let written = self
+            .file
             .write_all(&bytes)
-            .map_err(|e| Error::storage("write", &self.path, e))?;
-        self.file
-            .sync_data()
-            .map_err(|e| Error::storage("fsync", &self.path, e))?;
+            .map_err(|e| Error::storage("write", &self.path, e))
+            .and_then(|()| {
+                self.file
+                    .sync_data()
+                    .map_err(|e| Error::storage("fsync", &self.path, e))
+            });
+        if let Err(e) = written {
+            // A write cut short (a full disk) leaves part of a frame: cut it, so that the
+            // file ends at its last whole frame and a retry appends there.
+            if let Err(cut) = self.file.set_len(self.end) {
+                tracing::error!(file = %self.path.display(), "cannot cut a failed write: {cut}");
+            }
+            return Err(e);
+        }
         self.end += bytes.len() as u64;
         self.positions.extend(positions);
         Ok(())
@@ -237,8 +268,9 @@ impl LogFile {
     /// Rewrites the file without the entries up to `index` (the caller has made the purge
     /// durable first): a temp file holding the rest is fsynced and renamed over the log.
     fn rewrite_after(&mut self, index: u64) -> Result<()> {
-        let keep = self.positions.split_off(&(index + 1));
-        let from = keep.values().next().copied().unwrap_or(self.end);
+        // Nothing changes here before the new file is in place: a failed rewrite (a full disk)
+        // is tried again on the same state.
+        let from = self.positions.range(index + 1..).next().map_or(self.end, |(_, p)| *p);
         let mut rest = Vec::new();
         self.file
             .seek(SeekFrom::Start(from))
@@ -250,6 +282,7 @@ impl LogFile {
             .append(true)
             .open(&self.path)
             .map_err(|e| Error::storage("open", &self.path, e))?;
+        let keep = self.positions.split_off(&(index + 1));
         self.positions = keep.into_iter().map(|(i, p)| (i, p - from)).collect();
         self.end -= from;
         Ok(())
@@ -295,12 +328,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> std::result::Result<(), StorageError> {
-        let path = self.dir.join(VOTE_FILE);
-        let value = *vote;
-        tokio::task::spawn_blocking(move || write_json(&path, &value, true))
+        self.write_json_file(VOTE_FILE, *vote, true)
             .await
-            .map_err(|e| Error::storage("join", &self.dir, std::io::Error::other(e)))
-            .and_then(|r| r)
             .map_err(|e| StorageIOError::write_vote(AnyError::new(&e)))?;
         self.vote = Some(*vote);
         Ok(())
@@ -316,12 +345,16 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         }
         self.committed = committed;
         let path = self.dir.join(COMMITTED_FILE);
-        // Not fsynced: a hint whose loss only delays re-applying at restart (module doc).
-        tokio::task::spawn_blocking(move || write_json(&path, &committed, false))
+        // Not fsynced: a hint whose loss only delays re-applying at restart (module doc). So
+        // one that cannot be written (a full disk) is left for the next one.
+        let written = tokio::task::spawn_blocking(move || write_json(&path, &committed, false))
             .await
             .map_err(|e| Error::storage("join", &self.dir, std::io::Error::other(e)))
-            .and_then(|r| r)
-            .map_err(write_error)
+            .and_then(|r| r);
+        if let Err(e) = written {
+            tracing::debug!(error = %e, "metadata quorum: the committed hint was not written");
+        }
+        Ok(())
     }
 
     async fn read_committed(&mut self) -> std::result::Result<Option<LogId>, StorageError> {
@@ -355,7 +388,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         }
         // Readable at once (openraft's contract); reported flushed only after the fsync.
         lock(&self.entries).extend(appended.into_iter().map(|e| (e.log_id.index, e)));
-        let written = self.with_file(move |file| file.append(frames)).await;
+        let written = self.with_file(move |file| file.append(&frames)).await;
         match written {
             Ok(()) => {
                 callback.log_io_completed(Ok(()));
@@ -383,11 +416,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             return Ok(());
         }
         // Durable first: a crash before the rewrite leaves entries that open skips.
-        let path = self.dir.join(PURGED_FILE);
-        tokio::task::spawn_blocking(move || write_json(&path, &log_id, true))
+        self.write_json_file(PURGED_FILE, log_id, true)
             .await
-            .map_err(|e| Error::storage("join", &self.dir, std::io::Error::other(e)))
-            .and_then(|r| r)
             .map_err(write_error)?;
         self.last_purged = Some(log_id);
         {

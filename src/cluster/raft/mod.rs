@@ -251,6 +251,8 @@ pub struct MetadataQuorum {
     /// When the last read barrier that succeeded began (`catch_up_with_leader`); held by the
     /// one barrier in progress, so concurrent ones share it.
     barrier: tokio::sync::Mutex<Option<tokio::time::Instant>>,
+    /// The raft files' wait for space on a full disk, ended at shutdown.
+    full_disk: disk::FullDiskWait,
 }
 
 /// Why the quorum's leader refused a proposal or a heartbeat (sent back over the wire to a
@@ -723,11 +725,13 @@ impl MetadataQuorum {
         };
         let (log_store, state_machine) = tokio::task::spawn_blocking(move || {
             let log_store = LogStore::open(&dir)?;
-            let state_machine = StateMachine::open(&dir, base)?;
+            let mut state_machine = StateMachine::open(&dir, base)?;
+            state_machine.wait_out_full_disk(log_store.full_disk_wait());
             Ok::<_, crate::error::Error>((log_store, state_machine))
         })
         .await
         .map_err(|e| QuorumError::Stopped(format!("opening the raft files: {e}")))??;
+        let full_disk = log_store.full_disk_wait();
         let images = state_machine.images();
         let links: Links = Arc::default();
         let raft = Raft::new(
@@ -790,6 +794,7 @@ impl MetadataQuorum {
             images,
             server,
             barrier: tokio::sync::Mutex::new(None),
+            full_disk,
             propose_timeout_ms: config.propose_timeout_ms,
             core,
             limits,
@@ -1162,6 +1167,8 @@ impl MetadataQuorum {
     /// Stops serving the other controllers, then stops the raft node. Everything it
     /// acknowledged is on disk already.
     pub async fn shutdown(&self) -> Result<(), QuorumError> {
+        // A write waiting out a full disk gives up, or the raft could not stop.
+        self.full_disk.stop();
         self.server.shutdown().await;
         self.raft
             .shutdown()

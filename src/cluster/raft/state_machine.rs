@@ -102,9 +102,16 @@ pub(crate) struct StateMachine {
     membership: StoredMembership,
     images: Arc<watch::Sender<Arc<MetadataImage>>>,
     snapshot: Arc<SnapshotFile>,
+    /// Snapshots refused by a full disk wait for space instead of stopping the raft.
+    full_disk: disk::FullDiskWait,
 }
 
 impl StateMachine {
+    /// Snapshots wait out a full disk with `wait` (the log store's, which the quorum stops).
+    pub(crate) fn wait_out_full_disk(&mut self, wait: disk::FullDiskWait) {
+        self.full_disk = wait;
+    }
+
     /// Loads the persisted snapshot of `dir`, if any. Blocking.
     pub(crate) fn open(dir: &Path, base: MetadataImage) -> Result<StateMachine> {
         std::fs::create_dir_all(dir).map_err(|e| Error::storage("create directory", dir, e))?;
@@ -142,6 +149,7 @@ impl StateMachine {
                 path,
                 current: Mutex::new(current),
             }),
+            full_disk: disk::FullDiskWait::default(),
         })
     }
 
@@ -157,6 +165,7 @@ pub(crate) struct SnapshotBuilder {
     last_applied: Option<LogId>,
     membership: StoredMembership,
     snapshot: Arc<SnapshotFile>,
+    full_disk: disk::FullDiskWait,
 }
 
 fn snapshot_error(e: impl std::error::Error + 'static) -> StorageError {
@@ -191,9 +200,10 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         let file = self.snapshot.clone();
         let data = bytes.clone();
         // Durable before openraft learns of it: it may purge the log up to it.
-        tokio::task::spawn_blocking(move || file.save(contents, bytes))
+        let dir = self.snapshot.path.parent().map(Path::to_path_buf).unwrap_or_default();
+        self.full_disk
+            .run(&dir, move || file.save(contents.clone(), bytes.clone()))
             .await
-            .map_err(join_error)?
             .map_err(snapshot_error)?;
         Ok(Snapshot {
             meta,
@@ -239,6 +249,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             last_applied: self.last_applied,
             membership: self.membership.clone(),
             snapshot: self.snapshot.clone(),
+            full_disk: self.full_disk.clone(),
         }
     }
 
