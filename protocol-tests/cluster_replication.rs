@@ -762,3 +762,105 @@ impl rdkafka::ClientContext for FetchedFrom {
 }
 
 impl rdkafka::consumer::ConsumerContext for FetchedFrom {}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_disk_fills_hands_the_partition_over_and_rejoins_once_space_is_freed() {
+    // Kafka stops a broker whose log directory fails, and the controller moves its partitions.
+    // Sluice's leader hands a partition it can no longer write to another in-sync replica,
+    // its fetcher waits (rather than spinning) while the disk stays full, its metadata quorum
+    // member waits for space rather than stopping, and it rejoins the ISR once space is freed.
+    use common::disk::{Tmpfs, fill_up, send_numbered};
+    let mut cluster = Cluster::start_with(3, SETTINGS).await;
+    let name = unique("spill");
+    create(&cluster, &name, 1, 3, &[("min.insync.replicas", "2")]).await;
+    let v = wait_view(&cluster, &name, 0, "all 3 in sync", |v| {
+        v.leader > 0 && v.isr.len() == 3
+    })
+    .await;
+    let full = v.replicas[0];
+    // Its data directory moves onto a 40 MiB tmpfs; it leads again once back in sync.
+    cluster.terminate(full).await;
+    let dir = cluster.node(full).dir.path().to_path_buf();
+    let Some(disk) = Tmpfs::mount_over(&dir, 40) else {
+        return;
+    };
+    cluster.restart(full).await;
+    wait_view(&cluster, &name, 0, "back to 3 in sync", |w| w.isr.len() == 3).await;
+    {
+        use kafka_protocol::messages::ElectLeadersRequest;
+        use kafka_protocol::messages::elect_leaders_request::TopicPartitions;
+        let elect = ElectLeadersRequest::default()
+            .with_election_type(0)
+            .with_topic_partitions(Some(vec![
+                TopicPartitions::default()
+                    .with_topic(topic(&name))
+                    .with_partitions(vec![0]),
+            ]))
+            .with_timeout_ms(10_000);
+        let via = cluster.running()[0];
+        try_call(cluster.addr(via), 2, &elect, Duration::from_secs(15))
+            .await
+            .unwrap();
+    }
+    wait_view(&cluster, &name, 0, "led by the node on the tmpfs", |w| w.leader == full).await;
+
+    // Full but for 1 MiB, then 6 MiB from the Java client's default producer.
+    let pad = disk.path().join("pad");
+    fill_up(&pad);
+    let padded = std::fs::metadata(&pad).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&pad)
+        .unwrap()
+        .set_len(padded.saturating_sub(1 << 20))
+        .unwrap();
+    let producer = producer(
+        &cluster.bootstrap(),
+        &[
+            ("enable.idempotence", "true"),
+            ("linger.ms", "5"),
+            ("message.timeout.ms", "60000"),
+        ],
+    );
+    let (acked, failed) = send_numbered(&producer, &name, 0, 600).await;
+    assert!(failed.is_empty(), "{:?}", &failed[..failed.len().min(3)]);
+    let moved = wait_view(
+        &cluster,
+        &name,
+        0,
+        "led elsewhere, without the full node in its ISR",
+        |w| w.leader > 0 && w.leader != full && !w.isr.contains(&full),
+    )
+    .await;
+    // A metadata change while the disk is full to the last page.
+    fill_up(&disk.path().join("pad2"));
+    let later = unique("later");
+    create(&cluster, &later, 1, 2, &[]).await;
+
+    // Space again: the node catches up, rejoins the ISR and sees the metadata made meanwhile.
+    std::fs::remove_file(disk.path().join("pad2")).unwrap();
+    std::fs::remove_file(&pad).unwrap();
+    let back = wait_view(&cluster, &name, 0, "the full node back in the ISR", |w| {
+        w.isr.contains(&full)
+    })
+    .await;
+    assert!(back.leader_epoch >= moved.leader_epoch, "{moved:?} then {back:?}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while cluster.partition_view(full, &later, 0).await.is_err() {
+        assert!(Instant::now() < deadline, "node {full} never saw topic {later}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Every acknowledged record, once.
+    let consumer = consumer(&cluster.bootstrap(), &[]);
+    assign(&consumer, &name, &[0], Offset::Beginning);
+    let mut stored = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while stored.len() < acked.len() && Instant::now() < deadline {
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
+            let number: usize = String::from_utf8_lossy(&m.payload().unwrap()[..6]).parse().unwrap();
+            stored.push((m.offset(), number));
+        }
+    }
+    assert_eq!(stored, acked);
+    drop(disk);
+}

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::disk::{Tmpfs, fill_up, send_numbered};
 use common::*;
 use rdkafka::Message;
 use rdkafka::producer::FutureRecord;
@@ -189,102 +190,6 @@ async fn topics_and_data_survive_a_clean_restart() {
     broker.handle.shutdown().await;
 }
 
-/// A tmpfs of a given size mounted on a fresh directory, for a broker whose disk fills up;
-/// unmounted when dropped. Mounting needs root (CI runs as root).
-struct SmallDisk {
-    dir: tempfile::TempDir,
-}
-
-impl SmallDisk {
-    /// None, with the reason printed, where this process may not mount.
-    fn mount(mib: u32) -> Option<SmallDisk> {
-        let dir = tempfile::tempdir().unwrap();
-        let out = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
-            .arg(dir.path())
-            .output();
-        match out {
-            Ok(out) if out.status.success() => Some(SmallDisk { dir }),
-            Ok(out) => {
-                println!(
-                    "SKIP: cannot mount a tmpfs: {}",
-                    String::from_utf8_lossy(&out.stderr).trim()
-                );
-                None
-            }
-            Err(e) => {
-                println!("SKIP: cannot run mount: {e}");
-                None
-            }
-        }
-    }
-
-    fn path(&self) -> &std::path::Path {
-        self.dir.path()
-    }
-
-    /// Grows (or shrinks) the filesystem, as an operator gives a full volume more room.
-    fn resize(&self, mib: u32) {
-        let status = std::process::Command::new("mount")
-            .args(["-o", &format!("remount,size={mib}m")])
-            .arg(self.dir.path())
-            .status()
-            .unwrap();
-        assert!(status.success(), "remount");
-    }
-}
-
-impl Drop for SmallDisk {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(self.dir.path())
-            .status();
-    }
-}
-
-/// Sends `count` records of 10 KiB numbered from `first` to partition 0 of `topic`, all at
-/// once; returns the acknowledged ones as (offset, number) and the errors of the others.
-async fn send_numbered(
-    producer: &rdkafka::producer::FutureProducer,
-    topic: &str,
-    first: usize,
-    count: usize,
-) -> (Vec<(i64, usize)>, Vec<String>) {
-    let sends: Vec<_> = (first..first + count)
-        .map(|i| {
-            let value = format!("{i:06}{}", "x".repeat(10 * 1024));
-            let producer = producer.clone();
-            let topic = topic.to_owned();
-            async move {
-                let sent = producer
-                    .send(
-                        FutureRecord::<(), _>::to(&topic).payload(&value).partition(0),
-                        Duration::from_secs(60),
-                    )
-                    .await;
-                (i, sent.map(|d| d.offset).map_err(|(e, _)| e.to_string()))
-            }
-        })
-        .collect();
-    let (mut acked, mut failed) = (Vec::new(), Vec::new());
-    for (i, sent) in futures::future::join_all(sends).await {
-        match sent {
-            Ok(offset) => acked.push((offset, i)),
-            Err(e) => failed.push(e),
-        }
-    }
-    acked.sort();
-    (acked, failed)
-}
-
-/// Writes `path` until the filesystem holding it is full.
-fn fill_up(path: &std::path::Path) {
-    let mut file = std::fs::File::create(path).unwrap();
-    let block = vec![0u8; 4096];
-    while std::io::Write::write_all(&mut file, &block).is_ok() {}
-}
-
 /// The record numbers stored in partition 0 of `topic`, by offset, read until `count` or 30 s.
 fn stored_numbers(bootstrap: &str, topic: &str, count: usize) -> Vec<(i64, usize)> {
     read_all(bootstrap, topic, count)
@@ -295,7 +200,7 @@ fn stored_numbers(bootstrap: &str, topic: &str, count: usize) -> Vec<(i64, usize
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_refuses_writes_keeps_what_was_acknowledged_and_recovers_when_grown() {
-    let Some(disk) = SmallDisk::mount(12) else {
+    let Some(disk) = Tmpfs::mount(12) else {
         return;
     };
     let data = disk.path().join("data");

@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test binary uses a different subset
 pub mod checker;
 pub mod cluster;
+pub mod disk;
 pub mod docker;
 pub mod scrape;
 

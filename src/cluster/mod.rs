@@ -2006,6 +2006,65 @@ impl Controller {
         }
     }
 
+    /// A leader whose storage fails (a full disk: every append refused) hands the partition
+    /// over: the first other replica (in replica order) that is in the ISR and live leads at
+    /// the next leader epoch, and this node leaves the ISR, to rejoin as a follower once it
+    /// has caught up. Kafka reaches the same state by stopping the broker whose log directory
+    /// failed. Only while this node leads at `leader_epoch` (FENCED_LEADER_EPOCH otherwise);
+    /// Ok(None) when no other in-sync replica is live, and the partition stays here.
+    pub async fn resign_leadership(
+        &self,
+        topic_id: Uuid,
+        partition: i32,
+        leader_epoch: i32,
+    ) -> Result<Option<PartitionRegistration>> {
+        let node = self.node_id;
+        let plan = |image: &MetadataImage| -> Result<Option<PartitionRegistration>> {
+            let topic = image.topic_by_id(&topic_id).ok_or(Error::UnknownTopicId(topic_id))?;
+            let current = topic.registration(partition);
+            if current.leader != node || current.leader_epoch != leader_epoch {
+                return Err(Error::FencedLeaderEpoch {
+                    asked: leader_epoch,
+                    current: current.leader_epoch,
+                });
+            }
+            let Some(&leader) = topic
+                .replicas(partition)
+                .iter()
+                .find(|r| **r != node && current.isr.contains(r) && image.is_live(**r))
+            else {
+                return Ok(None);
+            };
+            let mut next = current;
+            next.leader = leader;
+            next.isr.retain(|r| *r != node);
+            next.leader_epoch += 1;
+            next.partition_epoch += 1;
+            Ok(Some(next))
+        };
+        if plan(&self.image())?.is_none() {
+            return Ok(None);
+        }
+        let image = self
+            .commit_async(|image| {
+                let next = plan(image)?.ok_or_else(|| Error::Stale("no other in-sync replica is live".into()))?;
+                Ok(MetadataRecord::ChangePartitions {
+                    changes: vec![PartitionChange {
+                        topic: topic_id,
+                        partition,
+                        replicas: None,
+                        registration: next,
+                    }],
+                })
+            })
+            .await;
+        match image {
+            Ok(image) => Ok(image.topic_by_id(&topic_id).map(|topic| topic.registration(partition))),
+            Err(Error::Stale(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Replaces a topic's config overrides (validated by the caller).
     pub fn set_topic_configs(&self, name: &str, configs: BTreeMap<String, String>) -> Result<Arc<TopicInfo>> {
         let image = self.commit(|image| {

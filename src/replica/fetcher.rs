@@ -465,6 +465,9 @@ async fn apply(
                 }
             }
             Ok(None) => {}
+            // A full disk (logged by the partition when it starts and stops): fetched again
+            // after the backoff, not truncated.
+            Err(crate::error::Error::Storage { .. }) => return Err(()),
             Err(e) => {
                 // A batch that does not continue this log: find where it diverges again.
                 tracing::warn!(partition = %tp, error = %e, "follower: append failed");

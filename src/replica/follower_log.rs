@@ -52,14 +52,16 @@ impl Partition {
 
     /// The append of `append_as_follower`, under the writer's claim or on its thread.
     fn append_as_follower_now(&self, records: Bytes, leader_epoch: i32) -> Result<Option<AppendInfo>> {
-        let info = self.with_log(|log| {
+        let appended = self.with_log(|log| {
             self.check_following_at(leader_epoch)?;
             let info = log.append_as_follower(records, now_ms())?;
             if info.is_some() {
                 self.appended(log.log_end_offset());
             }
             Ok(info)
-        })?;
+        });
+        self.note_append(&appended);
+        let info = appended?;
         if info.is_some() && self.flush_before_ack.load(Ordering::Acquire) {
             self.flush_needed.notify_one();
         }

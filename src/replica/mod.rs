@@ -376,14 +376,21 @@ impl Partition {
         Ok(info)
     }
 
+    /// Whether this partition's storage fails: its last append was refused by it, or an
+    /// fsync failed.
+    pub fn storage_failing(&self) -> bool {
+        self.appends_failing.load(Ordering::Acquire) || self.failed.load(Ordering::Acquire)
+    }
+
     /// Logs the start and the end of a run of appends refused by storage (a full disk answers
-    /// every produce with KAFKA_STORAGE_ERROR until space is freed; each write that fails is
-    /// cut back, so the log stays whole and takes writes again once it can).
-    fn note_append<T>(&self, result: &Result<T>) {
+    /// every produce with KAFKA_STORAGE_ERROR until space is freed, and a follower fetches
+    /// again after its backoff; each write that fails is cut back, so the log stays whole and
+    /// takes writes again once it can).
+    pub(super) fn note_append<T>(&self, result: &Result<T>) {
         match result {
             Err(e @ Error::Storage { .. }) => {
                 if !self.appends_failing.swap(true, Ordering::AcqRel) {
-                    tracing::error!(partition = %self.tp, error = %e, "appends fail on storage; produce is answered KAFKA_STORAGE_ERROR until they succeed");
+                    tracing::error!(partition = %self.tp, error = %e, "appends fail on storage; refused (KAFKA_STORAGE_ERROR) until they succeed");
                 }
             }
             Ok(_) => {
@@ -1246,13 +1253,45 @@ impl ReplicaManager {
     }
 
     /// One pass of Kafka's ISR expiration: each partition this node leads drops the followers
-    /// that have not caught up for `lag_ms` (through the controller).
+    /// that have not caught up for `lag_ms` (through the controller). A partition led here
+    /// whose storage fails is handed to another in-sync replica (`resign`).
     pub fn shrink_lagging_isrs(&self, lag_ms: i64) {
         for p in self.all() {
+            if p.storage_failing() && p.is_leader() && p.isr().len() > 1 {
+                self.resign(p.clone());
+            }
             if let Some(proposal) = p.shrink_isr(lag_ms) {
                 self.propose_isr(p, proposal);
             }
         }
+    }
+
+    /// Asks the controller to move the leadership of `partition`, whose appends fail on
+    /// storage here, to another in-sync replica (`Controller::resign_leadership`); the new
+    /// registration comes back as a metadata image, as for ISR changes.
+    fn resign(&self, partition: Arc<Partition>) {
+        let Some(controller) = self.controller.get().and_then(std::sync::Weak::upgrade) else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            let epoch = partition.leader_epoch();
+            match controller
+                .resign_leadership(partition.topic_id, partition.tp.partition, epoch)
+                .await
+            {
+                Ok(Some(registration)) => tracing::warn!(
+                    partition = %partition.tp,
+                    leader = registration.leader,
+                    leader_epoch = registration.leader_epoch,
+                    "storage fails here: the leadership moved to another in-sync replica"
+                ),
+                Ok(None) => tracing::debug!(partition = %partition.tp, "storage fails here, and no other in-sync replica is live"),
+                Err(e) => tracing::debug!(partition = %partition.tp, error = %e, "handing the leadership over failed"),
+            }
+        });
     }
 
     /// Gives every hosted partition the live broker defaults under its topic's overrides, and
