@@ -65,6 +65,9 @@ use crate::cluster::peer::{DialSecurity, PeerStream};
 use crate::config::{BrokerConfig, ConfigError, SASL_PLAINTEXT, SASL_SSL, SSL};
 use crate::sasl::{Authenticator, ListenerSasl};
 
+/// At most one warning per this interval for connections closed for want of a slot.
+const REFUSED_WARNING_INTERVAL: Duration = Duration::from_secs(10);
+
 /// Connections a node serves at once: two per peer (replication and votes) in a quorum of a
 /// handful of voters, with room for reconnections whose old half is not closed yet.
 const CONNECTIONS_MAX: usize = 64;
@@ -482,6 +485,10 @@ impl RaftServer {
         let slots = Arc::new(Semaphore::new(CONNECTIONS_MAX));
         let (accept_cancel, accept_tasks) = (cancel.clone(), tasks.clone());
         tasks.spawn(async move {
+            // Connections closed for want of a slot since the last warning: one warning per
+            // interval, not one per connection (a peer whose calls time out against a node
+            // stalled on a full disk reconnects hundreds of times a second).
+            let (mut refused, mut warned_at) = (0u64, None::<std::time::Instant>);
             loop {
                 let accepted = tokio::select! {
                     _ = accept_cancel.cancelled() => break,
@@ -497,7 +504,11 @@ impl RaftServer {
                     }
                 };
                 let Ok(slot) = slots.clone().try_acquire_owned() else {
-                    tracing::warn!(node_id, %peer, max = CONNECTIONS_MAX, "metadata quorum: too many connections; closing a new one");
+                    refused += 1;
+                    if warned_at.is_none_or(|at| at.elapsed() >= REFUSED_WARNING_INTERVAL) {
+                        tracing::warn!(node_id, %peer, max = CONNECTIONS_MAX, refused, "metadata quorum: too many connections; closing new ones");
+                        (refused, warned_at) = (0, Some(std::time::Instant::now()));
+                    }
                     continue;
                 };
                 let _ = stream.set_nodelay(true);
