@@ -127,6 +127,9 @@ pub struct Log {
     /// Files of deleted segments, renamed `*.deleted`, and when they may be removed
     /// (`file.delete.delay.ms`); leftovers after a restart are removed at open.
     pending_deletes: Vec<(PathBuf, i64)>,
+    /// Retention moved the log start but could not checkpoint it (a full disk): each pass tries
+    /// again (a crash meanwhile is harmless: open raises the start to the first segment).
+    log_start_unsaved: bool,
     /// Producer ids, epochs, sequences and open transactions (producer_state.rs).
     producers: ProducerState,
     /// Truncations since the log was opened (follower.rs): a flush handle or a clean plan

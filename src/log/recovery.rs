@@ -141,6 +141,7 @@ impl Log {
             log_start_offset,
             epochs,
             pending_deletes: Vec::new(),
+            log_start_unsaved: false,
             producers: ProducerState::default(),
             truncations: 0,
         };

@@ -72,6 +72,9 @@ impl Log {
         now_ms: i64,
     ) -> Result<RetentionOutcome> {
         self.remove_due_deletes(now_ms);
+        if self.log_start_unsaved && self.persist_log_start().is_ok() {
+            self.log_start_unsaved = false;
+        }
         let mut outcome = RetentionOutcome::default();
         let mut add = |(segments, bytes): (usize, u64)| {
             outcome.deleted_segments += segments;
@@ -137,8 +140,13 @@ impl Log {
     /// Deletes the `count` oldest segments, rolling first when that includes the active one.
     /// Returns the segments and bytes deleted.
     fn delete_prefix(&mut self, count: usize) -> Result<(usize, u64)> {
-        if count > self.segments.len() {
-            self.roll()?;
+        if count > self.segments.len()
+            && let Err(e) = self.roll()
+        {
+            // A full disk can refuse the roll's new files: the closed segments still go, which
+            // frees the space the next pass rolls with.
+            tracing::warn!(dir = %self.dir.display(), error = %e, "retention: rolling the active segment failed; deleting the closed ones");
+            return self.delete_oldest(self.segments.len());
         }
         self.delete_oldest(count)
     }
@@ -161,6 +169,13 @@ impl Log {
 
     /// Deletes the `count` oldest closed segments, after raising the log start offset to the
     /// first one kept.
+    ///
+    /// The log start moves in memory first, then the files go, then it is checkpointed: on a
+    /// full disk the checkpoint (a new file) can be written only once the segments are gone,
+    /// and retention is what frees the disk. A crash before the checkpoint loses nothing:
+    /// open raises the log start to the first segment on disk. A checkpoint that still fails
+    /// is logged and written at the next move (DeleteRecords, whose start may lie inside a
+    /// segment, checkpoints before it deletes: `raise_log_start_offset`).
     fn delete_oldest(&mut self, count: usize) -> Result<(usize, u64)> {
         let count = count.min(self.segments.len());
         if count == 0 {
@@ -169,7 +184,7 @@ impl Log {
         let first_kept = self
             .segment_at(count)
             .map_or(self.active.base_offset, |s| s.base_offset);
-        self.raise_log_start_offset(first_kept)?;
+        let moved = self.move_log_start(first_kept);
         // Out of the segment list first, so that no lookup can reach a segment whose files are
         // going; if a deletion fails, the rest stay on disk below the log start, and the next
         // open deletes them.
@@ -177,6 +192,13 @@ impl Log {
         self.publish_snapshot();
         let bytes = deleted.iter().map(|s| s.size).sum();
         self.remove_segments(deleted, "retention")?;
+        if moved {
+            self.log_start_unsaved = false;
+            if let Err(e) = self.persist_log_start() {
+                tracing::warn!(dir = %self.dir.display(), error = %e, "retention: the new log start offset is not checkpointed yet; trying again at each pass");
+                self.log_start_unsaved = true;
+            }
+        }
         Ok((count, bytes))
     }
 
@@ -219,15 +241,31 @@ impl Log {
         if offset <= self.log_start_offset {
             return Ok(());
         }
-        debug_assert!(offset <= self.log_end_offset(), "log start beyond the log end");
         checkpoint::write_log_start_offset(&self.dir, offset)?;
+        self.move_log_start(offset);
+        self.epochs.truncate_from_start(offset)
+    }
+
+    /// Raises the log start offset in memory (never lowers it) and publishes it; true when it
+    /// moved. The caller checkpoints it.
+    fn move_log_start(&mut self, offset: i64) -> bool {
+        if offset <= self.log_start_offset {
+            return false;
+        }
+        debug_assert!(offset <= self.log_end_offset(), "log start beyond the log end");
         self.log_start_offset = offset;
         // Producers stay (their ids expire by producer.id.expiration.ms, as in Kafka); the
         // aborted transactions of removed segments go.
         self.producers.on_log_start_moved(offset);
         self.publish_txns();
         self.publish_snapshot();
-        self.epochs.truncate_from_start(offset)
+        true
+    }
+
+    /// Checkpoints the log start offset, and drops the leader epochs wholly below it.
+    fn persist_log_start(&mut self) -> Result<()> {
+        checkpoint::write_log_start_offset(&self.dir, self.log_start_offset)?;
+        self.epochs.truncate_from_start(self.log_start_offset)
     }
 }
 
@@ -402,6 +440,41 @@ mod tests {
         drop(log);
         let log = Log::open(dir.path(), small_segments(), NOW).unwrap();
         assert_eq!((log.log_start_offset(), log.log_end_offset()), (36, 37));
+    }
+
+    #[test]
+    fn retention_frees_a_full_disk_before_it_checkpoints_the_new_log_start() {
+        // On a full disk the log-start checkpoint (a new file) cannot be written until the
+        // segments are gone: retention deletes them first, checkpoints at a later pass, and a
+        // reopen before that finds the start at the first segment left.
+        let dir = TempDir::new().unwrap();
+        let mut log = log_of_batches(dir.path(), 30, 0);
+        let bases = bases_on_disk(dir.path());
+        let n = bases.len();
+        let sizes: Vec<u64> = segment_files(dir.path(), "log")
+            .iter()
+            .map(|p| std::fs::metadata(p).unwrap().len())
+            .collect();
+        let last_three: u64 = sizes[n - 3..].iter().sum();
+        // A directory where the checkpoint's temporary file goes: every write of it fails.
+        let blocker = dir.path().join("log-start-offset-checkpoint.tmp");
+        std::fs::create_dir(&blocker).unwrap();
+        let outcome = log.apply_retention(-1, last_three as i64, 90, NOW).unwrap();
+        assert_eq!(outcome.deleted_segments, n - 3);
+        assert_eq!(bases_on_disk(dir.path()), bases[n - 3..]);
+        assert_eq!(log.log_start_offset(), bases[n - 3]);
+        assert_eq!(checkpoint::read_log_start_offset(dir.path()).unwrap(), None);
+        std::fs::remove_dir(&blocker).unwrap();
+        log.apply_retention(-1, last_three as i64, 90, NOW).unwrap();
+        assert_eq!(
+            checkpoint::read_log_start_offset(dir.path()).unwrap(),
+            Some(bases[n - 3])
+        );
+        // Without the checkpoint, a reopen starts at the first segment on disk all the same.
+        std::fs::remove_file(dir.path().join("log-start-offset-checkpoint")).unwrap();
+        drop(log);
+        let log = Log::open(dir.path(), small_segments(), NOW).unwrap();
+        assert_eq!(log.log_start_offset(), bases[n - 3]);
     }
 
     #[test]
