@@ -306,3 +306,41 @@ async fn a_full_disk_refuses_writes_keeps_what_was_acknowledged_and_recovers_whe
     );
     broker.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_killed_on_a_full_disk_restarts_with_every_acknowledged_record() {
+    // Recovery after kill -9 fsyncs what it validated and checkpoints the recovery point; on a
+    // full disk that checkpoint cannot be written, which must not keep the partition offline.
+    let Some(disk) = Tmpfs::mount(12) else {
+        return;
+    };
+    let data = disk.path().join("data");
+    let port = free_port();
+    let settings = [("log.segment.bytes", "4194304"), ("offsets.topic.num.partitions", "1")];
+    let broker = BrokerProcess::spawn(&data, port, &settings);
+    let bootstrap = broker.addr.to_string();
+    let producer = producer(
+        &bootstrap,
+        &[
+            ("enable.idempotence", "true"),
+            ("linger.ms", "5"),
+            ("message.timeout.ms", "4000"),
+        ],
+    );
+    let (acked, failed) = send_numbered(&producer, "killed", 0, 1500).await;
+    assert!(
+        !acked.is_empty() && !failed.is_empty(),
+        "acked {} failed {}",
+        acked.len(),
+        failed.len()
+    );
+    fill_up(&disk.path().join("pad"));
+    drop(producer);
+    broker.kill9();
+
+    let broker = BrokerProcess::spawn(&data, port, &settings);
+    let stored = stored_numbers(&broker.addr.to_string(), "killed", acked.len());
+    for a in &acked {
+        assert!(stored.contains(a), "acknowledged {a:?} missing after the restart");
+    }
+}

@@ -1388,7 +1388,11 @@ impl ReplicaManager {
                 // Recovered data after a crash may still be only in the page cache: make it
                 // durable before consumers can see it (the high watermark starts at the end).
                 log.flush_handle().sync()?;
-                log.mark_flushed(end)?;
+                // The checkpoint after it may not fit on a full disk: the data is durable, and
+                // the next flush writes it (until then a crash only makes recovery validate more).
+                if let Err(e) = log.mark_flushed(end) {
+                    tracing::warn!(partition = %tp, error = %e, "recovered; the recovery point is not checkpointed yet");
+                }
             }
             Ok(log)
         });
