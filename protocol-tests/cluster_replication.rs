@@ -385,13 +385,24 @@ fn count_records(bytes: &bytes::Bytes) -> usize {
     count
 }
 
+/// ElectLeaders (KIP-460) for partition 0 of `name`: type 0 preferred, 1 unclean.
+fn election(name: &str, election_type: i8) -> kafka_protocol::messages::ElectLeadersRequest {
+    use kafka_protocol::messages::elect_leaders_request::TopicPartitions;
+    kafka_protocol::messages::ElectLeadersRequest::default()
+        .with_election_type(election_type)
+        .with_topic_partitions(Some(vec![
+            TopicPartitions::default()
+                .with_topic(topic(name))
+                .with_partitions(vec![0]),
+        ]))
+        .with_timeout_ms(10_000)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn elect_leaders_moves_a_partition_back_to_its_preferred_replica() {
     // Kafka's ElectLeaders (KIP-460): a preferred election makes the first replica lead once
     // it is in sync again; asked again, ELECTION_NOT_NEEDED; an unclean election of a
     // partition that has a leader, likewise.
-    use kafka_protocol::messages::ElectLeadersRequest;
-    use kafka_protocol::messages::elect_leaders_request::TopicPartitions;
     const ELECTION_NOT_NEEDED: i16 = 84;
     let mut cluster = Cluster::start_with(3, SETTINGS).await;
     let name = unique("preferred");
@@ -413,16 +424,7 @@ async fn elect_leaders_moves_a_partition_back_to_its_preferred_replica() {
     cluster.restart(preferred).await;
     wait_view(&cluster, &name, 0, "back to 3 in sync", |w| w.isr.len() == 3).await;
 
-    let elect = |election_type: i8| {
-        ElectLeadersRequest::default()
-            .with_election_type(election_type)
-            .with_topic_partitions(Some(vec![
-                TopicPartitions::default()
-                    .with_topic(topic(&name))
-                    .with_partitions(vec![0]),
-            ]))
-            .with_timeout_ms(10_000)
-    };
+    let elect = |election_type: i8| election(&name, election_type);
     let via = cluster.running()[0];
     let resp = try_call(cluster.addr(via), 2, &elect(0), Duration::from_secs(15))
         .await
@@ -786,22 +788,10 @@ async fn a_leader_whose_disk_fills_hands_the_partition_over_and_rejoins_once_spa
     };
     cluster.restart(full).await;
     wait_view(&cluster, &name, 0, "back to 3 in sync", |w| w.isr.len() == 3).await;
-    {
-        use kafka_protocol::messages::ElectLeadersRequest;
-        use kafka_protocol::messages::elect_leaders_request::TopicPartitions;
-        let elect = ElectLeadersRequest::default()
-            .with_election_type(0)
-            .with_topic_partitions(Some(vec![
-                TopicPartitions::default()
-                    .with_topic(topic(&name))
-                    .with_partitions(vec![0]),
-            ]))
-            .with_timeout_ms(10_000);
-        let via = cluster.running()[0];
-        try_call(cluster.addr(via), 2, &elect, Duration::from_secs(15))
-            .await
-            .unwrap();
-    }
+    let via = cluster.running()[0];
+    try_call(cluster.addr(via), 2, &election(&name, 0), Duration::from_secs(15))
+        .await
+        .unwrap();
     wait_view(&cluster, &name, 0, "led by the node on the tmpfs", |w| w.leader == full).await;
 
     // Full but for 1 MiB, then 6 MiB from the Java client's default producer.
