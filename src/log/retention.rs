@@ -174,7 +174,9 @@ impl Log {
     /// full disk the checkpoint (a new file) can be written only once the segments are gone,
     /// and retention is what frees the disk. A crash before the checkpoint loses nothing:
     /// open raises the log start to the first segment on disk. A checkpoint that still fails
-    /// is logged and written at the next move (DeleteRecords, whose start may lie inside a
+    /// is logged and tried again at each pass (`log_start_unsaved`); it is written even when a
+    /// segment's files could not be removed, so that open does not take the start back down to
+    /// them (DeleteRecords, whose start may lie inside a
     /// segment, checkpoints before it deletes: `raise_log_start_offset`).
     fn delete_oldest(&mut self, count: usize) -> Result<(usize, u64)> {
         let count = count.min(self.segments.len());
@@ -191,14 +193,16 @@ impl Log {
         let deleted: Vec<Segment> = self.segments.drain(..count).collect();
         self.publish_snapshot();
         let bytes = deleted.iter().map(|s| s.size).sum();
-        self.remove_segments(deleted, "retention")?;
+        let removed = self.remove_segments(deleted, "retention");
+        // Checkpointed even when a file stayed: open must not take the start back down to it.
         if moved {
-            self.log_start_unsaved = false;
-            if let Err(e) = self.persist_log_start() {
+            let persisted = self.persist_log_start();
+            if let Err(e) = &persisted {
                 tracing::warn!(dir = %self.dir.display(), error = %e, "retention: the new log start offset is not checkpointed yet; trying again at each pass");
-                self.log_start_unsaved = true;
             }
+            self.log_start_unsaved = persisted.is_err();
         }
+        removed?;
         Ok((count, bytes))
     }
 

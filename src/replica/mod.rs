@@ -389,12 +389,12 @@ impl Partition {
     pub(super) fn note_append<T>(&self, result: &Result<T>) {
         match result {
             Err(e @ Error::Storage { .. }) => {
-                if !self.appends_failing.swap(true, Ordering::AcqRel) {
+                if flip(&self.appends_failing, true) {
                     tracing::error!(partition = %self.tp, error = %e, "appends fail on storage; refused (KAFKA_STORAGE_ERROR) until they succeed");
                 }
             }
             Ok(_) => {
-                if self.appends_failing.load(Ordering::Acquire) && self.appends_failing.swap(false, Ordering::AcqRel) {
+                if flip(&self.appends_failing, false) {
                     tracing::info!(partition = %self.tp, "appends succeed again");
                 }
             }
@@ -803,14 +803,12 @@ impl Partition {
         });
         match log.mark_flushed(flushed) {
             Ok(()) => {
-                if self.checkpoints_failing.load(Ordering::Acquire)
-                    && self.checkpoints_failing.swap(false, Ordering::AcqRel)
-                {
+                if flip(&self.checkpoints_failing, false) {
                     tracing::info!(partition = %self.tp, "checkpoints written again");
                 }
             }
             Err(e) => {
-                if !self.checkpoints_failing.swap(true, Ordering::AcqRel) {
+                if flip(&self.checkpoints_failing, true) {
                     tracing::warn!(partition = %self.tp, error = %e, "writing the index or recovery-point checkpoint failed after an fsync; trying again at the next one");
                 }
             }
@@ -857,6 +855,12 @@ impl Partition {
             }
         }
     }
+}
+
+/// Sets `flag` to `to`; true when that changed it (the start or the end of a run of failures,
+/// each logged once). A flag already at `to` costs one load, as on every successful append.
+fn flip(flag: &AtomicBool, to: bool) -> bool {
+    flag.load(Ordering::Acquire) != to && flag.swap(to, Ordering::AcqRel) != to
 }
 
 /// The LSO: the first offset of the oldest open transaction, never above the high watermark.
