@@ -748,6 +748,14 @@ impl Partition {
     fn close_now(&self) -> Result<()> {
         let log = self.lock().take();
         match log {
+            // After a failed fsync the kernel may have dropped pages it could not write, and a
+            // later fsync succeeds all the same (fsyncgate): the log is not marked cleanly
+            // closed, so the next start recovers it from its recovery point.
+            Some(_) if self.failed.load(Ordering::Acquire) => Err(Error::storage(
+                "close",
+                &self.dir,
+                std::io::Error::other("an earlier fsync failed; left for recovery at the next start"),
+            )),
             Some(log) => {
                 let end = log.log_end_offset();
                 let result = log.close();

@@ -717,6 +717,27 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_partition_whose_fsync_failed_is_not_marked_clean_when_closed() {
+        // A later fsync can succeed after pages were lost (fsyncgate): a clean-shutdown marker
+        // would make the next start skip the recovery that finds the loss.
+        let dir = tempfile::TempDir::new().unwrap();
+        let writers = Writers::start(1, 4);
+        let p = partition(dir.path(), &writers);
+        let info = p.append(batch("one"), true).await.unwrap();
+        p.wait_durable(info.last_offset).await.unwrap();
+        p.failed.store(true, Ordering::Release);
+        let refused = p.close().unwrap_err();
+        assert_eq!(refused.code(), 56, "{refused}"); // KAFKA_STORAGE_ERROR
+        assert!(!dir.path().join(crate::log::checkpoint::CLEAN_SHUTDOWN_FILE).exists());
+
+        let dir = tempfile::TempDir::new().unwrap();
+        let p = partition(dir.path(), &writers);
+        p.append(batch("one"), true).await.unwrap();
+        p.close().unwrap();
+        assert!(dir.path().join(crate::log::checkpoint::CLEAN_SHUTDOWN_FILE).exists());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_closed_partition_or_a_lost_writer_answers_an_error_not_a_hang() {
         let dir = tempfile::TempDir::new().unwrap();
         let writers = Writers::start(1, 4);
