@@ -771,28 +771,14 @@ async fn a_leader_whose_disk_fills_hands_the_partition_over_and_rejoins_once_spa
     // Sluice's leader hands a partition it can no longer write to another in-sync replica,
     // its fetcher waits (rather than spinning) while the disk stays full, its metadata quorum
     // member waits for space rather than stopping, and it rejoins the ISR once space is freed.
-    use common::disk::{Tmpfs, fill_up, send_numbered};
+    use common::disk::{Tmpfs, fill_up, read_numbered, send_numbered};
     let mut cluster = Cluster::start_with(3, SETTINGS).await;
     let name = unique("spill");
-    create(&cluster, &name, 1, 3, &[("min.insync.replicas", "2")]).await;
-    let v = wait_view(&cluster, &name, 0, "all 3 in sync", |v| {
-        v.leader > 0 && v.isr.len() == 3
-    })
-    .await;
-    let full = v.replicas[0];
-    // Its data directory moves onto a 40 MiB tmpfs; it leads again once back in sync.
-    cluster.terminate(full).await;
-    let dir = cluster.node(full).dir.path().to_path_buf();
-    let Some(disk) = Tmpfs::mount_over(&dir, 40) else {
+    // A 40 MiB tmpfs.
+    let Some((full, disk)) = led_from_a_disk_of_its_own(&mut cluster, &name, |dir| Tmpfs::mount_over(dir, 40)).await
+    else {
         return;
     };
-    cluster.restart(full).await;
-    wait_view(&cluster, &name, 0, "back to 3 in sync", |w| w.isr.len() == 3).await;
-    let via = cluster.running()[0];
-    try_call(cluster.addr(via), 2, &election(&name, 0), Duration::from_secs(15))
-        .await
-        .unwrap();
-    wait_view(&cluster, &name, 0, "led by the node on the tmpfs", |w| w.leader == full).await;
 
     // Full but for 1 MiB, then 6 MiB from the Java client's default producer.
     let pad = disk.path().join("pad");
@@ -841,16 +827,97 @@ async fn a_leader_whose_disk_fills_hands_the_partition_over_and_rejoins_once_spa
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // Every acknowledged record, once.
-    let consumer = consumer(&cluster.bootstrap(), &[]);
-    assign(&consumer, &name, &[0], Offset::Beginning);
-    let mut stored = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while stored.len() < acked.len() && Instant::now() < deadline {
-        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
-            let number: usize = String::from_utf8_lossy(&m.payload().unwrap()[..6]).parse().unwrap();
-            stored.push((m.offset(), number));
-        }
-    }
-    assert_eq!(stored, acked);
+    assert_eq!(read_numbered(&cluster.bootstrap(), &name, acked.len()), acked);
     drop(disk);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_disk_fails_stops_and_its_partitions_move_without_losing_an_acknowledged_record() {
+    // Kafka halts a broker whose only log directory fails, and the controller moves its
+    // partitions. Sluice's node stops (exit code 1) once its metadata log cannot be written:
+    // it never serves a metadata image frozen at the failure (which would still name it the
+    // leader of partitions moved away). Its partitions' leadership moves, and every record
+    // acknowledged before and after the failure is kept.
+    use common::disk::{Ext4, read_numbered, send_numbered};
+    let mut cluster = Cluster::start_with(3, SETTINGS).await;
+    let name = unique("dies");
+    // An ext4 volume of 256 MiB on a loop device.
+    let Some((bad, disk)) = led_from_a_disk_of_its_own(&mut cluster, &name, |dir| Ext4::mount_over(dir, 256)).await
+    else {
+        return;
+    };
+
+    let producer = producer(
+        &cluster.bootstrap(),
+        &[
+            ("enable.idempotence", "true"),
+            ("linger.ms", "5"),
+            ("message.timeout.ms", "90000"),
+        ],
+    );
+    let (mut acked, failed) = send_numbered(&producer, &name, 0, 200).await;
+    assert!(failed.is_empty(), "{:?}", &failed[..failed.len().min(3)]);
+
+    // The disk dies under the leader, with the producer still sending.
+    disk.fail();
+    let (after, failed) = send_numbered(&producer, &name, 200, 400).await;
+    assert!(failed.is_empty(), "{:?}", &failed[..failed.len().min(3)]);
+    acked.extend(after);
+    acked.sort();
+    let status = cluster.wait_exit(bad, Duration::from_secs(60)).await;
+    assert!(
+        status.is_some_and(|s| s.code() == Some(1)),
+        "node {bad} on a failed disk: {status:?} (None: still running)"
+    );
+    let moved = wait_view(&cluster, &name, 0, "led by a live node", |w| {
+        w.leader > 0 && w.leader != bad && !w.isr.contains(&bad)
+    })
+    .await;
+    let later = unique("later");
+    create(&cluster, &later, 1, 2, &[]).await;
+
+    // The disk is replaced (holding what reached it): the node starts, catches up, rejoins.
+    disk.replace();
+    cluster.restart(bad).await;
+    let back = wait_view(&cluster, &name, 0, "the node back in the ISR", |w| w.isr.contains(&bad)).await;
+    assert!(back.leader_epoch >= moved.leader_epoch, "{moved:?} then {back:?}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while cluster.partition_view(bad, &later, 0).await.is_err() {
+        assert!(Instant::now() < deadline, "node {bad} never saw topic {later}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Every acknowledged record, once, also when read from the node that failed.
+    lead_again(&cluster, &name, bad).await;
+    assert_eq!(read_numbered(&cluster.bootstrap(), &name, acked.len()), acked);
+    drop(disk);
+}
+
+/// Creates `name` (one partition, 3 replicas, min.insync.replicas 2) and moves its preferred
+/// leader's data directory onto the disk `mount` puts over it (a stopped node's directory);
+/// returns that node, leading the partition again and in sync, and its disk. None where the
+/// disk cannot be mounted.
+async fn led_from_a_disk_of_its_own<D>(
+    cluster: &mut Cluster,
+    name: &str,
+    mount: impl FnOnce(&std::path::Path) -> Option<D>,
+) -> Option<(i32, D)> {
+    create(cluster, name, 1, 3, &[("min.insync.replicas", "2")]).await;
+    let v = wait_view(cluster, name, 0, "all 3 in sync", |v| v.leader > 0 && v.isr.len() == 3).await;
+    let node = v.replicas[0];
+    cluster.terminate(node).await;
+    let dir = cluster.node(node).dir.path().to_path_buf();
+    let disk = mount(&dir)?;
+    cluster.restart(node).await;
+    wait_view(cluster, name, 0, "back to 3 in sync", |w| w.isr.len() == 3).await;
+    lead_again(cluster, name, node).await;
+    Some((node, disk))
+}
+
+/// Has partition 0 of `name` led by its preferred replica `node` again (ElectLeaders).
+async fn lead_again(cluster: &Cluster, name: &str, node: i32) {
+    let via = cluster.running()[0];
+    try_call(cluster.addr(via), 2, &election(name, 0), Duration::from_secs(15))
+        .await
+        .unwrap();
+    wait_view(cluster, name, 0, "led by its preferred replica", |w| w.leader == node).await;
 }

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::disk::{Tmpfs, fill_up, send_numbered};
+use common::disk::{Tmpfs, fill_up, read_numbered, send_numbered};
 use common::*;
 use rdkafka::Message;
 use rdkafka::producer::FutureRecord;
@@ -190,14 +190,6 @@ async fn topics_and_data_survive_a_clean_restart() {
     broker.handle.shutdown().await;
 }
 
-/// The record numbers stored in partition 0 of `topic`, by offset, read until `count` or 30 s.
-fn stored_numbers(bootstrap: &str, topic: &str, count: usize) -> Vec<(i64, usize)> {
-    read_all(bootstrap, topic, count)
-        .into_iter()
-        .map(|(offset, value)| (offset, String::from_utf8_lossy(&value[..6]).parse().unwrap()))
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_refuses_writes_keeps_what_was_acknowledged_and_recovers_when_grown() {
     let Some(disk) = Tmpfs::mount(12) else {
@@ -253,7 +245,7 @@ async fn a_full_disk_refuses_writes_keeps_what_was_acknowledged_and_recovers_whe
     );
     // What was acknowledged is there, once each, and reads go on while the disk is full.
     let check = |bootstrap: &str, acked: &[(i64, usize)]| {
-        let stored = stored_numbers(bootstrap, "full", acked.len());
+        let stored = read_numbered(bootstrap, "full", acked.len());
         let mut numbers: Vec<usize> = stored.iter().map(|(_, n)| *n).collect();
         numbers.sort();
         numbers.dedup();
@@ -339,7 +331,7 @@ async fn a_broker_killed_on_a_full_disk_restarts_with_every_acknowledged_record(
     broker.kill9();
 
     let broker = BrokerProcess::spawn(&data, port, &settings);
-    let stored = stored_numbers(&broker.addr.to_string(), "killed", acked.len());
+    let stored = read_numbered(&broker.addr.to_string(), "killed", acked.len());
     for a in &acked {
         assert!(stored.contains(a), "acknowledged {a:?} missing after the restart");
     }

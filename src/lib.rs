@@ -173,6 +173,7 @@ async fn start_controller_only(config: BrokerConfig) -> Result<BrokerHandle, Sta
     let config = Arc::new(config);
     let shutdown = CancellationToken::new();
     let duties = tokio::spawn(broker_lifecycle(quorum.clone(), config, shutdown.clone()));
+    let quorum_handle = quorum.clone();
     let stopped = tokio::spawn(async move {
         let _ = duties.await;
         if let Err(e) = quorum.shutdown().await {
@@ -186,6 +187,7 @@ async fn start_controller_only(config: BrokerConfig) -> Result<BrokerHandle, Sta
         shutdown,
         stopped,
         lifecycle: None,
+        quorum: Some(quorum_handle),
     })
 }
 
@@ -274,9 +276,24 @@ pub struct BrokerHandle {
     shutdown: CancellationToken,
     stopped: tokio::task::JoinHandle<()>,
     lifecycle: Option<Lifecycle>,
+    /// A cluster node's metadata quorum member (`failed`).
+    quorum: Option<Arc<MetadataQuorum>>,
 }
 
 impl BrokerHandle {
+    /// Resolves when this node can no longer follow the cluster's metadata: its metadata log
+    /// failed (a storage fault other than a full disk, which it waits out). The node should
+    /// then stop, as Kafka halts a broker whose metadata log directory fails: serving an image
+    /// frozen at the fault, it would go on believing it leads partitions that have moved.
+    /// Never resolves on a single node (whose partitions and metadata report storage errors
+    /// per request) or while the quorum runs.
+    pub async fn failed(&self) -> String {
+        match &self.quorum {
+            Some(quorum) => quorum.failed().await,
+            None => std::future::pending().await,
+        }
+    }
+
     /// Clean shutdown: in a cluster, have the controller fence this broker first
     /// (`controlled.shutdown.enable`, Kafka's controlled shutdown), then stop accepting, answer
     /// what is in flight, flush, write checkpoints.
@@ -702,9 +719,10 @@ impl Broker {
                 sasl,
             });
         }
+        let quorum = ctx.controller.quorum().cloned();
         let stopped = tokio::spawn({
             let shutdown = shutdown.clone();
-            let quorum = ctx.controller.quorum().cloned();
+            let quorum = quorum.clone();
             async move {
                 server::serve(listeners, shutdown, tracker.clone()).await;
                 tracker.close();
@@ -727,6 +745,7 @@ impl Broker {
             shutdown,
             stopped,
             lifecycle,
+            quorum,
         })
     }
 }

@@ -319,6 +319,9 @@ fn raise_open_files_limit() {
     }
 }
 
+/// How long a node whose metadata log failed tries to stop cleanly before it exits anyway.
+const FAULT_STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     // The admin commands print answers on stdout: no broker logging there.
@@ -399,10 +402,27 @@ fn main() -> std::process::ExitCode {
                 return std::process::ExitCode::FAILURE;
             }
         };
-        wait_for_signal().await;
-        tracing::info!("shutting down");
-        handle.shutdown().await;
-        std::process::ExitCode::SUCCESS
+        let fault = tokio::select! {
+            _ = wait_for_signal() => None,
+            fault = handle.failed() => Some(fault),
+        };
+        let Some(fault) = fault else {
+            tracing::info!("shutting down");
+            handle.shutdown().await;
+            return std::process::ExitCode::SUCCESS;
+        };
+        // Kafka halts a broker whose metadata log directory fails. This node stops as cleanly
+        // as the failure lets it: the controlled shutdown moves its partitions at once, and
+        // partitions whose storage failed are left for recovery at the next start.
+        tracing::error!(
+            error = %fault,
+            "the metadata log failed: this node stops rather than serve metadata frozen at the failure; \
+             repair or replace its data directory's disk, then start it again"
+        );
+        if tokio::time::timeout(FAULT_STOP_WAIT, handle.shutdown()).await.is_err() {
+            tracing::error!("stopping took longer than {FAULT_STOP_WAIT:?}; exiting");
+        }
+        std::process::ExitCode::FAILURE
     })
 }
 

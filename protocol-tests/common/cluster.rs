@@ -627,6 +627,28 @@ impl Cluster {
         );
     }
 
+    /// Waits up to `within` for node `id` to exit by itself (a node that stops on a fault); its
+    /// exit status, or None when it still runs (it is left running).
+    pub async fn wait_exit(&mut self, id: i32, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
+        loop {
+            let node = self.node_mut(id);
+            let child = node
+                .child
+                .as_mut()
+                .unwrap_or_else(|| panic!("node {id} is not running"));
+            if let Some(status) = child.try_wait().expect("wait") {
+                node.child = None;
+                self.mark_log(id, &format!("exited by itself ({status})"));
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// A line in node `id`'s log, so its tail shows what the test did to it.
     fn mark_log(&self, id: i32, what: &str) {
         if let Ok(log) = OpenOptions::new().append(true).open(&self.node(id).log) {

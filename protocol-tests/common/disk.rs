@@ -1,5 +1,6 @@
-//! A broker whose disk fills up: a tmpfs of a chosen size as its data directory (mounting
-//! needs root, which CI has; elsewhere the tests print SKIP), and the writes that fill it.
+//! A broker whose disk fills up or fails: a tmpfs of a chosen size, or an ext4 volume on a
+//! loop device that can be made to fail, as its data directory (mounting needs root, which CI
+//! has; elsewhere the tests print SKIP), and the writes that fill it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -29,23 +30,10 @@ impl Tmpfs {
     /// A tmpfs of `mib` MiB mounted over `dir`, holding what `dir` held (a stopped node's data
     /// directory moves onto it).
     pub fn mount_over(dir: &Path, mib: u32) -> Option<Tmpfs> {
-        let saved = tempfile::tempdir().unwrap();
-        run(
-            "cp",
-            &["-a".as_ref(), dir.join(".").as_os_str(), saved.path().as_os_str()],
-        );
-        if !mount_tmpfs(dir, mib) {
-            return None;
-        }
-        let tmpfs = Tmpfs {
+        move_onto(dir, || mount_tmpfs(dir, mib)).then(|| Tmpfs {
             path: dir.to_path_buf(),
             _made: None,
-        };
-        run(
-            "cp",
-            &["-a".as_ref(), saved.path().join(".").as_os_str(), dir.as_os_str()],
-        );
-        Some(tmpfs)
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -71,16 +59,140 @@ impl Drop for Tmpfs {
     }
 }
 
+/// An ext4 filesystem in a sparse image file, loop-mounted on a directory, that a test can
+/// make fail as a dying disk does (`fail`); unmounted, and its image removed, when dropped.
+pub struct Ext4 {
+    path: PathBuf,
+    image: tempfile::TempDir,
+}
+
+impl Ext4 {
+    /// An ext4 volume of `mib` MiB mounted over `dir`, holding what `dir` held (a stopped
+    /// node's data directory moves onto it); None, with the reason printed, where this process
+    /// may not make or mount one.
+    pub fn mount_over(dir: &Path, mib: u32) -> Option<Ext4> {
+        let image = tempfile::tempdir().unwrap();
+        let file = image.path().join("ext4.img");
+        std::fs::File::create(&file)
+            .unwrap()
+            .set_len(u64::from(mib) << 20)
+            .unwrap();
+        let made = Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&file).output();
+        match made {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => {
+                println!("SKIP: mkfs.ext4: {}", String::from_utf8_lossy(&out.stderr).trim());
+                return None;
+            }
+            Err(e) => {
+                println!("SKIP: cannot run mkfs.ext4: {e}");
+                return None;
+            }
+        }
+        let mounted = move_onto(dir, || {
+            try_mount(
+                &[
+                    "-t".as_ref(),
+                    "ext4".as_ref(),
+                    "-o".as_ref(),
+                    "loop".as_ref(),
+                    file.as_os_str(),
+                    dir.as_os_str(),
+                ],
+                "an ext4 loop volume",
+            )
+        });
+        mounted.then(|| Ext4 {
+            path: dir.to_path_buf(),
+            image,
+        })
+    }
+
+    /// The device dies: every read, write and fsync on the volume fails with EIO from now on,
+    /// and what was not yet on the device is lost (ext4's shutdown ioctl without a journal
+    /// flush, as xfstests' `godown` uses it). Only acknowledged, fsynced data stays.
+    pub fn fail(&self) {
+        // EXT4_IOC_SHUTDOWN, _IOR('X', 125, __u32); EXT4_GOING_FLAGS_NOLOGFLUSH.
+        const EXT4_IOC_SHUTDOWN: libc::c_ulong = 0x8004_587d;
+        const NOLOGFLUSH: u32 = 2;
+        let dir = std::fs::File::open(&self.path).unwrap();
+        let flags = NOLOGFLUSH;
+        // SAFETY: the descriptor is open for the call, and the flags word outlives it.
+        let done = unsafe { libc::ioctl(std::os::fd::AsRawFd::as_raw_fd(&dir), EXT4_IOC_SHUTDOWN, &flags) };
+        assert_eq!(done, 0, "EXT4_IOC_SHUTDOWN: {}", std::io::Error::last_os_error());
+    }
+
+    /// The failed device comes back (a replaced disk holding what reached the old one): the
+    /// volume is unmounted and mounted again, its journal replayed.
+    pub fn replace(&self) {
+        run("umount", &[self.path.as_os_str()]);
+        let file = self.image.path().join("ext4.img");
+        run(
+            "mount",
+            &[
+                "-t".as_ref(),
+                "ext4".as_ref(),
+                "-o".as_ref(),
+                "loop".as_ref(),
+                file.as_os_str(),
+                self.path.as_os_str(),
+            ],
+        );
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for Ext4 {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.path).status();
+    }
+}
+
+/// Moves what `dir` holds onto the filesystem `mount` puts over it (false, leaving `dir` as it
+/// was, when the mount fails).
+fn move_onto(dir: &Path, mount: impl FnOnce() -> bool) -> bool {
+    let saved = tempfile::tempdir().unwrap();
+    run(
+        "cp",
+        &["-a".as_ref(), dir.join(".").as_os_str(), saved.path().as_os_str()],
+    );
+    if !mount() {
+        return false;
+    }
+    run(
+        "cp",
+        &["-a".as_ref(), saved.path().join(".").as_os_str(), dir.as_os_str()],
+    );
+    // On the new disk before the node starts: a disk that fails later keeps the copy.
+    run("sync", &["-f".as_ref(), dir.as_os_str()]);
+    true
+}
+
 fn mount_tmpfs(dir: &Path, mib: u32) -> bool {
-    let out = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
-        .arg(dir)
-        .output();
+    try_mount(
+        &[
+            "-t".as_ref(),
+            "tmpfs".as_ref(),
+            "-o".as_ref(),
+            format!("size={mib}m").as_ref(),
+            "tmpfs".as_ref(),
+            dir.as_os_str(),
+        ],
+        "a tmpfs",
+    )
+}
+
+/// `mount` with `args`; false, with the reason printed as a SKIP, where it fails.
+fn try_mount(args: &[&std::ffi::OsStr], what: &str) -> bool {
+    let out = Command::new("mount").args(args).output();
     match out {
         Ok(out) if out.status.success() => true,
         Ok(out) => {
             println!(
-                "SKIP: cannot mount a tmpfs: {}",
+                "SKIP: cannot mount {what}: {}",
                 String::from_utf8_lossy(&out.stderr).trim()
             );
             false
@@ -138,4 +250,23 @@ pub async fn send_numbered(
     }
     acked.sort();
     (acked, failed)
+}
+
+/// Reads partition 0 of `topic` from the start until `count` records written by
+/// `send_numbered` are in (or 30 s have passed): (offset, number) of each, in log order.
+pub fn read_numbered(bootstrap: &str, topic: &str, count: usize) -> Vec<(i64, usize)> {
+    let consumer = super::consumer(bootstrap, &[]);
+    super::assign(&consumer, topic, &[0], rdkafka::Offset::Beginning);
+    let mut stored = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while stored.len() < count && std::time::Instant::now() < deadline {
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
+            let payload = rdkafka::Message::payload(&m).unwrap_or_default();
+            let number: usize = String::from_utf8_lossy(&payload[..6.min(payload.len())])
+                .parse()
+                .unwrap();
+            stored.push((rdkafka::Message::offset(&m), number));
+        }
+    }
+    stored
 }

@@ -1164,6 +1164,27 @@ impl MetadataQuorum {
         self.raft.metrics()
     }
 
+    /// Resolves once this node's raft has stopped on a fault: a storage error other than a full
+    /// disk (EIO from a failing device, a read-only remount), or a panic in openraft's core. It
+    /// then applies nothing more, so this node's image stays as it was at the fault. Never
+    /// resolves while the raft runs, nor after `shutdown`.
+    pub async fn failed(&self) -> String {
+        let mut metrics = self.raft.metrics();
+        loop {
+            {
+                let state = &metrics.borrow_and_update().running_state;
+                match state {
+                    Ok(()) | Err(openraft::error::Fatal::Stopped) => {}
+                    Err(fault) => return fault.to_string(),
+                }
+            }
+            if metrics.changed().await.is_err() {
+                // The core is gone without a fault on record: a normal stop.
+                return std::future::pending().await;
+            }
+        }
+    }
+
     /// Stops serving the other controllers, then stops the raft node. Everything it
     /// acknowledged is on disk already.
     pub async fn shutdown(&self) -> Result<(), QuorumError> {
