@@ -191,6 +191,10 @@ async fn start_controller_only(config: BrokerConfig) -> Result<BrokerHandle, Sta
     })
 }
 
+/// How often a cluster node looks for partitions it leads whose storage started failing, to
+/// hand them to another in-sync replica (`ReplicaManager::hand_over_failing`).
+const HAND_OVER_CHECK: Duration = Duration::from_millis(250);
+
 /// How long a metadata change waits for the quorum before the client gets REQUEST_TIMED_OUT
 /// (below the clients' default request timeout of 30 s).
 const QUORUM_PROPOSE_TIMEOUT_MS: u64 = 10_000;
@@ -574,13 +578,19 @@ impl Broker {
             let lag_ms = config.replica_lag_time_max_ms;
             let replicas = replicas.clone();
             async move {
+                // A partition whose storage starts failing here is handed over within
+                // HAND_OVER_CHECK rather than at the next pass.
                 let every = Duration::from_millis((lag_ms / 2).max(10));
+                let mut next_pass = tokio::time::Instant::now() + every;
                 loop {
                     tokio::select! {
                         _ = shutdown.cancelled() => return,
-                        _ = tokio::time::sleep(every) => {
-                            replicas.shrink_lagging_isrs(i64::try_from(lag_ms).unwrap_or(i64::MAX));
-                        }
+                        _ = tokio::time::sleep(HAND_OVER_CHECK.min(every)) => {}
+                    }
+                    replicas.hand_over_failing();
+                    if tokio::time::Instant::now() >= next_pass {
+                        next_pass = tokio::time::Instant::now() + every;
+                        replicas.shrink_lagging_isrs(i64::try_from(lag_ms).unwrap_or(i64::MAX));
                     }
                 }
             }
