@@ -1,6 +1,6 @@
 //! Log compaction through real clients: the latest value per key survives, tombstones go after
-//! delete.retention.ms, reads during cleaning stay valid, and kill -9 during cleaning leaves a
-//! consistent log.
+//! delete.retention.ms, reads during cleaning stay valid, kill -9 during cleaning leaves a
+//! consistent log, and a full disk leaves the log whole until space is freed.
 
 mod common;
 
@@ -351,4 +351,86 @@ async fn transactional_writes_compact_and_aborted_records_are_removed() {
     }
     assert_eq!(seen, latest);
     broker.handle.shutdown().await;
+}
+
+/// The bytes of a partition directory's segment files (`.log`).
+fn segment_bytes(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
+        .map(|e| e.metadata().unwrap().len())
+        .sum()
+}
+
+/// Names in `dir` left by an unfinished cleaning pass.
+fn cleaning_leftovers(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".cleaned") || n.ends_with(".swap"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cleaner_on_a_full_disk_leaves_the_log_whole_and_compacts_once_space_is_freed() {
+    // Kafka takes a log directory offline when the cleaner's write fails. Sluice's cleaner
+    // writes its cleaned segments next to the log, then swaps them in: on a full disk the
+    // write fails, the pass's files are deleted, the log is left as it was and served, and the
+    // next pass after space is freed compacts it.
+    use common::disk::{Tmpfs, fill_up};
+    let Some(disk) = Tmpfs::mount(24) else {
+        return;
+    };
+    let handle = start_in(disk.path(), &[("log.cleaner.enable", "false")]).await;
+    create(handle.addr, "full").await;
+    let latest = produce(&handle.addr.to_string(), "full", 40_000, 100, 10).await;
+    let end = 40_000 + 10 + 1000 + 1;
+    handle.shutdown().await;
+    let partition = disk.path().join("full-0");
+    let written = segment_bytes(&partition);
+    assert!(written > 2 << 20, "{written} bytes: several segments to clean");
+
+    // Full to the last page; the cleaner runs every 100 ms.
+    let pad = disk.path().join("pad");
+    fill_up(&pad);
+    let cleaning = [("log.cleaner.backoff.ms", "100")];
+    let handle = start_in(disk.path(), &cleaning).await;
+    let bootstrap = handle.addr.to_string();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        segment_bytes(&partition),
+        written,
+        "nothing could be cleaned on a full disk"
+    );
+    assert_eq!(cleaning_leftovers(&partition), Vec::<String>::new());
+    let read = read_all(&bootstrap, "full", end);
+    check_latest(&read, &latest, false);
+    assert_eq!(read.len(), usize::try_from(end).unwrap(), "every record, none cleaned");
+
+    // Space again: the next passes compact the log.
+    std::fs::remove_file(&pad).unwrap();
+    let freed = Instant::now();
+    let deadline = freed + Duration::from_secs(30);
+    while segment_bytes(&partition) * 2 > written {
+        assert!(
+            Instant::now() < deadline,
+            "the log was never compacted once space was freed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!(
+        "compacted {written} to {} bytes, {:?} after space was freed",
+        segment_bytes(&partition),
+        freed.elapsed()
+    );
+    let read = read_all(&bootstrap, "full", end);
+    check_latest(&read, &latest, true);
+    handle.shutdown().await;
+    let handle = start_in(disk.path(), &[("log.cleaner.enable", "false")]).await;
+    let read = read_all(&handle.addr.to_string(), "full", end);
+    check_latest(&read, &latest, false);
+    assert!(read.len() < 2000, "{} records after compaction", read.len());
+    handle.shutdown().await;
 }
