@@ -96,9 +96,19 @@ fn parse_error(path: &Path, line: &str) -> Error {
     )
 }
 
-/// The recovery point saved by the last `mark_flushed`, or None when never saved.
+/// The recovery point saved by the last `mark_flushed`, or None when never saved. Written
+/// without fsync (`write_recovery_point`), the file can be empty or torn after a power loss or
+/// a failed disk (its rename reached the disk, its data did not): that reads as None too, and
+/// recovery then validates the whole log instead of refusing to open it.
 pub(crate) fn read_recovery_point(dir: &Path) -> Result<Option<i64>> {
-    read_offset(&dir.join(RECOVERY_POINT_FILE))
+    let path = dir.join(RECOVERY_POINT_FILE);
+    match read_offset(&path) {
+        Err(Error::Storage { source, .. }) if source.kind() == ErrorKind::InvalidData => {
+            tracing::warn!(path = %path.display(), error = %source, "the recovery-point checkpoint is damaged; recovering the whole log");
+            Ok(None)
+        }
+        read => read,
+    }
 }
 
 /// The log start offset saved by the last `write_log_start_offset`, or None when never saved.

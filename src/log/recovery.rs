@@ -479,6 +479,33 @@ mod tests {
     }
 
     #[test]
+    fn a_damaged_recovery_point_checkpoint_recovers_the_whole_log() {
+        // Written without fsync, it can come back empty or torn after a power loss; the log
+        // must open (validated from its first segment), not go offline.
+        for damage in [&b""[..], b"0\n1\n", b"\xff\xfe\x00", b"7\n1\n12\n"] {
+            let dir = TempDir::new().unwrap();
+            let log = log_of_batches(dir.path(), 20, NOW);
+            let end = log.log_end_offset();
+            log.close().unwrap();
+            std::fs::remove_file(dir.path().join(CLEAN_SHUTDOWN_FILE)).unwrap();
+            std::fs::write(dir.path().join(checkpoint::RECOVERY_POINT_FILE), damage).unwrap();
+            // A torn tail: the recovery runs and cuts it.
+            let last = *bases_on_disk(dir.path()).last().unwrap();
+            let segment = dir.path().join(format!("{last:020}.log"));
+            let len = std::fs::metadata(&segment).unwrap().len();
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&segment)
+                .unwrap()
+                .set_len(len - 5)
+                .unwrap();
+            let log = Log::open(dir.path(), small_segments(), NOW).unwrap();
+            assert!(log.log_end_offset() < end, "{damage:?}: the torn batch is cut");
+            assert!(log.log_end_offset() >= end - 3, "{damage:?}: the rest stays");
+        }
+    }
+
+    #[test]
     fn the_log_start_offset_checkpoint_survives_reopen_and_is_clamped_to_the_log() {
         let dir = TempDir::new().unwrap();
         let mut log = log_of_batches(dir.path(), 20, NOW - 100_000);
