@@ -161,8 +161,7 @@ async fn open_quorum(
 /// only its controller listener. It registers no broker, hosts no partition and serves no
 /// client; while it leads it does the leader's duties (fencing silent brokers).
 async fn start_controller_only(config: BrokerConfig) -> Result<BrokerHandle, StartError> {
-    std::fs::create_dir_all(&config.data_dir)
-        .map_err(|e| error::Error::storage("create directory", &config.data_dir, e))?;
+    log::checkpoint::create_dir_durably(&config.data_dir)?;
     meta_properties::check_node(&config.data_dir, config.node_id)?;
     let (quorum, bound) = open_quorum(&config, config.node_id).await?;
     let addr = bound.ok_or_else(|| StartError::Listen {
@@ -381,8 +380,7 @@ impl Broker {
                 sasl_listeners.insert(name.clone(), Arc::new(sasl::ListenerSasl::new(&config, &name)?));
             }
         }
-        std::fs::create_dir_all(&config.data_dir)
-            .map_err(|e| error::Error::storage("create directory", &config.data_dir, e))?;
+        log::checkpoint::create_dir_durably(&config.data_dir)?;
         meta_properties::check_node(&config.data_dir, config.node_id)?;
         // The port is taken now (its number is advertised), but connections are accepted only
         // once every partition is open and the coordinators are loaded, as Kafka starts its

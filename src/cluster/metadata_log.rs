@@ -22,7 +22,7 @@ pub struct MetadataLog {
 impl MetadataLog {
     /// Opens or creates the log in `dir`, returning it with its records and the cluster id.
     pub fn open(dir: &Path) -> Result<(MetadataLog, Vec<MetadataRecord>, String)> {
-        std::fs::create_dir_all(dir).map_err(|e| Error::storage("create directory", dir, e))?;
+        crate::log::checkpoint::create_dir_durably(dir)?;
         let cluster_id = cluster_id(dir)?;
         let path = dir.join("metadata.log");
         let mut file = OpenOptions::new()
@@ -31,6 +31,9 @@ impl MetadataLog {
             .create(true)
             .open(&path)
             .map_err(|e| Error::storage("open", &path, e))?;
+        // The file may have just been created: its name must be durable before the first
+        // record fsynced into it is counted as committed.
+        crate::log::checkpoint::sync_dir(dir)?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)
             .map_err(|e| Error::storage("read", &path, e))?;

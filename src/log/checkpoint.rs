@@ -52,6 +52,24 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
         .map_err(|e| Error::storage("fsync directory", dir, e))
 }
 
+/// Creates `dir`, with its missing parents, and makes each new name durable (fsyncs the
+/// directory holding it), so that a power loss cannot take away a directory whose files were
+/// fsynced. An existing `dir` costs one `stat`.
+pub(crate) fn create_dir_durably(dir: &Path) -> Result<()> {
+    if dir.try_exists().map_err(|e| Error::storage("stat", dir, e))? {
+        return Ok(());
+    }
+    let parent = dir.parent().filter(|p| !p.as_os_str().is_empty());
+    if let Some(parent) = parent {
+        create_dir_durably(parent)?;
+    }
+    match std::fs::create_dir(dir) {
+        Ok(()) => sync_dir(parent.unwrap_or(Path::new("."))),
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(Error::storage("create directory", dir, e)),
+    }
+}
+
 pub(crate) fn open_dir(dir: &Path) -> Result<File> {
     File::open(dir).map_err(|e| Error::storage("open directory", dir, e))
 }

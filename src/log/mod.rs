@@ -76,9 +76,10 @@ pub struct AppendInfo {
 /// Files that must be fsynced for everything up to `flushed_offset` (exclusive) to be durable.
 pub struct FlushHandle {
     files: Vec<(Arc<File>, PathBuf)>,
-    /// The partition directory, when new segment names must be made durable: opened only for
+    /// The partition directory, when new segment names must be made durable, and the data
+    /// directory after it when the partition directory itself is new: each opened only for
     /// that fsync, so a partition holds no descriptor on its directory.
-    dir: Option<PathBuf>,
+    dirs: Vec<PathBuf>,
     /// The log end offset when the handle was taken.
     pub flushed_offset: i64,
     /// `Log::truncations` when the handle was taken (see `Log::still_covers`).
@@ -92,7 +93,7 @@ impl FlushHandle {
             file.sync_data()
                 .map_err(|e| crate::error::Error::storage("fsync", path, e))?;
         }
-        if let Some(dir) = &self.dir {
+        for dir in &self.dirs {
             checkpoint::sync_dir(dir)?;
         }
         Ok(())
@@ -135,6 +136,9 @@ pub struct Log {
     /// Truncations since the log was opened (follower.rs): a flush handle or a clean plan
     /// taken before the latest one describes offsets that were cut, and maybe written again.
     truncations: u64,
+    /// Open made the partition directory: its entry in the data directory is not durable
+    /// until a flush syncs the data directory too (the first one that covers data does).
+    new_directory: bool,
     /// Where readers take their snapshots (snapshot.rs): republished at every structural
     /// change, the active end and transaction state published after every write.
     reader: Arc<LogReader>,
@@ -503,9 +507,18 @@ impl Log {
             new_names |= segment.created_by_roll && segment.base_offset >= self.recovery_point;
         }
         files.reverse();
+        let mut dirs = Vec::new();
+        if new_names {
+            dirs.push(self.dir.clone());
+        }
+        if self.new_directory
+            && let Some(parent) = self.dir.parent()
+        {
+            dirs.push(parent.to_path_buf());
+        }
         FlushHandle {
             files,
-            dir: new_names.then(|| self.dir.clone()),
+            dirs,
             flushed_offset: self.log_end_offset(),
             truncations: self.truncations,
         }
@@ -526,6 +539,8 @@ impl Log {
         if offset <= self.recovery_point {
             return Ok(());
         }
+        // The handle that got this far synced the data directory if the partition's was new.
+        self.new_directory = false;
         self.recovery_point = offset;
         self.active.persist_indexes()?;
         // Checkpointed every `log.flush.offset.checkpoint.interval.ms` (Kafka's LogManager
@@ -1106,11 +1121,32 @@ mod tests {
         for path in &logs_written {
             assert!(synced.contains(&path), "{path:?} missing from {synced:?}");
         }
-        assert_eq!(handle.dir.as_deref(), Some(dir.path()));
+        assert_eq!(handle.dirs, [dir.path()]);
         handle.sync().unwrap();
         log.mark_flushed(handle.flushed_offset).unwrap();
         let after = log.flush_handle();
-        assert!(after.files.is_empty() && after.dir.is_none());
+        assert!(after.files.is_empty() && after.dirs.is_empty());
+    }
+
+    #[test]
+    fn the_first_flush_of_a_new_partition_directory_makes_its_name_durable() {
+        // The partition directory's entry in the data directory, like a segment's name, must
+        // be on disk before a record in it is acknowledged as durable.
+        let data = TempDir::new().unwrap();
+        let dir = data.path().join("t-0");
+        let mut log = Log::open(&dir, small_segments(), NOW).unwrap();
+        assert_eq!(log.flush_handle().dirs, [dir.as_path(), data.path()], "before any data");
+        log.append(batch(3, 0), 0, NOW).unwrap();
+        let first = log.flush_handle();
+        assert_eq!(first.dirs, [dir.as_path(), data.path()]);
+        first.sync().unwrap();
+        log.mark_flushed(first.flushed_offset).unwrap();
+        log.append(batch(3, 1), 0, NOW).unwrap();
+        assert!(log.flush_handle().dirs.is_empty(), "synced once");
+        drop(log);
+        // Reopened, the directory exists: nothing to make durable but what is written next.
+        let log = Log::open(&dir, small_segments(), NOW).unwrap();
+        assert!(log.flush_handle().dirs.is_empty());
     }
 
     #[test]
@@ -1125,7 +1161,7 @@ mod tests {
         };
         log.append(batch(3, 0), 0, NOW).unwrap();
         let first = flush(&mut log);
-        assert_eq!(first.dir.as_deref(), Some(dir.path()), "the new segment's name");
+        assert_eq!(first.dirs, [dir.path()], "the new segment's name");
         assert_eq!(
             checkpoint::read_recovery_point(dir.path()).unwrap(),
             Some(3),
@@ -1135,7 +1171,7 @@ mod tests {
         // segment, whose name the first flush made durable, needs no directory fsync.
         log.append(batch(3, 1), 0, NOW).unwrap();
         let second = flush(&mut log);
-        assert!(second.dir.is_none(), "no directory fsync for data in a known segment");
+        assert!(second.dirs.is_empty(), "no directory fsync for data in a known segment");
         assert_eq!(log.recovery_point(), 6);
         assert_eq!(
             checkpoint::read_recovery_point(dir.path()).unwrap(),
@@ -1151,7 +1187,7 @@ mod tests {
             log.append(batch(3, i), 0, NOW).unwrap();
         }
         let third = flush(&mut log);
-        assert_eq!(third.dir.as_deref(), Some(dir.path()), "segments rolled since");
+        assert_eq!(third.dirs, [dir.path()], "segments rolled since");
         assert_eq!(checkpoint::read_recovery_point(dir.path()).unwrap(), Some(60));
         // A clean close writes it whatever the interval.
         log.append(batch(3, 20), 0, NOW).unwrap();

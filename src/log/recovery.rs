@@ -29,6 +29,7 @@ impl Log {
     /// baseOffset, as in Kafka) would pass as a gap, as it does in Kafka's recovery, which
     /// never checks contiguity; one beyond the segment's 32-bit offset range is cut.
     pub fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<Log> {
+        let new_directory = !dir.try_exists().map_err(|e| Error::storage("stat", dir, e))?;
         std::fs::create_dir_all(dir).map_err(|e| Error::storage("create directory", dir, e))?;
         // Log compaction: finish a decided segment swap, drop an undecided one (cleaner.rs).
         let compacted_below = cleaner::finish_interrupted_swaps(dir)?;
@@ -144,6 +145,7 @@ impl Log {
             log_start_unsaved: false,
             producers: ProducerState::default(),
             truncations: 0,
+            new_directory,
         };
         log.producers = log.load_producer_state()?;
         log.publish_txns();

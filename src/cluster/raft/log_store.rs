@@ -64,7 +64,7 @@ pub(crate) struct LogReader {
 impl LogStore {
     /// Opens (or creates) the log in `dir`, cutting a torn tail. Blocking.
     pub(crate) fn open(dir: &Path) -> Result<LogStore> {
-        std::fs::create_dir_all(dir).map_err(|e| Error::storage("create directory", dir, e))?;
+        crate::log::checkpoint::create_dir_durably(dir)?;
         for name in [LOG_FILE, VOTE_FILE, PURGED_FILE, COMMITTED_FILE] {
             disk::remove_stale_temp(&dir.join(name))?;
         }

@@ -22,7 +22,7 @@ use tokio::sync::watch;
 use super::disk;
 use super::{Entry, LogId, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
 use crate::cluster::{MetadataImage, MetadataRecord};
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 const SNAPSHOT_FILE: &str = "snapshot";
 /// A snapshot holds the whole image: 10,000 topics make a few MB; past this it is corruption.
@@ -114,7 +114,7 @@ impl StateMachine {
 
     /// Loads the persisted snapshot of `dir`, if any. Blocking.
     pub(crate) fn open(dir: &Path, base: MetadataImage) -> Result<StateMachine> {
-        std::fs::create_dir_all(dir).map_err(|e| Error::storage("create directory", dir, e))?;
+        crate::log::checkpoint::create_dir_durably(dir)?;
         let path = dir.join(SNAPSHOT_FILE);
         disk::remove_stale_temp(&path)?;
         // Written whole and renamed: a bad frame here is a damaged disk, not a torn write, and
