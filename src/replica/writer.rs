@@ -704,6 +704,13 @@ mod tests {
             let info = p.append(batch(value), true).await.unwrap();
             p.wait_durable(info.last_offset).await.unwrap();
         }
+        // The acknowledgement comes before the round's checkpoint: wait for that round to end
+        // (its write refused) before the blocker goes, or it could write the checkpoint.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while p.fsync_running.load(Ordering::Acquire) {
+            assert!(std::time::Instant::now() < deadline, "the flush round never ended");
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
         assert!(!checkpoint.exists());
         std::fs::remove_dir(&blocker).unwrap();
         let info = p.append(batch("four"), true).await.unwrap();
