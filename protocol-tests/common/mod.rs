@@ -74,12 +74,12 @@ pub struct BrokerProcess {
     pub addr: SocketAddr,
 }
 
+/// A free loopback port for a broker to listen on. Taken below Linux's ephemeral range, as the
+/// cluster's are (`cluster::free_ports`): a port the kernel handed out for `:0` could be taken
+/// as another test's outgoing source port before the broker binds it (seen once in CI:
+/// "Address already in use").
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    cluster::free_ports(1)[0]
 }
 
 impl BrokerProcess {
