@@ -77,6 +77,7 @@ fn this_broker(config: &BrokerConfig) -> BrokerInfo {
         endpoints,
         rack: config.broker_rack.clone(),
         fenced: false,
+        log_dir_offline: false,
         cordoned: !config.cordoned_log_dirs.is_empty(),
     }
 }
@@ -171,7 +172,7 @@ async fn start_controller_only(config: BrokerConfig) -> Result<BrokerHandle, Sta
     tracing::info!(%addr, data_dir = %config.data_dir.display(), "sluice controller started (process.roles=controller)");
     let config = Arc::new(config);
     let shutdown = CancellationToken::new();
-    let duties = tokio::spawn(broker_lifecycle(quorum.clone(), config, shutdown.clone()));
+    let duties = tokio::spawn(broker_lifecycle(quorum.clone(), config, None, shutdown.clone()));
     let quorum_handle = quorum.clone();
     let stopped = tokio::spawn(async move {
         let _ = duties.await;
@@ -207,16 +208,24 @@ async fn register(quorum: &MetadataQuorum, this: &BrokerInfo) -> Result<(), erro
 /// A cluster node's broker side of the quorum (Kafka's BrokerLifecycleManager): heartbeats to
 /// the leader every `broker.heartbeat.interval.ms`, registering again when the leader does not
 /// know it; and, while this node leads the quorum, the leader's duties (fencing brokers past
-/// `broker.session.timeout.ms`).
+/// `broker.session.timeout.ms`). Each heartbeat says whether `log_dir` is offline, and a
+/// change is sent at once rather than at the next interval (KIP-858's `OfflineLogDirs`).
 ///
 /// A controller-only node runs only the leader's duties: it is no broker.
-async fn broker_lifecycle(quorum: Arc<MetadataQuorum>, config: Arc<BrokerConfig>, shutdown: CancellationToken) {
+async fn broker_lifecycle(
+    quorum: Arc<MetadataQuorum>,
+    config: Arc<BrokerConfig>,
+    log_dir: Option<Arc<replica::log_dir::LogDirHealth>>,
+    shutdown: CancellationToken,
+) {
     let this = this_broker(&config);
     let session = Duration::from_millis(config.broker_session_timeout_ms);
     let heartbeat_every = Duration::from_millis(config.broker_heartbeat_interval_ms);
     let tick = heartbeat_every.min(Duration::from_millis(250));
     let mut leader_since = None;
     let mut last_heartbeat = tokio::time::Instant::now() - heartbeat_every;
+    // The log directory's state as the leader last took it (a registration records it online).
+    let mut reported_offline = false;
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -232,7 +241,9 @@ async fn broker_lifecycle(quorum: Arc<MetadataQuorum>, config: Arc<BrokerConfig>
                 &mut leader_since,
             )
             .await;
-        if !config.process_roles.broker || last_heartbeat.elapsed() < heartbeat_every {
+        let offline = log_dir.as_ref().is_some_and(|d| d.is_offline());
+        let changed = reported_offline != offline;
+        if !config.process_roles.broker || (last_heartbeat.elapsed() < heartbeat_every && !changed) {
             continue;
         }
         last_heartbeat = tokio::time::Instant::now();
@@ -240,9 +251,10 @@ async fn broker_lifecycle(quorum: Arc<MetadataQuorum>, config: Arc<BrokerConfig>
         // (a paused process keeps accepting connections) must not hold back this node's own
         // leader duties, which fence that leader once this node leads the quorum.
         let beat = async {
-            match quorum.heartbeat(this.id).await {
-                Ok(true) => {}
+            match quorum.heartbeat(this.id, offline).await {
+                Ok(true) => reported_offline = offline,
                 Ok(false) => {
+                    reported_offline = false;
                     if let Err(e) = register(&quorum, &this).await {
                         tracing::warn!(error = %e, "registering this broker again");
                     }
@@ -507,7 +519,12 @@ impl Broker {
                 broker: config.node_id,
                 controlled_shutdown: config.controlled_shutdown_enable,
                 stop: stop.clone(),
-                task: tokio::spawn(broker_lifecycle(quorum.clone(), config.clone(), stop)),
+                task: tokio::spawn(broker_lifecycle(
+                    quorum.clone(),
+                    config.clone(),
+                    Some(replicas.log_dir.clone()),
+                    stop,
+                )),
             }
         });
         if ctx.controller.image().cluster_id.is_empty() {
@@ -586,6 +603,10 @@ impl Broker {
                         _ = tokio::time::sleep(HAND_OVER_CHECK.min(every)) => {}
                     }
                     replicas.hand_over_failing();
+                    if replicas.log_dir.is_offline() {
+                        let replicas = replicas.clone();
+                        let _ = tokio::task::spawn_blocking(move || replicas.probe_log_dir()).await;
+                    }
                     if tokio::time::Instant::now() >= next_pass {
                         next_pass = tokio::time::Instant::now() + every;
                         replicas.shrink_lagging_isrs(i64::try_from(lag_ms).unwrap_or(i64::MAX));

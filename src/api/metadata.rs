@@ -258,7 +258,13 @@ impl PartitionState {
             // The registration's ISR, as the controller committed it (Kafka reports it even
             // when the leader is offline).
             isr: registration.isr.iter().map(|&r| BrokerId(r)).collect(),
-            offline_replicas: replicas.iter().filter(|&&r| offline(r)).map(|&r| BrokerId(r)).collect(),
+            // Also those on a log directory that failed (KIP-858), which may still lead when
+            // no other replica is in sync: that leader serves reads.
+            offline_replicas: replicas
+                .iter()
+                .filter(|&&r| offline(r) || image.is_log_dir_offline(r))
+                .map(|&r| BrokerId(r))
+                .collect(),
         }
     }
 }

@@ -111,6 +111,15 @@ pub enum MetadataRecord {
         id: i32,
         fenced: bool,
     },
+    /// A broker's log directory failed or works again, as its heartbeat reports it (Kafka's
+    /// BrokerRegistrationChangeRecord after a heartbeat's `OfflineLogDirs`, KIP-858). Its
+    /// replicas are offline: it leads no partition another in-sync replica can lead, leaves
+    /// every ISR it does not lead, may not join one (INELIGIBLE_REPLICA) and gets no new
+    /// replicas, until it reports the directory working again.
+    SetBrokerLogDirOffline {
+        id: i32,
+        offline: bool,
+    },
     /// The cluster's id, agreed once by the quorum's first leader.
     SetClusterId {
         id: String,
@@ -280,6 +289,8 @@ pub struct BrokerInfo {
     pub endpoints: Vec<Endpoint>,
     pub rack: Option<String>,
     pub fenced: bool,
+    /// Its log directory failed, as its last heartbeat said (`SetBrokerLogDirOffline`).
+    pub log_dir_offline: bool,
     /// Its static `cordoned.log.dirs` cordons its log directory (see
     /// `MetadataImage::is_cordoned` for the value that applies).
     pub cordoned: bool,
@@ -297,6 +308,7 @@ impl BrokerInfo {
             }],
             rack: None,
             fenced: false,
+            log_dir_offline: false,
             cordoned: false,
         }
     }
@@ -440,11 +452,13 @@ pub struct MetadataImage {
 }
 
 impl MetadataImage {
-    /// A broker that `isr` adds to `current` although it is fenced (Kafka's
-    /// ReplicationControlManager refuses such an AlterPartition with INELIGIBLE_REPLICA,
-    /// KIP-841); a fenced member already in `current` may stay.
+    /// A broker that `isr` adds to `current` although it is fenced or its log directory is
+    /// offline (Kafka's ReplicationControlManager refuses such an AlterPartition with
+    /// INELIGIBLE_REPLICA, KIP-841 and KIP-858); such a member already in `current` may stay.
     pub fn ineligible_isr_member(&self, current: &[i32], isr: &[i32]) -> Option<i32> {
-        isr.iter().copied().find(|r| !current.contains(r) && !self.is_live(*r))
+        isr.iter()
+            .copied()
+            .find(|r| !current.contains(r) && !self.is_online(*r))
     }
 
     /// The level `name` runs at: as UpdateFeatures finalized it, else the code's (0 for a
@@ -488,6 +502,18 @@ impl MetadataImage {
         self.brokers.get(&id).is_some_and(|b| !b.fenced)
     }
 
+    /// Whether node `id`'s log directory failed, as its heartbeat reported (its replicas are
+    /// offline: Metadata lists them so).
+    pub fn is_log_dir_offline(&self, id: i32) -> bool {
+        self.brokers.get(&id).is_some_and(|b| b.log_dir_offline)
+    }
+
+    /// Whether node `id` may lead, join an ISR and take new replicas: live, with its log
+    /// directory online.
+    pub fn is_online(&self, id: i32) -> bool {
+        self.brokers.get(&id).is_some_and(|b| !b.fenced && !b.log_dir_offline)
+    }
+
     /// Whether broker `id`'s log directory is cordoned (KIP-1066: it takes no new replicas):
     /// its dynamic per-broker `cordoned.log.dirs` if set (empty: not cordoned), else its
     /// static one, as it registered. A broker has one log directory, so any entry cordons it.
@@ -502,9 +528,11 @@ impl MetadataImage {
         }
     }
 
-    /// The brokers new replicas may be placed on: live, with a log directory not cordoned.
+    /// The brokers new replicas may be placed on: live, with a log directory online and not
+    /// cordoned.
     pub fn placeable_brokers(&self) -> impl Iterator<Item = &Arc<BrokerInfo>> {
-        self.live_brokers().filter(|b| !self.is_cordoned(b.id))
+        self.live_brokers()
+            .filter(|b| !b.log_dir_offline && !self.is_cordoned(b.id))
     }
 
     /// The dynamic broker config layers that apply to broker `node`: the cluster-wide default
@@ -548,6 +576,12 @@ impl MetadataImage {
                 records.push(MetadataRecord::SetBrokerFenced {
                     id: broker.id,
                     fenced: true,
+                });
+            }
+            if broker.log_dir_offline {
+                records.push(MetadataRecord::SetBrokerLogDirOffline {
+                    id: broker.id,
+                    offline: true,
                 });
             }
         }
@@ -692,10 +726,12 @@ impl MetadataImage {
                 }
                 Ok(())
             }
-            MetadataRecord::SetBrokerFenced { id, .. } => match self.brokers.contains_key(id) {
-                true => Ok(()),
-                false => Err(Error::InvalidRequest(format!("broker {id} is not registered"))),
-            },
+            MetadataRecord::SetBrokerFenced { id, .. } | MetadataRecord::SetBrokerLogDirOffline { id, .. } => {
+                match self.brokers.contains_key(id) {
+                    true => Ok(()),
+                    false => Err(Error::InvalidRequest(format!("broker {id} is not registered"))),
+                }
+            }
             MetadataRecord::UnregisterBroker { id } => match self.brokers.contains_key(id) {
                 true => Ok(()),
                 false => Err(broker_not_registered(*id)),
@@ -801,6 +837,8 @@ impl MetadataImage {
     /// none is, the partition has no leader (-1) and keeps its last ISR, unless unclean
     /// election is allowed for its topic, when the first live replica leads with an ISR of
     /// itself. Replicas that are not live leave the ISR of a partition whose leader stays.
+    /// A broker whose log directory is offline counts as not live while another in-sync
+    /// replica is online (see `elect`).
     /// `unclean_default`: `unclean.leader.election.enable` for topics without an override.
     pub fn elections(&self, unclean_default: bool) -> Vec<PartitionChange> {
         let mut changes = Vec::new();
@@ -1012,7 +1050,7 @@ impl MetadataImage {
             if current.leader == first {
                 return Err(Error::ElectionNotNeeded(format!("{}-{partition}", topic.name)));
             }
-            if !self.is_live(first) || !current.isr.contains(&first) {
+            if !self.is_online(first) || !current.isr.contains(&first) {
                 return Err(Error::PreferredLeaderNotAvailable(format!(
                     "{}-{partition}",
                     topic.name
@@ -1023,7 +1061,11 @@ impl MetadataImage {
             if current.leader != -1 && self.is_live(current.leader) {
                 return Err(Error::ElectionNotNeeded(format!("{}-{partition}", topic.name)));
             }
-            if let Some(&leader) = replicas.iter().find(|r| current.isr.contains(r) && self.is_live(**r)) {
+            if let Some(&leader) = replicas
+                .iter()
+                .find(|r| current.isr.contains(r) && self.is_online(**r))
+                .or_else(|| replicas.iter().find(|r| current.isr.contains(r) && self.is_live(**r)))
+            {
                 next.leader = leader;
                 next.isr.retain(|r| self.is_live(*r));
             } else if let Some(&leader) = replicas.iter().find(|r| self.is_live(**r)) {
@@ -1064,20 +1106,46 @@ impl MetadataImage {
     }
 
     /// One partition's election (see `elections`); None when nothing changes.
+    ///
+    /// A replica whose log directory is offline (`is_online`) leads only when no other
+    /// in-sync replica can: it then still serves reads, and refuses writes with
+    /// KAFKA_STORAGE_ERROR, which clients retry (Kafka would have no leader). It leaves every
+    /// ISR it does not lead, so acks=all does not wait for it.
     fn elect(&self, replicas: &[i32], current: &PartitionRegistration, unclean: bool) -> Option<PartitionRegistration> {
         let live_isr: Vec<i32> = current.isr.iter().copied().filter(|r| self.is_live(*r)).collect();
+        let online = |r: &i32| live_isr.contains(r) && self.is_online(*r);
+        // The ISR under leader `leader`: its live members, less the offline ones but the leader.
+        let isr_under = |leader: i32| -> Vec<i32> {
+            live_isr
+                .iter()
+                .copied()
+                .filter(|r| *r == leader || self.is_online(*r))
+                .collect()
+        };
         let mut next = current.clone();
-        if current.leader != -1 && self.is_live(current.leader) {
-            // The leader stays; fenced followers leave its ISR (never emptying it).
-            if live_isr.len() == current.isr.len() || live_isr.is_empty() {
+        let leader_live = current.leader != -1 && self.is_live(current.leader);
+        let successor = replicas.iter().copied().find(online);
+        if leader_live && (self.is_online(current.leader) || successor.is_none()) {
+            // The leader stays; fenced and offline followers leave its ISR (never emptying it).
+            let isr = isr_under(current.leader);
+            if isr.len() == current.isr.len() || isr.is_empty() {
                 return None;
             }
-            next.isr = live_isr;
-        } else if let Some(&leader) = replicas.iter().find(|r| live_isr.contains(r)) {
+            next.isr = isr;
+        } else if let Some(leader) = successor {
             next.leader = leader;
-            next.isr = live_isr;
+            next.isr = isr_under(leader);
             next.leader_epoch += 1;
-        } else if let Some(&leader) = replicas.iter().find(|r| unclean && self.is_live(**r)) {
+        } else if let Some(&leader) = replicas.iter().find(|r| live_isr.contains(r)) {
+            // Only replicas whose log directory is offline are in sync: one serves reads.
+            next.leader = leader;
+            next.isr = isr_under(leader);
+            next.leader_epoch += 1;
+        } else if let Some(&leader) = replicas
+            .iter()
+            .find(|r| unclean && self.is_online(**r))
+            .or_else(|| replicas.iter().find(|r| unclean && self.is_live(**r)))
+        {
             tracing::warn!(leader, isr = ?current.isr, "unclean leader election: a replica outside the ISR leads");
             next.leader = leader;
             next.isr = vec![leader];
@@ -1256,6 +1324,7 @@ impl MetadataImage {
                         endpoints,
                         rack: rack.clone(),
                         fenced: false,
+                        log_dir_offline: false,
                         cordoned: *cordoned,
                     }),
                 );
@@ -1263,6 +1332,11 @@ impl MetadataImage {
             MetadataRecord::SetBrokerFenced { id, fenced } => {
                 if let Some(broker) = self.brokers.get_mut(id) {
                     Arc::make_mut(broker).fenced = *fenced;
+                }
+            }
+            MetadataRecord::SetBrokerLogDirOffline { id, offline } => {
+                if let Some(broker) = self.brokers.get_mut(id) {
+                    Arc::make_mut(broker).log_dir_offline = *offline;
                 }
             }
             MetadataRecord::UnregisterBroker { id } => {
@@ -1979,9 +2053,13 @@ impl Controller {
                 if next.isr == isr {
                     return Err(Error::Stale("the ISR is already as asked".into()));
                 }
-                if let Some(fenced) = image.ineligible_isr_member(&next.isr, &isr) {
+                if let Some(ineligible) = image.ineligible_isr_member(&next.isr, &isr) {
+                    let why = match image.is_log_dir_offline(ineligible) {
+                        true => "its log directory is offline",
+                        false => "it is fenced",
+                    };
                     return Err(Error::IneligibleReplica(format!(
-                        "broker {fenced} is fenced and cannot join the ISR of partition {partition} of {}",
+                        "broker {ineligible} cannot join the ISR of partition {partition} of {}: {why}",
                         image.topic_by_id(&topic_id).map_or("?", |t| t.name.as_str())
                     )));
                 }
@@ -2031,7 +2109,7 @@ impl Controller {
             let Some(&leader) = topic
                 .replicas(partition)
                 .iter()
-                .find(|r| **r != node && current.isr.contains(r) && image.is_live(**r))
+                .find(|r| **r != node && current.isr.contains(r) && image.is_online(**r))
             else {
                 return Ok(None);
             };
@@ -2603,6 +2681,77 @@ mod tests {
             c.allocate_producer_id().await.unwrap();
         }
         assert_eq!(c.allocate_producer_id().await.unwrap(), 2 * PRODUCER_ID_BLOCK_SIZE + 1);
+    }
+
+    #[test]
+    fn a_broker_whose_log_directory_is_offline_leads_only_when_no_other_can_and_leaves_isrs() {
+        let mut image = MetadataImage::default();
+        for id in 1..=3 {
+            image
+                .brokers
+                .insert(id, Arc::new(BrokerInfo::new(id, "localhost", 9092)));
+        }
+        let set = |image: &mut MetadataImage, id: i32, fenced: bool, offline: bool| {
+            let broker = Arc::make_mut(image.brokers.get_mut(&id).unwrap());
+            broker.fenced = fenced;
+            broker.log_dir_offline = offline;
+        };
+        let registration = |leader: i32, isr: &[i32]| PartitionRegistration {
+            leader,
+            leader_epoch: 5,
+            isr: isr.to_vec(),
+            partition_epoch: 7,
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
+        };
+        let replicas = [1, 2, 3];
+        let elect = |image: &MetadataImage, current: PartitionRegistration| {
+            image
+                .elect(&replicas, &current, false)
+                .map(|r| (r.leader, r.isr, r.leader_epoch, r.partition_epoch))
+        };
+        set(&mut image, 1, false, true);
+        // The leader's directory failed: the next online in-sync replica leads, without it.
+        assert_eq!(elect(&image, registration(1, &[1, 2, 3])), Some((2, vec![2, 3], 6, 8)));
+        // A follower's failed: it leaves the ISR, the leader and its epoch stay.
+        assert_eq!(elect(&image, registration(2, &[1, 2, 3])), Some((2, vec![2, 3], 5, 8)));
+        // The only replica in sync: it keeps leading (it serves reads) ...
+        assert_eq!(elect(&image, registration(1, &[1])), None);
+        // ... or, with no leader, leads again; an in-sync online replica goes first.
+        assert_eq!(elect(&image, registration(-1, &[1])), Some((1, vec![1], 6, 8)));
+        assert_eq!(elect(&image, registration(-1, &[1, 3])), Some((3, vec![3], 6, 8)));
+        // Fenced and offline in-sync replicas, no online one: the leader stays with the ISR of
+        // itself.
+        set(&mut image, 3, true, false);
+        assert_eq!(elect(&image, registration(1, &[1, 3])), Some((1, vec![1], 5, 8)));
+        set(&mut image, 3, false, false);
+        // It may not join an ISR, nor be elected preferred leader, nor get new replicas.
+        assert_eq!(image.ineligible_isr_member(&[2], &[2, 1]), Some(1));
+        assert_eq!(image.ineligible_isr_member(&[1, 2], &[1, 2, 3]), None, "1 may stay");
+        let mut topic = TopicInfo {
+            name: "t".into(),
+            id: Uuid::nil(),
+            partitions: 1,
+            replication_factor: 3,
+            configs: BTreeMap::new(),
+            leader_epoch: 0,
+            assignments: vec![vec![1, 2, 3]],
+            registrations: OrdMap::new(),
+        };
+        topic.registrations.insert(0, Arc::new(registration(2, &[1, 2, 3])));
+        assert!(matches!(
+            image.requested_election(&topic, 0, true),
+            Err(Error::PreferredLeaderNotAvailable(_))
+        ));
+        assert_eq!(image.placeable_brokers().map(|b| b.id).collect::<Vec<_>>(), vec![2, 3]);
+        // Back online: everything as before.
+        set(&mut image, 1, false, false);
+        assert_eq!(elect(&image, registration(2, &[1, 2, 3])), None);
+        assert_eq!(image.ineligible_isr_member(&[2], &[2, 1]), None);
+        assert_eq!(
+            image.requested_election(&topic, 0, true).map(|r| r.leader).ok(),
+            Some(1)
+        );
     }
 
     #[test]

@@ -513,6 +513,12 @@ impl State {
         );
         gauge(
             r,
+            "kafka_log_logmanager_offlinelogdirectorycount",
+            "This broker's log directories that are offline after a storage error (0 or 1)",
+            i64::from(self.replicas.log_dir.is_offline()),
+        );
+        gauge(
+            r,
             "kafka_controller_kafkacontroller_globaltopiccount",
             "Topics in the cluster",
             image.topics.len() as i64,

@@ -52,6 +52,7 @@ impl Partition {
 
     /// The append of `append_as_follower`, under the writer's claim or on its thread.
     fn append_as_follower_now(&self, records: Bytes, leader_epoch: i32) -> Result<Option<AppendInfo>> {
+        let bytes = records.len();
         let appended = self.with_log(|log| {
             self.check_following_at(leader_epoch)?;
             let info = log.append_as_follower(records, now_ms())?;
@@ -60,7 +61,7 @@ impl Partition {
             }
             Ok(info)
         });
-        self.note_append(&appended);
+        self.note_append(&appended, bytes);
         let info = appended?;
         if info.is_some() && self.flush_before_ack.load(Ordering::Acquire) {
             self.flush_needed.notify_one();
@@ -144,6 +145,7 @@ impl Partition {
         if cut_failed {
             tracing::error!(partition = %self.tp, "truncation failed; the partition stops serving");
             self.failed.store(true, Ordering::Release);
+            self.hand_over.store(true, Ordering::Release);
             // Waiters on durability learn it now.
             self.durable_offset.send_modify(|_| {});
         }

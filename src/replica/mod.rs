@@ -19,6 +19,7 @@ mod epoch_lookup;
 pub mod fetcher;
 mod follower_log;
 pub mod leader;
+pub mod log_dir;
 pub mod produce_validation;
 pub mod purgatory;
 pub mod writer;
@@ -134,6 +135,9 @@ pub struct Partition {
     /// Set when appends start failing on storage or an fsync fails: the leadership is to be
     /// handed over now (`ReplicaManager::hand_over_failing`), not at the next ISR pass.
     hand_over: AtomicBool,
+    /// The largest append refused by storage since the last look (`hand_over_failing` takes
+    /// it): how much a probe of the log directory must write.
+    failed_write_bytes: std::sync::atomic::AtomicUsize,
 }
 
 /// How a partition starts on this node.
@@ -201,6 +205,7 @@ impl Partition {
             appends_failing: AtomicBool::new(false),
             checkpoints_failing: AtomicBool::new(false),
             hand_over: AtomicBool::new(false),
+            failed_write_bytes: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -351,6 +356,7 @@ impl Partition {
     /// ask for the fsync (the durable offset moves only once it returns).
     fn append_now(&self, batches: Vec<ValidBatch>, durable: bool, origin: Origin) -> Result<AppendInfo> {
         let waits_for_fsync = durable && self.flush_before_ack.load(Ordering::Acquire);
+        let bytes = batches.iter().map(|b| b.bytes().len()).sum();
         let appended = self.with_log(|log| {
             // Under the log's lock, which role changes take: nothing is appended once this
             // node stopped leading, whenever the request found it leading.
@@ -369,7 +375,7 @@ impl Partition {
             }
             Ok((info, writeback))
         });
-        self.note_append(&appended);
+        self.note_append(&appended, bytes);
         let (info, writeback) = appended?;
         if let Some(writeback) = writeback {
             writeback.start();
@@ -390,9 +396,13 @@ impl Partition {
     /// every produce with KAFKA_STORAGE_ERROR until space is freed, and a follower fetches
     /// again after its backoff; each write that fails is cut back, so the log stays whole and
     /// takes writes again once it can).
-    pub(super) fn note_append<T>(&self, result: &Result<T>) {
+    ///
+    /// `bytes`: what the append wrote; the log directory comes back online only once a probe
+    /// of that size succeeds (`log_dir.rs`).
+    pub(super) fn note_append<T>(&self, result: &Result<T>, bytes: usize) {
         match result {
             Err(e @ Error::Storage { .. }) => {
+                self.failed_write_bytes.fetch_max(bytes, Ordering::AcqRel);
                 if flip(&self.appends_failing, true) {
                     self.hand_over.store(true, Ordering::Release);
                     tracing::error!(partition = %self.tp, error = %e, "appends fail on storage; refused (KAFKA_STORAGE_ERROR) until they succeed");
@@ -908,6 +918,8 @@ pub struct ReplicaManager {
     fetchers: fetcher::Fetchers,
     /// The broker's metrics: fsyncs, ISR changes, retention and cleaning are counted here.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Whether the log directory works, as the broker's heartbeat reports it (log_dir.rs).
+    pub log_dir: Arc<log_dir::LogDirHealth>,
 }
 
 /// The replica manager's progress through the published images.
@@ -952,6 +964,7 @@ impl ReplicaManager {
             controller: std::sync::OnceLock::new(),
             fetchers: fetcher::Fetchers::new(&config),
             metrics,
+            log_dir: Arc::new(log_dir::LogDirHealth::new(&config.data_dir)),
             config,
         }
     }
@@ -1245,6 +1258,16 @@ impl ReplicaManager {
             partition.isr_change_done(&proposal, None);
             return;
         };
+        // A follower that is fenced or whose log directory is offline would be refused
+        // (INELIGIBLE_REPLICA): not asked at every fetch it makes meanwhile.
+        if let Some(ineligible) = controller
+            .image()
+            .ineligible_isr_member(&partition.isr(), &proposal.isr)
+        {
+            tracing::debug!(partition = %partition.tp, follower = ineligible, "caught up, but not eligible for the ISR");
+            partition.isr_change_done(&proposal, None);
+            return;
+        }
         let isr_before = partition.isr().len();
         let metrics = self.metrics.clone();
         runtime.spawn(async move {
@@ -1286,15 +1309,50 @@ impl ReplicaManager {
 
     /// Hands over at once the partitions led here whose storage started failing since the last
     /// call (the ISR pass repeats it for those that still fail, every `replica.lag.time.max.ms`
-    /// / 2). Cheap when nothing failed: one load per partition.
+    /// / 2), and takes the log directory offline at the first such failure (log_dir.rs). Cheap
+    /// when nothing failed: one load per partition.
     pub fn hand_over_failing(&self) {
+        let mut failed = None;
         for p in self.all() {
-            if p.hand_over.load(Ordering::Acquire)
-                && p.hand_over.swap(false, Ordering::AcqRel)
-                && p.is_leader()
-                && p.isr().len() > 1
-            {
-                self.resign(p);
+            if p.hand_over.load(Ordering::Acquire) && p.hand_over.swap(false, Ordering::AcqRel) {
+                let bytes = p.failed_write_bytes.swap(0, Ordering::AcqRel);
+                failed = Some(failed.unwrap_or(0).max(bytes));
+                if p.is_leader() && p.isr().len() > 1 {
+                    self.resign(p);
+                }
+            } else if p.failed_write_bytes.load(Ordering::Relaxed) > 0 {
+                // Refused again while already failing: the probe grows to the largest.
+                let bytes = p.failed_write_bytes.swap(0, Ordering::AcqRel);
+                failed = Some(failed.unwrap_or(0).max(bytes));
+            }
+        }
+        if let Some(bytes) = failed {
+            self.log_dir.failed(std::time::Instant::now(), bytes);
+        }
+    }
+
+    /// While the log directory is offline, probes it when a probe is due (blocking: it writes
+    /// and fsyncs). It comes back online when the probe succeeds and no partition's fsync has
+    /// failed; the partitions then forget their failed appends, so a leader here is not handed
+    /// over again for a failure that has passed.
+    pub fn probe_log_dir(&self) {
+        let now = std::time::Instant::now();
+        if !self.log_dir.probe_due(now) {
+            return;
+        }
+        if let Some(p) = self.all().into_iter().find(|p| p.failed.load(Ordering::Acquire)) {
+            let why = format!("an fsync of partition {} failed: offline until a restart", p.tp);
+            self.log_dir.probed(Err(std::io::Error::other(why)), now);
+            return;
+        }
+        let result = self.log_dir.probe();
+        let online = result.is_ok();
+        self.log_dir.probed(result, std::time::Instant::now());
+        if online {
+            for p in self.all() {
+                if flip(&p.appends_failing, false) {
+                    tracing::info!(partition = %p.tp, "the log directory is back: appends are tried again");
+                }
             }
         }
     }

@@ -578,11 +578,16 @@ impl Core {
     ///
     /// `shutting_down`: the broker stops (Kafka's `WantShutDown`); it is fenced at once, and
     /// when it comes back it is unfenced by the same catch-up rule.
+    ///
+    /// `log_dir_offline`: the broker's log directory failed (Kafka's `OfflineLogDirs`,
+    /// KIP-858); a change is recorded (`SetBrokerLogDirOffline`) and the elections it calls
+    /// for made at once, so its leaderships move and it leaves the ISRs it does not lead.
     pub(super) async fn heartbeat(
         &self,
         broker: i32,
         applied: i64,
         shutting_down: bool,
+        log_dir_offline: bool,
     ) -> Result<HeartbeatReply, Refusal> {
         if self.raft.metrics().borrow().current_leader != Some(self.node_id) {
             return Err(Refusal::NotLeader);
@@ -619,6 +624,21 @@ impl Core {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(broker, std::time::Instant::now());
+        if info.log_dir_offline != log_dir_offline {
+            match log_dir_offline {
+                true => tracing::warn!(
+                    broker,
+                    "metadata quorum: a broker's log directory is offline; its replicas leave the ISRs and their leaderships move"
+                ),
+                false => tracing::info!(broker, "metadata quorum: a broker's log directory is online again"),
+            }
+            self.propose_checked(MetadataRecord::SetBrokerLogDirOffline {
+                id: broker,
+                offline: log_dir_offline,
+            })
+            .await?;
+            self.elect().await;
+        }
         if info.fenced {
             let needed = *self
                 .fenced_at
@@ -969,10 +989,10 @@ impl MetadataQuorum {
         self.images.clone()
     }
 
-    /// Tells the leader that broker `broker` (this node) is alive; false when the leader does
-    /// not know it (it must register).
-    pub async fn heartbeat(&self, broker: i32) -> Result<bool, crate::error::Error> {
-        self.send_heartbeat(broker, false).await
+    /// Tells the leader that broker `broker` (this node) is alive, and whether its log
+    /// directory is offline; false when the leader does not know it (it must register).
+    pub async fn heartbeat(&self, broker: i32, log_dir_offline: bool) -> Result<bool, crate::error::Error> {
+        self.send_heartbeat(broker, false, log_dir_offline).await
     }
 
     /// Controlled shutdown (Kafka's BrokerHeartbeat with `WantShutDown`): asks the leader to
@@ -982,7 +1002,7 @@ impl MetadataQuorum {
     pub async fn controlled_shutdown(&self, broker: i32, wait: Duration) -> Result<(), crate::error::Error> {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
-            let attempt = tokio::time::timeout_at(deadline, self.send_heartbeat(broker, true)).await;
+            let attempt = tokio::time::timeout_at(deadline, self.send_heartbeat(broker, true, false)).await;
             match attempt {
                 Ok(Ok(_)) => return Ok(()),
                 Ok(Err(e)) if tokio::time::Instant::now() + Duration::from_millis(100) < deadline => {
@@ -1003,15 +1023,25 @@ impl MetadataQuorum {
         }
     }
 
-    async fn send_heartbeat(&self, broker: i32, shutting_down: bool) -> Result<bool, crate::error::Error> {
+    async fn send_heartbeat(
+        &self,
+        broker: i32,
+        shutting_down: bool,
+        log_dir_offline: bool,
+    ) -> Result<bool, crate::error::Error> {
         let applied = self.image().offset;
         let outcome = match self.leader_address() {
-            Some((leader, _)) if leader == self.node_id => self.core.heartbeat(broker, applied, shutting_down).await,
+            Some((leader, _)) if leader == self.node_id => {
+                self.core
+                    .heartbeat(broker, applied, shutting_down, log_dir_offline)
+                    .await
+            }
             Some((leader, address)) => {
                 let rpc = network::Rpc::BrokerHeartbeat {
                     broker,
                     applied,
                     shutting_down,
+                    log_dir_offline,
                 };
                 match network::forward(&address, leader, rpc, &self.limits).await {
                     Ok(network::Reply::Heartbeat(outcome)) => outcome,

@@ -205,6 +205,9 @@ pub(super) enum Rpc {
         /// The broker is stopping and asks to be fenced now (Kafka's `WantShutDown`).
         #[serde(default)]
         shutting_down: bool,
+        /// Its log directory failed (Kafka's `OfflineLogDirs`, KIP-858).
+        #[serde(default)]
+        log_dir_offline: bool,
     },
 }
 
@@ -786,7 +789,8 @@ async fn serve_connection(
                     broker,
                     applied,
                     shutting_down,
-                } => Reply::Heartbeat(core.heartbeat(broker, applied, shutting_down).await),
+                    log_dir_offline,
+                } => Reply::Heartbeat(core.heartbeat(broker, applied, shutting_down, log_dir_offline).await),
             }
         };
         let reply = tokio::select! {

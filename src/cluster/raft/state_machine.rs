@@ -354,6 +354,7 @@ pub(super) mod tests {
                 cordoned: false,
             },
             MetadataRecord::SetBrokerFenced { id: 2, fenced: true },
+            MetadataRecord::SetBrokerLogDirOffline { id: 1, offline: true },
             create("orders.v1", a),
             create("doomed", b),
             MetadataRecord::CreatePartitions {
@@ -433,6 +434,8 @@ pub(super) mod tests {
             (8, configs(&[("retention.ms", "5")]))
         );
         assert!(rebuilt.topic("doomed").is_none());
+        assert!(rebuilt.is_log_dir_offline(1) && !rebuilt.is_log_dir_offline(2));
+        assert_eq!(rebuilt.brokers, image.brokers);
     }
 
     fn normal(index: u64, record: MetadataRecord) -> Entry {
