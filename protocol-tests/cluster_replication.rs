@@ -765,16 +765,21 @@ impl rdkafka::ClientContext for FetchedFrom {
 
 impl rdkafka::consumer::ConsumerContext for FetchedFrom {}
 
+/// The ISR changes a full disk makes come from the full node's heartbeat alone (KIP-858's
+/// offline log directory): the lag rule, 10 minutes here, never acts within these tests.
+const NO_LAG_RULE: &[(&str, &str)] = &[("replica.lag.time.max.ms", "600000")];
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_whose_disk_fills_hands_the_partition_over_and_rejoins_once_space_is_freed() {
     // Kafka stops a broker whose log directory fails, and the controller moves its partitions.
-    // Sluice's leader hands a partition it can no longer write to another in-sync replica,
-    // its fetcher waits (rather than spinning) while the disk stays full, its metadata quorum
-    // member waits for space rather than stopping, and it rejoins the ISR once space is freed.
-    // The new leader may take the full node back into the ISR while it holds every record;
-    // the lag rule (3 s here) drops it again once it cannot keep up.
+    // Sluice's node reports its log directory offline in its heartbeat: the controller moves
+    // the leadership to another in-sync replica and keeps the full node out of the ISR while
+    // the disk stays full (it holds every record at the handover, so without that it would be
+    // taken back at once, and acks=all would wait for a node that cannot write). Its fetcher
+    // waits rather than spins, its metadata quorum member waits for space rather than
+    // stopping, and it rejoins the ISR once space is freed.
     use common::disk::{Tmpfs, fill_up, read_numbered, send_numbered};
-    let mut cluster = Cluster::start_with(3, SETTINGS).await;
+    let mut cluster = Cluster::start_with(3, NO_LAG_RULE).await;
     let name = unique("spill");
     // A 40 MiB tmpfs.
     let Some((full, disk)) = led_from_a_disk_of_its_own(&mut cluster, &name, |dir| Tmpfs::mount_over(dir, 40)).await
@@ -807,19 +812,25 @@ async fn a_leader_whose_disk_fills_hands_the_partition_over_and_rejoins_once_spa
         &name,
         0,
         "led elsewhere, without the full node in its ISR",
-        |w| w.leader > 0 && w.leader != full && !w.isr.contains(&full),
+        |w| w.leader > 0 && w.leader != full && !w.isr.contains(&full) && w.offline == [full],
     )
     .await;
     // A metadata change while the disk is full to the last page.
     fill_up(&disk.path().join("pad2"));
     let later = unique("later");
     create(&cluster, &later, 1, 2, &[]).await;
+    // More acks=all records: answered without the full node, which stays out of the ISR.
+    let (more, failed) = send_numbered(&producer, &name, 600, 100).await;
+    assert!(failed.is_empty(), "{:?}", &failed[..failed.len().min(3)]);
+    let view = cluster.partition_view(moved.leader, &name, 0).await.unwrap();
+    assert!(!view.isr.contains(&full), "{view:?}");
 
-    // Space again: the node catches up, rejoins the ISR and sees the metadata made meanwhile.
+    // Space again: the node reports its directory online, catches up, rejoins the ISR and
+    // sees the metadata made meanwhile.
     std::fs::remove_file(disk.path().join("pad2")).unwrap();
     std::fs::remove_file(&pad).unwrap();
     let back = wait_view(&cluster, &name, 0, "the full node back in the ISR", |w| {
-        w.isr.contains(&full)
+        w.isr.contains(&full) && w.offline.is_empty()
     })
     .await;
     assert!(back.leader_epoch >= moved.leader_epoch, "{moved:?} then {back:?}");
@@ -828,7 +839,71 @@ async fn a_leader_whose_disk_fills_hands_the_partition_over_and_rejoins_once_spa
         assert!(Instant::now() < deadline, "node {full} never saw topic {later}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    // Every acknowledged record, once.
+    // Every acknowledged record, once, also when the node that was full leads again.
+    lead_again(&cluster, &name, full).await;
+    let mut acked = acked;
+    acked.extend(more);
+    acked.sort();
+    assert_eq!(read_numbered(&cluster.bootstrap(), &name, acked.len()), acked);
+    drop(disk);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acks_all_does_not_wait_for_a_follower_whose_disk_is_full() {
+    // A follower that cannot append what it fetches reports its log directory offline; the
+    // controller takes it out of the ISR at once, so acks=all producers are answered by the
+    // other two replicas instead of waiting replica.lag.time.max.ms (10 minutes here) for it.
+    // It may not rejoin while its disk is full (INELIGIBLE_REPLICA), and rejoins once space
+    // is freed.
+    use common::disk::{Tmpfs, fill_up, read_numbered, send_numbered};
+    let mut cluster = Cluster::start_with(3, NO_LAG_RULE).await;
+    let name = unique("behind");
+    let Some((node, disk)) = led_from_a_disk_of_its_own(&mut cluster, &name, |dir| Tmpfs::mount_over(dir, 40)).await
+    else {
+        return;
+    };
+    // Another replica leads (a restart moves the leadership); the node with its own disk
+    // follows.
+    cluster.terminate(node).await;
+    wait_view(&cluster, &name, 0, "led elsewhere", |w| {
+        w.leader > 0 && w.leader != node
+    })
+    .await;
+    cluster.restart(node).await;
+    wait_view(&cluster, &name, 0, "3 in sync, led by another", |w| {
+        w.isr.len() == 3 && w.leader != node
+    })
+    .await;
+
+    fill_up(&disk.path().join("pad"));
+    let producer = producer(
+        &cluster.bootstrap(),
+        &[
+            ("acks", "all"),
+            ("linger.ms", "5"),
+            // Far below the lag rule: only the log directory's report lets these through.
+            ("message.timeout.ms", "30000"),
+        ],
+    );
+    let (mut acked, failed) = send_numbered(&producer, &name, 0, 300).await;
+    assert!(failed.is_empty(), "{:?}", &failed[..failed.len().min(3)]);
+    let out = wait_view(&cluster, &name, 0, "the full follower out of the ISR", |w| {
+        !w.isr.contains(&node) && w.offline == [node]
+    })
+    .await;
+    assert_ne!(out.leader, node);
+
+    std::fs::remove_file(disk.path().join("pad")).unwrap();
+    wait_view(&cluster, &name, 0, "the follower back in the ISR", |w| {
+        w.isr.len() == 3 && w.offline.is_empty()
+    })
+    .await;
+    let (more, failed) = send_numbered(&producer, &name, 300, 100).await;
+    assert!(failed.is_empty(), "{:?}", &failed[..failed.len().min(3)]);
+    acked.extend(more);
+    acked.sort();
+    // Read from the follower that was full, as leader.
+    lead_again(&cluster, &name, node).await;
     assert_eq!(read_numbered(&cluster.bootstrap(), &name, acked.len()), acked);
     drop(disk);
 }

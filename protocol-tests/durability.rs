@@ -203,9 +203,19 @@ async fn a_full_disk_refuses_writes_keeps_what_was_acknowledged_and_recovers_whe
         ("log.segment.bytes", "1048576"),
         ("offsets.topic.num.partitions", "1"),
         ("log.flush.offset.checkpoint.interval.ms", "0"),
+        ("metrics.listen", "127.0.0.1:0"),
     ];
     let broker = start_in(&data, &settings).await;
     let bootstrap = broker.addr.to_string();
+    // Kafka's OfflineLogDirectoryCount: 1 from the first refused write until space is back.
+    let offline_dirs = |broker: &sluice::BrokerHandle| {
+        let (_, body) = common::scrape::get(broker.metrics_addr.expect("metrics.listen"), "/metrics", "text/plain");
+        common::scrape::sample(
+            &common::scrape::samples(&body),
+            "kafka_log_logmanager_offlinelogdirectorycount",
+        )
+    };
+    assert_eq!(offline_dirs(&broker), 0.0);
     use rdkafka::consumer::Consumer;
     let commit = |bootstrap: &str, offset: i64| {
         let group = consumer(bootstrap, &[("group.id", "through-full")]);
@@ -256,6 +266,7 @@ async fn a_full_disk_refuses_writes_keeps_what_was_acknowledged_and_recovers_whe
         stored.len()
     };
     check(&bootstrap, &acked);
+    assert_eq!(offline_dirs(&broker), 1.0);
     // A commit while the disk is full to the last page: its record may still fit in the
     // offsets segment's last page, while the checkpoint after its fsync cannot be written; or it
     // is refused (NOT_COORDINATOR, which the client retries until its timeout). Either way the
@@ -269,6 +280,11 @@ async fn a_full_disk_refuses_writes_keeps_what_was_acknowledged_and_recovers_whe
     // More room, without a restart: the same partitions take writes again, and the group
     // commits.
     disk.resize(48);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while offline_dirs(&broker) != 0.0 {
+        assert!(Instant::now() < deadline, "the log directory never came back online");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let before = acked.len().max(check(&bootstrap, &acked));
     let producer = common::producer(
         &bootstrap,

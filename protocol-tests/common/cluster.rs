@@ -256,6 +256,8 @@ pub struct PartitionView {
     pub leader_epoch: i32,
     pub replicas: Vec<i32>,
     pub isr: Vec<i32>,
+    /// Replicas on a broker that is fenced or whose log directory is offline.
+    pub offline: Vec<i32>,
 }
 
 impl Cluster {
@@ -286,6 +288,7 @@ pub async fn partition_view_at(addr: SocketAddr, topic: &str, partition: i32) ->
         leader_epoch: p.leader_epoch,
         replicas: p.replica_nodes.iter().map(|r| r.0).collect(),
         isr: p.isr_nodes.iter().map(|r| r.0).collect(),
+        offline: p.offline_replicas.iter().map(|r| r.0).collect(),
     })
 }
 
