@@ -13,10 +13,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::cluster::{Cluster, POLL_REQUEST_TIMEOUT, try_call};
+use common::cluster::{Cluster, POLL_REQUEST_TIMEOUT, list_latest, try_call};
 use common::*;
-use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::{BrokerId, ListOffsetsRequest};
+use kafka_protocol::messages::BrokerId;
 use kafka_protocol::records::Compression;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -233,19 +232,6 @@ async fn end_offsets(cluster: &Cluster, name: &str, view: &TopicView) -> Vec<i64
         ends.push(p.offset);
     }
     ends
-}
-
-/// ListOffsets latest (-1) of one partition.
-fn list_latest(name: &str, partition: i32) -> ListOffsetsRequest {
-    ListOffsetsRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_topics(vec![
-            ListOffsetsTopic::default().with_name(topic(name)).with_partitions(vec![
-                ListOffsetsPartition::default()
-                    .with_partition_index(partition)
-                    .with_timestamp(-1),
-            ]),
-        ])
 }
 
 /// The number of records of each partition in `records`.

@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::cluster::{
-    Cluster, POLL_REQUEST_TIMEOUT, consume_all, create, expected_values, metadata_request, produce_all, try_call,
-    wait_view,
+    Cluster, POLL_REQUEST_TIMEOUT, consume_all, create, expected_values, list_latest, metadata_request, produce_all,
+    try_call, wait_view,
 };
 use common::*;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
@@ -764,6 +764,66 @@ impl rdkafka::ClientContext for FetchedFrom {
 }
 
 impl rdkafka::consumer::ConsumerContext for FetchedFrom {}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_restarted_after_a_crash_answers_its_high_watermark_at_once() {
+    // Kafka's replication-offset-checkpoint: a replicated partition starts from the high
+    // watermark it had, not from its log start. Without it, after every node crashed, a
+    // leader whose in-sync follower stays down answered ListOffsets(latest) with its log start
+    // until that follower was fenced, and a consumer with librdkafka's default
+    // auto.offset.reset=latest started there and read the whole log again. The session
+    // timeout is a minute here, so the follower stays in the ISR for the whole test.
+    let mut cluster = Cluster::start_with(
+        3,
+        &[
+            ("replica.high.watermark.checkpoint.interval.ms", "100"),
+            ("broker.session.timeout.ms", "60000"),
+        ],
+    )
+    .await;
+    let name = unique("hwm");
+    create(&cluster, &name, 1, 3, &[]).await;
+    let v = wait_view(&cluster, &name, 0, "all 3 in sync", |v| {
+        v.leader > 0 && v.isr.len() == 3
+    })
+    .await;
+    let offsets = produce_all(&cluster, &name, 0, 20).await;
+    assert_eq!(offsets.last(), Some(&19));
+    // Ten checkpoint intervals, then every node crashes; the leader and one follower return.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    cluster.kill_all();
+    let down = *v.replicas.iter().find(|r| **r != v.leader).unwrap();
+    let back: Vec<i32> = v.replicas.iter().copied().filter(|r| *r != down).collect();
+    cluster.restart_some(&back).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let latest = loop {
+        let answer = try_call(cluster.addr(v.leader), 7, &list_latest(&name, 0), POLL_REQUEST_TIMEOUT).await;
+        if let Ok(resp) = answer {
+            let p = &resp.topics[0].partitions[0];
+            if p.error_code == 0 {
+                break p.offset;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no ListOffsets answer from node {}",
+            v.leader
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(latest, 20, "the leader's first answer after the crash");
+    let view = cluster.partition_view(v.leader, &name, 0).await.unwrap();
+    assert!(
+        view.isr.contains(&down),
+        "the follower left the ISR meanwhile: {view:?}"
+    );
+    // librdkafka's view (its auto.offset.reset=latest, the default, starts a consumer at the
+    // high watermark it queries so).
+    use rdkafka::consumer::Consumer;
+    let consumer = consumer(&cluster.bootstrap(), &[]);
+    let (low, high) = consumer.fetch_watermarks(&name, 0, Duration::from_secs(10)).unwrap();
+    assert_eq!((low, high), (0, 20));
+}
 
 /// The ISR changes a full disk makes come from the full node's heartbeat alone (KIP-858's
 /// offline log directory): the lag rule, 10 minutes here, never acts within these tests.

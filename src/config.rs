@@ -165,6 +165,9 @@ pub struct BrokerConfig {
     pub replica_fetch_response_max_bytes: i32,
     /// `replica.fetch.backoff.ms`: how long a follower waits after a failed fetch.
     pub replica_fetch_backoff_ms: u64,
+    /// `replica.high.watermark.checkpoint.interval.ms`: how often a cluster node writes its
+    /// partitions' high watermarks (`replica::hw_checkpoint`).
+    pub replica_high_watermark_checkpoint_interval_ms: u64,
     /// `broker.heartbeat.interval.ms`: how often a broker heartbeats to the controller.
     pub broker_heartbeat_interval_ms: u64,
     /// `controlled.shutdown.enable`: a cluster broker asks the controller to fence it before it
@@ -481,6 +484,7 @@ impl Default for BrokerConfig {
             replica_fetch_max_bytes: 1 << 20,
             replica_fetch_response_max_bytes: 10 << 20,
             replica_fetch_backoff_ms: 1000,
+            replica_high_watermark_checkpoint_interval_ms: 5000,
             broker_heartbeat_interval_ms: 2000,
             controlled_shutdown_enable: true,
             broker_rack: None,
@@ -904,6 +908,12 @@ pub const BROKER_KEYS: &[BrokerKey] = &[
         ConfigType::Int,
         false,
         "How long a follower waits after a failed fetch.",
+    ),
+    broker_key(
+        "replica.high.watermark.checkpoint.interval.ms",
+        ConfigType::Long,
+        false,
+        "How often the partitions' high watermarks are written to disk, so that a restarted node starts from them.",
     ),
     broker_key(
         "broker.heartbeat.interval.ms",
@@ -1597,6 +1607,9 @@ impl BrokerConfig {
             "replica.fetch.max.bytes" => self.replica_fetch_max_bytes.to_string(),
             "replica.fetch.response.max.bytes" => self.replica_fetch_response_max_bytes.to_string(),
             "replica.fetch.backoff.ms" => self.replica_fetch_backoff_ms.to_string(),
+            "replica.high.watermark.checkpoint.interval.ms" => {
+                self.replica_high_watermark_checkpoint_interval_ms.to_string()
+            }
             "broker.heartbeat.interval.ms" => self.broker_heartbeat_interval_ms.to_string(),
             "controlled.shutdown.enable" => self.controlled_shutdown_enable.to_string(),
             "broker.rack" => self.broker_rack.clone().unwrap_or_default(),
@@ -1845,6 +1858,9 @@ impl BrokerConfig {
                 self.replica_fetch_response_max_bytes = at_least(key, parse_int(key, value)?, 0)?
             }
             "replica.fetch.backoff.ms" => self.replica_fetch_backoff_ms = at_least(key, parse_int(key, value)?, 0)?,
+            "replica.high.watermark.checkpoint.interval.ms" => {
+                self.replica_high_watermark_checkpoint_interval_ms = at_least(key, parse_int(key, value)?, 1)?
+            }
             "broker.heartbeat.interval.ms" => {
                 self.broker_heartbeat_interval_ms = at_least(key, parse_int(key, value)?, 1)?
             }

@@ -457,6 +457,7 @@ impl Broker {
             // partitions are reported without a leader, the rest are served.
             tracing::error!(error = %e, "some partitions are offline: their storage failed to open");
         }
+        replicas.forget_high_watermark_hints();
         tracing::info!(%addr, advertised = config.advertised(), data_dir = %config.data_dir.display(), "sluice broker started");
         let coordinator = Arc::new(GroupCoordinator::new(
             config.clone(),
@@ -583,6 +584,22 @@ impl Broker {
                             let _ = tokio::task::spawn_blocking(move || replicas.clean_compacted(&image)).await;
                         }
                     }
+                }
+            });
+        }
+        if config.cluster_mode() {
+            // Kafka's highwatermark-checkpoint task.
+            let shutdown = shutdown.clone();
+            let every = Duration::from_millis(config.replica_high_watermark_checkpoint_interval_ms);
+            let replicas = replicas.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        _ = tokio::time::sleep(every) => {}
+                    }
+                    let replicas = replicas.clone();
+                    let _ = tokio::task::spawn_blocking(move || replicas.checkpoint_high_watermarks()).await;
                 }
             });
         }

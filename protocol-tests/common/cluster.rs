@@ -249,6 +249,20 @@ pub fn metadata_request(topics: &[&str]) -> MetadataRequest {
         .with_allow_auto_topic_creation(false)
 }
 
+/// ListOffsets latest (-1) of one partition.
+pub fn list_latest(name: &str, partition: i32) -> kafka_protocol::messages::ListOffsetsRequest {
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    kafka_protocol::messages::ListOffsetsRequest::default()
+        .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+        .with_topics(vec![
+            ListOffsetsTopic::default().with_name(topic(name)).with_partitions(vec![
+                ListOffsetsPartition::default()
+                    .with_partition_index(partition)
+                    .with_timestamp(-1),
+            ]),
+        ])
+}
+
 /// A partition as Metadata lists it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PartitionView {
@@ -697,6 +711,15 @@ impl Cluster {
             "unclean shutdown: {} (node logs follow)",
             failures.join("; ")
         );
+    }
+
+    /// Starts the stopped nodes `ids` together (a majority of voters must be up before any
+    /// node serves), then waits as `restart` does.
+    pub async fn restart_some(&mut self, ids: &[i32]) {
+        for &id in ids {
+            self.spawn(id);
+        }
+        self.wait_ready().await;
     }
 
     /// Starts every stopped node, then waits as `restart` does.

@@ -200,6 +200,7 @@ pub(super) mod tests {
             crate::replica::Opening {
                 leader_epoch: 0,
                 replicated: true,
+                high_watermark: None,
             },
             dir.to_path_buf(),
             log,

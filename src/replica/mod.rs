@@ -18,6 +18,7 @@
 mod epoch_lookup;
 pub mod fetcher;
 mod follower_log;
+pub mod hw_checkpoint;
 pub mod leader;
 pub mod log_dir;
 pub mod produce_validation;
@@ -148,6 +149,9 @@ pub(crate) struct Opening {
     /// Whether other brokers hold replicas of it: it then serves nobody until the replica
     /// manager applies its registration.
     pub replicated: bool,
+    /// Its high watermark before the restart, from the checkpoint (`hw_checkpoint.rs`): a
+    /// replicated partition starts there (within its log) instead of at its log start.
+    pub high_watermark: Option<i64>,
 }
 
 impl Partition {
@@ -155,9 +159,9 @@ impl Partition {
     ///
     /// It starts as the only replica of itself, leading at `leader_epoch` (the single-node
     /// case); the replica manager then gives it its registration (`leader.rs`). A partition
-    /// with other replicas starts its high watermark at the log start: what is above may not
-    /// be on every in-sync replica, and the leader's followers (or, for a follower, its
-    /// leader) move it up again.
+    /// with other replicas starts its high watermark at its checkpointed one, else at the log
+    /// start: what is above may not be on every in-sync replica, and the leader's followers
+    /// (or, for a follower, its leader) move it up again.
     fn new(
         tp: TopicPartition,
         topic_id: Uuid,
@@ -170,9 +174,14 @@ impl Partition {
         let Opening {
             leader_epoch,
             replicated,
+            high_watermark,
         } = opening;
         let end = log.log_end_offset();
         let start = log.log_start_offset();
+        let first_high_watermark = match replicated {
+            true => high_watermark.map_or(start, |hw| hw.min(end).max(start)),
+            false => end,
+        };
         let reads = log.reader();
         Partition {
             tp,
@@ -182,7 +191,7 @@ impl Partition {
             log: Mutex::new(Some(log)),
             writer,
             reads,
-            high_watermark: watch::Sender::new(if replicated { start } else { end }),
+            high_watermark: watch::Sender::new(first_high_watermark),
             log_end: watch::Sender::new(end),
             // A replicated partition serves nobody until the replica manager applies its
             // registration.
@@ -920,6 +929,11 @@ pub struct ReplicaManager {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Whether the log directory works, as the broker's heartbeat reports it (log_dir.rs).
     pub log_dir: Arc<log_dir::LogDirHealth>,
+    /// The high watermarks checkpointed before this start, taken by the partitions as they
+    /// open, then forgotten (`forget_high_watermark_hints`).
+    hw_hints: Mutex<hw_checkpoint::Entries>,
+    /// What the last high-watermark checkpoint wrote: an unchanged one is not written again.
+    hw_written: Mutex<Vec<(TopicPartition, Uuid, i64)>>,
 }
 
 /// The replica manager's progress through the published images.
@@ -965,6 +979,11 @@ impl ReplicaManager {
             fetchers: fetcher::Fetchers::new(&config),
             metrics,
             log_dir: Arc::new(log_dir::LogDirHealth::new(&config.data_dir)),
+            hw_hints: Mutex::new(match config.cluster_mode() {
+                true => hw_checkpoint::read(&config.data_dir),
+                false => hw_checkpoint::Entries::new(),
+            }),
+            hw_written: Mutex::new(Vec::new()),
             config,
         }
     }
@@ -1503,6 +1522,13 @@ impl ReplicaManager {
             Opening {
                 leader_epoch: topic.partition_leader_epoch(partition),
                 replicated: topic.replicas(partition).len() > 1,
+                high_watermark: self
+                    .hw_hints
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&tp)
+                    .filter(|(id, _)| *id == topic.id)
+                    .map(|(_, hw)| hw),
             },
             dir,
             log,
@@ -1671,6 +1697,34 @@ impl ReplicaManager {
         }
     }
 
+    /// The checkpointed high watermarks not taken by a partition at start are forgotten:
+    /// a partition opened later (a reassignment) starts at its log start.
+    pub fn forget_high_watermark_hints(&self) {
+        self.hw_hints.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
+    /// Writes the high-watermark checkpoint of a cluster node (`hw_checkpoint.rs`): every
+    /// hosted partition's high watermark, when any moved since the last one. Blocking.
+    pub fn checkpoint_high_watermarks(&self) {
+        if !self.config.cluster_mode() {
+            return;
+        }
+        let mut entries: Vec<(TopicPartition, Uuid, i64)> = self
+            .all()
+            .iter()
+            .map(|p| (p.tp.clone(), p.topic_id, p.high_watermark()))
+            .collect();
+        entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut written = self.hw_written.lock().unwrap_or_else(|p| p.into_inner());
+        if *written == entries {
+            return;
+        }
+        match hw_checkpoint::write(&self.config.data_dir, &entries) {
+            Ok(()) => *written = entries,
+            Err(e) => tracing::warn!(error = %e, "writing the high-watermark checkpoint"),
+        }
+    }
+
     /// Closes every partition (flush, index and checkpoint writes) for a clean shutdown.
     pub fn close_all(&self) {
         // No apply after this one: an apply in progress finishes first (it holds the lock).
@@ -1678,6 +1732,7 @@ impl ReplicaManager {
         self.stopped.store(true, Ordering::Release);
         self.fetchers.stop();
         self.progressed.notify_all();
+        self.checkpoint_high_watermarks();
         let all: Vec<Arc<Partition>> = self
             .partitions
             .read()

@@ -379,6 +379,7 @@ mod tests {
             crate::replica::Opening {
                 leader_epoch: 0,
                 replicated: false,
+                high_watermark: None,
             },
             dir.to_path_buf(),
             log,
