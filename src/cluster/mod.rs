@@ -1505,7 +1505,7 @@ pub struct Controller {
     node_id: i32,
     backend: Backend,
     /// The committed image, published: readers take the current one, the replica manager
-    /// subscribes and applies each (ARCHITECTURE.md, "Metadata flow").
+    /// subscribes and applies each (docs/design/cluster.md, "Metadata flow").
     image: Arc<watch::Sender<Arc<MetadataImage>>>,
     /// This broker's current block of producer ids: the next one to hand out and the block's end.
     producer_ids: Mutex<(i64, i64)>,

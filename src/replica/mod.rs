@@ -1213,8 +1213,8 @@ impl ReplicaManager {
     }
 
     /// Gives each hosted partition of `topic` its role from the partition's registration:
-    /// leader (with the ISR and replicas) or follower of the leader named (ARCHITECTURE.md,
-    /// "Replication"). A registration already applied is skipped.
+    /// leader (with the ISR and replicas) or follower of the leader named
+    /// (docs/design/replication.md). A registration already applied is skipped.
     fn apply_roles(&self, topic: &crate::cluster::TopicInfo, image: &MetadataImage) {
         let min_isr = topic
             .configs
