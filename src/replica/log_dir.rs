@@ -53,7 +53,10 @@ struct Timing {
 }
 
 impl LogDirHealth {
+    /// The health of `dir`, online; a probe file left by a crash during a probe is removed
+    /// (it can be large).
     pub fn new(dir: &Path) -> LogDirHealth {
+        let _ = std::fs::remove_file(dir.join(PROBE_FILE));
         LogDirHealth {
             dir: dir.to_path_buf(),
             offline: AtomicBool::new(false),
@@ -190,6 +193,14 @@ mod tests {
         health.probed(Ok(()), now);
         health.failed(now, 10);
         assert_eq!(health.probe_bytes(), PROBE_BYTES, "forgotten once online");
+    }
+
+    #[test]
+    fn a_probe_file_left_by_a_crash_is_removed_at_start() {
+        let dir = tempfile::TempDir::new().unwrap();
+        std::fs::write(dir.path().join(PROBE_FILE), [0u8; 100]).unwrap();
+        let _health = LogDirHealth::new(dir.path());
+        assert!(!dir.path().join(PROBE_FILE).exists());
     }
 
     #[test]

@@ -1706,7 +1706,9 @@ impl ReplicaManager {
     /// Writes the high-watermark checkpoint of a cluster node (`hw_checkpoint.rs`): every
     /// hosted partition's high watermark, when any moved since the last one. Blocking.
     pub fn checkpoint_high_watermarks(&self) {
-        if !self.config.cluster_mode() {
+        // Not while the log directory is offline: the write would fail (a full disk) at every
+        // interval, and the file is a hint; the next one after the directory is back writes it.
+        if !self.config.cluster_mode() || self.log_dir.is_offline() {
             return;
         }
         let mut entries: Vec<(TopicPartition, Uuid, i64)> = self

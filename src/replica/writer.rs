@@ -725,6 +725,46 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_replicated_partition_starts_at_its_checkpointed_high_watermark_within_its_log() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let writers = Writers::start(1, 4);
+        let p = partition(dir.path(), &writers);
+        for i in 0..5 {
+            let info = p.append(batch(&format!("r{i}")), true).await.unwrap();
+            p.wait_durable(info.last_offset).await.unwrap();
+        }
+        p.close().unwrap();
+        drop(p);
+        let tp = TopicPartition {
+            topic: "t".into(),
+            partition: 0,
+        };
+        let open = |high_watermark: Option<i64>| {
+            let log = Log::open(dir.path(), LogConfig::default(), crate::replica::now_ms()).unwrap();
+            let p = Arc::new(Partition::new(
+                tp.clone(),
+                uuid::Uuid::new_v4(),
+                crate::replica::Opening {
+                    leader_epoch: 0,
+                    replicated: true,
+                    high_watermark,
+                },
+                dir.path().to_path_buf(),
+                log,
+                &BrokerConfig::default(),
+                writers.for_partition(&tp),
+            ));
+            let hw = p.high_watermark();
+            p.close().unwrap();
+            hw
+        };
+        // The hint, capped at the log end (a power cut can shorten the log); none: the start.
+        assert_eq!(open(Some(3)), 3);
+        assert_eq!(open(Some(99)), 5);
+        assert_eq!(open(None), 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_partition_whose_fsync_failed_is_not_marked_clean_when_closed() {
         // A later fsync can succeed after pages were lost (fsyncgate): a clean-shutdown marker
         // would make the next start skip the recovery that finds the loss.
