@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Many trials of each fault of protocol-tests/replication.rs (kill -9 of a leader, SIGSTOP of a
-# leader, rolling restart, kill -9 of every node, a power cut of every node (root, to mount its
-# volumes), and on the docker cluster a leader cut off by a network partition), which the test
+# leader, rolling restart, kill -9 of every node, a power cut of every node, a full disk under
+# a leader (root, to mount their volumes), and on the docker cluster a leader cut off by a network partition), which the test
 # command runs once each. Not part of the test command
 # (protocol-tests/test.sh): about a minute per trial, half that for cut_leader.
 #
 #   protocol-tests/faults.sh [TRIALS] [FAULT...]   default: 20 trials of each fault
-#   FAULT: kill_leader pause_leader rolling_restart kill_all power_cut cut_leader
+#   FAULT: kill_leader pause_leader rolling_restart kill_all power_cut disk_full cut_leader
 #   (cut_leader needs the image: docker/build.sh first; SLUICE_DOCKER_IMAGE, default
 #   sluice:latest, names it)
 #
@@ -25,7 +25,7 @@ trials=${1:-20}
 [[ $trials =~ ^[1-9][0-9]*$ ]] || { echo "faults.sh: TRIALS must be a positive whole number, not '$trials'" >&2; exit 2; }
 shift $(( $# > 0 ? 1 : 0 ))
 faults=("$@")
-(( ${#faults[@]} )) || faults=(kill_leader pause_leader rolling_restart kill_all power_cut cut_leader)
+(( ${#faults[@]} )) || faults=(kill_leader pause_leader rolling_restart kill_all power_cut disk_full cut_leader)
 
 declare -A test_of=(
     [kill_leader]=killing_the_leader_loses_no_acknowledged_write_and_the_group_goes_on
@@ -33,6 +33,7 @@ declare -A test_of=(
     [rolling_restart]=a_rolling_restart_under_load_loses_no_acknowledged_write
     [kill_all]=killing_every_node_at_once_loses_no_acknowledged_write
     [power_cut]=a_power_cut_of_every_node_loses_no_acknowledged_write
+    [disk_full]=a_leader_whose_disk_fills_under_load_loses_no_acknowledged_write
     [cut_leader]=a_leader_cut_off_from_the_cluster_acknowledges_nothing_and_truncates_when_healed
 )
 export SLUICE_DOCKER_IMAGE=${SLUICE_DOCKER_IMAGE:-sluice:latest}
