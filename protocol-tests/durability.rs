@@ -398,6 +398,17 @@ async fn every_record_acknowledged_before_the_disk_fails_is_on_it_when_it_comes_
         failed.len()
     );
     assert!(broker.child.try_wait().unwrap().is_none(), "the broker crashed");
+    // Its fsync failed: the partition is reported offline (no leader, an offline replica),
+    // not led, so clients wait for it instead of sending there.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let view = common::cluster::partition_view_at(broker.addr, "failing", 0).await;
+        if view.as_ref().is_ok_and(|v| v.leader == -1 && v.offline == [1]) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still led: {view:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     drop(producer);
     send_signal(&broker.child, libc::SIGTERM);
     let deadline = Instant::now() + Duration::from_secs(60);

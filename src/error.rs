@@ -193,11 +193,29 @@ impl Error {
             source,
         }
     }
+
+    /// Whether this is a storage error of a device or filesystem that failed (EIO, a
+    /// filesystem gone read-only, a device gone): unlike a full disk or too many open files,
+    /// nothing written there can be trusted to succeed again before a restart.
+    pub fn is_device_failure(&self) -> bool {
+        matches!(self, Error::Storage { source, .. }
+            if matches!(source.raw_os_error(), Some(libc::EIO | libc::EROFS | libc::ENXIO | libc::ENODEV)))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_device_is_told_from_a_full_disk() {
+        let storage = |errno| Error::storage("append to", "/x", std::io::Error::from_raw_os_error(errno));
+        assert!(storage(libc::EIO).is_device_failure());
+        assert!(storage(libc::EROFS).is_device_failure());
+        assert!(!storage(libc::ENOSPC).is_device_failure());
+        assert!(!storage(libc::EMFILE).is_device_failure());
+        assert!(!Error::CorruptBatch("x".into()).is_device_failure());
+    }
 
     #[test]
     fn codes_match_kafka() {

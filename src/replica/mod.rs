@@ -412,6 +412,13 @@ impl Partition {
         match result {
             Err(e @ Error::Storage { .. }) => {
                 self.failed_write_bytes.fetch_max(bytes, Ordering::AcqRel);
+                if e.is_device_failure() && !self.failed.swap(true, Ordering::AcqRel) {
+                    // A failed device, not a full disk: the partition stops until a restart,
+                    // as after a failed fsync (what it holds cannot be trusted to be written).
+                    tracing::error!(partition = %self.tp, error = %e, "the device failed under an append; the partition stops until a restart");
+                    self.hand_over.store(true, Ordering::Release);
+                    self.durable_offset.send_modify(|_| {});
+                }
                 if flip(&self.appends_failing, true) {
                     self.hand_over.store(true, Ordering::Release);
                     tracing::error!(partition = %self.tp, error = %e, "appends fail on storage; refused (KAFKA_STORAGE_ERROR) until they succeed");
@@ -1328,14 +1335,24 @@ impl ReplicaManager {
 
     /// Hands over at once the partitions led here whose storage started failing since the last
     /// call (the ISR pass repeats it for those that still fail, every `replica.lag.time.max.ms`
-    /// / 2), and takes the log directory offline at the first such failure (log_dir.rs). Cheap
-    /// when nothing failed: one load per partition.
+    /// / 2), and takes the log directory offline at the first such failure (log_dir.rs); a
+    /// partition whose fsync or truncation failed is reported offline. Cheap when nothing
+    /// failed: one load per partition.
     pub fn hand_over_failing(&self) {
         let mut failed = None;
         for p in self.all() {
             if p.hand_over.load(Ordering::Acquire) && p.hand_over.swap(false, Ordering::AcqRel) {
                 let bytes = p.failed_write_bytes.swap(0, Ordering::AcqRel);
                 failed = Some(failed.unwrap_or(0).max(bytes));
+                if p.failed.load(Ordering::Acquire) {
+                    // It serves nothing until a restart: reported offline from now on, as
+                    // one that failed to open (Metadata: no leader, an offline replica).
+                    tracing::error!(partition = %p.tp, "partition offline until a restart: its storage failed");
+                    self.offline
+                        .write()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(p.tp.clone());
+                }
                 if p.is_leader() && p.isr().len() > 1 {
                     self.resign(p);
                 }
