@@ -884,6 +884,9 @@ async fn a_leader_whose_disk_fills_hands_the_partition_over_and_rejoins_once_spa
     assert!(failed.is_empty(), "{:?}", &failed[..failed.len().min(3)]);
     let view = cluster.partition_view(moved.leader, &name, 0).await.unwrap();
     assert!(!view.isr.contains(&full), "{view:?}");
+    // DescribeLogDirs names its directory with KAFKA_STORAGE_ERROR, as Kafka an offline one.
+    let dirs = log_dirs_error(&cluster, full).await;
+    assert_eq!(dirs, 56, "DescribeLogDirs of node {full}");
 
     // Space again: the node reports its directory online, catches up, rejoins the ISR and
     // sees the metadata made meanwhile.
@@ -894,6 +897,7 @@ async fn a_leader_whose_disk_fills_hands_the_partition_over_and_rejoins_once_spa
     })
     .await;
     assert!(back.leader_epoch >= moved.leader_epoch, "{moved:?} then {back:?}");
+    assert_eq!(log_dirs_error(&cluster, full).await, 0);
     let deadline = Instant::now() + Duration::from_secs(30);
     while cluster.partition_view(full, &later, 0).await.is_err() {
         assert!(Instant::now() < deadline, "node {full} never saw topic {later}");
@@ -906,6 +910,20 @@ async fn a_leader_whose_disk_fills_hands_the_partition_over_and_rejoins_once_spa
     acked.sort();
     assert_eq!(read_numbered(&cluster.bootstrap(), &name, acked.len()), acked);
     drop(disk);
+}
+
+/// The error code of node `node`'s one log directory in its DescribeLogDirs answer (v4).
+async fn log_dirs_error(cluster: &Cluster, node: i32) -> i16 {
+    let resp = try_call(
+        cluster.addr(node),
+        4,
+        &kafka_protocol::messages::DescribeLogDirsRequest::default(),
+        POLL_REQUEST_TIMEOUT,
+    )
+    .await
+    .unwrap();
+    assert_eq!(resp.results.len(), 1, "{resp:?}");
+    resp.results[0].error_code
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

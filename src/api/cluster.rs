@@ -94,6 +94,15 @@ pub async fn describe_log_dirs(ctx: &Ctx, req: DescribeLogDirsRequest, version: 
             false => 0,
         });
     }
+    if ctx.replicas.log_dir.is_offline() {
+        // Kafka answers an offline log directory with KAFKA_STORAGE_ERROR and no replicas
+        // (here: until a probe write succeeds; its replicas may still serve reads).
+        return DescribeLogDirsResponse::default().with_results(vec![
+            DescribeLogDirsResult::default()
+                .with_error_code(ResponseError::KafkaStorageError.code())
+                .with_log_dir(StrBytes::from_string(log_dir(ctx).display().to_string())),
+        ]);
+    }
     let image = ctx.controller.image();
     let wanted: Vec<(String, Vec<i32>)> = match req.topics {
         Some(topics) => topics
