@@ -912,6 +912,71 @@ async fn a_leader_whose_disk_fills_hands_the_partition_over_and_rejoins_once_spa
     drop(disk);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metadata_quorum_goes_on_when_the_active_controllers_disk_fills() {
+    // A voter's raft waits for space rather than stopping (raft/disk.rs). When that voter
+    // leads the quorum, its raft stalls at its next write; the other two elect a leader
+    // within an election timeout and go on committing. The proposal the stalled leader took
+    // times out (REQUEST_TIMED_OUT, which admin clients retry); nothing else is refused. Once
+    // space is freed the node catches up. (Kafka halts a controller whose metadata log
+    // directory fails; the others elect a leader the same way.)
+    use common::disk::{Tmpfs, fill_up};
+    let mut cluster = Cluster::start_with(3, NO_LAG_RULE).await;
+    cluster.stop_all().await;
+    let mut disks = BTreeMap::new();
+    for id in cluster.ids() {
+        let Some(disk) = Tmpfs::mount_over(cluster.node(id).dir.path(), 64) else {
+            return;
+        };
+        disks.insert(id, disk);
+    }
+    cluster.start_all().await;
+    let full = cluster.controller().await;
+    fill_up(&disks[&full].path().join("pad"));
+    let other = cluster.ids().into_iter().find(|id| *id != full).unwrap();
+    // Enough records that the raft log's last page cannot take them all.
+    let (mut created, mut timed_out) = (Vec::new(), 0);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while created.len() < 30 {
+        assert!(
+            Instant::now() < deadline,
+            "{} topics created, {timed_out} timed out",
+            created.len()
+        );
+        let name = unique("afterfull");
+        let request = CreateTopicsRequest::default()
+            .with_topics(vec![
+                CreatableTopic::default()
+                    .with_name(topic(&name))
+                    .with_num_partitions(1)
+                    .with_replication_factor(2),
+            ])
+            .with_timeout_ms(30_000);
+        let answer = try_call(cluster.addr(other), 5, &request, Duration::from_secs(40))
+            .await
+            .unwrap();
+        match answer.topics[0].error_code {
+            0 => created.push(name),
+            7 => timed_out += 1,
+            code => panic!("CreateTopics answered {code}: {answer:?}"),
+        }
+    }
+    assert!(timed_out <= 1, "{timed_out} CreateTopics timed out");
+    let now = cluster.controller_seen_by(other).await.unwrap();
+    assert_ne!(now, full, "node {full} still leads the quorum on a full disk");
+
+    // Space again: the node's raft writes what it waited with, and it catches up.
+    std::fs::remove_file(disks[&full].path().join("pad")).unwrap();
+    let last = created.last().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while cluster.partition_view(full, last, 0).await.is_err() {
+        assert!(Instant::now() < deadline, "node {full} never saw topic {last}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(cluster);
+    drop(disks);
+}
+
 /// The error code of node `node`'s one log directory in its DescribeLogDirs answer (v4).
 async fn log_dirs_error(cluster: &Cluster, node: i32) -> i16 {
     let resp = try_call(

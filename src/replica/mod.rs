@@ -941,6 +941,8 @@ pub struct ReplicaManager {
     hw_hints: Mutex<hw_checkpoint::Entries>,
     /// What the last high-watermark checkpoint wrote: an unchanged one is not written again.
     hw_written: Mutex<Vec<(TopicPartition, Uuid, i64)>>,
+    /// Whether the last high-watermark checkpoint failed to write (logged once per run).
+    hw_checkpoint_failing: AtomicBool,
 }
 
 /// The replica manager's progress through the published images.
@@ -991,6 +993,7 @@ impl ReplicaManager {
                 false => hw_checkpoint::Entries::new(),
             }),
             hw_written: Mutex::new(Vec::new()),
+            hw_checkpoint_failing: AtomicBool::new(false),
             config,
         }
     }
@@ -1739,8 +1742,17 @@ impl ReplicaManager {
             return;
         }
         match hw_checkpoint::write(&self.config.data_dir, &entries) {
-            Ok(()) => *written = entries,
-            Err(e) => tracing::warn!(error = %e, "writing the high-watermark checkpoint"),
+            Ok(()) => {
+                *written = entries;
+                if flip(&self.hw_checkpoint_failing, false) {
+                    tracing::info!("the high-watermark checkpoint is written again");
+                }
+            }
+            // Once per run of failures (a full disk fails it at every interval).
+            Err(e) if flip(&self.hw_checkpoint_failing, true) => {
+                tracing::warn!(error = %e, "writing the high-watermark checkpoint failed; retried every interval")
+            }
+            Err(e) => tracing::debug!(error = %e, "writing the high-watermark checkpoint"),
         }
     }
 
