@@ -932,6 +932,17 @@ async fn the_metadata_quorum_goes_on_when_the_active_controllers_disk_fills() {
     }
     cluster.start_all().await;
     let full = cluster.controller().await;
+    // A partition the controller leads.
+    let led = unique("led");
+    create(&cluster, &led, 3, 3, &[]).await;
+    let mut led_partition = None;
+    for p in 0..3 {
+        let v = wait_view(&cluster, &led, p, "led", |v| v.leader > 0).await;
+        if v.leader == full {
+            led_partition = Some(p);
+        }
+    }
+    let led_partition = led_partition.expect("the controller leads one of 3 partitions");
     fill_up(&disks[&full].path().join("pad"));
     let other = cluster.ids().into_iter().find(|id| *id != full).unwrap();
     // Enough records that the raft log's last page cannot take them all.
@@ -964,6 +975,9 @@ async fn the_metadata_quorum_goes_on_when_the_active_controllers_disk_fills() {
     assert!(timed_out <= 1, "{timed_out} CreateTopics timed out");
     let now = cluster.controller_seen_by(other).await.unwrap();
     assert_ne!(now, full, "node {full} still leads the quorum on a full disk");
+    // Its raft waits for space, its image frozen: it does not name itself leader from it.
+    let view = cluster.partition_view(full, &led, led_partition).await.unwrap();
+    assert_eq!((view.leader, view.offline.clone()), (-1, vec![full]), "{view:?}");
 
     // Space again: the node's raft writes what it waited with, and it catches up.
     std::fs::remove_file(disks[&full].path().join("pad")).unwrap();
@@ -973,6 +987,10 @@ async fn the_metadata_quorum_goes_on_when_the_active_controllers_disk_fills() {
         assert!(Instant::now() < deadline, "node {full} never saw topic {last}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    wait_view(&cluster, &led, led_partition, "led again as every node sees it", |v| {
+        v.leader > 0
+    })
+    .await;
     drop(cluster);
     drop(disks);
 }

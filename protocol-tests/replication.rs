@@ -843,8 +843,31 @@ impl Fault {
                 let pad = disks.tmpfs[&leader].path().join("pad");
                 fill_up(&pad);
                 // Its next refused append takes its log directory offline: another node leads
-                // and it leaves the ISR (it heartbeats on, so it is not fenced).
-                expect_new_leader(cluster, topic, leader, before, violations).await;
+                // and it leaves the ISR (it heartbeats on, so it is not fenced). Asked of the
+                // other nodes: the full one's metadata log may be waiting for space (when it
+                // leads the quorum, or is the one voter behind), its image then frozen.
+                let others: Vec<i32> = answering(cluster).into_iter().filter(|id| *id != leader).collect();
+                let what = format!("a leader other than node {leader}, in the ISR, without node {leader}");
+                let started = Instant::now();
+                match wait_partition(cluster, &others, topic, 0, &what, FAULT_WAIT, |v| {
+                    v.leader > 0
+                        && v.leader != leader
+                        && v.isr.contains(&v.leader)
+                        && !v.isr.contains(&leader)
+                        && v.leader_epoch > before.leader_epoch
+                })
+                .await
+                {
+                    Ok(view) => println!("{topic}/0 {:?} after the disk filled: {view:?}", started.elapsed()),
+                    Err(e) => violations.push(e),
+                }
+                // Nor does the full node claim the leadership from a frozen image.
+                let what = format!("node {leader} not naming itself leader");
+                if let Err(e) =
+                    wait_partition(cluster, &[leader], topic, 0, &what, FAULT_WAIT, |v| v.leader != leader).await
+                {
+                    violations.push(e);
+                }
                 tokio::time::sleep(FULL_FOR).await;
                 std::fs::remove_file(&pad).expect("free the disk");
                 println!("node {leader}'s disk has space again");

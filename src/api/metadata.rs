@@ -245,9 +245,12 @@ impl PartitionState {
     pub(crate) fn of(ctx: &Ctx, image: &MetadataImage, topic: &TopicInfo, index: i32) -> PartitionState {
         let replicas = topic.replicas(index);
         // A replica is offline when its broker is fenced (or gone), or, here, when its
-        // storage failed to open.
-        let offline =
-            |r: i32| !image.is_live(r) || (r == ctx.config.node_id && ctx.replicas.is_offline(&topic.name, index));
+        // storage failed, or while this node's metadata log waits for space on a full disk:
+        // its image may be behind the quorum's, so it does not claim a leadership from it.
+        let stalled = ctx.controller.quorum().is_some_and(|q| q.stalled());
+        let offline = |r: i32| {
+            !image.is_live(r) || (r == ctx.config.node_id && (stalled || ctx.replicas.is_offline(&topic.name, index)))
+        };
         let registration = topic.registration(index);
         let leader = registration.leader;
         let leader_online = leader >= 0 && !offline(leader);

@@ -76,6 +76,9 @@ const FULL_DISK_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 #[derive(Clone)]
 pub(crate) struct FullDiskWait {
     stopping: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// How many writes are waiting for space now: while any is, this node's raft is stalled
+    /// and its metadata image may be behind the quorum's (`MetadataQuorum::stalled`).
+    waiting: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     retry: std::time::Duration,
 }
 
@@ -83,12 +86,18 @@ impl Default for FullDiskWait {
     fn default() -> FullDiskWait {
         FullDiskWait {
             stopping: std::sync::Arc::default(),
+            waiting: std::sync::Arc::default(),
             retry: FULL_DISK_RETRY,
         }
     }
 }
 
 impl FullDiskWait {
+    /// Whether a write is waiting for space now.
+    pub(crate) fn is_waiting(&self) -> bool {
+        self.waiting.load(std::sync::atomic::Ordering::Acquire) > 0
+    }
+
     /// The node stops: writes still waiting fail with their error.
     pub(crate) fn stop(&self) {
         self.stopping.store(true, std::sync::atomic::Ordering::Release);
@@ -102,6 +111,8 @@ impl FullDiskWait {
     ) -> Result<T> {
         let op = std::sync::Arc::new(op);
         let mut waited = false;
+        // Counts this write among those waiting, until it ends or is dropped.
+        let mut counted = None;
         loop {
             let attempt = op.clone();
             let result = tokio::task::spawn_blocking(move || attempt())
@@ -113,10 +124,12 @@ impl FullDiskWait {
                     if !waited {
                         tracing::error!(error = %e, "metadata quorum: the disk is full; this node's raft waits until the write succeeds");
                         waited = true;
+                        counted = Some(Waiting::new(&self.waiting));
                     }
                     tokio::time::sleep(self.retry).await;
                 }
                 result => {
+                    drop(counted);
                     if waited && result.is_ok() {
                         tracing::info!(dir = %dir.display(), "metadata quorum: written again after the full disk");
                     }
@@ -124,6 +137,22 @@ impl FullDiskWait {
                 }
             }
         }
+    }
+}
+
+/// One write counted as waiting for space; uncounted when dropped.
+struct Waiting(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl Waiting {
+    fn new(count: &std::sync::Arc<std::sync::atomic::AtomicUsize>) -> Waiting {
+        count.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Waiting(count.clone())
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     }
 }
 
@@ -167,6 +196,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(written, 3);
+        assert!(!wait.is_waiting(), "no longer stalled once written");
         // Any other error is returned at once.
         let tries = Arc::new(AtomicUsize::new(0));
         let counted = tries.clone();
@@ -189,8 +219,10 @@ mod tests {
         };
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         assert!(!waiting.is_finished());
+        assert!(wait.is_waiting(), "the raft is stalled meanwhile");
         wait.stop();
         let given_up = waiting.await.unwrap().unwrap_err();
         assert!(is_disk_full(&given_up));
+        assert!(!wait.is_waiting());
     }
 }

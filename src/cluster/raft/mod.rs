@@ -1169,6 +1169,12 @@ impl MetadataQuorum {
     }
 
     /// The leader this node knows of.
+    /// Whether this node's raft is stalled: a write of its raft files waits for space on a
+    /// full disk. Its image may then be behind the quorum's (it applies nothing new).
+    pub fn stalled(&self) -> bool {
+        self.full_disk.is_waiting()
+    }
+
     pub fn leader(&self) -> Option<u64> {
         self.raft.metrics().borrow().current_leader
     }
