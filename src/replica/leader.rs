@@ -169,8 +169,15 @@ impl Partition {
     }
 
     /// The smallest log end offset in the ISR (this node's included), if every follower in
-    /// it has fetched at this epoch; the high watermark only moves up.
+    /// it has fetched at this epoch; the high watermark only moves up. It stays while the
+    /// ISR (with a follower joining it) is smaller than `min.insync.replicas`, capped at the
+    /// replica count (Kafka's strict min ISR rule since 3.7, KIP-966): then every record below
+    /// it is on at least that many replicas, so a replica that left the ISR meanwhile holds
+    /// all of it and may lead (the eligible leader replicas).
     fn advance_high_watermark(&self, state: &LeaderState, log_end: i64) {
+        if self.under_min_isr(state) {
+            return;
+        }
         let mut hw = log_end;
         let maximal_isr = state.isr.iter().chain(&state.isr_joining);
         for replica in maximal_isr.filter(|r| **r != self.node_id) {
@@ -186,6 +193,37 @@ impl Partition {
             }
             moved
         });
+    }
+
+    /// Whether the ISR as the high watermark counts it (Kafka's maximal ISR: the committed
+    /// one and a follower joining) is smaller than the effective `min.insync.replicas`, the
+    /// topic's value capped at the replica count (Kafka's `isUnderMinIsr`).
+    fn under_min_isr(&self, state: &LeaderState) -> bool {
+        let joining = state.isr_joining.filter(|r| !state.isr.contains(r)).map_or(0, |_| 1);
+        let maximal = state.isr.len() + joining;
+        let min = usize::try_from(self.min_insync_replicas.load(Ordering::Acquire)).unwrap_or(0);
+        maximal < min.min(state.replicas.len())
+    }
+
+    /// Whether this node leads with an ISR under the effective `min.insync.replicas`.
+    pub fn is_under_min_isr(&self) -> bool {
+        match &*self.role() {
+            Role::Leader(state) => self.under_min_isr(state),
+            Role::Follower { .. } => false,
+        }
+    }
+
+    /// The topic's `min.insync.replicas` changed (or is applied again): acks=all and the high
+    /// watermark judge against it from now on, and waiting acks=all produces judge again.
+    pub fn set_min_insync_replicas(&self, min_isr: i32) {
+        if self.min_insync_replicas.swap(min_isr, Ordering::AcqRel) == min_isr {
+            return;
+        }
+        let log_end = *self.log_end.borrow();
+        if let Role::Leader(state) = &*self.role() {
+            self.advance_high_watermark(state, log_end);
+        }
+        self.high_watermark.send_modify(|_| {});
     }
 
     /// The registration names this node leader at `leader_epoch` with `isr`. A new epoch
@@ -309,6 +347,13 @@ impl Partition {
                     partition_epoch: state.partition_epoch,
                 }
             });
+        // A follower joining may lift the ISR to min ISR (`under_min_isr`).
+        let hw = if expand_isr.is_some() {
+            self.advance_high_watermark(state, log_end);
+            self.high_watermark()
+        } else {
+            hw
+        };
         Ok(FollowerFetch {
             high_watermark: hw,
             expand_isr,
@@ -394,10 +439,25 @@ impl Partition {
         self.wait_durable(last_offset).await?;
         let mut hw = self.high_watermark.subscribe();
         let lost = || !self.is_leader() || self.leader_epoch() != epoch;
-        let reached = hw
-            .wait_for(|hw| *hw > last_offset || lost() || self.failed.load(Ordering::Acquire))
-            .await
-            .is_ok();
+        let reached = loop {
+            let at = *hw.borrow_and_update();
+            if at > last_offset || lost() || self.failed.load(Ordering::Acquire) {
+                break true;
+            }
+            // Under min ISR the high watermark stays (`advance_high_watermark`): answer now,
+            // as Kafka would once the request timed out. The client retries.
+            if self.is_under_min_isr() {
+                let isr = self.isr().len();
+                return Err(Error::NotEnoughReplicasAfterAppend {
+                    partition: self.tp.to_string(),
+                    isr,
+                    min: self.min_insync_replicas.load(Ordering::Acquire),
+                });
+            }
+            if hw.changed().await.is_err() {
+                break false;
+            }
+        };
         if !reached || self.failed.load(Ordering::Acquire) {
             return Err(Error::storage(
                 "replicate",
@@ -510,7 +570,15 @@ mod tests {
 
     use super::super::follower_log::tests::{follower_partition, leader_bytes};
     use super::super::writer::Writers;
+    use crate::error::Error;
     use crate::log::validate_batches;
+
+    /// Appends `records` records, in batches of 2 at leader epoch 2; the last one's offset.
+    async fn append_at_epoch_2(p: &std::sync::Arc<super::Partition>, records: usize) -> i64 {
+        let epochs = vec![2; records / 2];
+        let batches = validate_batches(&leader_bytes(&epochs), usize::MAX).unwrap();
+        p.append(batches, false).await.unwrap().last_offset
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_follower_asked_into_the_isr_holds_the_high_watermark_back_at_once() {
@@ -520,14 +588,7 @@ mod tests {
         let dir = tempfile::TempDir::new().unwrap();
         let writers = Writers::start(1, 4);
         let p = follower_partition(dir.path(), &writers);
-        let append = |records: usize| {
-            let p = p.clone();
-            async move {
-                let epochs = vec![2; records / 2];
-                let batches = validate_batches(&leader_bytes(&epochs), usize::MAX).unwrap();
-                p.append(batches, false).await.unwrap();
-            }
-        };
+        let append = |records: usize| append_at_epoch_2(&p, records);
         // Node 1 leads alone in the ISR; 3 is a replica being added.
         p.become_leader(2, 1, vec![1, 3], vec![1], 1);
         append(2).await;
@@ -552,6 +613,37 @@ mod tests {
         p.isr_change_done(&proposal, None);
         append(2).await;
         assert_eq!(p.high_watermark(), 8, "the ISR is the leader alone again");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_high_watermark_stays_while_the_isr_is_under_min_isr() {
+        // Kafka's strict min ISR rule (KIP-966): what is below the high watermark is on at
+        // least min(min.insync.replicas, replicas) replicas.
+        let dir = tempfile::TempDir::new().unwrap();
+        let writers = Writers::start(1, 4);
+        let p = follower_partition(dir.path(), &writers);
+        let append = |records: usize| append_at_epoch_2(&p, records);
+        // Replicas 1 and 3, min ISR 2, 3 out of the ISR: acks=1 records stay invisible.
+        p.become_leader(2, 1, vec![1, 3], vec![1], 2);
+        assert!(p.is_under_min_isr());
+        let last = append(2).await;
+        assert_eq!(p.high_watermark(), 0, "under min ISR");
+        let waiting = p.wait_acknowledged(last).await;
+        assert!(
+            matches!(waiting, Err(Error::NotEnoughReplicasAfterAppend { isr: 1, min: 2, .. })),
+            "{waiting:?}"
+        );
+        // 3 catches up and is asked into the ISR: the maximal ISR counts it at once.
+        p.follower_fetched(3, 2, true).unwrap().expand_isr.unwrap();
+        assert!(!p.is_under_min_isr());
+        assert_eq!(p.high_watermark(), 2);
+        // min.insync.replicas above the replica count is capped at it (Kafka's
+        // `effectiveMinIsr`), and a lowered one applies at once.
+        p.become_leader(2, 2, vec![1, 3], vec![1], 3);
+        append(2).await;
+        assert_eq!(p.high_watermark(), 2, "3 was refused: under min ISR again");
+        p.set_min_insync_replicas(1);
+        assert_eq!(p.high_watermark(), 4, "the leader alone is enough now");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1241,6 +1241,8 @@ impl ReplicaManager {
                     && p.leader_epoch() == registration.leader_epoch
                     && p.partition_epoch() == Some(registration.partition_epoch)
                 {
+                    // The topic's configs may have changed alone.
+                    p.set_min_insync_replicas(min_isr);
                     continue;
                 }
                 self.unfollow(&p.tp);
