@@ -1043,12 +1043,13 @@ async fn features_are_described_and_changed_and_brokers_unregistered() {
     assert_eq!(level(&before, "transaction.version"), 2);
     assert_eq!(level(&before, "group.version"), 1);
     assert_eq!(level(&before, "share.version"), 1);
-    assert_eq!(before["epoch"], 3);
+    assert_eq!(level(&before, "eligible.leader.replicas.version"), 1);
+    assert_eq!(before["epoch"], 4);
     let text = ok(&b, &["feature", "describe"]).await;
     assert!(text.starts_with("FEATURE"), "{text}");
     assert!(
         text.lines()
-            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["transaction.version", "0", "2", "2", "3"]),
+            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["transaction.version", "0", "2", "2", "4"]),
         "{text}"
     );
 
@@ -1072,7 +1073,7 @@ async fn features_are_described_and_changed_and_brokers_unregistered() {
     assert_eq!(done, "transaction.version was downgraded to 1.\n");
     let after = json(&b, &["feature", "describe"]).await;
     assert_eq!(level(&after, "transaction.version"), 1);
-    assert!(after["epoch"].as_i64().unwrap() > 3, "{after}");
+    assert!(after["epoch"].as_i64().unwrap() > 4, "{after}");
     assert_eq!(
         ok(&b, &["feature", "disable", "--feature", "group.version"]).await,
         "group.version was disabled.\n"

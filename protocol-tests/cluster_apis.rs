@@ -606,10 +606,11 @@ async fn feature_levels_updated_through_a_follower_are_reported_by_every_node() 
         let expected = vec![
             ("group.version".to_string(), 1),
             ("transaction.version".to_string(), 1),
+            ("eligible.leader.replicas.version".to_string(), 1),
             ("share.version".to_string(), 1),
         ];
         if seen.len() == 3 && seen.iter().all(|s| s.0 == expected && s.1 == seen[0].1) {
-            assert!(seen[0].1 > 3, "{seen:?}");
+            assert!(seen[0].1 > 4, "{seen:?}");
             break;
         }
         assert!(Instant::now() < deadline, "the nodes never agreed: {seen:?}");

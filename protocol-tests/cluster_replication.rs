@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::cluster::{
-    Cluster, POLL_REQUEST_TIMEOUT, consume_all, create, expected_values, list_latest, metadata_request, produce_all,
-    try_call, wait_view,
+    Cluster, POLL_REQUEST_TIMEOUT, PartitionView, consume_all, create, expected_values, list_latest, metadata_request,
+    produce_all, try_call, wait_view,
 };
 use common::*;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
@@ -108,13 +108,115 @@ async fn acks_all_below_min_insync_replicas_is_refused_and_acks_1_is_not() {
     );
     // It lands right after the last acks=all record: the refused one took no offset.
     assert_eq!(resp.responses[0].partition_responses[0].base_offset, before, "{resp:?}");
-    // The high watermark (what ListOffsets latest answers) passes it once the follower in the
-    // ISR has fetched it.
+    // Kafka's strict min ISR rule (3.7+, KIP-966): the high watermark (what ListOffsets
+    // latest answers) stays while the ISR is under min.insync.replicas, so consumers do not
+    // see the acks=1 record, though the follower in the ISR fetches it (every 500 ms at most).
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        assert_eq!(latest_offset(&mut raw, &name).await, before, "visible under min ISR");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The follower is back in the ISR: the high watermark passes the record.
+    cluster.restart(follower).await;
+    wait_view(&cluster, &name, 0, "all 3 in sync again", |v| v.isr.len() == 3).await;
     let deadline = Instant::now() + Duration::from_secs(10);
     while latest_offset(&mut raw, &name).await != before + 1 {
         assert!(Instant::now() < deadline, "the acks=1 record never became visible");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// The eligible leader replicas (ELR) and last known ELR `node` reports for partition 0 of
+/// `name` (DescribeTopicPartitions).
+async fn elr_at(cluster: &Cluster, node: i32, name: &str) -> (Vec<i32>, Vec<i32>) {
+    use kafka_protocol::messages::DescribeTopicPartitionsRequest;
+    use kafka_protocol::messages::describe_topic_partitions_request::TopicRequest;
+    let request = DescribeTopicPartitionsRequest::default()
+        .with_topics(vec![TopicRequest::default().with_name(topic(name))])
+        .with_response_partition_limit(10);
+    let resp = try_call(cluster.addr(node), 0, &request, POLL_REQUEST_TIMEOUT)
+        .await
+        .unwrap_or_else(|e| panic!("DescribeTopicPartitions at {node}: {e}"));
+    let p = &resp.topics[0].partitions[0];
+    let ids = |list: &Option<Vec<BrokerId>>| list.iter().flatten().map(|r| r.0).collect::<Vec<i32>>();
+    (ids(&p.eligible_leader_replicas), ids(&p.last_known_elr))
+}
+
+/// Waits until broker `node` lists partition 0 of `name` so that `ok` holds.
+async fn wait_view_at(
+    cluster: &Cluster,
+    node: i32,
+    name: &str,
+    what: &str,
+    ok: impl Fn(&PartitionView) -> bool,
+) -> PartitionView {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let view = cluster.partition_view(node, name, 0).await;
+        if let Ok(v) = &view
+            && ok(v)
+        {
+            return v.clone();
+        }
+        assert!(Instant::now() < deadline, "{name}: not {what} at {node}: {view:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_eligible_leader_replica_leads_once_every_in_sync_replica_is_gone() {
+    // KIP-966, on by default as in Kafka 4.1. A follower that left the ISR while it was under
+    // min.insync.replicas holds everything acknowledged (the high watermark stood still
+    // since), so it may lead when the last in-sync replica is gone. Without it the partition
+    // waits for that one replica. One controller and three brokers: the quorum outlives them.
+    use common::cluster::Role;
+    let roles = [Role::Controller, Role::Broker, Role::Broker, Role::Broker];
+    let mut cluster = Cluster::start_roles(&roles, SETTINGS).await;
+    let name = unique("elr");
+    create(&cluster, &name, 1, 3, &[("min.insync.replicas", "2")]).await;
+    let all_in = wait_view_at(&cluster, 2, &name, "all 3 in sync", |v| {
+        v.leader > 0 && v.isr.len() == 3
+    })
+    .await;
+    let leader = all_in.leader;
+    let followers: Vec<i32> = all_in.replicas.iter().copied().filter(|r| *r != leader).collect();
+    let (first, second) = (followers[0], followers[1]);
+    let mut offsets = produce_all(&cluster, &name, 0, 50).await;
+
+    // `first` goes while the ISR is above min ISR: it leaves the ISR and is not eligible.
+    cluster.kill(first);
+    wait_view_at(&cluster, leader, &name, "2 in sync", |v| v.isr.len() == 2).await;
+    offsets.extend(produce_all(&cluster, &name, 50, 50).await);
+    // `second` goes at min ISR: it becomes an eligible leader replica.
+    cluster.kill(second);
+    wait_view_at(&cluster, leader, &name, "the leader alone in sync", |v| {
+        v.isr == vec![leader]
+    })
+    .await;
+    assert_eq!(elr_at(&cluster, leader, &name).await, (vec![second], vec![]));
+    // The leader goes too. `second` comes back alone, and leads.
+    cluster.kill(leader);
+    cluster.restart(second).await;
+    let view = wait_view_at(&cluster, second, &name, "led by the eligible replica", |v| {
+        v.leader == second
+    })
+    .await;
+    assert_eq!(view.isr, vec![second]);
+    assert_eq!(
+        elr_at(&cluster, second, &name).await,
+        (vec![leader], vec![]),
+        "the old leader is eligible in turn"
+    );
+    // `first` catches up from it and joins the ISR; at min ISR the high watermark moves, and
+    // every acknowledged record is there, at its offset.
+    cluster.restart(first).await;
+    wait_view_at(&cluster, second, &name, "2 in sync", |v| v.isr.len() == 2).await;
+    assert_eq!(
+        elr_at(&cluster, second, &name).await,
+        (vec![], vec![]),
+        "at min ISR again"
+    );
+    assert_eq!(consume_all(&cluster, &name, offsets.len()), expected_values(&offsets));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

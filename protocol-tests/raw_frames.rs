@@ -1419,11 +1419,13 @@ async fn api_versions_reports_the_features_sluice_serves_as_kafka_shapes_them() 
     let finalized = vec![
         ("group.version".to_string(), 1, 1),
         ("transaction.version".to_string(), 2, 2),
+        ("eligible.leader.replicas.version".to_string(), 1, 1),
         ("share.version".to_string(), 1, 1),
     ];
     let supported_v4 = vec![
         ("group.version".to_string(), 0, 1),
         ("transaction.version".to_string(), 0, 2),
+        ("eligible.leader.replicas.version".to_string(), 0, 1),
         ("share.version".to_string(), 0, 1),
     ];
     for version in 0..=4 {
@@ -1447,18 +1449,18 @@ async fn api_versions_reports_the_features_sluice_serves_as_kafka_shapes_them() 
             3 => {
                 assert!(supported.is_empty(), "v3: every supported minimum is 0");
                 assert_eq!(got, finalized);
-                assert_eq!(resp.finalized_features_epoch, 3);
+                assert_eq!(resp.finalized_features_epoch, 4);
             }
             _ => {
                 assert_eq!(supported, supported_v4);
                 assert_eq!(got, finalized);
-                assert_eq!(resp.finalized_features_epoch, 3);
+                assert_eq!(resp.finalized_features_epoch, 4);
             }
         }
     }
     assert_eq!(
         sluice::api::api_versions::FINALIZED_FEATURES_EPOCH,
-        3,
+        4,
         "the epoch the answers carry"
     );
     // An invalid v3+ request gets Kafka's error response: no API, no feature.
@@ -1511,11 +1513,12 @@ async fn update_features_finalizes_levels_atomically_and_durably() {
     let defaults = vec![
         ("group.version".to_string(), 1),
         ("transaction.version".to_string(), 2),
+        ("eligible.leader.replicas.version".to_string(), 1),
         ("share.version".to_string(), 1),
     ];
     let broker = TestBroker::start(&[]).await;
     let mut raw = Raw::connect(broker.addr).await;
-    assert_eq!(features(&mut raw).await, (defaults.clone(), 3));
+    assert_eq!(features(&mut raw).await, (defaults.clone(), 4));
 
     // Refusals, each failing the whole request; the valid update beside them is not applied.
     const SAFE: i8 = 2;
@@ -1562,7 +1565,7 @@ async fn update_features_finalizes_levels_atomically_and_durably() {
     assert_eq!((resp.error_code, resp.results.len()), (0, 1));
     assert_eq!(
         features(&mut raw).await,
-        (defaults.clone(), 3),
+        (defaults.clone(), 4),
         "validate_only changed nothing"
     );
 
@@ -1580,9 +1583,13 @@ async fn update_features_finalizes_levels_atomically_and_durably() {
     let (levels, epoch) = features(&mut raw).await;
     assert_eq!(
         levels,
-        vec![("transaction.version".to_string(), 2), ("share.version".to_string(), 1)]
+        vec![
+            ("transaction.version".to_string(), 2),
+            ("eligible.leader.replicas.version".to_string(), 1),
+            ("share.version".to_string(), 1)
+        ]
     );
-    assert!(epoch > 3, "the epoch grows: {epoch}");
+    assert!(epoch > 4, "the epoch grows: {epoch}");
     let heartbeat = ConsumerGroupHeartbeatRequest::default()
         .with_group_id(GroupId(StrBytes::from_static_str("off")))
         .with_member_id(StrBytes::from_static_str("m-1"))
@@ -1600,7 +1607,11 @@ async fn update_features_finalizes_levels_atomically_and_durably() {
     let resp = raw.call(2, &update(&[("transaction.version", 1, SAFE)])).await;
     assert_eq!((resp.error_code, resp.results.len()), (0, 0));
     let (levels, later) = features(&mut raw).await;
-    let lowered = vec![("transaction.version".to_string(), 1), ("share.version".to_string(), 1)];
+    let lowered = vec![
+        ("transaction.version".to_string(), 1),
+        ("eligible.leader.replicas.version".to_string(), 1),
+        ("share.version".to_string(), 1),
+    ];
     assert_eq!(levels, lowered);
     assert!(later > epoch, "{later} after {epoch}");
     let broker = broker.restart(&[]).await;

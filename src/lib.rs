@@ -234,7 +234,7 @@ async fn broker_lifecycle(
         quorum
             .leader_duties(
                 session,
-                config.unclean_leader_election_enable,
+                (config.unclean_leader_election_enable, config.min_insync_replicas),
                 config
                     .auto_leader_rebalance_enable
                     .then(|| Duration::from_secs(config.leader_imbalance_check_interval_seconds)),

@@ -632,7 +632,8 @@ def broker_version_and_features(admin):
     4.3; ListOffsets v11 4.2, Produce v13 4.1) and reads the
     KIP-584 features of ApiVersions v3+ (describe_features): Sluice's are
     group.version 1 (KIP-848 groups) and transaction.version 2 (KIP-890 part 2),
-    as Kafka 4.1 finalizes them, and share.version 1 (KIP-932 share groups), as
+    and eligible.leader.replicas.version 1 (KIP-966), as Kafka 4.1 finalizes
+    them, and share.version 1 (KIP-932 share groups), as
     Kafka 4.2 does (see src/api/api_versions.rs)."""
     version = admin._manager.broker_version
     print(f"  info: kafka-python detected broker version {version}", flush=True)
@@ -640,12 +641,13 @@ def broker_version_and_features(admin):
     ok("broker version inferred as 4.3")
     features = admin.describe_features()
     expected = {
-        "group.version": {"supported": (0, 1), "finalized": (1, 1), "finalized_epoch": 3},
-        "transaction.version": {"supported": (0, 2), "finalized": (2, 2), "finalized_epoch": 3},
-        "share.version": {"supported": (0, 1), "finalized": (1, 1), "finalized_epoch": 3},
+        "group.version": {"supported": (0, 1), "finalized": (1, 1), "finalized_epoch": 4},
+        "transaction.version": {"supported": (0, 2), "finalized": (2, 2), "finalized_epoch": 4},
+        "eligible.leader.replicas.version": {"supported": (0, 1), "finalized": (1, 1), "finalized_epoch": 4},
+        "share.version": {"supported": (0, 1), "finalized": (1, 1), "finalized_epoch": 4},
     }
     expect(features == expected, f"describe_features: {features}")
-    ok("features: group.version 1, transaction.version 2, share.version 1 (epoch 3)")
+    ok("features: group.version 1, transaction.version 2, eligible.leader.replicas.version 1, share.version 1 (epoch 4)")
 
 
 def test_transactions(admin):

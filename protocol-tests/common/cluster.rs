@@ -893,7 +893,7 @@ pub async fn create(cluster: &Cluster, name: &str, partitions: i32, replication_
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut failures = Vec::new();
     loop {
-        let via = cluster.running()[0];
+        let via = cluster.running_brokers()[0];
         match try_call(cluster.addr(via), 7, &request, Duration::from_secs(15)).await {
             Ok(resp) if resp.topics[0].error_code == 0 => return,
             Ok(resp) if resp.topics[0].error_code == 36 && !failures.is_empty() => return,

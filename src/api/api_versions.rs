@@ -12,9 +12,9 @@
 //! 27 (4.1-IV1), transaction.version 2, group.version 1, eligible.leader.replicas.version 1 and
 //! kraft.version 1 with --standalone (`BrokerFeatures.defaultSupportedFeatures`, each feature's
 //! LATEST_PRODUCTION and bootstrap level). Sluice lists only what it does (`FEATURES`, with
-//! group.version and transaction.version as Kafka 4.1): no
-//! KRaft quorum or metadata records in Kafka's format (metadata.version, kraft.version), no
-//! replicas (eligible.leader.replicas.version), no share groups (share.version).
+//! group.version, transaction.version and eligible.leader.replicas.version as Kafka 4.1, and
+//! share.version as 4.2): no KRaft quorum or metadata records in Kafka's format
+//! (metadata.version, kraft.version).
 //! librdkafka before 2.2 skips one byte too few of each tagged field (librdkafka #4278); the
 //! misread stays inside the frame with these tags as with Kafka's, so it keeps the API table
 //! (kcat 1.7.1 on librdkafka 2.0.2: `clients/test_kcat.sh`).
@@ -63,6 +63,15 @@ pub const FEATURES: &[Feature] = &[
         max_level: 2,
         finalized_level: 2,
     },
+    // EligibleLeaderReplicasVersion.ELRV_1, as Kafka 4.1 finalizes on a new cluster: KIP-966's
+    // eligible leader replicas (`MetadataImage::elect`, shown by DescribeTopicPartitions).
+    // The strict min ISR rule holds at any level, as in Kafka (replica/leader.rs).
+    Feature {
+        name: "eligible.leader.replicas.version",
+        min_level: 0,
+        max_level: 1,
+        finalized_level: 1,
+    },
     // ShareVersion.SV_1: share groups (KIP-932, `share_groups.rs`, `share_fetch.rs`), on by
     // default as in Kafka 4.2 (4.1 shipped them as a preview, finalized at 0).
     Feature {
@@ -79,7 +88,7 @@ pub const FEATURES: &[Feature] = &[
 /// pair). Kafka uses the metadata offset of its image; an UpdateFeatures sets it to this plus
 /// the metadata offset of its record (`MetadataImage::finalized_features_epoch`). -1 would say
 /// the levels are unknown.
-pub const FINALIZED_FEATURES_EPOCH: i64 = 3;
+pub const FINALIZED_FEATURES_EPOCH: i64 = 4;
 
 /// Why this broker cannot run `name` at `level`, in the words of Kafka's
 /// `QuorumFeatures.reasonNotSupported` (its VersionRange written `min-max`); None if it can.
@@ -199,8 +208,13 @@ mod tests {
         assert_eq!(
             (FINALIZED_FEATURES_EPOCH, finalized),
             (
-                3,
-                vec![("group.version", 1), ("transaction.version", 2), ("share.version", 1)]
+                4,
+                vec![
+                    ("group.version", 1),
+                    ("transaction.version", 2),
+                    ("eligible.leader.replicas.version", 1),
+                    ("share.version", 1)
+                ]
             )
         );
         for f in FEATURES {

@@ -172,8 +172,8 @@ fn partition(index: i32, state: PartitionState) -> DescribeTopicPartitionsRespon
         .with_leader_epoch(state.leader_epoch)
         .with_replica_nodes(state.replicas)
         .with_isr_nodes(state.isr)
-        .with_eligible_leader_replicas(Some(Vec::new()))
-        .with_last_known_elr(Some(Vec::new()))
+        .with_eligible_leader_replicas(Some(state.elr))
+        .with_last_known_elr(Some(state.last_known_elr))
         .with_offline_replicas(state.offline_replicas)
 }
 
@@ -229,6 +229,8 @@ mod tests {
             replicas: vec![kafka_protocol::messages::BrokerId(topic.leader(index))],
             isr: vec![kafka_protocol::messages::BrokerId(topic.leader(index))],
             offline_replicas: Vec::new(),
+            elr: Vec::new(),
+            last_known_elr: Vec::new(),
         }
     }
 

@@ -239,6 +239,9 @@ pub(crate) struct PartitionState {
     /// The replicas in sync with the leader, as the controller last committed them.
     pub isr: Vec<BrokerId>,
     pub offline_replicas: Vec<BrokerId>,
+    /// KIP-966's eligible leader replicas and last known ELR (DescribeTopicPartitions only).
+    pub elr: Vec<BrokerId>,
+    pub last_known_elr: Vec<BrokerId>,
 }
 
 impl PartitionState {
@@ -268,6 +271,8 @@ impl PartitionState {
                 .filter(|&&r| offline(r) || image.is_log_dir_offline(r))
                 .map(|&r| BrokerId(r))
                 .collect(),
+            elr: registration.elr.iter().map(|&r| BrokerId(r)).collect(),
+            last_known_elr: registration.last_known_elr.iter().map(|&r| BrokerId(r)).collect(),
         }
     }
 }

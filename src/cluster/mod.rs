@@ -252,6 +252,16 @@ pub struct PartitionRegistration {
     /// During a reassignment: the replicas that leave once every target replica is in sync.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub removing_replicas: Vec<i32>,
+    /// KIP-966's eligible leader replicas: replicas that left the ISR while it was smaller
+    /// than `min.insync.replicas`. The high watermark does not move then (the strict min ISR
+    /// rule, replica/leader.rs), so each holds everything below it and may lead once the ISR
+    /// is empty. Empty while the ISR has `min.insync.replicas` members.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub elr: Vec<i32>,
+    /// KIP-966's last known ELR, as Kafka keeps it by default: the last leader, recorded when
+    /// the ISR empties. With ISR and ELR empty it may lead again once back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub last_known_elr: Vec<i32>,
 }
 
 impl PartitionRegistration {
@@ -389,6 +399,8 @@ impl TopicInfo {
                 partition_epoch: 0,
                 adding_replicas: Vec::new(),
                 removing_replicas: Vec::new(),
+                elr: Vec::new(),
+                last_known_elr: Vec::new(),
             },
         }
     }
@@ -816,10 +828,23 @@ impl MetadataImage {
                 topic.name, change.partition, current.partition_epoch, current.leader_epoch
             )));
         }
-        if next.isr.is_empty() || next.isr.iter().any(|r| !replicas.contains(r)) {
+        // An ISR empties only with eligible leader replicas on, and without a leader.
+        if (next.isr.is_empty() && next.leader != -1) || next.isr.iter().any(|r| !replicas.contains(r)) {
             return Err(Error::InvalidRequest(format!(
                 "ISR {:?} is not a non-empty subset of replicas {replicas:?}",
                 next.isr
+            )));
+        }
+        if next
+            .elr
+            .iter()
+            .chain(&next.last_known_elr)
+            .any(|r| !replicas.contains(r))
+            || next.elr.iter().any(|r| next.isr.contains(r))
+        {
+            return Err(Error::InvalidRequest(format!(
+                "ELR {:?} and last known ELR {:?} are not replicas {replicas:?} outside the ISR {:?}",
+                next.elr, next.last_known_elr, next.isr
             )));
         }
         if next.leader != -1 && !next.isr.contains(&next.leader) {
@@ -839,14 +864,18 @@ impl MetadataImage {
     /// itself. Replicas that are not live leave the ISR of a partition whose leader stays.
     /// A broker whose log directory is offline counts as not live while another in-sync
     /// replica is online (see `elect`).
-    /// `unclean_default`: `unclean.leader.election.enable` for topics without an override.
-    pub fn elections(&self, unclean_default: bool) -> Vec<PartitionChange> {
+    /// With eligible leader replicas on (KIP-966, `elr_min_isr`), a partition whose ISR has no
+    /// live member empties its ISR, and an eligible leader replica leads (see `elect`).
+    /// `unclean_default`: `unclean.leader.election.enable` for topics without an override;
+    /// `min_isr_default`: `min.insync.replicas` likewise.
+    pub fn elections(&self, unclean_default: bool, min_isr_default: i32) -> Vec<PartitionChange> {
         let mut changes = Vec::new();
         for topic in self.topics.values() {
             let unclean = self.unclean_election_enabled(topic, unclean_default);
+            let elr = self.elr_min_isr(topic, min_isr_default);
             for partition in 0..topic.partitions {
                 let current = topic.registration(partition);
-                if let Some(next) = self.elect(topic.replicas(partition), &current, unclean) {
+                if let Some(next) = self.elect(topic.replicas(partition), &current, unclean, elr) {
                     changes.push(PartitionChange {
                         topic: topic.id,
                         partition,
@@ -857,6 +886,29 @@ impl MetadataImage {
             }
         }
         changes
+    }
+
+    /// Whether KIP-966's eligible leader replicas are tracked: `eligible.leader.replicas.version`
+    /// 1 or more (Kafka 4.1 finalizes 1 on a new cluster).
+    pub fn elr_enabled(&self) -> bool {
+        self.feature_level(ELR_FEATURE) >= 1
+    }
+
+    /// `min.insync.replicas` for `topic` when eligible leader replicas are tracked (None when
+    /// they are not): its override, else the dynamic cluster default, else `default` (the
+    /// broker's static config). Kafka's controller takes the configured value, not capped at
+    /// the replica count.
+    fn elr_min_isr(&self, topic: &TopicInfo, default: i32) -> Option<usize> {
+        if !self.elr_enabled() {
+            return None;
+        }
+        let min = topic
+            .configs
+            .get("min.insync.replicas")
+            .or_else(|| self.broker_default_configs.get("min.insync.replicas"))
+            .and_then(|v| v.parse::<i32>().ok())
+            .unwrap_or(default);
+        Some(usize::try_from(min).unwrap_or(0).max(1))
     }
 
     /// `unclean.leader.election.enable` for `topic`: its override, else the dynamic cluster
@@ -889,6 +941,7 @@ impl MetadataImage {
         partition: i32,
         target: Option<&[i32]>,
         allow_replication_factor_change: bool,
+        min_isr_default: i32,
     ) -> Result<Option<PartitionChange>> {
         let name = format!("{}-{partition}", topic.name);
         let current_replicas = topic.replicas(partition);
@@ -949,7 +1002,7 @@ impl MetadataImage {
                 replicas
             }
         };
-        let change = self.partition_change(topic, partition, replicas, next);
+        let change = self.partition_change(topic, partition, replicas, next, min_isr_default);
         // Kafka's `changeRecordIsNoOp`: the same replicas and registration need no record.
         let unchanged = PartitionRegistration {
             partition_epoch: current.partition_epoch,
@@ -969,12 +1022,16 @@ impl MetadataImage {
     /// and live (none: -1). The leader epoch moves when the leader does or replicas leave
     /// (`triggerLeaderEpochBumpForReplicaReassignmentIfNeeded`), so the removed replicas'
     /// fetches are fenced.
+    ///
+    /// The ELR follows the new ISR (`track_elr`) when eligible leader replicas are tracked
+    /// (`min_isr_default`: `min.insync.replicas` for topics without an override).
     fn partition_change(
         &self,
         topic: &TopicInfo,
         partition: i32,
         mut replicas: Vec<i32>,
         mut next: PartitionRegistration,
+        min_isr_default: i32,
     ) -> PartitionChange {
         if next.is_reassigning() {
             let removing = &next.removing_replicas;
@@ -994,6 +1051,14 @@ impl MetadataImage {
                 .copied()
                 .find(|r| next.isr.contains(r) && self.is_live(*r))
                 .unwrap_or(-1);
+        }
+        match self.elr_min_isr(topic, min_isr_default) {
+            Some(min_isr) => {
+                track_elr(&before, &mut next, min_isr);
+                next.elr.retain(|r| replicas.contains(r));
+                next.last_known_elr.retain(|r| replicas.contains(r));
+            }
+            None => next.elr.clear(),
         }
         let current = topic.replicas(partition);
         let replicas_left = current.iter().any(|r| !replicas.contains(r));
@@ -1030,15 +1095,19 @@ impl MetadataImage {
     /// `ReplicationControlManager.electLeader`): `preferred` makes the first replica lead when
     /// it is live and in sync (ELECTION_NOT_NEEDED when it leads already,
     /// PREFERRED_LEADER_NOT_AVAILABLE when it cannot); otherwise (unclean) a partition without
-    /// a leader gets the first live replica of its ISR, else the first live replica at all
+    /// a leader gets the first live replica of its ISR, else (eligible leader replicas on)
+    /// of its ELR, else its last known leader, else the first live replica at all
     /// (ELECTION_NOT_NEEDED when it has a leader, ELIGIBLE_LEADERS_NOT_AVAILABLE when no
-    /// replica is live).
+    /// replica is live). `min_isr_default`: `min.insync.replicas` for topics without an
+    /// override.
     pub fn requested_election(
         &self,
         topic: &TopicInfo,
         partition: i32,
         preferred: bool,
+        min_isr_default: i32,
     ) -> Result<PartitionRegistration> {
+        let elr_min_isr = self.elr_min_isr(topic, min_isr_default);
         let replicas = topic.replicas(partition);
         if replicas.is_empty() {
             return Err(Error::UnknownTopicOrPartition(format!("{}-{partition}", topic.name)));
@@ -1068,16 +1137,32 @@ impl MetadataImage {
             {
                 next.leader = leader;
                 next.isr.retain(|r| self.is_live(*r));
+            } else if let Some(elected) = elr_min_isr
+                .and_then(|min_isr| self.elect_outside_the_isr(replicas, &current, false, min_isr))
+                .filter(|e| e.leader != -1)
+            {
+                // An eligible leader replica, or the last known leader.
+                return Ok(elected);
             } else if let Some(&leader) = replicas.iter().find(|r| self.is_live(**r)) {
                 tracing::warn!(partition = %format!("{}-{partition}", topic.name), leader, "unclean leader election asked for: a replica outside the ISR leads");
                 next.leader = leader;
                 next.isr = vec![leader];
+                next.elr.clear();
+                next.last_known_elr.clear();
             } else {
                 return Err(Error::EligibleLeadersNotAvailable(format!(
                     "{}-{partition}",
                     topic.name
                 )));
             }
+        }
+        if let Some(min_isr) = elr_min_isr
+            && next.isr != current.isr
+        {
+            track_elr(&current, &mut next, min_isr);
+        }
+        if next.leader != -1 {
+            next.last_known_elr.clear();
         }
         next.leader_epoch += 1;
         next.partition_epoch += 1;
@@ -1088,11 +1173,11 @@ impl MetadataImage {
     /// whose first replica is live and in sync but does not lead (Kafka checks a per-broker
     /// imbalance ratio first, `leader.imbalance.per.broker.percentage`; Sluice moves every
     /// such partition back).
-    pub fn preferred_elections(&self) -> Vec<PartitionChange> {
+    pub fn preferred_elections(&self, min_isr_default: i32) -> Vec<PartitionChange> {
         let mut changes = Vec::new();
         for topic in self.topics.values() {
             for partition in 0..topic.partitions {
-                if let Ok(registration) = self.requested_election(topic, partition, true) {
+                if let Ok(registration) = self.requested_election(topic, partition, true, min_isr_default) {
                     changes.push(PartitionChange {
                         topic: topic.id,
                         partition,
@@ -1111,8 +1196,26 @@ impl MetadataImage {
     /// in-sync replica can: it then still serves reads, and refuses writes with
     /// KAFKA_STORAGE_ERROR, which clients retry (Kafka would have no leader). It leaves every
     /// ISR it does not lead, so acks=all does not wait for it.
-    fn elect(&self, replicas: &[i32], current: &PartitionRegistration, unclean: bool) -> Option<PartitionRegistration> {
-        let live_isr: Vec<i32> = current.isr.iter().copied().filter(|r| self.is_live(*r)).collect();
+    ///
+    /// `elr_min_isr`: the topic's `min.insync.replicas` when eligible leader replicas are
+    /// tracked (KIP-966, Kafka's `PartitionChangeBuilder` with ELR on). Replicas leaving an
+    /// ISR smaller than that join the ELR; when no ISR member is live the ISR empties, and a
+    /// live eligible leader replica leads with an ISR of itself, else the last leader
+    /// (`last_known_elr`) once it is back, else (unclean election) any live replica.
+    fn elect(
+        &self,
+        replicas: &[i32],
+        current: &PartitionRegistration,
+        unclean: bool,
+        elr_min_isr: Option<usize>,
+    ) -> Option<PartitionRegistration> {
+        // With ELR off again, a partition whose ISR emptied while it was on elects from what
+        // the ELR kept.
+        let isr_now: Vec<i32> = match elr_min_isr {
+            None if current.isr.is_empty() => current.elr.iter().chain(&current.last_known_elr).copied().collect(),
+            _ => current.isr.clone(),
+        };
+        let live_isr: Vec<i32> = isr_now.iter().copied().filter(|r| self.is_live(*r)).collect();
         let online = |r: &i32| live_isr.contains(r) && self.is_online(*r);
         // The ISR under leader `leader`: its live members, less the offline ones but the leader.
         let isr_under = |leader: i32| -> Vec<i32> {
@@ -1141,11 +1244,9 @@ impl MetadataImage {
             next.leader = leader;
             next.isr = isr_under(leader);
             next.leader_epoch += 1;
-        } else if let Some(&leader) = replicas
-            .iter()
-            .find(|r| unclean && self.is_online(**r))
-            .or_else(|| replicas.iter().find(|r| unclean && self.is_live(**r)))
-        {
+        } else if let Some(min_isr) = elr_min_isr {
+            return self.elect_outside_the_isr(replicas, current, unclean, min_isr);
+        } else if let Some(leader) = self.unclean_leader(replicas, unclean) {
             tracing::warn!(leader, isr = ?current.isr, "unclean leader election: a replica outside the ISR leads");
             next.leader = leader;
             next.isr = vec![leader];
@@ -1157,8 +1258,78 @@ impl MetadataImage {
         } else {
             return None;
         }
+        match elr_min_isr {
+            Some(min_isr) => track_elr(current, &mut next, min_isr),
+            None => next.elr.clear(),
+        }
         next.partition_epoch += 1;
         Some(next)
+    }
+
+    /// `elect` with eligible leader replicas on, when no ISR member is live: the ISR empties
+    /// and its members join the ELR; a live ELR member (online ones first) leads with an ISR
+    /// of itself; else the last leader, if it is the last known ELR and back; else an
+    /// unclean election when allowed; else the partition has no leader.
+    fn elect_outside_the_isr(
+        &self,
+        replicas: &[i32],
+        current: &PartitionRegistration,
+        unclean: bool,
+        min_isr: usize,
+    ) -> Option<PartitionRegistration> {
+        let elr = eligible_leader_replicas(current, &[], min_isr);
+        let mut next = current.clone();
+        let from_elr = replicas
+            .iter()
+            .find(|r| elr.contains(r) && self.is_online(**r))
+            .or_else(|| replicas.iter().find(|r| elr.contains(r) && self.is_live(**r)));
+        let last_leader = match current.last_known_elr.as_slice() {
+            [last] if elr.is_empty() && self.is_live(*last) => Some(*last),
+            _ => None,
+        };
+        if let Some(&leader) = from_elr {
+            tracing::info!(leader, ?elr, "leader elected from the eligible leader replicas");
+            next.leader = leader;
+            next.isr = vec![leader];
+            next.elr = elr.into_iter().filter(|r| *r != leader).collect();
+            next.last_known_elr.clear();
+        } else if let Some(leader) = last_leader.or_else(|| self.unclean_leader(replicas, unclean)) {
+            // Kafka counts the last known leader as unclean too: it may lack what the others
+            // acknowledged after it left.
+            tracing::warn!(leader, last_known_elr = ?current.last_known_elr, "leader elected outside the ISR and the eligible leader replicas");
+            next.leader = leader;
+            next.isr = vec![leader];
+            next.elr.clear();
+            next.last_known_elr.clear();
+        } else {
+            next.leader = -1;
+            next.isr.clear();
+            next.elr = elr;
+            if current.leader != -1 {
+                next.last_known_elr = vec![current.leader];
+            }
+            if next == *current {
+                return None;
+            }
+        }
+        if next.leader != current.leader {
+            next.leader_epoch += 1;
+        }
+        next.partition_epoch += 1;
+        Some(next)
+    }
+
+    /// The replica an unclean election picks, when `unclean` allows one: the first live one
+    /// whose log directory is online, else the first live one.
+    fn unclean_leader(&self, replicas: &[i32], unclean: bool) -> Option<i32> {
+        if !unclean {
+            return None;
+        }
+        replicas
+            .iter()
+            .find(|r| self.is_online(**r))
+            .or_else(|| replicas.iter().find(|r| self.is_live(**r)))
+            .copied()
     }
 
     /// Assignments for partitions `from..partitions` name registered brokers, once each.
@@ -1250,7 +1421,11 @@ impl MetadataImage {
                 if let Some(name) = self.topic_ids.get(id)
                     && let Some(topic) = self.topics.get_mut(name)
                 {
-                    Arc::make_mut(topic).configs = configs.clone();
+                    let topic = Arc::make_mut(topic);
+                    if topic.configs.get(MIN_ISR) != configs.get(MIN_ISR) {
+                        clear_elr(topic);
+                    }
+                    topic.configs = configs.clone();
                 }
             }
             MetadataRecord::ProducerIds { next_producer_id } => {
@@ -1264,6 +1439,19 @@ impl MetadataImage {
                 }
             }
             MetadataRecord::SetBrokerConfigs { node: None, configs } => {
+                if self.broker_default_configs.get(MIN_ISR) != configs.get(MIN_ISR) {
+                    let holding: Vec<String> = self
+                        .topics
+                        .iter()
+                        .filter(|(_, t)| t.registrations.values().any(|r| !r.elr.is_empty()))
+                        .map(|(name, _)| name.clone())
+                        .collect();
+                    for name in holding {
+                        if let Some(topic) = self.topics.get_mut(&name) {
+                            clear_elr(Arc::make_mut(topic));
+                        }
+                    }
+                }
                 self.broker_default_configs = Arc::new(configs.clone());
             }
             MetadataRecord::SetBrokerConfigs {
@@ -1406,6 +1594,60 @@ impl MetadataImage {
 }
 
 /// Kafka's topic name rules (`org.apache.kafka.common.internals.Topic.validate`).
+const MIN_ISR: &str = "min.insync.replicas";
+
+/// A change of `min.insync.replicas` voids what the ELR promised (Kafka's `ClearElrRecord`):
+/// a lower value lets the high watermark pass records an ELR member may lack. The last known
+/// leader stays: it held everything it acknowledged.
+fn clear_elr(topic: &mut TopicInfo) {
+    let holding: Vec<i32> = topic
+        .registrations
+        .iter()
+        .filter(|(_, r)| !r.elr.is_empty())
+        .map(|(p, _)| *p)
+        .collect();
+    for partition in holding {
+        if let Some(registration) = topic.registrations.get_mut(&partition) {
+            Arc::make_mut(registration).elr.clear();
+        }
+    }
+}
+
+/// Kafka's `EligibleLeaderReplicasVersion` feature (KIP-966).
+pub const ELR_FEATURE: &str = "eligible.leader.replicas.version";
+
+/// The ELR for a change from `current` to an ISR of `isr` (Kafka's `maybePopulateTargetElr`):
+/// empty once the ISR has `min_isr` members; below that, every replica in `current`'s ISR or
+/// ELR that is not in `isr`, in id order.
+fn eligible_leader_replicas(current: &PartitionRegistration, isr: &[i32], min_isr: usize) -> Vec<i32> {
+    if isr.len() >= min_isr {
+        return Vec::new();
+    }
+    let mut elr: Vec<i32> = current
+        .elr
+        .iter()
+        .chain(&current.isr)
+        .copied()
+        .filter(|r| !isr.contains(r))
+        .collect();
+    elr.sort_unstable();
+    elr.dedup();
+    elr
+}
+
+/// ELR bookkeeping for a change from `current` to `next` whose leader and ISR are chosen
+/// (Kafka's `maybePopulateTargetElr` and `maybeUpdateLastKnownLeader`): the ELR as
+/// `eligible_leader_replicas` gives it, within the replicas the partition keeps; the last
+/// known ELR becomes the old leader when the ISR empties, and clears once a leader leads.
+fn track_elr(current: &PartitionRegistration, next: &mut PartitionRegistration, min_isr: usize) {
+    next.elr = eligible_leader_replicas(current, &next.isr, min_isr);
+    if next.isr.is_empty() && current.leader != -1 {
+        next.last_known_elr = vec![current.leader];
+    } else if next.leader != -1 {
+        next.last_known_elr.clear();
+    }
+}
+
 pub fn validate_topic_name(name: &str) -> Result<()> {
     let reason = if name.is_empty() {
         "the name is empty"
@@ -1576,6 +1818,16 @@ impl Controller {
         match &self.backend {
             Backend::Local(_) => Some(self.image()),
             Backend::Quorum(quorum) => quorum.catch_up_with_leader(within).await,
+        }
+    }
+
+    /// `min.insync.replicas` of this node's static configuration, for topics without an
+    /// override when no cluster default is set: the ELR follows it (`MetadataImage::elr_min_isr`).
+    /// A single node's partitions have one replica, whose ELR stays empty.
+    fn min_isr_default(&self) -> i32 {
+        match &self.backend {
+            Backend::Local(_) => 1,
+            Backend::Quorum(quorum) => quorum.min_isr_default(),
         }
     }
 
@@ -1868,6 +2120,7 @@ impl Controller {
         partitions: Option<Vec<(String, i32)>>,
     ) -> Vec<((String, i32), std::result::Result<(), Error>)> {
         let all = partitions.is_none();
+        let min_isr_default = self.min_isr_default();
         let plan = |image: &MetadataImage| {
             let wanted: Vec<(String, i32)> = match &partitions {
                 Some(list) => list.clone(),
@@ -1883,7 +2136,7 @@ impl Controller {
                 let outcome = match image.topic(&name) {
                     None => Err(Error::UnknownTopicOrPartition(format!("{name}-{partition}"))),
                     Some(topic) => image
-                        .requested_election(topic, partition, preferred)
+                        .requested_election(topic, partition, preferred, min_isr_default)
                         .map(|registration| {
                             changes.push(PartitionChange {
                                 topic: topic.id,
@@ -1942,6 +2195,7 @@ impl Controller {
         wanted: &[(String, i32, Option<Vec<i32>>)],
         allow_replication_factor_change: bool,
     ) -> Result<Vec<Result<()>>> {
+        let min_isr_default = self.min_isr_default();
         let plan = |image: &MetadataImage| {
             let mut outcomes = Vec::with_capacity(wanted.len());
             let mut changes: Vec<PartitionChange> = Vec::new();
@@ -1949,7 +2203,13 @@ impl Controller {
                 let outcome = match image.topic(name) {
                     None => Err(Error::UnknownTopicOrPartition(format!("{name}-{partition}"))),
                     Some(topic) => image
-                        .reassignment(topic, *partition, target.as_deref(), allow_replication_factor_change)
+                        .reassignment(
+                            topic,
+                            *partition,
+                            target.as_deref(),
+                            allow_replication_factor_change,
+                            min_isr_default,
+                        )
                         .map(|change| {
                             // A partition named twice: the later target wins.
                             if let Some(change) = change {
@@ -2033,6 +2293,7 @@ impl Controller {
         isr: Vec<i32>,
     ) -> Result<PartitionRegistration> {
         let node = self.node_id;
+        let min_isr_default = self.min_isr_default();
         let current = |image: &MetadataImage| -> Result<PartitionRegistration> {
             let topic = image.topic_by_id(&topic_id).ok_or(Error::UnknownTopicId(topic_id))?;
             let registration = topic.registration(partition);
@@ -2066,7 +2327,8 @@ impl Controller {
                 next.isr = isr.clone();
                 next.partition_epoch += 1;
                 let topic = image.topic_by_id(&topic_id).ok_or(Error::UnknownTopicId(topic_id))?;
-                let change = image.partition_change(topic, partition, topic.replicas(partition).to_vec(), next);
+                let change =
+                    image.partition_change(topic, partition, topic.replicas(partition).to_vec(), next, min_isr_default);
                 if change.replicas.is_some() {
                     tracing::info!(topic = %topic.name, partition, replicas = ?change.replicas, leader = change.registration.leader, "reassignment complete");
                 }
@@ -2097,6 +2359,7 @@ impl Controller {
         leader_epoch: i32,
     ) -> Result<Option<PartitionRegistration>> {
         let node = self.node_id;
+        let min_isr_default = self.min_isr_default();
         let plan = |image: &MetadataImage| -> Result<Option<PartitionRegistration>> {
             let topic = image.topic_by_id(&topic_id).ok_or(Error::UnknownTopicId(topic_id))?;
             let current = topic.registration(partition);
@@ -2113,11 +2376,15 @@ impl Controller {
             else {
                 return Ok(None);
             };
-            let mut next = current;
+            let mut next = current.clone();
             next.leader = leader;
             next.isr.retain(|r| *r != node);
             next.leader_epoch += 1;
             next.partition_epoch += 1;
+            match image.elr_min_isr(topic, min_isr_default) {
+                Some(min_isr) => track_elr(&current, &mut next, min_isr),
+                None => next.elr.clear(),
+            }
             Ok(Some(next))
         };
         if plan(&self.image())?.is_none() {
@@ -2450,11 +2717,11 @@ mod tests {
         let mut next = topic.registration(0);
         next.isr = isr;
         next.partition_epoch += 1;
-        image.partition_change(topic, 0, topic.replicas(0).to_vec(), next)
+        image.partition_change(topic, 0, topic.replicas(0).to_vec(), next, 1)
     }
 
     fn reassign(image: &MetadataImage, target: Option<&[i32]>) -> Result<Option<PartitionChange>> {
-        image.reassignment(image.topic("t").unwrap(), 0, target, true)
+        image.reassignment(image.topic("t").unwrap(), 0, target, true, 1)
     }
 
     #[test]
@@ -2548,7 +2815,7 @@ mod tests {
         let image = image_with(vec![1]);
         let code = |target: &[i32], allow: bool| {
             image
-                .reassignment(image.topic("t").unwrap(), 0, Some(target), allow)
+                .reassignment(image.topic("t").unwrap(), 0, Some(target), allow, 1)
                 .unwrap_err()
                 .code()
         };
@@ -2562,7 +2829,7 @@ mod tests {
         assert_eq!(code(&[1, 2], false), ResponseError::InvalidReplicationFactor.code());
         assert_eq!(
             image
-                .reassignment(image.topic("t").unwrap(), 1, Some(&[1]), true)
+                .reassignment(image.topic("t").unwrap(), 1, Some(&[1]), true, 1)
                 .unwrap_err()
                 .code(),
             ResponseError::UnknownTopicOrPartition.code()
@@ -2703,11 +2970,13 @@ mod tests {
             partition_epoch: 7,
             adding_replicas: Vec::new(),
             removing_replicas: Vec::new(),
+            elr: Vec::new(),
+            last_known_elr: Vec::new(),
         };
         let replicas = [1, 2, 3];
         let elect = |image: &MetadataImage, current: PartitionRegistration| {
             image
-                .elect(&replicas, &current, false)
+                .elect(&replicas, &current, false, None)
                 .map(|r| (r.leader, r.isr, r.leader_epoch, r.partition_epoch))
         };
         set(&mut image, 1, false, true);
@@ -2740,7 +3009,7 @@ mod tests {
         };
         topic.registrations.insert(0, Arc::new(registration(2, &[1, 2, 3])));
         assert!(matches!(
-            image.requested_election(&topic, 0, true),
+            image.requested_election(&topic, 0, true, 1),
             Err(Error::PreferredLeaderNotAvailable(_))
         ));
         assert_eq!(image.placeable_brokers().map(|b| b.id).collect::<Vec<_>>(), vec![2, 3]);
@@ -2749,9 +3018,130 @@ mod tests {
         assert_eq!(elect(&image, registration(2, &[1, 2, 3])), None);
         assert_eq!(image.ineligible_isr_member(&[2], &[2, 1]), None);
         assert_eq!(
-            image.requested_election(&topic, 0, true).map(|r| r.leader).ok(),
+            image.requested_election(&topic, 0, true, 1).map(|r| r.leader).ok(),
             Some(1)
         );
+    }
+
+    /// One round of the controller's elections (`elections`), committed as the quorum does.
+    fn elect_all(image: &mut MetadataImage, min_isr_default: i32) {
+        for change in image.elections(false, min_isr_default) {
+            commit(image, change);
+        }
+    }
+
+    fn fence(image: &mut MetadataImage, id: i32, fenced: bool) {
+        Arc::make_mut(image.brokers.get_mut(&id).unwrap()).fenced = fenced;
+    }
+
+    /// Leader, ISR, ELR and last known ELR of partition 0 of "t".
+    fn elr_state(image: &MetadataImage) -> (i32, Vec<i32>, Vec<i32>, Vec<i32>) {
+        let r = image.topic("t").unwrap().registration(0);
+        (r.leader, r.isr, r.elr, r.last_known_elr)
+    }
+
+    #[test]
+    fn eligible_leader_replicas_lead_once_the_isr_is_gone() {
+        // KIP-966 as Kafka 4.1 runs it by default: min.insync.replicas 2 over 3 replicas.
+        let mut image = image_with(vec![1, 2, 3]);
+        assert!(image.elr_enabled(), "on by default, as on a new Kafka 4.1 cluster");
+        fence(&mut image, 3, true);
+        elect_all(&mut image, 2);
+        assert_eq!(elr_state(&image), (1, vec![1, 2], vec![], vec![]), "at min ISR: no ELR");
+        fence(&mut image, 2, true);
+        elect_all(&mut image, 2);
+        assert_eq!(elr_state(&image), (1, vec![1], vec![2], vec![]), "2 left below min ISR");
+        // The leader goes too: the ISR empties, its members join the ELR.
+        fence(&mut image, 1, true);
+        elect_all(&mut image, 2);
+        assert_eq!(elr_state(&image), (-1, vec![], vec![1, 2], vec![1]));
+        let epoch = image.topic("t").unwrap().registration(0).leader_epoch;
+        // 3 left at min ISR: it may lack what 1 and 2 acknowledged, and does not lead.
+        fence(&mut image, 3, false);
+        elect_all(&mut image, 2);
+        assert_eq!(elr_state(&image).0, -1);
+        // 2 is back: it holds everything below the high watermark, and leads.
+        fence(&mut image, 2, false);
+        elect_all(&mut image, 2);
+        assert_eq!(elr_state(&image), (2, vec![2], vec![1], vec![]));
+        assert_eq!(image.topic("t").unwrap().registration(0).leader_epoch, epoch + 1);
+        // 3 catches up and joins: the ISR is at min ISR again and the ELR clears.
+        let joined = isr_becomes(&image, vec![2, 3]);
+        commit(&mut image, joined);
+        assert_eq!(elr_state(&image), (2, vec![2, 3], vec![], vec![]));
+    }
+
+    #[test]
+    fn without_eligible_leader_replicas_the_isr_keeps_its_last_member() {
+        let mut image = image_with(vec![1, 2, 3]);
+        image.apply(&MetadataRecord::SetFeatureLevels {
+            levels: BTreeMap::from([(ELR_FEATURE.to_string(), 0)]),
+            epoch: Some(10),
+        });
+        assert!(!image.elr_enabled());
+        for id in [3, 2, 1] {
+            fence(&mut image, id, true);
+            elect_all(&mut image, 2);
+        }
+        assert_eq!(elr_state(&image), (-1, vec![1], vec![], vec![]));
+        fence(&mut image, 2, false);
+        elect_all(&mut image, 2);
+        assert_eq!(elr_state(&image).0, -1, "2 is not in the ISR");
+        fence(&mut image, 1, false);
+        elect_all(&mut image, 2);
+        assert_eq!(elr_state(&image), (1, vec![1], vec![], vec![]));
+    }
+
+    #[test]
+    fn a_changed_min_isr_clears_the_elr_and_the_last_leader_may_lead_again() {
+        let mut image = image_with(vec![1, 2]);
+        fence(&mut image, 2, true);
+        elect_all(&mut image, 2);
+        fence(&mut image, 1, true);
+        elect_all(&mut image, 2);
+        assert_eq!(elr_state(&image), (-1, vec![], vec![1, 2], vec![1]));
+        let id = image.topic("t").unwrap().id;
+        image.apply(&MetadataRecord::SetTopicConfigs {
+            id,
+            configs: BTreeMap::from([("min.insync.replicas".to_string(), "1".to_string())]),
+        });
+        assert_eq!(
+            elr_state(&image),
+            (-1, vec![], vec![], vec![1]),
+            "Kafka's ClearElrRecord"
+        );
+        fence(&mut image, 2, false);
+        elect_all(&mut image, 2);
+        assert_eq!(elr_state(&image).0, -1, "2 may lack what 1 acknowledged alone");
+        // The last leader is back: it leads (Kafka counts it unclean), and its ISR is itself.
+        fence(&mut image, 1, false);
+        elect_all(&mut image, 2);
+        assert_eq!(elr_state(&image), (1, vec![1], vec![], vec![]));
+    }
+
+    #[test]
+    fn an_empty_isr_is_valid_only_without_a_leader_and_the_elr_is_outside_it() {
+        let image = image_with(vec![1, 2, 3]);
+        let topic = image.topic("t").unwrap();
+        let change = |leader: i32, isr: Vec<i32>, elr: Vec<i32>| {
+            let mut registration = topic.registration(0);
+            registration.leader = leader;
+            registration.isr = isr;
+            registration.elr = elr;
+            registration.partition_epoch += 1;
+            MetadataRecord::ChangePartitions {
+                changes: vec![PartitionChange {
+                    topic: topic.id,
+                    partition: 0,
+                    replicas: None,
+                    registration,
+                }],
+            }
+        };
+        assert!(image.check(&change(-1, vec![], vec![1, 2])).is_ok());
+        assert!(image.check(&change(1, vec![], vec![2])).is_err());
+        assert!(image.check(&change(1, vec![1], vec![1])).is_err());
+        assert!(image.check(&change(1, vec![1], vec![4])).is_err());
     }
 
     #[test]

@@ -316,6 +316,8 @@ pub(super) struct Core {
     /// `unclean.leader.election.enable` of this node's configuration, for topics without an
     /// override (set by `leader_duties`).
     unclean_default: std::sync::atomic::AtomicBool,
+    /// `min.insync.replicas` of this node's configuration likewise: the ELR follows it.
+    min_isr_default: std::sync::atomic::AtomicI32,
     /// When the leader last ran the preferred-leader elections (`auto.leader.rebalance.enable`).
     last_rebalance: std::sync::Mutex<Option<std::time::Instant>>,
 }
@@ -558,7 +560,8 @@ impl Core {
     /// (a new leader finishes what its predecessor had not).
     pub(super) async fn elect(&self) {
         let unclean = self.unclean_default.load(std::sync::atomic::Ordering::Relaxed);
-        let changes = self.images.borrow().elections(unclean);
+        let min_isr = self.min_isr_default.load(std::sync::atomic::Ordering::Relaxed);
+        let changes = self.images.borrow().elections(unclean, min_isr);
         if changes.is_empty() {
             return;
         }
@@ -775,6 +778,7 @@ impl MetadataQuorum {
             heartbeats: std::sync::Mutex::new(std::collections::HashMap::new()),
             fenced_at: std::sync::Mutex::new(std::collections::HashMap::new()),
             unclean_default: std::sync::atomic::AtomicBool::new(false),
+            min_isr_default: std::sync::atomic::AtomicI32::new(1),
             last_rebalance: std::sync::Mutex::new(None),
             links,
             linked_leader: std::sync::Mutex::new(None),
@@ -980,6 +984,11 @@ impl MetadataQuorum {
     }
 
     /// This node's id as a Kafka broker id.
+    /// `min.insync.replicas` of this node's static configuration (set by `leader_duties`).
+    pub fn min_isr_default(&self) -> i32 {
+        self.core.min_isr_default.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     pub fn broker_id(&self) -> i32 {
         i32::try_from(self.node_id).unwrap_or(-1)
     }
@@ -1067,13 +1076,16 @@ impl MetadataQuorum {
     pub async fn leader_duties(
         &self,
         session_timeout: Duration,
-        unclean_default: bool,
+        (unclean_default, min_isr_default): (bool, i32),
         rebalance: Option<Duration>,
         leader_since: &mut Option<std::time::Instant>,
     ) {
         self.core
             .unclean_default
             .store(unclean_default, std::sync::atomic::Ordering::Relaxed);
+        self.core
+            .min_isr_default
+            .store(min_isr_default, std::sync::atomic::Ordering::Relaxed);
         let leading = self.leader() == Some(self.node_id);
         if !leading {
             *leader_since = None;
@@ -1139,7 +1151,8 @@ impl MetadataQuorum {
                 due
             };
             if due {
-                let changes = self.image().preferred_elections();
+                let min_isr = self.min_isr_default();
+                let changes = self.image().preferred_elections(min_isr);
                 if !changes.is_empty() {
                     let count = changes.len();
                     match self
