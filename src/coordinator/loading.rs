@@ -39,7 +39,7 @@
 //! settlement of transactional offsets takes too.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
 
 use kafka_protocol::records::Record;
@@ -123,8 +123,27 @@ impl LoadedPartitions {
     }
 
     /// Serializes passes (and a topic's creation with them).
+    ///
+    /// The holder may be waiting for the metadata quorum (creating the topic, in
+    /// `block_in_place`). A request handler that blocked its runtime worker on the lock
+    /// meanwhile would hold back the tasks queued on that worker, which the quorum wait may
+    /// need: two FindCoordinators racing to create `__consumer_offsets` hung a node (its raft
+    /// RPCs unanswered too). So a contended wait on a worker hands the worker's tasks over
+    /// first (`block_in_place`).
     pub fn pass(&self) -> MutexGuard<'_, ()> {
-        self.pass.lock().unwrap_or_else(|p| p.into_inner())
+        match self.pass.try_lock() {
+            Ok(guard) => guard,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                let wait = || self.pass.lock().unwrap_or_else(|p| p.into_inner());
+                match tokio::runtime::Handle::try_current() {
+                    Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                        tokio::task::block_in_place(wait)
+                    }
+                    _ => wait(),
+                }
+            }
+        }
     }
 
     /// The leader epoch partition `p` was loaded at, if it is loaded.
