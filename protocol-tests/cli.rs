@@ -125,6 +125,9 @@ async fn topics_are_created_listed_described_altered_and_deleted() {
     assert_eq!(topic["partitions"][2]["leader"], 1);
     assert_eq!(topic["partitions"][2]["replicas"], serde_json::json!([1]));
     assert_eq!(topic["partitions"][2]["isr"], serde_json::json!([1]));
+    // Eligible leader replicas (KIP-966, DescribeTopicPartitions): none with the ISR full.
+    assert_eq!(topic["partitions"][2]["elr"], serde_json::json!([]));
+    assert_eq!(topic["partitions"][2]["last_known_elr"], serde_json::json!([]));
     assert_eq!(topic["configs"]["cleanup.policy"], "compact");
 
     ok(&b, &["topic", "add-partitions", "orders", "--partitions", "5"]).await;
@@ -143,6 +146,10 @@ async fn topics_are_created_listed_described_altered_and_deleted() {
     .await;
     let text = ok(&b, &["topic", "describe", "orders"]).await;
     assert!(text.contains("PartitionCount: 5"), "{text}");
+    assert!(
+        text.contains("PARTITION  LEADER  REPLICAS  ISR  ELR  LAST-KNOWN-ELR\n"),
+        "{text}"
+    );
     assert!(text.contains("Configs: retention.ms=12345\n"), "{text}");
     assert_eq!(
         text.lines()

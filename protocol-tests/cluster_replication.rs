@@ -142,6 +142,28 @@ async fn elr_at(cluster: &Cluster, node: i32, name: &str) -> (Vec<i32>, Vec<i32>
     (ids(&p.eligible_leader_replicas), ids(&p.last_known_elr))
 }
 
+/// Partition 0's ELR and last known ELR as `sluice topic describe --format json` shows them,
+/// asking broker `node`.
+fn cli_elr(cluster: &Cluster, node: i32, name: &str) -> (Vec<i32>, Vec<i32>) {
+    let addr = cluster.addr(node).to_string();
+    let out = std::process::Command::new(common::cluster::sluice_bin())
+        .args(["topic", "describe", name, "-b", &addr, "--format", "json"])
+        .output()
+        .expect("run sluice topic describe");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let p = &doc["topics"][0]["partitions"][0];
+    let ids = |key: &str| -> Vec<i32> {
+        p[key]
+            .as_array()
+            .unwrap_or_else(|| panic!("{key} in {doc}"))
+            .iter()
+            .map(|v| i32::try_from(v.as_i64().unwrap()).unwrap())
+            .collect()
+    };
+    (ids("elr"), ids("last_known_elr"))
+}
+
 /// Waits until broker `node` lists partition 0 of `name` so that `ok` holds.
 async fn wait_view_at(
     cluster: &Cluster,
@@ -206,6 +228,11 @@ async fn an_eligible_leader_replica_leads_once_every_in_sync_replica_is_gone() {
         elr_at(&cluster, second, &name).await,
         (vec![leader], vec![]),
         "the old leader is eligible in turn"
+    );
+    assert_eq!(
+        cli_elr(&cluster, second, &name),
+        (vec![leader], vec![]),
+        "sluice topic describe"
     );
     // `first` catches up from it and joins the ISR; at min ISR the high watermark moves, and
     // every acknowledged record is there, at its offset.

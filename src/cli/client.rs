@@ -11,9 +11,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kafka_protocol::messages::describe_topic_partitions_request::{Cursor, TopicRequest};
 use kafka_protocol::messages::find_coordinator_response::FindCoordinatorResponse;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::{ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest, TopicName};
+use kafka_protocol::messages::{
+    ApiVersionsRequest, DescribeTopicPartitionsRequest, FindCoordinatorRequest, MetadataRequest, TopicName,
+};
 use kafka_protocol::protocol::{Request, StrBytes};
 
 use super::CliError;
@@ -159,6 +162,10 @@ pub struct PartitionInfo {
     pub replicas: Vec<i32>,
     pub isr: Vec<i32>,
 }
+
+/// A partition's eligible leader replicas and last known ELR (KIP-966), by topic and
+/// partition.
+pub type EligibleLeaders = HashMap<(String, i32), (Vec<i32>, Vec<i32>)>;
 
 #[derive(Debug, Clone)]
 pub struct TopicInfo {
@@ -330,6 +337,55 @@ impl Client {
             brokers,
             topics,
         })
+    }
+
+    /// The eligible leader replicas of `topics`' partitions (DescribeTopicPartitions, as
+    /// Kafka 4's kafka-topics.sh reads them), following the cursor page by page. Empty when
+    /// the broker does not serve the API.
+    pub async fn eligible_leaders(&self, topics: &[String]) -> Result<EligibleLeaders, CliError> {
+        let mut found = EligibleLeaders::new();
+        let Ok(version) = self.version::<DescribeTopicPartitionsRequest>(0) else {
+            return Ok(found);
+        };
+        let mut cursor: Option<Cursor> = None;
+        // A page holds at least one partition, so the walk ends; the bound guards a broker
+        // whose cursor never moves.
+        for _ in 0..100_000 {
+            let request = DescribeTopicPartitionsRequest::default()
+                .with_topics(
+                    topics
+                        .iter()
+                        .map(|t| TopicRequest::default().with_name(topic_name(t)))
+                        .collect(),
+                )
+                .with_response_partition_limit(2000)
+                .with_cursor(cursor.take());
+            let answer = self.admin(version, &request).await?;
+            for t in &answer.topics {
+                let name = t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default();
+                for p in &t.partitions {
+                    let ids = |list: &Option<Vec<kafka_protocol::messages::BrokerId>>| {
+                        list.iter().flatten().map(|b| b.0).collect::<Vec<i32>>()
+                    };
+                    found.insert(
+                        (name.clone(), p.partition_index),
+                        (ids(&p.eligible_leader_replicas), ids(&p.last_known_elr)),
+                    );
+                }
+            }
+            match answer.next_cursor {
+                Some(next) if !found.contains_key(&(next.topic_name.0.to_string(), next.partition_index)) => {
+                    cursor = Some(
+                        Cursor::default()
+                            .with_topic_name(next.topic_name)
+                            .with_partition_index(next.partition_index),
+                    );
+                }
+                // A cursor that does not move ends the walk.
+                _ => break,
+            }
+        }
+        Ok(found)
     }
 
     /// The coordinator of group `group` (FindCoordinator, key type 0).

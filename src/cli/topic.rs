@@ -2,7 +2,8 @@
 //! `sluice cluster describe` and `sluice cluster unregister` (Kafka's `kafka-cluster`).
 //!
 //! CreateTopics, DeleteTopics, CreatePartitions, IncrementalAlterConfigs and DescribeConfigs go
-//! to any broker; Metadata lists partitions, leaders, replicas and ISR.
+//! to any broker; Metadata lists partitions, leaders, replicas and ISR, DescribeTopicPartitions
+//! the eligible leader replicas (KIP-966).
 
 use std::collections::BTreeMap;
 
@@ -52,7 +53,8 @@ pub enum TopicAction {
         #[arg(long)]
         include_internal: bool,
     },
-    /// Partitions, leaders, replicas, ISR and the topic's own configs (Metadata, DescribeConfigs).
+    /// Partitions, leaders, replicas, ISR, eligible leader replicas (KIP-966) and the topic's
+    /// own configs (Metadata, DescribeTopicPartitions, DescribeConfigs).
     Describe {
         /// Topics to describe (default: every topic).
         topics: Vec<String>,
@@ -240,6 +242,13 @@ async fn describe(client: &Client, topics: &[String]) -> Result<Report, CliError
     }
     let names: Vec<String> = described.iter().map(|t| t.name.clone()).collect();
     let configs = topic_configs(client, &names).await?;
+    let eligible = client.eligible_leaders(&names).await?;
+    let elr_of = |topic: &str, partition: i32| {
+        eligible
+            .get(&(topic.to_string(), partition))
+            .cloned()
+            .unwrap_or_default()
+    };
     let mut text = String::new();
     let mut json_topics = Vec::new();
     for topic in &described {
@@ -256,6 +265,7 @@ async fn describe(client: &Client, topics: &[String]) -> Result<Report, CliError
             .partitions
             .iter()
             .map(|p| {
+                let (elr, last_known_elr) = elr_of(&topic.name, p.partition);
                 vec![
                     p.partition.to_string(),
                     match p.leader {
@@ -264,10 +274,15 @@ async fn describe(client: &Client, topics: &[String]) -> Result<Report, CliError
                     },
                     ids(&p.replicas),
                     ids(&p.isr),
+                    ids(&elr),
+                    ids(&last_known_elr),
                 ]
             })
             .collect();
-        text.push_str(&table(&["PARTITION", "LEADER", "REPLICAS", "ISR"], &rows));
+        text.push_str(&table(
+            &["PARTITION", "LEADER", "REPLICAS", "ISR", "ELR", "LAST-KNOWN-ELR"],
+            &rows,
+        ));
         json_topics.push(json!({
             "name": topic.name,
             "internal": topic.internal,
@@ -275,7 +290,9 @@ async fn describe(client: &Client, topics: &[String]) -> Result<Report, CliError
                 "partition": p.partition,
                 "leader": p.leader,
                 "replicas": p.replicas,
-                "isr": p.isr,
+        "isr": p.isr,
+                "elr": elr_of(&topic.name, p.partition).0,
+                "last_known_elr": elr_of(&topic.name, p.partition).1,
                 "error": (p.error_code != 0).then(|| crate::metrics::error_name(p.error_code)),
             })).collect::<Vec<_>>(),
             "configs": own,
