@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::cluster::{
-    Cluster, POLL_REQUEST_TIMEOUT, PartitionView, consume_all, create, expected_values, list_latest, metadata_request,
-    produce_all, try_call, wait_view,
+    Cluster, POLL_REQUEST_TIMEOUT, consume_all, create, expected_values, list_latest, metadata_request, produce_all,
+    try_call, wait_view,
 };
 use common::*;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
@@ -164,27 +164,6 @@ fn cli_elr(cluster: &Cluster, node: i32, name: &str) -> (Vec<i32>, Vec<i32>) {
     (ids("elr"), ids("last_known_elr"))
 }
 
-/// Waits until broker `node` lists partition 0 of `name` so that `ok` holds.
-async fn wait_view_at(
-    cluster: &Cluster,
-    node: i32,
-    name: &str,
-    what: &str,
-    ok: impl Fn(&PartitionView) -> bool,
-) -> PartitionView {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let view = cluster.partition_view(node, name, 0).await;
-        if let Ok(v) = &view
-            && ok(v)
-        {
-            return v.clone();
-        }
-        assert!(Instant::now() < deadline, "{name}: not {what} at {node}: {view:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_eligible_leader_replica_leads_once_every_in_sync_replica_is_gone() {
     // KIP-966, on by default as in Kafka 4.1. A follower that left the ISR while it was under
@@ -196,7 +175,7 @@ async fn an_eligible_leader_replica_leads_once_every_in_sync_replica_is_gone() {
     let mut cluster = Cluster::start_roles(&roles, SETTINGS).await;
     let name = unique("elr");
     create(&cluster, &name, 1, 3, &[("min.insync.replicas", "2")]).await;
-    let all_in = wait_view_at(&cluster, 2, &name, "all 3 in sync", |v| {
+    let all_in = wait_view(&cluster, &name, 0, "all 3 in sync", |v| {
         v.leader > 0 && v.isr.len() == 3
     })
     .await;
@@ -207,11 +186,11 @@ async fn an_eligible_leader_replica_leads_once_every_in_sync_replica_is_gone() {
 
     // `first` goes while the ISR is above min ISR: it leaves the ISR and is not eligible.
     cluster.kill(first);
-    wait_view_at(&cluster, leader, &name, "2 in sync", |v| v.isr.len() == 2).await;
+    wait_view(&cluster, &name, 0, "2 in sync", |v| v.isr.len() == 2).await;
     offsets.extend(produce_all(&cluster, &name, 50, 50).await);
     // `second` goes at min ISR: it becomes an eligible leader replica.
     cluster.kill(second);
-    wait_view_at(&cluster, leader, &name, "the leader alone in sync", |v| {
+    wait_view(&cluster, &name, 0, "the leader alone in sync", |v| {
         v.isr == vec![leader]
     })
     .await;
@@ -219,7 +198,7 @@ async fn an_eligible_leader_replica_leads_once_every_in_sync_replica_is_gone() {
     // The leader goes too. `second` comes back alone, and leads.
     cluster.kill(leader);
     cluster.restart(second).await;
-    let view = wait_view_at(&cluster, second, &name, "led by the eligible replica", |v| {
+    let view = wait_view(&cluster, &name, 0, "led by the eligible replica", |v| {
         v.leader == second
     })
     .await;
@@ -237,7 +216,7 @@ async fn an_eligible_leader_replica_leads_once_every_in_sync_replica_is_gone() {
     // `first` catches up from it and joins the ISR; at min ISR the high watermark moves, and
     // every acknowledged record is there, at its offset.
     cluster.restart(first).await;
-    wait_view_at(&cluster, second, &name, "2 in sync", |v| v.isr.len() == 2).await;
+    wait_view(&cluster, &name, 0, "2 in sync", |v| v.isr.len() == 2).await;
     assert_eq!(
         elr_at(&cluster, second, &name).await,
         (vec![], vec![]),

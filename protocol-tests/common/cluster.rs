@@ -905,8 +905,8 @@ pub async fn create(cluster: &Cluster, name: &str, partitions: i32, replication_
     }
 }
 
-/// Waits until every running node lists partition `partition` of `name` alike and `ok` holds
-/// of it; returns that view.
+/// Waits until every running broker lists partition `partition` of `name` alike and `ok` holds
+/// of it; returns that view. (A controller-only node serves no Metadata.)
 pub async fn wait_view(
     cluster: &Cluster,
     name: &str,
@@ -918,7 +918,7 @@ pub async fn wait_view(
     let deadline = Instant::now() + limit;
     loop {
         let mut views = BTreeMap::new();
-        for id in cluster.running() {
+        for id in cluster.running_brokers() {
             views.insert(id, cluster.partition_view(id, name, partition).await);
         }
         let first = views.values().next().cloned();

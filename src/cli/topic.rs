@@ -286,15 +286,18 @@ async fn describe(client: &Client, topics: &[String]) -> Result<Report, CliError
         json_topics.push(json!({
             "name": topic.name,
             "internal": topic.internal,
-            "partitions": topic.partitions.iter().map(|p| json!({
-                "partition": p.partition,
-                "leader": p.leader,
-                "replicas": p.replicas,
-        "isr": p.isr,
-                "elr": elr_of(&topic.name, p.partition).0,
-                "last_known_elr": elr_of(&topic.name, p.partition).1,
-                "error": (p.error_code != 0).then(|| crate::metrics::error_name(p.error_code)),
-            })).collect::<Vec<_>>(),
+            "partitions": topic.partitions.iter().map(|p| {
+                let (elr, last_known_elr) = elr_of(&topic.name, p.partition);
+                json!({
+                    "partition": p.partition,
+                    "leader": p.leader,
+                    "replicas": p.replicas,
+                    "isr": p.isr,
+                    "elr": elr,
+                    "last_known_elr": last_known_elr,
+                    "error": (p.error_code != 0).then(|| crate::metrics::error_name(p.error_code)),
+                })
+            }).collect::<Vec<_>>(),
             "configs": own,
         }));
     }

@@ -904,8 +904,8 @@ impl MetadataImage {
         }
         let min = topic
             .configs
-            .get("min.insync.replicas")
-            .or_else(|| self.broker_default_configs.get("min.insync.replicas"))
+            .get(MIN_ISR)
+            .or_else(|| self.broker_default_configs.get(MIN_ISR))
             .and_then(|v| v.parse::<i32>().ok())
             .unwrap_or(default);
         Some(usize::try_from(min).unwrap_or(0).max(1))
@@ -1052,14 +1052,10 @@ impl MetadataImage {
                 .find(|r| next.isr.contains(r) && self.is_live(*r))
                 .unwrap_or(-1);
         }
-        match self.elr_min_isr(topic, min_isr_default) {
-            Some(min_isr) => {
-                track_elr(&before, &mut next, min_isr);
-                next.elr.retain(|r| replicas.contains(r));
-                next.last_known_elr.retain(|r| replicas.contains(r));
-            }
-            None => next.elr.clear(),
-        }
+        // Within the replicas the partition keeps (a reassignment may complete).
+        track_elr(&before, &mut next, self.elr_min_isr(topic, min_isr_default));
+        next.elr.retain(|r| replicas.contains(r));
+        next.last_known_elr.retain(|r| replicas.contains(r));
         let current = topic.replicas(partition);
         let replicas_left = current.iter().any(|r| !replicas.contains(r));
         if next.leader_epoch == before.leader_epoch && (next.leader != before.leader || replicas_left) {
@@ -1159,7 +1155,7 @@ impl MetadataImage {
         if let Some(min_isr) = elr_min_isr
             && next.isr != current.isr
         {
-            track_elr(&current, &mut next, min_isr);
+            track_elr(&current, &mut next, Some(min_isr));
         }
         if next.leader != -1 {
             next.last_known_elr.clear();
@@ -1258,10 +1254,7 @@ impl MetadataImage {
         } else {
             return None;
         }
-        match elr_min_isr {
-            Some(min_isr) => track_elr(current, &mut next, min_isr),
-            None => next.elr.clear(),
-        }
+        track_elr(current, &mut next, elr_min_isr);
         next.partition_epoch += 1;
         Some(next)
     }
@@ -1637,9 +1630,13 @@ fn eligible_leader_replicas(current: &PartitionRegistration, isr: &[i32], min_is
 
 /// ELR bookkeeping for a change from `current` to `next` whose leader and ISR are chosen
 /// (Kafka's `maybePopulateTargetElr` and `maybeUpdateLastKnownLeader`): the ELR as
-/// `eligible_leader_replicas` gives it, within the replicas the partition keeps; the last
-/// known ELR becomes the old leader when the ISR empties, and clears once a leader leads.
-fn track_elr(current: &PartitionRegistration, next: &mut PartitionRegistration, min_isr: usize) {
+/// `eligible_leader_replicas` gives it; the last known ELR becomes the old leader when the
+/// ISR empties, and clears once a leader leads. `min_isr` None (ELR off): the ELR clears.
+fn track_elr(current: &PartitionRegistration, next: &mut PartitionRegistration, min_isr: Option<usize>) {
+    let Some(min_isr) = min_isr else {
+        next.elr.clear();
+        return;
+    };
     next.elr = eligible_leader_replicas(current, &next.isr, min_isr);
     if next.isr.is_empty() && current.leader != -1 {
         next.last_known_elr = vec![current.leader];
@@ -2381,10 +2378,7 @@ impl Controller {
             next.isr.retain(|r| *r != node);
             next.leader_epoch += 1;
             next.partition_epoch += 1;
-            match image.elr_min_isr(topic, min_isr_default) {
-                Some(min_isr) => track_elr(&current, &mut next, min_isr),
-                None => next.elr.clear(),
-            }
+            track_elr(&current, &mut next, image.elr_min_isr(topic, min_isr_default));
             Ok(Some(next))
         };
         if plan(&self.image())?.is_none() {
