@@ -849,9 +849,13 @@ async fn dynamic_broker_configs_in_every_version_with_kafkas_sources_and_across_
             assert_eq!(c.config_type, 5, "LONG");
             assert!(c.documentation.is_some());
         }
-        // The cluster-wide resource lists only the dynamic defaults set.
+        // The cluster-wide resource lists only the dynamic defaults set: ours, and the
+        // min.insync.replicas that eligible leader replicas need (Kafka 4's
+        // maybeGenerateElrSafetyRecords writes the static value on a new cluster).
         let resp = raw.call(version, &describe_of(BROKER, "", None)).await;
-        assert_eq!(resp.results[0].configs.len(), 1, "v{version}");
+        assert_eq!(resp.results[0].configs.len(), 2, "v{version}");
+        let (value, source, read_only, _) = described(&resp, "min.insync.replicas");
+        assert_eq!((value.as_str(), source, read_only), ("1", 3, false));
         let (value, source, read_only, synonyms) = described(&resp, "log.retention.ms");
         assert_eq!((value.as_str(), source, read_only), ("3600000", 3, false));
         assert_eq!(synonyms, vec![synonym("log.retention.ms", "3600000", 3)]);
@@ -865,11 +869,27 @@ async fn dynamic_broker_configs_in_every_version_with_kafkas_sources_and_across_
     }
 
     // AlterConfigs replaces a layer whole, every version: the cluster default loses
-    // log.retention.ms.
+    // log.retention.ms. Losing min.insync.replicas too is refused while eligible leader
+    // replicas are on, as by Kafka 4's controller.
     for version in 0..=2 {
+        let resp = raw
+            .call(version, &legacy_alter(BROKER, "", &[("log.retention.bytes", "5")]))
+            .await;
+        assert_eq!(resp.responses[0].error_code, 40, "AlterConfigs v{version}");
+        assert_eq!(
+            resp.responses[0].error_message.as_deref(),
+            Some("Cluster-level min.insync.replicas cannot be removed while ELR is enabled.")
+        );
         let value = format!("{}", 1_000_000 + i32::from(version));
         let resp = raw
-            .call(version, &legacy_alter(BROKER, "", &[("log.retention.bytes", &value)]))
+            .call(
+                version,
+                &legacy_alter(
+                    BROKER,
+                    "",
+                    &[("log.retention.bytes", &value), ("min.insync.replicas", "1")],
+                ),
+            )
             .await;
         assert_eq!(
             resp.responses[0].error_code, 0,
@@ -973,6 +993,20 @@ async fn dynamic_broker_configs_in_every_version_with_kafkas_sources_and_across_
             42,
             "Null value not supported for : log.retention.ms",
         ),
+        // Kafka 4's controller, while eligible leader replicas are on: every leader and the
+        // controller must read one minimum.
+        (
+            "1",
+            vec![("min.insync.replicas", SET, Some("2"))],
+            40,
+            "Broker-level min.insync.replicas cannot be altered while ELR is enabled.",
+        ),
+        (
+            "",
+            vec![("min.insync.replicas", DELETE, None)],
+            40,
+            "Cluster-level min.insync.replicas cannot be removed while ELR is enabled.",
+        ),
     ];
     for version in 0..=1 {
         for (name, ops, code, text) in &refusals {
@@ -1026,7 +1060,10 @@ async fn dynamic_broker_configs_in_every_version_with_kafkas_sources_and_across_
     // Nothing refused was stored.
     let resp = raw.call(4, &describe_of(BROKER, "", None)).await;
     let keys: Vec<&str> = resp.results[0].configs.iter().map(|c| c.name.as_str()).collect();
-    assert_eq!(keys, vec!["log.cleanup.policy", "log.retention.bytes"]);
+    assert_eq!(
+        keys,
+        vec!["log.cleanup.policy", "log.retention.bytes", "min.insync.replicas"]
+    );
 
     // Durable: the layers come back after a restart, with the static config of the new start.
     let broker = broker.restart(&[("log.retention.ms", "86400000")]).await;
@@ -1161,6 +1198,95 @@ async fn dynamic_broker_defaults_reach_every_topic_without_an_override_live() {
         0,
         "retention.ms of its own keeps the topic's records"
     );
+    broker.handle.shutdown().await;
+}
+
+/// KIP-966 as Kafka 4's controller keeps it safe (`ConfigurationControlManager`): while eligible
+/// leader replicas are on, one `min.insync.replicas` holds for the whole cluster. A new node
+/// writes its static value as the cluster default; a broker's own cannot be set and the
+/// cluster's cannot be removed; turning the feature on again writes what it needs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eligible_leader_replicas_keep_one_min_insync_replicas_for_the_cluster() {
+    use kafka_protocol::messages::update_features_request::FeatureUpdateKey;
+    let broker = TestBroker::start(&[("min.insync.replicas", "2")]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    create(&mut raw, "pinned").await;
+    let min_isr = |resp: &DescribeConfigsResponse| {
+        let (value, source, _, _) = described(resp, "min.insync.replicas");
+        (value, source)
+    };
+    // The static value, written once as the cluster default (DYNAMIC_DEFAULT_BROKER_CONFIG),
+    // is what every level reads.
+    let resp = raw.call(4, &describe_of(BROKER, "", None)).await;
+    assert_eq!(min_isr(&resp), ("2".to_string(), 3));
+    let resp = raw
+        .call(4, &describe_of(BROKER, "1", Some(&["min.insync.replicas"])))
+        .await;
+    assert_eq!(min_isr(&resp), ("2".to_string(), 3));
+    let resp = raw
+        .call(4, &describe_of(TOPIC, "pinned", Some(&["min.insync.replicas"])))
+        .await;
+    assert_eq!(min_isr(&resp), ("2".to_string(), 3));
+
+    let alter = |name: &'static str, op: i8, value: Option<&'static str>| {
+        incremental(BROKER, name, vec![("min.insync.replicas", op, value)], false)
+    };
+    let answer = |resp: &IncrementalAlterConfigsResponse| {
+        let r = &resp.responses[0];
+        (r.error_code, r.error_message.as_deref().unwrap_or_default().to_string())
+    };
+    let broker_level = "Broker-level min.insync.replicas cannot be altered while ELR is enabled.";
+    let cluster_level = "Cluster-level min.insync.replicas cannot be removed while ELR is enabled.";
+    assert_eq!(
+        answer(&raw.call(1, &alter("1", SET, Some("3"))).await),
+        (40, broker_level.to_string())
+    );
+    assert_eq!(
+        answer(&raw.call(1, &alter("", DELETE, None)).await),
+        (40, cluster_level.to_string())
+    );
+    // Changing the cluster's value is allowed.
+    assert_eq!(answer(&raw.call(1, &alter("", SET, Some("1"))).await).0, 0);
+
+    let features = |level: i16, upgrade_type: i8| {
+        UpdateFeaturesRequest::default().with_feature_updates(vec![
+            FeatureUpdateKey::default()
+                .with_feature(s("eligible.leader.replicas.version"))
+                .with_max_version_level(level)
+                .with_upgrade_type(upgrade_type),
+        ])
+    };
+    // Off, both are allowed.
+    let resp = raw.call(1, &features(0, 2)).await;
+    assert_eq!(resp.error_code, 0, "{:?}", resp.error_message);
+    assert_eq!(answer(&raw.call(1, &alter("1", SET, Some("3"))).await).0, 0);
+    assert_eq!(answer(&raw.call(1, &alter("", DELETE, None)).await).0, 0);
+    let resp = raw
+        .call(4, &describe_of(BROKER, "1", Some(&["min.insync.replicas"])))
+        .await;
+    assert_eq!(min_isr(&resp), ("3".to_string(), 2), "DYNAMIC_BROKER_CONFIG");
+
+    // On again: the broker's own value goes, and the static one is the cluster's again.
+    let resp = raw.call(1, &features(1, 1)).await;
+    assert_eq!(resp.error_code, 0, "{:?}", resp.error_message);
+    let resp = raw.call(4, &describe_of(BROKER, "", None)).await;
+    assert_eq!(min_isr(&resp), ("2".to_string(), 3));
+    let resp = raw
+        .call(4, &describe_of(BROKER, "1", Some(&["min.insync.replicas"])))
+        .await;
+    assert_eq!(min_isr(&resp), ("2".to_string(), 3));
+    assert_eq!(
+        answer(&raw.call(1, &alter("1", SET, Some("3"))).await),
+        (40, broker_level.to_string())
+    );
+
+    // Stored: a restart with another static value keeps the cluster's.
+    let broker = broker.restart(&[("min.insync.replicas", "1")]).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    let resp = raw
+        .call(4, &describe_of(TOPIC, "pinned", Some(&["min.insync.replicas"])))
+        .await;
+    assert_eq!(min_isr(&resp), ("2".to_string(), 3));
     broker.handle.shutdown().await;
 }
 

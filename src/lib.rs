@@ -441,6 +441,11 @@ impl Broker {
         } else {
             Controller::open(&config.data_dir, this)?
         });
+        // A single node is its own active controller: it writes what eligible leader replicas
+        // need as a cluster's does (`MetadataQuorum::leader_duties`).
+        if !config.cluster_mode() && controller.image().elr_enabled() {
+            controller.ensure_elr_safety(config.min_insync_replicas).await?;
+        }
         // A node that replayed another cluster's metadata stops here, before it serves this
         // directory's partitions as that cluster's.
         meta_properties::check_cluster(&config.data_dir, config.node_id, &controller.image().cluster_id)?;

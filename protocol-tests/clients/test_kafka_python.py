@@ -536,6 +536,15 @@ def test_topic_configs(admin):
            f"altering broker num.partitions: expected INVALID_REQUEST (42), got {res2!r}")
     ok(f"broker 1 configs ({len(res)} keys): num.partitions=3 STATIC_BROKER_CONFIG read-only; "
        f"alter refused: {res2!r}")
+    # Eligible leader replicas are on (Kafka 4.1's default): one min.insync.replicas for the
+    # whole cluster, the static value written as the cluster default; a broker's own is refused.
+    expect_config(topic_configs(admin), "min.insync.replicas", "1", "DYNAMIC_DEFAULT_BROKER_CONFIG")
+    res3 = admin.alter_configs([ConfigResource(ConfigResourceType.BROKER, "1", {"min.insync.replicas": "2"})],
+                               raise_on_unknown=False)["broker"]["1"]
+    expect("Error 40" in str(res3)
+           and "Broker-level min.insync.replicas cannot be altered while ELR is enabled." in str(res3),
+           f"a broker-level min.insync.replicas: expected INVALID_CONFIG (40), got {res3!r}")
+    ok(f"min.insync.replicas=1 DYNAMIC_DEFAULT_BROKER_CONFIG; broker-level refused: {res3!r}")
     admin.delete_topics([CTOPIC], timeout_ms=10000)
 
 

@@ -104,7 +104,7 @@ pub async fn update_features(ctx: &Ctx, req: UpdateFeaturesRequest, version: i16
         None if req.validate_only || levels.is_empty() => Ok(()),
         None => ctx
             .controller
-            .update_features(levels)
+            .update_features(levels, ctx.config.min_insync_replicas)
             .await
             .map_err(|e| (e.code(), e.to_string())),
     };

@@ -894,6 +894,67 @@ impl MetadataImage {
         self.feature_level(ELR_FEATURE) >= 1
     }
 
+    /// The broker config layers that must change before eligible leader replicas are safe
+    /// (Kafka's `ConfigurationControlManager.maybeGenerateElrSafetyRecords`): the cluster
+    /// default (None) when it has no `min.insync.replicas`, and each broker layer that has one.
+    /// The controller and every leader must agree on each topic's minimum, and a broker's own
+    /// layer is read by that broker alone.
+    pub fn elr_safety_targets(&self) -> Vec<Option<i32>> {
+        let cluster = (!self.broker_default_configs.contains_key(MIN_ISR)).then_some(None);
+        let brokers = self
+            .broker_configs
+            .iter()
+            .filter(|(_, layer)| layer.contains_key(MIN_ISR))
+            .map(|(node, _)| Some(*node));
+        cluster.into_iter().chain(brokers).collect()
+    }
+
+    /// The record that makes layer `node` safe for eligible leader replicas: the cluster
+    /// default gains `min.insync.replicas` = `static_min_isr` (the controller's static value,
+    /// so that the effective minimum does not change), a broker layer loses its own.
+    pub fn elr_safety_record(&self, node: Option<i32>, static_min_isr: i32) -> MetadataRecord {
+        let mut configs = match node {
+            None => (*self.broker_default_configs).clone(),
+            Some(node) => self
+                .broker_configs
+                .get(&node)
+                .map(|l| (**l).clone())
+                .unwrap_or_default(),
+        };
+        match node {
+            None => {
+                configs
+                    .entry(MIN_ISR.to_string())
+                    .or_insert_with(|| static_min_isr.to_string());
+            }
+            Some(_) => {
+                configs.remove(MIN_ISR);
+            }
+        }
+        MetadataRecord::SetBrokerConfigs { node, configs }
+    }
+
+    /// Why a change of broker layer `node` from `current` to `next` is refused while eligible
+    /// leader replicas are on (Kafka's `ConfigurationControlManager.validateAlterConfig`): a
+    /// broker's own `min.insync.replicas` cannot change, and the cluster's cannot be removed.
+    pub fn elr_config_refusal(
+        &self,
+        node: Option<i32>,
+        current: &BTreeMap<String, String>,
+        next: &BTreeMap<String, String>,
+    ) -> Option<&'static str> {
+        if !self.elr_enabled() || current.get(MIN_ISR) == next.get(MIN_ISR) {
+            return None;
+        }
+        match node {
+            Some(_) => Some("Broker-level min.insync.replicas cannot be altered while ELR is enabled."),
+            None if !next.contains_key(MIN_ISR) => {
+                Some("Cluster-level min.insync.replicas cannot be removed while ELR is enabled.")
+            }
+            None => None,
+        }
+    }
+
     /// `min.insync.replicas` for `topic` when eligible leader replicas are tracked (None when
     /// they are not): its override, else the dynamic cluster default, else `default` (the
     /// broker's static config). Kafka's controller takes the configured value, not capped at
@@ -2497,8 +2558,13 @@ impl Controller {
         .map(|_| ())
     }
 
-    /// Finalizes feature levels in one record (validated by the caller).
-    pub async fn update_features(&self, levels: BTreeMap<String, i16>) -> Result<()> {
+    /// Finalizes feature levels in one record (validated by the caller). Turning eligible
+    /// leader replicas on first makes the broker configs safe for them (`ensure_elr_safety`),
+    /// with `static_min_isr` as the cluster's `min.insync.replicas` if it has none.
+    pub async fn update_features(&self, levels: BTreeMap<String, i16>, static_min_isr: i32) -> Result<()> {
+        if levels.get(ELR_FEATURE).is_some_and(|&level| level >= 1) {
+            self.ensure_elr_safety(static_min_isr).await?;
+        }
         self.commit_async(|_| {
             Ok(MetadataRecord::SetFeatureLevels {
                 levels: levels.clone(),
@@ -2507,6 +2573,23 @@ impl Controller {
         })
         .await
         .map(|_| ())
+    }
+
+    /// Writes the broker config changes eligible leader replicas need (Kafka's
+    /// `maybeGenerateElrSafetyRecords`, `MetadataImage::elr_safety_targets`), each computed
+    /// again from the image it is committed against. Nothing when they are in place.
+    pub async fn ensure_elr_safety(&self, static_min_isr: i32) -> Result<()> {
+        for node in self.image().elr_safety_targets() {
+            let image = self
+                .commit_async(|image| Ok(image.elr_safety_record(node, static_min_isr)))
+                .await?;
+            tracing::info!(
+                layer = node.map_or("cluster default".to_string(), |n| format!("broker {n}")),
+                min_insync_replicas = image.broker_default_configs.get(MIN_ISR).map(String::as_str),
+                "eligible leader replicas: min.insync.replicas is set once, for the whole cluster"
+            );
+        }
+        Ok(())
     }
 
     /// Sets and removes client quotas in one record (validated by the caller).

@@ -1293,6 +1293,22 @@ public class JavaClient {
                 new ConfigEntry("log.retention.ms", ""), AlterConfigOp.OpType.DELETE)))).all().get();
         ok("incrementalAlterConfigs on BROKER \"\": log.retention.ms a dynamic default on broker "
                 + ids.get(0) + ", then removed; log.dirs refused");
+        // Eligible leader replicas (on by default, as in Kafka 4.1) need one min.insync.replicas
+        // for the whole cluster: the cluster default holds it, a broker's own is refused.
+        eventually(() -> {
+            ConfigEntry e = admin.describeConfigs(List.of(defaults)).all().get().get(defaults).get("min.insync.replicas");
+            return e != null && e.source() == ConfigEntry.ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG;
+        }, "min.insync.replicas in the cluster default");
+        try {
+            admin.incrementalAlterConfigs(Map.of(one, List.of(new AlterConfigOp(
+                    new ConfigEntry("min.insync.replicas", "2"), AlterConfigOp.OpType.SET)))).all().get();
+            expect(false, "a broker-level min.insync.replicas was stored while ELR is on");
+        } catch (ExecutionException e) {
+            expect(e.getCause() instanceof InvalidConfigurationException && e.getCause().getMessage()
+                    .contains("Broker-level min.insync.replicas cannot be altered while ELR is enabled."),
+                    "min.insync.replicas on broker " + ids.get(0) + ": " + e.getCause());
+        }
+        ok("min.insync.replicas: a DYNAMIC_DEFAULT_BROKER_CONFIG, and refused on broker " + ids.get(0));
 
         ConfigResource logger = new ConfigResource(ConfigResource.Type.BROKER_LOGGER, String.valueOf(ids.get(0)));
         Config loggers = admin.describeConfigs(List.of(logger)).all().get().get(logger);

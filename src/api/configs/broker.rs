@@ -92,6 +92,10 @@ pub(super) fn update_layer(
     let plan = |image: &MetadataImage, current: &BTreeMap<String, String>| {
         let layer = update(current)?;
         check_layer(ctx, image, node, &layer)?;
+        // The controller's check, under the image the change is committed against.
+        if let Some(why) = image.elr_config_refusal(node, current, &layer) {
+            return Err(Refusal::new(ResponseError::InvalidConfig, why.to_string()));
+        }
         Ok(layer)
     };
     if validate_only {

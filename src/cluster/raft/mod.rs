@@ -1106,6 +1106,25 @@ impl MetadataQuorum {
                 tracing::debug!(?e, "metadata quorum: recording the cluster id");
             }
         }
+        // A new cluster finalizes eligible leader replicas, and an older one's log may lack
+        // the configs they need: the active controller writes them (Kafka's bootstrap and
+        // feature upgrade do, `maybeGenerateElrSafetyRecords`).
+        if image.elr_enabled() {
+            for node in image.elr_safety_targets() {
+                let record = image.elr_safety_record(node, min_isr_default);
+                if let Err(e) = self.core.propose_checked(record).await {
+                    tracing::debug!(
+                        ?e,
+                        "metadata quorum: making the broker configs safe for eligible leader replicas"
+                    );
+                    break;
+                }
+                tracing::info!(
+                    layer = node.map_or("cluster default".to_string(), |n| format!("broker {n}")),
+                    "eligible leader replicas: min.insync.replicas is set once, for the whole cluster"
+                );
+            }
+        }
         let late: Vec<i32> = {
             let heard = self.core.heartbeats.lock().unwrap_or_else(|p| p.into_inner());
             image
