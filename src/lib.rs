@@ -5,6 +5,7 @@
 
 pub mod acl;
 pub mod api;
+pub mod blocking;
 pub mod cli;
 pub mod cluster;
 pub mod config;

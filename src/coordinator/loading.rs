@@ -135,13 +135,7 @@ impl LoadedPartitions {
             Ok(guard) => guard,
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
             Err(TryLockError::WouldBlock) => {
-                let wait = || self.pass.lock().unwrap_or_else(|p| p.into_inner());
-                match tokio::runtime::Handle::try_current() {
-                    Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-                        tokio::task::block_in_place(wait)
-                    }
-                    _ => wait(),
-                }
+                crate::blocking::off_worker(|| self.pass.lock().unwrap_or_else(|p| p.into_inner()))
             }
         }
     }

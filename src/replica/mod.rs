@@ -1065,20 +1065,29 @@ impl ReplicaManager {
     /// Waits until the replica manager has applied `image` (or a later one): the partitions it
     /// names are open, and its configs live. The error of the apply that covered it, if any
     /// (the partitions that failed are offline).
+    /// An apply can take seconds (thousands of partitions to open): a wait for one is made off
+    /// the caller's runtime worker (`blocking::off_worker`).
     pub fn catch_up(&self, image: &MetadataImage) -> Result<()> {
-        let deadline = std::time::Instant::now() + APPLY_WAIT;
-        let mut progress = self.progress.lock().unwrap_or_else(|p| p.into_inner());
-        while progress.applied.is_none_or(|applied| applied < image.offset) {
-            let now = std::time::Instant::now();
-            if now >= deadline || self.stopped.load(Ordering::Acquire) {
-                return Err(self.not_applied(format!("metadata image {} was not applied", image.offset)));
+        let wait = || {
+            let deadline = std::time::Instant::now() + APPLY_WAIT;
+            let mut progress = self.progress.lock().unwrap_or_else(|p| p.into_inner());
+            while progress.applied.is_none_or(|applied| applied < image.offset) {
+                let now = std::time::Instant::now();
+                if now >= deadline || self.stopped.load(Ordering::Acquire) {
+                    return Err(self.not_applied(format!("metadata image {} was not applied", image.offset)));
+                }
+                progress = self
+                    .progressed
+                    .wait_timeout(progress, (deadline - now).min(Duration::from_millis(100)))
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
             }
-            progress = self
-                .progressed
-                .wait_timeout(progress, (deadline - now).min(Duration::from_millis(100)))
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
+            Ok(progress)
+        };
+        let progress = match self.has_applied(image) {
+            true => self.progress.lock().unwrap_or_else(|p| p.into_inner()),
+            false => crate::blocking::off_worker(wait)?,
+        };
         match progress
             .failures
             .iter()
@@ -1843,6 +1852,29 @@ pub(crate) mod tests {
         replicas.catch_up(&controller.image()).unwrap();
         assert!(replicas.get("t", 0).is_none());
         assert!(!dir.path().join("t-0").exists());
+    }
+
+    /// A request waiting for an image must not hold back the runtime worker it runs on: with a
+    /// single worker, the task that commits the image is queued behind the waiter, and a
+    /// blocked worker would leave it there until the wait gave up (60 s, an error).
+    #[test]
+    fn a_wait_for_an_image_leaves_the_runtime_worker_to_other_tasks() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let dir = tempfile::TempDir::new().unwrap();
+            let (controller, replicas) = setup(dir.path());
+            let mut next = (*controller.image()).clone();
+            next.offset += 1;
+            let waiter = tokio::spawn(async move {
+                tokio::spawn(async move { controller.create_topic("t", 1, 1, BTreeMap::new()).unwrap() });
+                replicas.catch_up(&next).map(|()| replicas.get("t", 0).is_some())
+            });
+            assert!(matches!(waiter.await.unwrap(), Ok(true)), "the image was never applied");
+        });
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
