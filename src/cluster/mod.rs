@@ -3197,6 +3197,65 @@ mod tests {
     }
 
     #[test]
+    fn eligible_leader_replicas_get_one_min_isr_for_the_cluster() {
+        let layer = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        };
+        let mut image = MetadataImage::default();
+        assert!(image.elr_enabled(), "on by default, as on a new Kafka 4.1 cluster");
+        image.apply(&MetadataRecord::SetBrokerConfigs {
+            node: Some(2),
+            configs: layer(&[(MIN_ISR, "3"), ("log.retention.ms", "1")]),
+        });
+        image.apply(&MetadataRecord::SetBrokerConfigs {
+            node: Some(3),
+            configs: layer(&[("log.retention.ms", "2")]),
+        });
+        assert_eq!(image.elr_safety_targets(), vec![None, Some(2)]);
+        for node in image.elr_safety_targets() {
+            let record = image.elr_safety_record(node, 2);
+            image.apply(&record);
+        }
+        assert!(image.elr_safety_targets().is_empty(), "nothing more to write");
+        assert_eq!(*image.broker_default_configs, layer(&[(MIN_ISR, "2")]));
+        assert_eq!(*image.broker_configs[&2], layer(&[("log.retention.ms", "1")]));
+        // A cluster value already set is kept, whatever the static one.
+        assert!(matches!(
+            image.elr_safety_record(None, 5),
+            MetadataRecord::SetBrokerConfigs { configs, .. } if configs == layer(&[(MIN_ISR, "2")])
+        ));
+
+        let cluster = layer(&[(MIN_ISR, "2")]);
+        let empty = BTreeMap::new();
+        assert!(
+            image
+                .elr_config_refusal(Some(2), &empty, &layer(&[(MIN_ISR, "2")]))
+                .is_some()
+        );
+        assert!(image.elr_config_refusal(None, &cluster, &empty).is_some());
+        assert!(
+            image
+                .elr_config_refusal(None, &cluster, &layer(&[(MIN_ISR, "3")]))
+                .is_none()
+        );
+        assert!(
+            image
+                .elr_config_refusal(Some(2), &empty, &layer(&[("log.retention.ms", "1")]))
+                .is_none()
+        );
+        image.apply(&MetadataRecord::SetFeatureLevels {
+            levels: BTreeMap::from([(ELR_FEATURE.to_string(), 0)]),
+            epoch: None,
+        });
+        assert!(
+            image
+                .elr_config_refusal(Some(2), &empty, &layer(&[(MIN_ISR, "2")]))
+                .is_none()
+        );
+        assert!(image.elr_config_refusal(None, &cluster, &empty).is_none());
+    }
+
+    #[test]
     fn an_empty_isr_is_valid_only_without_a_leader_and_the_elr_is_outside_it() {
         let image = image_with(vec![1, 2, 3]);
         let topic = image.topic("t").unwrap();
