@@ -1227,6 +1227,27 @@ async fn eligible_leader_replicas_keep_one_min_insync_replicas_for_the_cluster()
         .call(4, &describe_of(TOPIC, "pinned", Some(&["min.insync.replicas"])))
         .await;
     assert_eq!(min_isr(&resp), ("2".to_string(), 3));
+    // CreateTopics v5+ answers each key's source as DescribeConfigs does (Kafka's
+    // resolveEffectiveTopicConfigs), not DEFAULT_CONFIG for every key not overridden.
+    use kafka_protocol::messages::create_topics_request::CreatableTopicConfig;
+    let t = CreatableTopic::default()
+        .with_name(topic("created"))
+        .with_num_partitions(1)
+        .with_replication_factor(1)
+        .with_configs(vec![
+            CreatableTopicConfig::default()
+                .with_name(s("retention.ms"))
+                .with_value(Some(s("1000"))),
+        ]);
+    let resp = raw.call(7, &CreateTopicsRequest::default().with_topics(vec![t])).await;
+    let configs = resp.topics[0].configs.as_ref().expect("v5+ lists the configs");
+    let source = |key: &str| {
+        let c = configs.iter().find(|c| c.name.as_str() == key).unwrap();
+        (c.value.as_deref().unwrap_or_default().to_string(), c.config_source)
+    };
+    assert_eq!(source("min.insync.replicas"), ("2".to_string(), 3));
+    assert_eq!(source("retention.ms"), ("1000".to_string(), 1));
+    assert_eq!(source("segment.bytes"), ("1073741824".to_string(), 5));
 
     let alter = |name: &'static str, op: i8, value: Option<&'static str>| {
         incremental(BROKER, name, vec![("min.insync.replicas", op, value)], false)

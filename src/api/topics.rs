@@ -17,13 +17,12 @@ use kafka_protocol::messages::{
     ApiKey, CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
     DeleteTopicsRequest, DeleteTopicsResponse,
 };
-use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
 use super::{Ctx, Versions, message, topic_name};
 use crate::acl::{Operation, ResourceType};
 use crate::cluster::TopicInfo;
-use crate::config::{TOPIC_KEYS, validate_topic_config};
+use crate::config::validate_topic_config;
 use crate::error::Error;
 
 pub const CREATE_TOPICS_VERSIONS: Versions = Versions::new(ApiKey::CreateTopics, 2, 7);
@@ -39,10 +38,6 @@ const PARTITIONS_PER_REQUEST_MAX: i64 = 10_000;
 /// check (`validateTotalNumberOfPartitions`); CreatePartitions has none in Kafka 4 (its bounded
 /// record list fails the topic with UNKNOWN_SERVER_ERROR), so it gets the same answer here.
 const TOO_MANY_PARTITIONS: &str = "Excessively large number of partitions per request.";
-
-/// Kafka's ConfigSource codes for DescribeConfigs-style answers.
-const SOURCE_DYNAMIC_TOPIC: i8 = 1;
-const SOURCE_DEFAULT: i8 = 5;
 
 fn reopen(ctx: &Ctx) -> Result<(), Error> {
     ctx.replicas.catch_up(&ctx.controller.image())
@@ -225,22 +220,19 @@ pub(super) fn create_and_open(
     Ok(info)
 }
 
-/// Every topic key with its value and source, as CreateTopics v5+ reports them.
+/// Every topic key with its value and source, as CreateTopics v5+ reports them: the sources
+/// DescribeConfigs gives (a dynamic cluster default is DYNAMIC_DEFAULT_BROKER_CONFIG, a key of
+/// the config file STATIC_BROKER_CONFIG), not DEFAULT_CONFIG for every key not overridden.
 fn describe_configs(ctx: &Ctx, overrides: &BTreeMap<String, String>) -> Vec<CreatableTopicConfigs> {
-    TOPIC_KEYS
-        .iter()
-        .filter_map(|k| {
-            let key = &k.name;
-            let (value, source) = match overrides.get(*key) {
-                Some(v) => (v.clone(), SOURCE_DYNAMIC_TOPIC),
-                None => (ctx.config.topic_default(key)?, SOURCE_DEFAULT),
-            };
-            Some(
-                CreatableTopicConfigs::default()
-                    .with_name(StrBytes::from_static_str(key))
-                    .with_value(Some(StrBytes::from_string(value)))
-                    .with_config_source(source),
-            )
+    super::configs::effective_topic_configs(ctx, overrides)
+        .into_iter()
+        .map(|c| {
+            CreatableTopicConfigs::default()
+                .with_name(c.name)
+                .with_value(c.value)
+                .with_read_only(c.read_only)
+                .with_config_source(c.config_source)
+                .with_is_sensitive(c.is_sensitive)
         })
         .collect()
 }

@@ -84,6 +84,22 @@ fn describe_keys(
     out
 }
 
+/// Every topic key of a topic whose overrides are `overrides`, with its value and source as
+/// DescribeConfigs gives them (CreateTopics v5+ answers these, as Kafka's
+/// `resolveEffectiveTopicConfigs` does).
+pub(crate) fn effective_topic_configs(
+    ctx: &Ctx,
+    overrides: &BTreeMap<String, String>,
+) -> Vec<DescribeConfigsResourceResult> {
+    let asked = Asked {
+        keys: None,
+        synonyms: false,
+        docs: false,
+        version: 0,
+    };
+    describe_keys(ctx, TOPIC_KEYS, overrides, SOURCE_DYNAMIC_TOPIC, &asked)
+}
+
 fn describe_topic(ctx: &Ctx, name: &str, asked: &Asked) -> Result<Vec<DescribeConfigsResourceResult>, Refusal> {
     let image = ctx.controller.image();
     let topic = image

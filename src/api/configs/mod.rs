@@ -30,6 +30,7 @@ use crate::config::BrokerConfig;
 use crate::error::Error;
 
 pub use alter::{VERSIONS as ALTER_VERSIONS, alter_configs};
+pub(crate) use describe::effective_topic_configs;
 pub use describe::{VERSIONS as DESCRIBE_VERSIONS, describe_configs};
 pub use incremental::{VERSIONS as INCREMENTAL_ALTER_VERSIONS, incremental_alter_configs};
 
