@@ -164,24 +164,29 @@ fn cli_elr(cluster: &Cluster, node: i32, name: &str) -> (Vec<i32>, Vec<i32>) {
     (ids("elr"), ids("last_known_elr"))
 }
 
+/// One controller and three brokers (the quorum outlives them), and `name`: one partition,
+/// 3 replicas, `min.insync.replicas` 2 and `configs`, all in sync. Its leader and followers.
+async fn elr_cluster(name: &str, configs: &[(&str, &str)]) -> (Cluster, (i32, i32, i32)) {
+    use common::cluster::Role;
+    let roles = [Role::Controller, Role::Broker, Role::Broker, Role::Broker];
+    let cluster = Cluster::start_roles(&roles, SETTINGS).await;
+    let mut all = vec![("min.insync.replicas", "2")];
+    all.extend_from_slice(configs);
+    create(&cluster, name, 1, 3, &all).await;
+    let all_in = wait_view(&cluster, name, 0, "all 3 in sync", |v| v.leader > 0 && v.isr.len() == 3).await;
+    let leader = all_in.leader;
+    let followers: Vec<i32> = all_in.replicas.iter().copied().filter(|r| *r != leader).collect();
+    (cluster, (leader, followers[0], followers[1]))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_eligible_leader_replica_leads_once_every_in_sync_replica_is_gone() {
     // KIP-966, on by default as in Kafka 4.1. A follower that left the ISR while it was under
     // min.insync.replicas holds everything acknowledged (the high watermark stood still
     // since), so it may lead when the last in-sync replica is gone. Without it the partition
     // waits for that one replica. One controller and three brokers: the quorum outlives them.
-    use common::cluster::Role;
-    let roles = [Role::Controller, Role::Broker, Role::Broker, Role::Broker];
-    let mut cluster = Cluster::start_roles(&roles, SETTINGS).await;
     let name = unique("elr");
-    create(&cluster, &name, 1, 3, &[("min.insync.replicas", "2")]).await;
-    let all_in = wait_view(&cluster, &name, 0, "all 3 in sync", |v| {
-        v.leader > 0 && v.isr.len() == 3
-    })
-    .await;
-    let leader = all_in.leader;
-    let followers: Vec<i32> = all_in.replicas.iter().copied().filter(|r| *r != leader).collect();
-    let (first, second) = (followers[0], followers[1]);
+    let (mut cluster, (leader, first, second)) = elr_cluster(&name, &[]).await;
     let mut offsets = produce_all(&cluster, &name, 0, 50).await;
 
     // `first` goes while the ISR is above min ISR: it leaves the ISR and is not eligible.
@@ -222,6 +227,55 @@ async fn an_eligible_leader_replica_leads_once_every_in_sync_replica_is_gone() {
         (vec![], vec![]),
         "at min ISR again"
     );
+    assert_eq!(consume_all(&cluster, &name, offsets.len()), expected_values(&offsets));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_restarted_uncleanly_that_did_not_fsync_each_message_is_no_longer_eligible() {
+    // KIP-966's other half (Kafka's handleBrokerUncleanShutdown): a replica that did not fsync
+    // what it acknowledged (flush.messages above 1) may have lost it in a power cut, so a start
+    // after an unclean stop takes it out of the eligible leader replicas. A clean stop (the
+    // node's clean-shutdown marker) keeps it eligible. With the default flush policy a killed
+    // replica stays eligible (the test above).
+    let name = unique("elr-unclean");
+    let (mut cluster, (leader, first, second)) = elr_cluster(&name, &[("flush.messages", "1000")]).await;
+    cluster.kill(first);
+    wait_view(&cluster, &name, 0, "2 in sync", |v| v.isr.len() == 2).await;
+    let offsets = produce_all(&cluster, &name, 0, 50).await;
+    // `second` is killed at min ISR: eligible, until it comes back from that unclean stop.
+    cluster.kill(second);
+    wait_view(&cluster, &name, 0, "the leader alone in sync", |v| {
+        v.isr == vec![leader]
+    })
+    .await;
+    assert_eq!(elr_at(&cluster, leader, &name).await, (vec![second], vec![]));
+    // The leader stops cleanly (SIGTERM): the ISR empties into the ELR.
+    cluster.terminate(leader).await;
+    cluster.restart(second).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (elr, last_known) = elr_at(&cluster, second, &name).await;
+        if !elr.contains(&second) && !last_known.contains(&second) {
+            assert_eq!(elr, vec![leader], "the cleanly stopped leader stays eligible");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{second} is still eligible: {elr:?} {last_known:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let view = wait_view(&cluster, &name, 0, "the view", |_| true).await;
+    assert_eq!(
+        view.leader, -1,
+        "{second} may lack what it acknowledged: it does not lead"
+    );
+    // The leader comes back from its clean stop and leads; nothing acknowledged is lost.
+    cluster.restart(leader).await;
+    wait_view(&cluster, &name, 0, "led by the cleanly stopped leader", |v| {
+        v.leader == leader
+    })
+    .await;
     assert_eq!(consume_all(&cluster, &name, offsets.len()), expected_values(&offsets));
 }
 

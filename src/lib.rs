@@ -33,7 +33,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::api::Ctx;
 use crate::cluster::raft::{MetadataQuorum, QuorumConfig};
-use crate::cluster::{BrokerInfo, Controller, Endpoint};
+use crate::cluster::{BrokerInfo, Controller, Endpoint, MetadataRecord};
 use crate::config::{BrokerConfig, Listener};
 use crate::coordinator::GroupCoordinator;
 use crate::coordinator::transactions::TransactionCoordinator;
@@ -87,11 +87,26 @@ fn this_broker(config: &BrokerConfig) -> BrokerInfo {
 /// the one to (an empty log, the lowest voter id), then registers this broker: start-up waits
 /// until a majority of the voters is up and has agreed on the registration, as a Kafka broker
 /// waits for the controller quorum, so partitions open against up-to-date metadata.
-async fn start_quorum(config: &BrokerConfig, this: BrokerInfo) -> Result<Controller, StartError> {
+///
+/// `unclean_restart` (the static `log.flush.interval.messages`, after a stop without the clean
+/// marker) goes with the registration: the controller then takes this broker out of the
+/// eligible leader replicas it may not deserve (`MetadataImage::forget_unflushed_eligibility`).
+async fn start_quorum(
+    config: &BrokerConfig,
+    this: BrokerInfo,
+    unclean_restart: Option<i64>,
+) -> Result<Controller, StartError> {
     let (quorum, _) = open_quorum(config, this.id).await?;
+    let mut registration = this.registration();
+    if let MetadataRecord::RegisterBroker {
+        unclean_restart: after, ..
+    } = &mut registration
+    {
+        *after = unclean_restart;
+    }
     let mut waited = 0u64;
     loop {
-        match register(&quorum, &this).await {
+        match register(&quorum, &registration).await {
             Ok(()) => break,
             Err(e) => {
                 waited += 1;
@@ -201,8 +216,8 @@ const HAND_OVER_CHECK: Duration = Duration::from_millis(250);
 const QUORUM_PROPOSE_TIMEOUT_MS: u64 = 10_000;
 
 /// Registers (or registers again) this broker and waits until this node has applied it.
-async fn register(quorum: &MetadataQuorum, this: &BrokerInfo) -> Result<(), error::Error> {
-    let offset = quorum.submit(this.registration()).await?;
+async fn register(quorum: &MetadataQuorum, registration: &MetadataRecord) -> Result<(), error::Error> {
+    let offset = quorum.submit(registration.clone()).await?;
     quorum.wait_applied(offset).await.map(drop)
 }
 
@@ -256,7 +271,7 @@ async fn broker_lifecycle(
                 Ok(true) => reported_offline = offline,
                 Ok(false) => {
                     reported_offline = false;
-                    if let Err(e) = register(&quorum, &this).await {
+                    if let Err(e) = register(&quorum, &this.registration()).await {
                         tracing::warn!(error = %e, "registering this broker again");
                     }
                 }
@@ -395,6 +410,8 @@ impl Broker {
         }
         log::checkpoint::create_dir_durably(&config.data_dir)?;
         meta_properties::check_node(&config.data_dir, config.node_id)?;
+        // Taken now: a stop from here on is unclean until the next clean stop marks it.
+        let clean_start = meta_properties::take_clean_shutdown(&config.data_dir)?;
         // The port is taken now (its number is advertised), but connections are accepted only
         // once every partition is open and the coordinators are loaded, as Kafka starts its
         // acceptors last: a client connecting during recovery is refused and retries, instead
@@ -438,7 +455,8 @@ impl Broker {
         let config = Arc::new(config);
         let this = this_broker(&config);
         let controller = Arc::new(if config.cluster_mode() {
-            start_quorum(&config, this).await?
+            let unclean_restart = (!clean_start).then_some(config.log_flush_interval_messages);
+            start_quorum(&config, this, unclean_restart).await?
         } else {
             Controller::open(&config.data_dir, this)?
         });
@@ -782,7 +800,11 @@ impl Broker {
                 if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
                     tracing::warn!("connections still busy after shutdown.timeout.ms; closing anyway");
                 }
-                replicas.close_all();
+                if replicas.close_all()
+                    && let Err(e) = meta_properties::mark_clean_shutdown(&config.data_dir)
+                {
+                    tracing::warn!(error = %e, "marking the clean shutdown (the next start counts as unclean)");
+                }
                 if let Some(quorum) = quorum
                     && let Err(e) = quorum.shutdown().await
                 {

@@ -6,6 +6,9 @@
 //! (its partitions would be reported as led by a node that is gone), or a node whose metadata
 //! log was wiped and that was pointed at another cluster's voters (it would join that cluster
 //! with this cluster's partitions on disk). Kafka refuses both at start-up; so does Sluice.
+//!
+//! Beside it, the node's clean-shutdown marker: whether the last stop was clean, which the
+//! broker's registration reports (eligible leader replicas, KIP-966).
 
 // Input from disk becomes an error, never a panic.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
@@ -112,6 +115,37 @@ pub fn write(dir: &Path, meta: &MetaProperties) -> Result<(), MetaError> {
         .and_then(|d| d.sync_all())
         .map_err(io("fsync", dir))?;
     Ok(())
+}
+
+/// The node's clean-shutdown marker (Kafka's `.kafka_cleanshutdown`): written last by a clean
+/// stop, taken (read and removed) at the next start. A start without it follows a kill, a
+/// crash or a power loss, which the broker's registration tells the controller.
+pub const CLEAN_SHUTDOWN_FILE: &str = ".node-clean-shutdown";
+
+/// Records that this node stopped cleanly: every partition closed and flushed.
+pub fn mark_clean_shutdown(dir: &Path) -> Result<(), MetaError> {
+    let path = dir.join(CLEAN_SHUTDOWN_FILE);
+    let file = std::fs::File::create(&path).map_err(io("create", &path))?;
+    file.sync_all().map_err(io("fsync", &path))?;
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io("fsync", dir))
+}
+
+/// Whether the last stop was clean, forgetting it (durably), so that a stop from now on counts
+/// as unclean until it marks itself clean.
+pub fn take_clean_shutdown(dir: &Path) -> Result<bool, MetaError> {
+    let path = dir.join(CLEAN_SHUTDOWN_FILE);
+    match std::fs::remove_file(&path) {
+        Ok(()) => {
+            std::fs::File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(io("fsync", dir))?;
+            Ok(true)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(io("remove", &path)(e)),
+    }
 }
 
 /// At start-up, before anything else touches the directory: refuses a directory another node

@@ -97,6 +97,12 @@ pub enum MetadataRecord {
         /// dynamic per-broker value, in the image's broker layer, overrides this).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         cordoned: bool,
+        /// Set at a start after an unclean stop (no clean-shutdown marker: killed, crashed,
+        /// power lost): the broker's static `log.flush.interval.messages`. A replica that did
+        /// not fsync every message before acknowledging it may have lost what it acknowledged,
+        /// so it leaves the eligible leader replicas (Kafka's `handleBrokerUncleanShutdown`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        unclean_restart: Option<i64>,
     },
     /// A broker's registration is removed (Kafka's UnregisterBrokerRecord): an UnregisterBroker
     /// request, for a broker taken out of the cluster for good. Like a fenced one, it leaves
@@ -339,6 +345,7 @@ impl BrokerInfo {
             rack: self.rack.clone(),
             listeners: self.endpoints.clone(),
             cordoned: self.cordoned,
+            unclean_restart: None,
         }
     }
 }
@@ -892,6 +899,62 @@ impl MetadataImage {
     /// 1 or more (Kafka 4.1 finalizes 1 on a new cluster).
     pub fn elr_enabled(&self) -> bool {
         self.feature_level(ELR_FEATURE) >= 1
+    }
+
+    /// Broker `id` restarted after an unclean stop: it leaves the ELR and the last known ELR
+    /// of every partition where it may have acknowledged records it did not fsync (Kafka
+    /// drops it from all of them, `handleBrokerUncleanShutdown`). Where it fsyncs every
+    /// message before acknowledging it (`log.flush.interval.messages` 1, Sluice's default,
+    /// resolved as the broker does: the topic's `flush.messages`, else the dynamic broker and
+    /// cluster layers, else `static_flush_interval`), a kill or a power loss lost nothing it
+    /// acknowledged, and it stays eligible.
+    fn forget_unflushed_eligibility(&mut self, id: i32, static_flush_interval: i64) {
+        const KEY: &str = "log.flush.interval.messages";
+        let node_default = self
+            .broker_configs
+            .get(&id)
+            .and_then(|layer| layer.get(KEY))
+            .or_else(|| self.broker_default_configs.get(KEY))
+            .and_then(|v| v.parse::<i64>().ok())
+            .unwrap_or(static_flush_interval);
+        let names: Vec<String> = self
+            .topics
+            .iter()
+            .filter(|(_, t)| {
+                t.registrations
+                    .values()
+                    .any(|r| r.elr.contains(&id) || r.last_known_elr.contains(&id))
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in names {
+            let Some(topic) = self.topics.get_mut(&name) else {
+                continue;
+            };
+            let interval = topic
+                .configs
+                .get("flush.messages")
+                .and_then(|v| v.parse::<i64>().ok())
+                .unwrap_or(node_default);
+            if interval <= 1 {
+                continue;
+            }
+            let topic = Arc::make_mut(topic);
+            let holding: Vec<i32> = topic
+                .registrations
+                .iter()
+                .filter(|(_, r)| r.elr.contains(&id) || r.last_known_elr.contains(&id))
+                .map(|(p, _)| *p)
+                .collect();
+            for partition in holding {
+                if let Some(registration) = topic.registrations.get_mut(&partition) {
+                    // As `clear_elr`: eligibility only, the ISR and leader stay.
+                    let registration = Arc::make_mut(registration);
+                    registration.elr.retain(|r| *r != id);
+                    registration.last_known_elr.retain(|r| *r != id);
+                }
+            }
+        }
     }
 
     /// The broker config layers that must change before eligible leader replicas are safe
@@ -1549,7 +1612,11 @@ impl MetadataImage {
                 rack,
                 listeners,
                 cordoned,
+                unclean_restart,
             } => {
+                if let Some(flush_interval) = unclean_restart {
+                    self.forget_unflushed_eligibility(*id, *flush_interval);
+                }
                 let endpoints = if listeners.is_empty() {
                     vec![Endpoint {
                         name: "PLAINTEXT".into(),
@@ -3111,6 +3178,18 @@ mod tests {
         Arc::make_mut(image.brokers.get_mut(&id).unwrap()).fenced = fenced;
     }
 
+    /// "t" on brokers 1 and 2 with min ISR 2: 2 is fenced, then the leader 1. Both are in the
+    /// ELR, 1 the last known leader.
+    fn both_gone_at_min_isr_2() -> MetadataImage {
+        let mut image = image_with(vec![1, 2]);
+        fence(&mut image, 2, true);
+        elect_all(&mut image, 2);
+        fence(&mut image, 1, true);
+        elect_all(&mut image, 2);
+        assert_eq!(elr_state(&image), (-1, vec![], vec![1, 2], vec![1]));
+        image
+    }
+
     /// Leader, ISR, ELR and last known ELR of partition 0 of "t".
     fn elr_state(image: &MetadataImage) -> (i32, Vec<i32>, Vec<i32>, Vec<i32>) {
         let r = image.topic("t").unwrap().registration(0);
@@ -3171,12 +3250,7 @@ mod tests {
 
     #[test]
     fn a_changed_min_isr_clears_the_elr_and_the_last_leader_may_lead_again() {
-        let mut image = image_with(vec![1, 2]);
-        fence(&mut image, 2, true);
-        elect_all(&mut image, 2);
-        fence(&mut image, 1, true);
-        elect_all(&mut image, 2);
-        assert_eq!(elr_state(&image), (-1, vec![], vec![1, 2], vec![1]));
+        let mut image = both_gone_at_min_isr_2();
         let id = image.topic("t").unwrap().id;
         image.apply(&MetadataRecord::SetTopicConfigs {
             id,
@@ -3194,6 +3268,64 @@ mod tests {
         fence(&mut image, 1, false);
         elect_all(&mut image, 2);
         assert_eq!(elr_state(&image), (1, vec![1], vec![], vec![]));
+    }
+
+    #[test]
+    fn an_unclean_restart_ends_eligibility_where_acknowledged_writes_were_not_fsynced() {
+        let register = |id: i32, unclean_restart: Option<i64>| MetadataRecord::RegisterBroker {
+            id,
+            host: "localhost".into(),
+            port: 9092,
+            rack: None,
+            listeners: Vec::new(),
+            cordoned: false,
+            unclean_restart,
+        };
+        let mut image = both_gone_at_min_isr_2();
+        // A clean restart, or an unclean one of a broker that fsyncs every message: eligible.
+        for restart in [None, Some(1)] {
+            let mut after = image.clone();
+            after.apply(&register(2, restart));
+            assert_eq!(elr_state(&after).2, vec![1, 2], "{restart:?}");
+        }
+        // Its static flush interval above 1, or a dynamic layer's, or the topic's: not.
+        let mut after = image.clone();
+        after.apply(&register(2, Some(1000)));
+        assert_eq!(elr_state(&after), (-1, vec![], vec![1], vec![1]));
+        let interval = |value: &str| BTreeMap::from([("log.flush.interval.messages".to_string(), value.to_string())]);
+        let mut after = image.clone();
+        after.apply(&MetadataRecord::SetBrokerConfigs {
+            node: None,
+            configs: interval("1000"),
+        });
+        after.apply(&register(1, Some(1)));
+        assert_eq!(elr_state(&after), (-1, vec![], vec![2], vec![]), "from both lists");
+        let mut after = image.clone();
+        after.apply(&MetadataRecord::SetBrokerConfigs {
+            node: Some(2),
+            configs: interval("1"),
+        });
+        after.apply(&MetadataRecord::SetBrokerConfigs {
+            node: None,
+            configs: interval("1000"),
+        });
+        after.apply(&register(2, Some(1000)));
+        assert_eq!(elr_state(&after).2, vec![1, 2], "its own layer says 1");
+        let id = image.topic("t").unwrap().id;
+        image.apply(&MetadataRecord::SetTopicConfigs {
+            id,
+            configs: BTreeMap::from([("flush.messages".to_string(), "1000".to_string())]),
+        });
+        image.apply(&register(2, Some(1)));
+        assert_eq!(
+            elr_state(&image),
+            (-1, vec![], vec![1], vec![1]),
+            "the topic's flush.messages"
+        );
+        // The last leader is back, eligible: it leads.
+        fence(&mut image, 1, false);
+        elect_all(&mut image, 2);
+        assert_eq!(elr_state(&image).0, 1);
     }
 
     #[test]

@@ -1768,7 +1768,8 @@ impl ReplicaManager {
     }
 
     /// Closes every partition (flush, index and checkpoint writes) for a clean shutdown.
-    pub fn close_all(&self) {
+    /// Whether every partition closed cleanly (flushed, its clean-shutdown marker written).
+    pub fn close_all(&self) -> bool {
         // No apply after this one: an apply in progress finishes first (it holds the lock).
         let _applying = self.applying.lock().unwrap_or_else(|p| p.into_inner());
         self.stopped.store(true, Ordering::Release);
@@ -1782,11 +1783,14 @@ impl ReplicaManager {
             .values()
             .cloned()
             .collect();
+        let mut clean = true;
         for p in all {
             if let Err(e) = p.close() {
                 tracing::error!(partition = %p.tp, error = %e, "closing partition");
+                clean = false;
             }
         }
+        clean
     }
 }
 

@@ -344,6 +344,7 @@ pub(super) mod tests {
                 rack: Some("r1".into()),
                 listeners: Vec::new(),
                 cordoned: true,
+                unclean_restart: None,
             },
             MetadataRecord::RegisterBroker {
                 id: 2,
@@ -352,6 +353,7 @@ pub(super) mod tests {
                 rack: None,
                 listeners: Vec::new(),
                 cordoned: false,
+                unclean_restart: None,
             },
             MetadataRecord::SetBrokerFenced { id: 2, fenced: true },
             MetadataRecord::SetBrokerLogDirOffline { id: 1, offline: true },
