@@ -142,6 +142,36 @@ async fn elr_at(cluster: &Cluster, node: i32, name: &str) -> (Vec<i32>, Vec<i32>
     (ids(&p.eligible_leader_replicas), ids(&p.last_known_elr))
 }
 
+/// `min.insync.replicas` and its source as broker `node` describes the cluster-wide broker
+/// default (DescribeConfigs v4, BROKER ""), once it is set there (waits up to 10 s for
+/// source 3, DYNAMIC_DEFAULT_BROKER_CONFIG).
+async fn cluster_min_isr(cluster: &Cluster, node: i32) -> Option<(String, i8)> {
+    use kafka_protocol::messages::DescribeConfigsRequest;
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    use kafka_protocol::protocol::StrBytes;
+    let request = DescribeConfigsRequest::default().with_resources(vec![
+        DescribeConfigsResource::default()
+            .with_resource_type(4)
+            .with_resource_name(StrBytes::from_static_str(""))
+            .with_configuration_keys(Some(vec![StrBytes::from_static_str("min.insync.replicas")])),
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let resp = try_call(cluster.addr(node), 4, &request, POLL_REQUEST_TIMEOUT)
+            .await
+            .unwrap_or_else(|e| panic!("DescribeConfigs at {node}: {e}"));
+        let found = resp.results[0]
+            .configs
+            .iter()
+            .find(|c| c.name.as_str() == "min.insync.replicas")
+            .map(|c| (c.value.as_deref().unwrap_or_default().to_string(), c.config_source));
+        if found.as_ref().is_some_and(|(_, source)| *source == 3) || Instant::now() > deadline {
+            return found;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Partition 0's ELR and last known ELR as `sluice topic describe --format json` shows them,
 /// asking broker `node`.
 fn cli_elr(cluster: &Cluster, node: i32, name: &str) -> (Vec<i32>, Vec<i32>) {
@@ -187,6 +217,11 @@ async fn an_eligible_leader_replica_leads_once_every_in_sync_replica_is_gone() {
     // waits for that one replica. One controller and three brokers: the quorum outlives them.
     let name = unique("elr");
     let (mut cluster, (leader, first, second)) = elr_cluster(&name, &[]).await;
+    // The active controller's duties wrote the static min.insync.replicas (1) as the cluster
+    // default (Kafka's maybeGenerateElrSafetyRecords), which every broker reads.
+    for node in [leader, first, second] {
+        assert_eq!(cluster_min_isr(&cluster, node).await, Some(("1".to_string(), 3)));
+    }
     let mut offsets = produce_all(&cluster, &name, 0, 50).await;
 
     // `first` goes while the ISR is above min ISR: it leaves the ISR and is not eligible.

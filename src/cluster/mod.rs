@@ -917,14 +917,11 @@ impl MetadataImage {
             .or_else(|| self.broker_default_configs.get(KEY))
             .and_then(|v| v.parse::<i64>().ok())
             .unwrap_or(static_flush_interval);
+        let eligible = |r: &PartitionRegistration| r.elr.contains(&id) || r.last_known_elr.contains(&id);
         let names: Vec<String> = self
             .topics
             .iter()
-            .filter(|(_, t)| {
-                t.registrations
-                    .values()
-                    .any(|r| r.elr.contains(&id) || r.last_known_elr.contains(&id))
-            })
+            .filter(|(_, t)| t.registrations.values().any(|r| eligible(r)))
             .map(|(name, _)| name.clone())
             .collect();
         for name in names {
@@ -943,7 +940,7 @@ impl MetadataImage {
             let holding: Vec<i32> = topic
                 .registrations
                 .iter()
-                .filter(|(_, r)| r.elr.contains(&id) || r.last_known_elr.contains(&id))
+                .filter(|(_, r)| eligible(r))
                 .map(|(p, _)| *p)
                 .collect();
             for partition in holding {

@@ -537,6 +537,21 @@ impl Core {
     /// On the leader: checks `record` against the leader's image (every committed record
     /// applied first) and proposes it; checks and commits are serialized.
     pub(super) async fn propose_checked(&self, record: MetadataRecord) -> Result<i64, Refusal> {
+        self.propose_derived(|image| image.check(&record).map(|()| Some(record.clone())))
+            .await
+            // Always Some: the record is given, not derived.
+            .map(|offset| offset.unwrap_or_default())
+    }
+
+    /// On the leader: computes a record from the leader's image (every committed record
+    /// applied first), if `derive` finds one owed, checks it and proposes it, serialized with
+    /// every other check and commit: no change commits between the image `derive` reads and
+    /// its record (a record that replaces a whole config layer loses no concurrent change).
+    /// None when nothing was owed.
+    pub(super) async fn propose_derived(
+        &self,
+        derive: impl FnOnce(&MetadataImage) -> crate::error::Result<Option<MetadataRecord>>,
+    ) -> Result<Option<i64>, Refusal> {
         let wait = Duration::from_millis(self.propose_timeout_ms);
         let _turn = self.propose_lock.lock().await;
         match tokio::time::timeout(wait, self.raft.ensure_linearizable()).await {
@@ -551,8 +566,11 @@ impl Core {
             }
         }
         let image = self.images.borrow().clone();
+        let Some(record) = derive(&image).map_err(Refusal::from_error)? else {
+            return Ok(None);
+        };
         image.check(&record).map_err(Refusal::from_error)?;
-        self.propose(record).await.map_err(Refusal::from_quorum)
+        self.propose(record).await.map(Some).map_err(Refusal::from_quorum)
     }
 
     /// On the leader: commits the elections the image owes (`MetadataImage::elections`), if
@@ -1111,13 +1129,21 @@ impl MetadataQuorum {
         // feature upgrade do, `maybeGenerateElrSafetyRecords`).
         if image.elr_enabled() {
             for node in image.elr_safety_targets() {
-                let record = image.elr_safety_record(node, min_isr_default);
-                if let Err(e) = self.core.propose_checked(record).await {
-                    tracing::debug!(
-                        ?e,
-                        "metadata quorum: making the broker configs safe for eligible leader replicas"
-                    );
-                    break;
+                // Computed again under the proposal lock: the record replaces the whole layer.
+                let owed = |latest: &MetadataImage| {
+                    Ok((latest.elr_enabled() && latest.elr_safety_targets().contains(&node))
+                        .then(|| latest.elr_safety_record(node, min_isr_default)))
+                };
+                match self.core.propose_derived(owed).await {
+                    Ok(Some(_)) => {}
+                    Ok(None) => continue,
+                    Err(e) => {
+                        tracing::debug!(
+                            ?e,
+                            "metadata quorum: making the broker configs safe for eligible leader replicas"
+                        );
+                        break;
+                    }
                 }
                 tracing::info!(
                     layer = node.map_or("cluster default".to_string(), |n| format!("broker {n}")),
