@@ -453,3 +453,141 @@ async fn a_request_quota_holds_back_a_client_that_uses_more_handler_time() {
     }
     eprintln!("quota-held: {held:?}; free: {:?}", started.elapsed());
 }
+
+const THROTTLING_QUOTA_EXCEEDED: i16 = 89;
+
+/// The throttle time a mutation quota of `rate` partitions per second gives after `debt`
+/// partitions more than the bucket held, in ms, with up to 5 s already refilled.
+fn owed(debt: f64, rate: f64) -> std::ops::RangeInclusive<i32> {
+    let ms = |d: f64| (d / rate * 1000.0).round() as i32;
+    ms(debt - 5.0 * rate)..=ms(debt)
+}
+
+#[tokio::test]
+async fn a_controller_mutation_quota_refuses_strict_versions_and_throttles_older_ones() {
+    // KIP-599: `controller_mutation_rate` partitions per second, in a token bucket that holds
+    // the rate × the whole quota window (2 × 1 s here). Strict versions (CreateTopics v6+,
+    // DeleteTopics v5+, CreatePartitions v3+) take any mutation while the bucket is not below
+    // zero, then refuse with THROTTLING_QUOTA_EXCEEDED; older ones are always served and throttled.
+    // At 0.01 partitions/s the bucket hardly refills while the test runs; each step uses a
+    // connection of its own, since a throttled one is not read until its time has passed.
+    const RATE: f64 = 0.01;
+    let broker = TestBroker::start(&SHORT_WINDOWS).await;
+    let mut raw = Raw::connect(broker.addr).await;
+    // A DOUBLE, as Kafka's: a fraction is accepted, unlike the byte rates.
+    let codes = alter(
+        &mut raw,
+        vec![entry(
+            &[("client-id", Some(RAW_CLIENT))],
+            vec![set("controller_mutation_rate", RATE)],
+        )],
+        false,
+    )
+    .await;
+    assert_eq!(codes, vec![0]);
+    let described = describe(&mut raw, vec![], false).await.unwrap();
+    assert!(
+        format!("{described:?}").contains("controller_mutation_rate"),
+        "{described:?}"
+    );
+
+    // The bucket holds 0.02: three partitions are taken (it is not below zero yet), unthrottled.
+    let resp = raw.call(7, &create_topic_request("mut-a", 3, 5000)).await;
+    assert_eq!((resp.topics[0].error_code, resp.throttle_time_ms), (0, 0));
+    // Now it is: v7 is refused, with the time until it is back at zero; nothing is created.
+    let mut second = Raw::connect(broker.addr).await;
+    let resp = second.call(7, &create_topic_request("mut-b", 1, 5000)).await;
+    let t = &resp.topics[0];
+    assert_eq!(t.error_code, THROTTLING_QUOTA_EXCEEDED);
+    assert_eq!(
+        t.error_message.as_deref(),
+        Some("The throttling quota has been exceeded.")
+    );
+    assert!(
+        owed(2.98, RATE).contains(&resp.throttle_time_ms),
+        "{}",
+        resp.throttle_time_ms
+    );
+    // validate_only is refused the same way (Kafka's controller takes the quota for it too).
+    let mut check = Raw::connect(broker.addr).await;
+    let resp = check
+        .call(7, &create_topic_request("mut-b", 1, 5000).with_validate_only(true))
+        .await;
+    assert_eq!(resp.topics[0].error_code, THROTTLING_QUOTA_EXCEEDED);
+    // v5 (permissive) creates it and throttles the client for it.
+    let mut old = Raw::connect(broker.addr).await;
+    let resp = old.call(5, &create_topic_request("mut-b", 1, 5000)).await;
+    assert_eq!(resp.topics[0].error_code, 0);
+    assert!(
+        owed(3.98, RATE).contains(&resp.throttle_time_ms),
+        "{}",
+        resp.throttle_time_ms
+    );
+
+    // CreatePartitions: v3 refused, v2 served and throttled.
+    let grow = |name: &str, count: i32| {
+        use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+        CreatePartitionsRequest::default()
+            .with_topics(vec![
+                CreatePartitionsTopic::default()
+                    .with_name(TopicName(s(name)))
+                    .with_count(count),
+            ])
+            .with_timeout_ms(5000)
+    };
+    let mut conn = Raw::connect(broker.addr).await;
+    let resp = conn.call(3, &grow("mut-a", 5)).await;
+    assert_eq!(resp.results[0].error_code, THROTTLING_QUOTA_EXCEEDED);
+    let mut conn = Raw::connect(broker.addr).await;
+    let resp = conn.call(2, &grow("mut-a", 5)).await;
+    assert_eq!(resp.results[0].error_code, 0);
+    assert!(
+        owed(5.98, RATE).contains(&resp.throttle_time_ms),
+        "{}",
+        resp.throttle_time_ms
+    );
+
+    // DeleteTopics: v6 refused, v4 served and throttled (5 partitions more).
+    let delete = |name: &str| DeleteTopicsRequest::default().with_topic_names(vec![TopicName(s(name))]);
+    let mut conn = Raw::connect(broker.addr).await;
+    let by_id = DeleteTopicsRequest::default().with_topics(vec![
+        kafka_protocol::messages::delete_topics_request::DeleteTopicState::default()
+            .with_name(Some(TopicName(s("mut-a")))),
+    ]);
+    let resp = conn.call(6, &by_id).await;
+    assert_eq!(resp.responses[0].error_code, THROTTLING_QUOTA_EXCEEDED);
+    let mut conn = Raw::connect(broker.addr).await;
+    let resp = conn.call(4, &delete("mut-a")).await;
+    assert_eq!(resp.responses[0].error_code, 0);
+    assert!(
+        owed(10.98, RATE).contains(&resp.throttle_time_ms),
+        "{}",
+        resp.throttle_time_ms
+    );
+    // The refused requests changed nothing: mut-a went only with the v4 delete, mut-b has one
+    // partition.
+    let mut conn = Raw::connect(broker.addr).await;
+    let meta = conn.call(12, &MetadataRequest::default().with_topics(None)).await;
+    let partitions: Vec<(String, usize)> = meta
+        .topics
+        .iter()
+        .map(|t| (t.name.as_ref().unwrap().0.to_string(), t.partitions.len()))
+        .collect();
+    assert_eq!(partitions, vec![("mut-b".to_string(), 1)]);
+
+    // Another client id has no quota: rdkafka's admin ("rdkafka") creates at once.
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .create()
+        .expect("admin client");
+    let results = admin
+        .create_topics(
+            &[NewTopic::new("mut-free", 20, TopicReplication::Fixed(1))],
+            &AdminOptions::new(),
+        )
+        .await
+        .expect("create_topics");
+    assert!(results[0].is_ok(), "{results:?}");
+}

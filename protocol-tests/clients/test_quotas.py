@@ -10,6 +10,10 @@ usage: test_quotas.py HOST:PORT
 - confluent-kafka producers with that client id and with another: the throttled one is told a
   throttle time (librdkafka's throttle_cb, from throttle_time_ms in its Produce responses),
   the other never; both deliver every record.
+- A controller_mutation_rate (KIP-599) of 0.5 partitions/s (a bucket of 5.5) for the admin
+  clients `py-admin` and `kp-admin`: kafka-python's create_topics (CreateTopics v7, strict)
+  creates 20 partitions, then gets ThrottlingQuotaExceededError for one more; confluent-kafka's
+  (librdkafka's v4, permissive) creates 20 and is told the throttle time for the 14.5 over.
 """
 import sys
 import uuid
@@ -17,6 +21,8 @@ import uuid
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.admin import KafkaAdminClient
+from kafka.admin import NewTopic as KafkaPythonNewTopic
+from kafka.errors import ThrottlingQuotaExceededError
 from kafka.protocol.admin import AlterClientQuotasRequest as Alter
 from kafka.protocol.admin import DescribeClientQuotasRequest as Describe
 
@@ -34,11 +40,14 @@ def alter_and_describe():
     admin = KafkaAdminClient(bootstrap_servers=ADDR)
     send = lambda req: admin._manager.run(admin._send_request_to_controller, req)
     E = Alter.EntryData
-    resp = send(Alter(entries=[E(entity=[E.EntityData(entity_type="client-id", entity_name=THROTTLED)],
-                                 ops=[E.OpData(key="producer_byte_rate", value=RATE, remove=False)])],
+    quota = lambda client_id, key, value: E(entity=[E.EntityData(entity_type="client-id", entity_name=client_id)],
+                                            ops=[E.OpData(key=key, value=value, remove=False)])
+    resp = send(Alter(entries=[quota(THROTTLED, "producer_byte_rate", RATE),
+                               quota("py-admin", "controller_mutation_rate", 0.5),
+                               quota("kp-admin", "controller_mutation_rate", 0.5)],
                       validate_only=False))
     codes = [e.error_code for e in resp.entries]
-    if codes != [0]:
+    if codes != [0, 0, 0]:
         fail(f"AlterClientQuotas answered {codes}")
     resp = send(Describe(components=[Describe.ComponentData(entity_type="client-id", match_type=0,
                                                             match=THROTTLED)], strict=False))
@@ -71,6 +80,33 @@ def produce(client_id, topic, count, size):
     return throttles
 
 
+def mutation_quota():
+    tag = uuid.uuid4().hex[:8]
+    strict = KafkaAdminClient(bootstrap_servers=ADDR, client_id="kp-admin")
+    strict.create_topics([KafkaPythonNewTopic(f"kp-{tag}-1", 20, 1)])
+    try:
+        strict.create_topics([KafkaPythonNewTopic(f"kp-{tag}-2", 1, 1)])
+        fail("kafka-python: a CreateTopics past the mutation quota was not refused")
+    except ThrottlingQuotaExceededError as e:
+        print(f"kafka-python: refused past the mutation quota: {str(e)[-140:]}")
+    strict.close()
+    # (asked by another client: the throttled one waits out its throttle time first)
+    other = KafkaAdminClient(bootstrap_servers=ADDR)
+    if f"kp-{tag}-2" in other.list_topics() or f"kp-{tag}-1" not in other.list_topics():
+        fail("kafka-python: the refused topic exists, or the first does not")
+    other.close()
+    throttles = []
+    permissive = AdminClient({"bootstrap.servers": ADDR, "client.id": "py-admin",
+                              "throttle_cb": lambda event: throttles.append(event.throttle_time)})
+    for f in permissive.create_topics([NewTopic(f"py-{tag}", 20, 1)]).values():
+        f.result(30)
+    permissive.poll(1)
+    # 14.5 partitions over at 0.5/s: 29 s.
+    if not throttles or not 25 <= max(throttles) <= 29:
+        fail(f"confluent-kafka: throttle times {throttles}, expected about 29 s")
+    print(f"confluent-kafka: created past the mutation quota, throttled {max(throttles)} s")
+
+
 def main():
     alter_and_describe()
     topic = f"quota-{uuid.uuid4().hex[:8]}"
@@ -86,6 +122,7 @@ def main():
         fail(f"the producer without a quota was throttled: {free}")
     print(f"confluent-kafka: throttled {len(throttles)} times (longest {max(throttles)} s); "
           f"the other client never")
+    mutation_quota()
     print("test_quotas: ok")
 
 

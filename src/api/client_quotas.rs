@@ -7,7 +7,7 @@
 //! an unknown key, entity type, match type or a repeated type is INVALID_REQUEST. Altering
 //! needs ALTER_CONFIGS on the cluster, describing DESCRIBE_CONFIGS; else
 //! CLUSTER_AUTHORIZATION_FAILED. Refused here with INVALID_REQUEST, rather than stored and not
-//! enforced: the `ip` entity (connection_creation_rate) and `controller_mutation_rate`.
+//! enforced: the `ip` entity (connection_creation_rate).
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::alter_client_quotas_request::EntryData as AlterEntry;
@@ -21,7 +21,9 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::{Ctx, Versions, message};
 use crate::acl::Operation;
-use crate::quota::{CLIENT_ID, EntityName, IP, KEYS, QuotaChange, QuotaEntity, REQUEST_PERCENTAGE, USER};
+use crate::quota::{
+    CLIENT_ID, CONTROLLER_MUTATION_RATE, EntityName, IP, KEYS, QuotaChange, QuotaEntity, REQUEST_PERCENTAGE, USER,
+};
 
 pub const DESCRIBE_VERSIONS: Versions = Versions::new(ApiKey::DescribeClientQuotas, 0, 1);
 pub const ALTER_VERSIONS: Versions = Versions::new(ApiKey::AlterClientQuotas, 0, 1);
@@ -78,7 +80,7 @@ fn changes(entry: &AlterEntry, entity: &QuotaEntity) -> Result<Vec<QuotaChange>,
         }
         if !op.remove {
             let whole = (op.value - op.value.round()).abs() <= 1e-6;
-            if key != REQUEST_PERCENTAGE && !whole {
+            if key != REQUEST_PERCENTAGE && key != CONTROLLER_MUTATION_RATE && !whole {
                 return Err(invalid(format!("Configuration {key} must be a Long value")));
             }
             if !op.value.is_finite() || op.value <= 0.0 {

@@ -520,6 +520,25 @@ async fn handle(
             Ok(Reply::Now(Some(frame(cid, version, &resp)?)))
         }};
     }
+    // Topic administration under the client's controller mutation quota, if one applies: the
+    // response carries its throttle time, and the connection waits it out.
+    macro_rules! mutating {
+        ($handler:ident, $strict_since:expr) => {{
+            let req = decode(key, version, &mut body)?;
+            let sender = quota.as_ref().map(|(c, _)| (c.quotas, c.user, c.client_id));
+            let mut mutations = topics::MutationQuota::new(sender, version, $strict_since);
+            let mut resp = topics::$handler(ctx, req, version, &mut mutations).await;
+            let wait = mutations.throttle();
+            if !wait.is_zero() {
+                resp.throttle_time_ms = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX);
+                if let Some((_, throttle)) = quota {
+                    *throttle = (*throttle).max(wait);
+                }
+            }
+            ctx.metrics.response_errors(key, &resp);
+            Ok(Reply::Now(Some(frame(cid, version, &resp)?)))
+        }};
+    }
     match key {
         ApiKey::ApiVersions => {
             let supported = api_versions::VERSIONS;
@@ -567,9 +586,11 @@ async fn handle(
                 Ok(Reply::Spliced(spliced::frame(cid, version, &resp, regions)?))
             }
         }
-        ApiKey::CreateTopics => now!(topics::create_topics),
-        ApiKey::DeleteTopics => now!(topics::delete_topics),
-        ApiKey::CreatePartitions => now!(topics::create_partitions),
+        // Strict controller mutation quotas from the versions whose clients know
+        // THROTTLING_QUOTA_EXCEEDED (KIP-599), as Kafka's `newQuotaFor(request, strictSince)`.
+        ApiKey::CreateTopics => mutating!(create_topics, 6),
+        ApiKey::DeleteTopics => mutating!(delete_topics, 5),
+        ApiKey::CreatePartitions => mutating!(create_partitions, 3),
         ApiKey::FindCoordinator => now!(groups::find_coordinator),
         ApiKey::JoinGroup => {
             let req = decode(key, version, &mut body)?;

@@ -17,6 +17,8 @@ use kafka_protocol::messages::{
     ApiKey, CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
     DeleteTopicsRequest, DeleteTopicsResponse,
 };
+use std::time::Duration;
+
 use uuid::Uuid;
 
 use super::{Ctx, Versions, message, topic_name};
@@ -24,6 +26,7 @@ use crate::acl::{Operation, ResourceType};
 use crate::cluster::TopicInfo;
 use crate::config::validate_topic_config;
 use crate::error::Error;
+use crate::quota::{CONTROLLER_MUTATION_RATE, ClientQuotas, Mutations};
 
 pub const CREATE_TOPICS_VERSIONS: Versions = Versions::new(ApiKey::CreateTopics, 2, 7);
 pub const DELETE_TOPICS_VERSIONS: Versions = Versions::new(ApiKey::DeleteTopics, 1, 6);
@@ -43,7 +46,71 @@ fn reopen(ctx: &Ctx) -> Result<(), Error> {
     ctx.replicas.catch_up(&ctx.controller.image())
 }
 
-pub async fn create_topics(ctx: &Ctx, req: CreateTopicsRequest, version: i16) -> CreateTopicsResponse {
+/// Who sent a request, for its quotas: the quotas in force, the principal's user, the client id.
+pub type QuotaSender<'a> = (&'a ClientQuotas, &'a str, &'a str);
+
+/// A request's controller mutation quota (KIP-599, `controller_mutation_rate`): each topic's
+/// partitions are taken from the client's bucket just before it is created, deleted or grown,
+/// after every other check, as Kafka's controller applies it (`applyPartitionChangeQuota`).
+pub struct MutationQuota<'a> {
+    sender: Option<QuotaSender<'a>>,
+    mode: Mutations,
+    throttle: Duration,
+}
+
+impl<'a> MutationQuota<'a> {
+    /// Strict from `strict_since` (the first version whose clients know
+    /// THROTTLING_QUOTA_EXCEEDED), permissive below it.
+    pub fn new(sender: Option<QuotaSender<'a>>, version: i16, strict_since: i16) -> MutationQuota<'a> {
+        let sender = sender.filter(|(quotas, user, client_id)| {
+            crate::quota::resolve(quotas, CONTROLLER_MUTATION_RATE, user, client_id).is_some()
+        });
+        let mode = match version >= strict_since {
+            true => Mutations::Strict,
+            false => Mutations::Permissive,
+        };
+        MutationQuota {
+            sender,
+            mode,
+            throttle: Duration::ZERO,
+        }
+    }
+
+    /// Whether a quota applies: only then are topics checked before their mutation is taken.
+    fn applies(&self) -> bool {
+        self.sender.is_some()
+    }
+
+    /// Takes `partitions` from the bucket, or refuses the topic with THROTTLING_QUOTA_EXCEEDED.
+    fn take(&mut self, ctx: &Ctx, partitions: i64) -> Result<(), Error> {
+        let Some((quotas, user, client_id)) = self.sender else {
+            return Ok(());
+        };
+        let now = std::time::Instant::now();
+        let outcome = ctx
+            .quotas
+            .mutate(quotas, user, client_id, partitions as f64, self.mode, now);
+        let (Ok(wait) | Err(wait)) = outcome;
+        self.throttle = self.throttle.max(wait);
+        outcome.map(drop).map_err(|_| Error::Controller {
+            code: ResponseError::ThrottlingQuotaExceeded.code(),
+            message: "The throttling quota has been exceeded.".into(),
+        })
+    }
+
+    /// How long the client is throttled for (the response's throttle_time_ms, and how long
+    /// its connection is not read).
+    pub fn throttle(&self) -> Duration {
+        self.throttle
+    }
+}
+
+pub async fn create_topics(
+    ctx: &Ctx,
+    req: CreateTopicsRequest,
+    version: i16,
+    quota: &mut MutationQuota<'_>,
+) -> CreateTopicsResponse {
     let mut results = Vec::with_capacity(req.topics.len());
     // Kafka's `validateTotalNumberOfPartitions`: an upper bound (invalid topics included) taken
     // before anything else; past it every topic gets POLICY_VIOLATION. Summed in i64, where
@@ -86,7 +153,7 @@ pub async fn create_topics(ctx: &Ctx, req: CreateTopicsRequest, version: i16) ->
         } else if !may_create_all && !ctx.authorize(Operation::Create, ResourceType::Topic, &name) {
             Err(Error::TopicAuthorizationFailed)
         } else {
-            create_one(ctx, &name, &topic, req.validate_only)
+            create_one(ctx, &name, &topic, req.validate_only, quota)
         };
         match outcome {
             Ok((partitions, replication_factor, id, configs)) => {
@@ -125,6 +192,7 @@ fn create_one(
     name: &str,
     topic: &kafka_protocol::messages::create_topics_request::CreatableTopic,
     validate_only: bool,
+    quota: &mut MutationQuota<'_>,
 ) -> Result<Created, Error> {
     let mut configs = BTreeMap::new();
     for c in &topic.configs {
@@ -180,9 +248,13 @@ fn create_one(
         let rf = manual.first().and_then(|r| i16::try_from(r.len()).ok()).unwrap_or(0);
         (partitions, rf, Some(manual))
     };
-    if validate_only {
+    if validate_only || quota.applies() {
+        // Kafka takes the quota after the topic's checks (validate_only takes it too).
         ctx.controller
             .validate_new_topic(name, partitions, replication_factor)?;
+        quota.take(ctx, i64::from(partitions))?;
+    }
+    if validate_only {
         return Ok((partitions, replication_factor, Uuid::nil(), configs));
     }
     let info = create_and_open(ctx, name, partitions, replication_factor, manual, configs)?;
@@ -237,7 +309,12 @@ fn describe_configs(ctx: &Ctx, overrides: &BTreeMap<String, String>) -> Vec<Crea
         .collect()
 }
 
-pub async fn delete_topics(ctx: &Ctx, req: DeleteTopicsRequest, version: i16) -> DeleteTopicsResponse {
+pub async fn delete_topics(
+    ctx: &Ctx,
+    req: DeleteTopicsRequest,
+    version: i16,
+    quota: &mut MutationQuota<'_>,
+) -> DeleteTopicsResponse {
     // v6 names topics by name or id in `topics`; older versions list names.
     let wanted: Vec<(Option<String>, Uuid)> = if version >= 6 {
         req.topics
@@ -272,6 +349,7 @@ pub async fn delete_topics(ctx: &Ctx, req: DeleteTopicsRequest, version: i16) ->
             other => other,
         };
         let outcome = found.and_then(|topic| {
+            quota.take(ctx, i64::from(topic.partitions))?;
             ctx.controller.delete_topic(topic.id)?;
             reopen(ctx)?;
             Ok(topic)
@@ -326,7 +404,12 @@ impl From<Error> for Refusal {
     }
 }
 
-pub async fn create_partitions(ctx: &Ctx, req: CreatePartitionsRequest, _version: i16) -> CreatePartitionsResponse {
+pub async fn create_partitions(
+    ctx: &Ctx,
+    req: CreatePartitionsRequest,
+    _version: i16,
+    quota: &mut MutationQuota<'_>,
+) -> CreatePartitionsResponse {
     let image = ctx.controller.image();
     // Partitions the request would add, from the counts as sent (in i64: `count - current`
     // overflows i32 for a count near i32::MIN). Same bound and answer as CreateTopics.
@@ -353,7 +436,7 @@ pub async fn create_partitions(ctx: &Ctx, req: CreatePartitionsRequest, _version
     for topic in req.topics {
         let mut result = CreatePartitionsTopicResult::default().with_name(topic.name.clone());
         let outcome = match ctx.authorize(Operation::Alter, ResourceType::Topic, &topic.name.0) {
-            true => create_partitions_one(ctx, &topic, req.validate_only),
+            true => create_partitions_one(ctx, &topic, req.validate_only, quota),
             false => Err(Refusal::from(Error::TopicAuthorizationFailed)),
         };
         if let Err(refusal) = outcome {
@@ -372,6 +455,7 @@ fn create_partitions_one(
     ctx: &Ctx,
     topic: &kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic,
     validate_only: bool,
+    quota: &mut MutationQuota<'_>,
 ) -> Result<(), Refusal> {
     let name = topic.name.0.to_string();
     let current = ctx
@@ -409,6 +493,12 @@ fn create_partitions_one(
         .as_ref()
         .filter(|a| !a.is_empty())
         .map(|a| a.iter().map(|a| a.broker_ids.iter().map(|b| b.0).collect()).collect());
+    if quota.applies() {
+        // After the controller's own checks, as Kafka's.
+        ctx.controller
+            .create_partitions(&name, count, manual.as_deref(), true)?;
+        quota.take(ctx, added)?;
+    }
     ctx.controller
         .create_partitions(&name, count, manual.as_deref(), validate_only)?;
     if !validate_only {

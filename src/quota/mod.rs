@@ -30,9 +30,16 @@ use serde::{Deserialize, Serialize};
 pub const PRODUCER_BYTE_RATE: &str = "producer_byte_rate";
 pub const CONSUMER_BYTE_RATE: &str = "consumer_byte_rate";
 pub const REQUEST_PERCENTAGE: &str = "request_percentage";
-/// The quota keys this broker enforces (Kafka also knows `controller_mutation_rate` and the
-/// IP entity's `connection_creation_rate`, which are refused here rather than stored unused).
-pub const KEYS: [&str; 3] = [PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE];
+/// Partitions created, deleted or added per second (KIP-599).
+pub const CONTROLLER_MUTATION_RATE: &str = "controller_mutation_rate";
+/// The quota keys this broker enforces (Kafka also knows the IP entity's
+/// `connection_creation_rate`, which is refused here rather than stored unused).
+pub const KEYS: [&str; 4] = [
+    PRODUCER_BYTE_RATE,
+    CONSUMER_BYTE_RATE,
+    REQUEST_PERCENTAGE,
+    CONTROLLER_MUTATION_RATE,
+];
 
 pub const USER: &str = "user";
 pub const CLIENT_ID: &str = "client-id";
@@ -239,6 +246,52 @@ impl Kind {
     }
 }
 
+/// Kafka's `TokenBucket` for `controller_mutation_rate` (KIP-599): full at `bound` × the
+/// whole window (`count` spans), refilled at `bound` per second, and taken below zero by a
+/// mutation larger than what is left.
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    fn full(now: Instant, bound: f64, w: Windows) -> Bucket {
+        Bucket {
+            tokens: Bucket::burst(bound, w),
+            at: now,
+        }
+    }
+
+    fn burst(bound: f64, w: Windows) -> f64 {
+        bound * (w.span * w.count).as_secs_f64()
+    }
+
+    fn refill(&mut self, now: Instant, bound: f64, w: Windows) {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.tokens = (self.tokens + bound * elapsed).min(Bucket::burst(bound, w));
+        self.at = now;
+    }
+
+    /// How long until the bucket is back at zero (none while it is not below).
+    fn debt(&self, bound: f64) -> Duration {
+        match self.tokens < 0.0 && bound > 0.0 {
+            true => Duration::from_millis((-self.tokens / bound * 1000.0).round() as u64),
+            false => Duration::ZERO,
+        }
+    }
+}
+
+/// Whether a request's partition mutations are refused once the client's bucket is empty
+/// (strict: CreateTopics v6+, DeleteTopics v5+, CreatePartitions v3+) or accepted and the
+/// client throttled for them (permissive: older versions, whose clients know no
+/// THROTTLING_QUOTA_EXCEEDED). Kafka's `ControllerMutationQuotaManager.newQuotaFor`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mutations {
+    Strict,
+    Permissive,
+}
+
 struct Sensor {
     rate: Rate,
     used: Instant,
@@ -251,6 +304,7 @@ const SENSOR_IDLE_MAX: Duration = Duration::from_secs(3600);
 #[derive(Default)]
 pub struct QuotaManager {
     sensors: Mutex<HashMap<(Kind, SensorKey), Sensor>>,
+    buckets: Mutex<HashMap<SensorKey, Bucket>>,
     windows: Windows,
 }
 
@@ -258,6 +312,7 @@ impl QuotaManager {
     pub fn new(windows: Windows) -> QuotaManager {
         QuotaManager {
             sensors: Mutex::default(),
+            buckets: Mutex::default(),
             windows,
         }
     }
@@ -294,6 +349,43 @@ impl QuotaManager {
         sensor.used = now;
         sensor.rate.record(now, value, self.windows);
         sensor.rate.throttle(now, bound, self.windows)
+    }
+
+    /// Takes `partitions` created, deleted or added from the client's `controller_mutation_rate`
+    /// bucket, if one applies. Strict: refused (Err, with how long until the bucket is back at
+    /// zero) while the bucket is below zero, else taken whatever its size; permissive: always
+    /// taken. Ok carries how long the client is throttled for (permissive, once below zero).
+    /// `now` is the time of the mutation.
+    pub fn mutate(
+        &self,
+        quotas: &ClientQuotas,
+        user: &str,
+        client_id: &str,
+        partitions: f64,
+        mode: Mutations,
+        now: Instant,
+    ) -> Result<Duration, Duration> {
+        if quotas.is_empty() {
+            return Ok(Duration::ZERO);
+        }
+        let Some((bound, key)) = resolve(quotas, CONTROLLER_MUTATION_RATE, user, client_id) else {
+            return Ok(Duration::ZERO);
+        };
+        let w = self.windows;
+        let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        if buckets.len() >= 1024 {
+            buckets.retain(|_, b| now.saturating_duration_since(b.at) < SENSOR_IDLE_MAX);
+        }
+        let bucket = buckets.entry(key).or_insert_with(|| Bucket::full(now, bound, w));
+        bucket.refill(now, bound, w);
+        if mode == Mutations::Strict && bucket.tokens < 0.0 {
+            return Err(bucket.debt(bound));
+        }
+        bucket.tokens -= partitions;
+        Ok(match mode {
+            Mutations::Strict => Duration::ZERO,
+            Mutations::Permissive => bucket.debt(bound),
+        })
     }
 
     /// Takes back a recorded `value` (Kafka unrecords a throttled Fetch, answered empty).
@@ -409,6 +501,43 @@ mod tests {
             m.record_at(&q, Kind::Produce, "u", "app", 1e12, later),
             w.span * w.count
         );
+    }
+
+    #[test]
+    fn a_mutation_bucket_refuses_strict_requests_only_once_below_zero() {
+        let mut q = ClientQuotas::new();
+        set(&mut q, entity(Some(Some("ops")), None), CONTROLLER_MUTATION_RATE, 2.0);
+        let m = QuotaManager::default();
+        let w = Windows::default();
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let strict = Mutations::Strict;
+        // Full at 2/s × 11 s = 22: any strict mutation is taken while the bucket is not below
+        // zero, unthrottled, even one larger than what is left.
+        assert_eq!(m.mutate(&q, "ops", "c", 20.0, strict, t0), Ok(Duration::ZERO));
+        assert_eq!(m.mutate(&q, "ops", "c", 10.0, strict, t0), Ok(Duration::ZERO));
+        // At -8 it refuses, with the time until zero at 2/s; refused mutations take nothing.
+        assert_eq!(m.mutate(&q, "ops", "c", 1.0, strict, t0), Err(Duration::from_secs(4)));
+        assert_eq!(
+            m.mutate(&q, "ops", "c", 1.0, strict, at(1)),
+            Err(Duration::from_secs(3))
+        );
+        // Permissive mutations are always taken, and throttled while below zero.
+        let permissive = Mutations::Permissive;
+        assert_eq!(
+            m.mutate(&q, "ops", "c", 4.0, permissive, at(2)),
+            Ok(Duration::from_secs(4))
+        );
+        // Back at zero 4 s later: strict mutations go through again.
+        assert_eq!(m.mutate(&q, "ops", "c", 1.0, strict, at(6)), Ok(Duration::ZERO));
+        // It refills to the burst (22), not past it: after a long idle time 22.5 leave it below zero.
+        let later = at(1000);
+        assert_eq!(m.mutate(&q, "ops", "c", 22.5, strict, later), Ok(Duration::ZERO));
+        assert!(m.mutate(&q, "ops", "c", 1.0, strict, later).is_err());
+        // The user's other clients share the bucket; a client without the quota is free.
+        assert!(m.mutate(&q, "ops", "other", 1.0, strict, later).is_err());
+        assert_eq!(m.mutate(&q, "dev", "c", 1e6, strict, later), Ok(Duration::ZERO));
+        assert_eq!(Bucket::burst(2.0, w), 22.0);
     }
 
     #[test]
