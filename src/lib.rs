@@ -97,13 +97,7 @@ async fn start_quorum(
     unclean_restart: Option<i64>,
 ) -> Result<Controller, StartError> {
     let (quorum, _) = open_quorum(config, this.id).await?;
-    let mut registration = this.registration();
-    if let MetadataRecord::RegisterBroker {
-        unclean_restart: after, ..
-    } = &mut registration
-    {
-        *after = unclean_restart;
-    }
+    let registration = this.registration(unclean_restart);
     let mut waited = 0u64;
     loop {
         match register(&quorum, &registration).await {
@@ -271,7 +265,7 @@ async fn broker_lifecycle(
                 Ok(true) => reported_offline = offline,
                 Ok(false) => {
                     reported_offline = false;
-                    if let Err(e) = register(&quorum, &this.registration()).await {
+                    if let Err(e) = register(&quorum, &this.registration(None)).await {
                         tracing::warn!(error = %e, "registering this broker again");
                     }
                 }

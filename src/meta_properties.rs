@@ -111,10 +111,14 @@ pub fn write(dir: &Path, meta: &MetaProperties) -> Result<(), MetaError> {
     file.write_all(text.as_bytes()).map_err(io("write", &tmp))?;
     file.sync_all().map_err(io("fsync", &tmp))?;
     std::fs::rename(&tmp, &path).map_err(io("rename into place", &path))?;
+    sync_dir(dir)
+}
+
+/// Makes `dir`'s entries (a file created, renamed or removed) durable.
+fn sync_dir(dir: &Path) -> Result<(), MetaError> {
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
-        .map_err(io("fsync", dir))?;
-    Ok(())
+        .map_err(io("fsync", dir))
 }
 
 /// The node's clean-shutdown marker (Kafka's `.kafka_cleanshutdown`): written last by a clean
@@ -127,9 +131,7 @@ pub fn mark_clean_shutdown(dir: &Path) -> Result<(), MetaError> {
     let path = dir.join(CLEAN_SHUTDOWN_FILE);
     let file = std::fs::File::create(&path).map_err(io("create", &path))?;
     file.sync_all().map_err(io("fsync", &path))?;
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io("fsync", dir))
+    sync_dir(dir)
 }
 
 /// Whether the last stop was clean, forgetting it (durably), so that a stop from now on counts
@@ -137,12 +139,7 @@ pub fn mark_clean_shutdown(dir: &Path) -> Result<(), MetaError> {
 pub fn take_clean_shutdown(dir: &Path) -> Result<bool, MetaError> {
     let path = dir.join(CLEAN_SHUTDOWN_FILE);
     match std::fs::remove_file(&path) {
-        Ok(()) => {
-            std::fs::File::open(dir)
-                .and_then(|d| d.sync_all())
-                .map_err(io("fsync", dir))?;
-            Ok(true)
-        }
+        Ok(()) => sync_dir(dir).map(|()| true),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
         Err(e) => Err(io("remove", &path)(e)),
     }

@@ -8,6 +8,7 @@
 //! than `PARTITIONS_PER_REQUEST_MAX` partitions is refused whole (POLICY_VIOLATION).
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
@@ -17,8 +18,6 @@ use kafka_protocol::messages::{
     ApiKey, CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
     DeleteTopicsRequest, DeleteTopicsResponse,
 };
-use std::time::Duration;
-
 use uuid::Uuid;
 
 use super::{Ctx, Versions, message, topic_name};

@@ -336,7 +336,9 @@ impl BrokerInfo {
     }
 
     /// The record that registers it.
-    pub fn registration(&self) -> MetadataRecord {
+    /// `unclean_restart`: the static `log.flush.interval.messages` at a start after an unclean
+    /// stop (`MetadataRecord::RegisterBroker`).
+    pub fn registration(&self, unclean_restart: Option<i64>) -> MetadataRecord {
         let first = self.endpoints.first();
         MetadataRecord::RegisterBroker {
             id: self.id,
@@ -345,7 +347,7 @@ impl BrokerInfo {
             rack: self.rack.clone(),
             listeners: self.endpoints.clone(),
             cordoned: self.cordoned,
-            unclean_restart: None,
+            unclean_restart,
         }
     }
 }
@@ -590,7 +592,7 @@ impl MetadataImage {
             records.push(MetadataRecord::SetClusterId { id: cluster_id.clone() });
         }
         for broker in brokers.values() {
-            records.push(broker.registration());
+            records.push(broker.registration(None));
             if broker.fenced {
                 records.push(MetadataRecord::SetBrokerFenced {
                     id: broker.id,
