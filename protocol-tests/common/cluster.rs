@@ -870,7 +870,9 @@ impl Cluster {
 }
 
 /// Creates `name` with `partitions` partitions of `replication_factor` replicas and `configs`,
-/// through node `via`, retrying until it is created (or was by an attempt that timed out).
+/// retrying until it is created (or was by an attempt that timed out), each attempt through the
+/// next running broker, as a client moves on from a node that does not answer (a node whose
+/// metadata quorum member waits on a full disk answers no metadata change).
 pub async fn create(cluster: &Cluster, name: &str, partitions: i32, replication_factor: i16, configs: &[(&str, &str)]) {
     let request = CreateTopicsRequest::default()
         .with_topics(vec![
@@ -892,8 +894,9 @@ pub async fn create(cluster: &Cluster, name: &str, partitions: i32, replication_
         .with_timeout_ms(10_000);
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut failures = Vec::new();
-    loop {
-        let via = cluster.running_brokers()[0];
+    for attempt in 0.. {
+        let brokers = cluster.running_brokers();
+        let via = brokers[attempt % brokers.len()];
         match try_call(cluster.addr(via), 7, &request, Duration::from_secs(15)).await {
             Ok(resp) if resp.topics[0].error_code == 0 => return,
             Ok(resp) if resp.topics[0].error_code == 36 && !failures.is_empty() => return,
